@@ -1,0 +1,111 @@
+/* alloc.c -- the one hookable allocator every allocation goes through, with
+ * a failure-injection hook for allocation-failure tests. */
+#include <flightshuffle/arrow.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Plain allocations carry a header with their size so that fsh_free can
+ * pass it to the hook and fsh_realloc can copy; 16 bytes keep alignment. */
+#define HEADER 16
+
+static void *default_alloc(void *ctx, size_t size, size_t align) {
+  (void)ctx;
+  void *p = NULL;
+  if (align <= 16) return malloc(size ? size : 1);
+  if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
+  return p;
+}
+
+static void *default_realloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
+  (void)ctx;
+  (void)old_size;
+  return realloc(ptr, new_size ? new_size : 1);
+}
+
+static void default_free(void *ctx, void *ptr, size_t size) {
+  (void)ctx;
+  (void)size;
+  free(ptr);
+}
+
+static const fsh_allocator default_allocator = {default_alloc, default_realloc, default_free, NULL};
+static fsh_allocator current = {default_alloc, default_realloc, default_free, NULL};
+
+static _Atomic int64_t alloc_count;
+static _Atomic int64_t fail_at; /* 0 = never */
+static _Atomic bool fail_persistent;
+
+void fsh_allocator_set(const fsh_allocator *a) { current = a ? *a : default_allocator; }
+const fsh_allocator *fsh_allocator_get(void) { return &current; }
+
+void fsh_alloc_fail_after(int64_t n, bool persistent) {
+  fail_persistent = persistent;
+  fail_at = n > 0 ? alloc_count + n : 0;
+}
+
+int64_t fsh_alloc_count(void) { return alloc_count; }
+
+/* Counts an allocation attempt; true if the failure hook says it fails. */
+static bool injected_failure(void) {
+  int64_t n = ++alloc_count;
+  int64_t at = fail_at;
+  if (at == 0) return false;
+  if (n == at) return true;
+  return n > at && fail_persistent;
+}
+
+void *fsh_malloc(size_t size) {
+  if (size > SIZE_MAX - HEADER || injected_failure()) return NULL;
+  uint8_t *p = current.alloc(current.ctx, size + HEADER, 16);
+  if (!p) return NULL;
+  memcpy(p, &size, sizeof size);
+  return p + HEADER;
+}
+
+void *fsh_calloc(size_t n, size_t size) {
+  if (size && n > SIZE_MAX / size) return NULL;
+  void *p = fsh_malloc(n * size);
+  if (p) memset(p, 0, n * size);
+  return p;
+}
+
+void *fsh_realloc(void *ptr, size_t size) {
+  if (!ptr) return fsh_malloc(size);
+  if (size > SIZE_MAX - HEADER || injected_failure()) return NULL;
+  uint8_t *base = (uint8_t *)ptr - HEADER;
+  size_t old;
+  memcpy(&old, base, sizeof old);
+  uint8_t *p = current.realloc(current.ctx, base, old + HEADER, size + HEADER);
+  if (!p) return NULL;
+  memcpy(p, &size, sizeof size);
+  return p + HEADER;
+}
+
+void fsh_free(void *ptr) {
+  if (!ptr) return;
+  uint8_t *base = (uint8_t *)ptr - HEADER;
+  size_t size;
+  memcpy(&size, base, sizeof size);
+  current.free(current.ctx, base, size + HEADER);
+}
+
+char *fsh_strndup(const char *s, size_t n) {
+  size_t len = strnlen(s, n);
+  char *p = fsh_malloc(len + 1);
+  if (!p) return NULL;
+  memcpy(p, s, len);
+  p[len] = '\0';
+  return p;
+}
+
+char *fsh_strdup(const char *s) { return fsh_strndup(s, SIZE_MAX); }
+
+void *fsh_aligned_alloc(size_t size) {
+  if (injected_failure()) return NULL;
+  return current.alloc(current.ctx, size ? size : 64, 64);
+}
+
+void fsh_aligned_free(void *ptr, size_t size) {
+  if (ptr) current.free(current.ctx, ptr, size);
+}
