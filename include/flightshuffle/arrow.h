@@ -256,7 +256,8 @@ void fsh_field_type_to_string(const fsh_field *f, char *out, size_t out_size);
  *   sparse union: [type_ids]; dense union: [type_ids, offsets];
  *   dictionary-encoded: the index type's layout, plus `dictionary`.
  * A NULL validity buffer means no nulls (null_count must then be 0).
- * Unions have no validity buffer: their null_count is always 0.
+ * Unions have no validity buffer: their null_count is always 0 (never -1),
+ * and fsh_array_is_valid does not apply to them (ask the child).
  * All values are interpreted from `offset`. */
 typedef struct fsh_array {
   atomic_long refcount;
@@ -394,6 +395,10 @@ FSH_NODISCARD int fsh_stream_export(fsh_batch_stream *s, struct ArrowArrayStream
 /* Imports a C stream (ownership moves into `out`). */
 FSH_NODISCARD int fsh_stream_import(struct ArrowArrayStream *in, fsh_batch_stream *out,
                                     fsh_error *err);
+/* A stream over n batches held in memory (references taken on the schema
+ * and on each batch; the batches must have the schema's columns). */
+FSH_NODISCARD int fsh_batch_stream_from_batches(fsh_schema *schema, fsh_batch *const *batches,
+                                                int64_t n, fsh_batch_stream *out, fsh_error *err);
 
 /* ---- small helpers ----------------------------------------------------- */
 

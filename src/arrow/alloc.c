@@ -99,7 +99,7 @@ char *fsh_strndup(const char *s, size_t n) {
   return p;
 }
 
-char *fsh_strdup(const char *s) { return fsh_strndup(s, SIZE_MAX); }
+char *fsh_strdup(const char *s) { return fsh_strndup(s, strlen(s)); }
 
 void *fsh_aligned_alloc(size_t size) {
   if (injected_failure()) return NULL;

@@ -33,7 +33,8 @@ fsh_buffer *fsh_buffer_new(int64_t size, bool zeroed) {
 int fsh_buffer_resize(fsh_buffer *b, int64_t size, fsh_error *err) {
   if (b->parent || b->release)
     return fsh_error_set(err, EINVAL, "cannot resize a view or a wrapped buffer");
-  if (size < 0) return fsh_error_set(err, EINVAL, "negative buffer size %lld", (long long)size);
+  if (size < 0 || size > INT64_MAX / 4)
+    return fsh_error_set(err, EINVAL, "negative or too large buffer size %lld", (long long)size);
   if (size <= b->capacity) {
     if (size < b->size) memset(b->data + size, 0, (size_t)(b->size - size));
     b->size = size;
@@ -98,7 +99,7 @@ void fsh_buffer_unref(fsh_buffer *b) {
     fsh_buffer *parent = b->parent;
     if (b->release)
       b->release(b->release_ctx);
-    else if (!parent)
+    else if (!parent && b->capacity > 0) /* owned memory (borrowed wraps have capacity 0) */
       fsh_aligned_free(b->data, (size_t)b->capacity);
     fsh_free(b);
     b = parent; /* iterative: long chains of views do not recurse */
