@@ -65,6 +65,12 @@ FSH_NODISCARD int fsh_output_from_fd(int fd, bool owns_fd, const char *name, fsh
  * before close. */
 FSH_NODISCARD int fsh_output_to_memory(fsh_output **out, fsh_error *err);
 FSH_NODISCARD fsh_buffer *fsh_output_memory_take(fsh_output *out);
+/* Like fsh_output_to_memory, but a successful close (abort false) stores
+ * the bytes not taken yet in *result (a new reference, no copy): the way to
+ * get the bytes of the stream and file writers, which close their output.
+ * On abort or error *result is left untouched. */
+FSH_NODISCARD int fsh_output_to_memory_result(fsh_buffer **result, fsh_output **out,
+                                              fsh_error *err);
 
 /* ---- message codec ----------------------------------------------------- */
 
@@ -103,6 +109,12 @@ typedef struct fsh_ipc_write_options {
   int32_t compression_level; /* 0 = codec default */
   /* A buffer that compression does not shrink is stored uncompressed, with
    * the -1 length prefix the format defines. */
+  /* Stream format: when a batch's dictionary is the previous one plus new
+   * values at the end, send only those as a delta dictionary batch instead
+   * of a replacement. The file format always does this (it cannot replace
+   * a dictionary). Default false: replacements are what every reader
+   * understands. */
+  bool emit_dictionary_deltas;
 } fsh_ipc_write_options;
 
 void fsh_ipc_write_options_init(fsh_ipc_write_options *o);
@@ -196,6 +208,13 @@ void fsh_ipc_file_writer_abort(fsh_ipc_file_writer *w);
 FSH_NODISCARD int fsh_ipc_open_path(const char *path, fsh_batch_stream *out, fsh_error *err);
 FSH_NODISCARD int fsh_ipc_open_buffer(fsh_buffer *buf, const char *name, fsh_batch_stream *out,
                                       fsh_error *err);
+/* Drains every batch of `s` into `out` in the stream format, or the file
+ * format with file_format; opts NULL means defaults. Takes ownership of
+ * `out` (closed on success, aborted on error); `s` stays the caller's to
+ * release. */
+FSH_NODISCARD int fsh_ipc_write_batch_stream(fsh_batch_stream *s, fsh_output *out,
+                                             bool file_format, const fsh_ipc_write_options *opts,
+                                             fsh_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,338 @@
+/* encoder.c -- schemas and record batches to IPC payloads (no I/O).
+ *
+ * The encoder remembers, per dictionary id, the dictionary array it last
+ * emitted (a reference is held, so a pointer cannot be reused by another
+ * array). A batch whose dictionary is a different array first gets:
+ *  - nothing, if the new dictionary has the same values, or is a prefix of
+ *    the one last emitted (whose values then stay the current ones);
+ *  - a delta dictionary batch with the new tail, if the old values are a
+ *    prefix of the new ones (file format, or stream with
+ *    emit_dictionary_deltas);
+ *  - otherwise a replacement (stream) or an error (file format, which
+ *    allows a single dictionary per id).
+ * Dictionaries nested inside a dictionary's values are emitted before it.
+ * The remembered state changes only when a whole batch encodes. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ipc/writer_internal.h"
+
+typedef struct dict_state {
+  int64_t id;
+  const fsh_field *value; /* the dictionary's value field, in e->schema */
+  fsh_array *last;        /* reference; NULL until first emitted */
+  fsh_array *pending;     /* reference: what `last` becomes if the batch encodes */
+  const fsh_array *seen;  /* the batch's dictionary array (borrowed), while encoding */
+  bool touched;           /* seen in the batch being encoded */
+} dict_state;
+
+struct fsh_ipc_encoder {
+  fsh_schema *schema;
+  fsh_ipc_write_options opts;
+  bool file_format;
+  fsh_buffer *zeros;
+  fsh_fbb fbb;
+  dict_state *dicts;
+  int64_t n_dicts;
+};
+
+void fsh_ipc_write_options_init(fsh_ipc_write_options *o) {
+  memset(o, 0, sizeof *o);
+  o->compression = FSH_COMPRESSION_NONE;
+}
+
+void fsh_ipc_payload_reset(fsh_ipc_payload *p) {
+  if (!p) return;
+  fsh_buffer_unref(p->metadata);
+  for (int32_t i = 0; i < p->n_body; i++) fsh_buffer_unref(p->body[i]);
+  fsh_free(p->body);
+  memset(p, 0, sizeof *p);
+}
+
+void fsh_ipc_encoder_set_file_format(fsh_ipc_encoder *e, bool file_format) {
+  e->file_format = file_format;
+}
+
+/* Registers the dictionaries of f and everything under it. */
+static int collect_dicts(fsh_ipc_encoder *e, const fsh_field *f, int depth, fsh_error *err) {
+  if (depth > 64) return fsh_error_set(err, EINVAL, "schema nested deeper than 64 levels");
+  const fsh_field *value = f;
+  if (f->dictionary) {
+    bool known = false;
+    for (int64_t i = 0; i < e->n_dicts; i++) known |= e->dicts[i].id == f->dictionary->id;
+    if (!known) {
+      dict_state *d = fsh_realloc(e->dicts, sizeof(dict_state) * (size_t)(e->n_dicts + 1));
+      if (!d) return fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+      e->dicts = d;
+      e->dicts[e->n_dicts++] = (dict_state){.id = f->dictionary->id, .value = &f->dictionary->value};
+    }
+    value = &f->dictionary->value;
+    if (value->dictionary) FSH_RETURN_NOT_OK(collect_dicts(e, value, depth + 1, err));
+  }
+  for (int64_t i = 0; i < value->n_children; i++)
+    FSH_RETURN_NOT_OK(collect_dicts(e, &value->children[i], depth + 1, err));
+  return 0;
+}
+
+int fsh_ipc_encoder_new(fsh_schema *schema, const fsh_ipc_write_options *opts,
+                        fsh_ipc_encoder **out, fsh_error *err) {
+  if (!schema) return fsh_error_set(err, EINVAL, "IPC encoder: schema is NULL");
+  if (opts && (opts->compression < FSH_COMPRESSION_NONE || opts->compression > FSH_COMPRESSION_ZSTD))
+    return fsh_error_set(err, EINVAL, "IPC encoder: unknown compression %d", (int)opts->compression);
+  fsh_ipc_encoder *e = fsh_calloc(1, sizeof *e);
+  if (!e) return fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+  fsh_fbb_init(&e->fbb);
+  if (opts)
+    e->opts = *opts;
+  else
+    fsh_ipc_write_options_init(&e->opts);
+  e->schema = fsh_schema_ref(schema);
+  e->zeros = fsh_ipc_zeros_new();
+  if (!e->zeros) {
+    fsh_ipc_encoder_free(e);
+    return fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+  }
+  for (int64_t i = 0; i < schema->n_fields; i++) {
+    int rc = collect_dicts(e, &schema->fields[i], 0, err);
+    if (rc) {
+      fsh_ipc_encoder_free(e);
+      return rc;
+    }
+  }
+  *out = e;
+  return 0;
+}
+
+void fsh_ipc_encoder_free(fsh_ipc_encoder *e) {
+  if (!e) return;
+  for (int64_t i = 0; i < e->n_dicts; i++) {
+    fsh_array_unref(e->dicts[i].last);
+    fsh_array_unref(e->dicts[i].pending);
+  }
+  fsh_free(e->dicts);
+  fsh_fbb_reset(&e->fbb);
+  fsh_buffer_unref(e->zeros);
+  fsh_schema_unref(e->schema);
+  fsh_free(e);
+}
+
+int fsh_ipc_encode_schema(fsh_ipc_encoder *e, fsh_ipc_payload *out, fsh_error *err) {
+  fsh_buffer *md = NULL;
+  FSH_RETURN_NOT_OK(fsh_ipc_encode_schema_message(e->schema, &md, err));
+  memset(out, 0, sizeof *out);
+  out->type = FSH_IPC_SCHEMA;
+  out->metadata = md;
+  return 0;
+}
+
+/* A growable list of payloads. */
+typedef struct payload_list {
+  fsh_ipc_payload *items;
+  int32_t n, cap;
+} payload_list;
+
+static void payload_list_reset(payload_list *l) {
+  for (int32_t i = 0; i < l->n; i++) fsh_ipc_payload_reset(&l->items[i]);
+  fsh_free(l->items);
+  memset(l, 0, sizeof *l);
+}
+
+/* Encodes the columns (fields[i], arrays[i]) into one payload appended to
+ * l: a record batch of `length` rows, or a dictionary batch (id dict_id)
+ * of the last `length` values of its one array. */
+static int encode_one(fsh_ipc_encoder *e, fsh_ipc_message_type type, int64_t dict_id, bool delta,
+                      int64_t n_cols, const fsh_field *const *fields, fsh_array *const *arrays,
+                      int64_t length, payload_list *l, fsh_error *err) {
+  if (l->n == l->cap) {
+    int32_t nc = l->cap ? l->cap * 2 : 4;
+    fsh_ipc_payload *p = fsh_realloc(l->items, sizeof(fsh_ipc_payload) * (size_t)nc);
+    if (!p) return fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+    l->items = p;
+    l->cap = nc;
+  }
+  fsh_ipc_body body = {.compression = e->opts.compression,
+                       .level = e->opts.compression_level,
+                       .zeros = e->zeros};
+  int rc = 0;
+  for (int64_t i = 0; i < n_cols && rc == 0; i++) {
+    fsh_array *a = arrays[i];
+    if (!a) {
+      rc = fsh_error_set(err, EINVAL, "column '%s': array missing", fields[i]->name);
+    } else if (type == FSH_IPC_RECORD_BATCH && a->length != length) {
+      rc = fsh_error_set(err, EINVAL, "column '%s' has %lld rows, the batch %lld",
+                         fields[i]->name, (long long)a->length, (long long)length);
+    } else {
+      /* a dictionary batch carries the last `length` values (all of them,
+       * or the tail of a delta) */
+      int64_t skip = type == FSH_IPC_DICTIONARY_BATCH ? a->length - length : 0;
+      rc = fsh_ipc_body_append(&body, fields[i], a, a->offset + skip, length, err);
+    }
+  }
+  fsh_buffer *md = NULL;
+  if (rc == 0) {
+    fsh_fbb *b = &e->fbb;
+    fsh_fbb_clear(b);
+    fsh_fb_ref rb = fsh_ipc_build_record_batch(b, length, body.nodes, body.n_nodes, body.buffers,
+                                               body.n_buffers, e->opts.compression);
+    fsh_fb_ref header = rb;
+    if (type == FSH_IPC_DICTIONARY_BATCH)
+      header = fsh_ipc_build_dictionary_batch(b, dict_id, rb, delta);
+    rc = fsh_ipc_finish_message(b, type, header, body.length, &md, err);
+  }
+  if (rc) {
+    fsh_ipc_body_reset(&body);
+    return rc;
+  }
+  fsh_ipc_payload *p = &l->items[l->n++];
+  *p = (fsh_ipc_payload){.type = type,
+                         .metadata = md,
+                         .body_length = body.length,
+                         .n_body = body.n_segments,
+                         .body = body.segments};
+  body.segments = NULL;
+  body.n_segments = 0;
+  fsh_ipc_body_reset(&body);
+  return 0;
+}
+
+static dict_state *find_dict(fsh_ipc_encoder *e, int64_t id) {
+  for (int64_t i = 0; i < e->n_dicts; i++)
+    if (e->dicts[i].id == id) return &e->dicts[i];
+  return NULL;
+}
+
+/* Decides what a batch needs for dictionary d whose array is now `dict`,
+ * and appends the dictionary batch payload if any. */
+static int handle_dict(fsh_ipc_encoder *e, dict_state *d, fsh_array *dict, payload_list *l,
+                       const char *path, fsh_error *err) {
+  if (d->touched) {
+    if (d->seen == dict) return 0;
+    return fsh_error_set(err, EINVAL,
+                         "field '%s': dictionary id %lld is shared by columns that carry different "
+                         "dictionary arrays in one batch",
+                         path, (long long)d->id);
+  }
+  const fsh_field *vf = d->value;
+  fsh_array *last = d->last;
+  bool emit = true, delta = false;
+  fsh_array *keep = dict; /* the dictionary readers will hold afterwards */
+  if (last == dict) {
+    emit = false;
+  } else if (last) {
+    if (fsh_array_equals(vf, last, dict, NULL)) {
+      emit = false;
+    } else if (dict->length < last->length) {
+      /* a prefix of what readers hold already serves this batch's indices */
+      fsh_array *head = fsh_array_slice(last, 0, dict->length);
+      if (!head) return fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+      if (fsh_array_equals(vf, head, dict, NULL)) {
+        emit = false;
+        keep = last;
+      }
+      fsh_array_unref(head);
+    } else if ((e->file_format || e->opts.emit_dictionary_deltas) && dict->length > last->length) {
+      fsh_array *head = fsh_array_slice(dict, 0, last->length);
+      if (!head) return fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+      delta = fsh_array_equals(vf, last, head, NULL);
+      fsh_array_unref(head);
+    }
+    if (emit && !delta && e->file_format)
+      return fsh_error_set(err, EINVAL,
+                           "field '%s': dictionary id %lld changed, but the IPC file format allows "
+                           "one dictionary per id (plus deltas that append values); write the "
+                           "stream format, or keep one dictionary (possibly extended) for the file",
+                           path, (long long)d->id);
+  }
+  if (emit) {
+    const fsh_field *fields[1] = {vf};
+    fsh_array *arrays[1] = {dict};
+    int64_t n = delta ? dict->length - last->length : dict->length;
+    FSH_RETURN_NOT_OK(encode_one(e, FSH_IPC_DICTIONARY_BATCH, d->id, delta, 1, fields, arrays, n,
+                                 l, err));
+  }
+  d->touched = true;
+  d->seen = dict;
+  d->pending = fsh_array_ref(keep);
+  return 0;
+}
+
+/* Visits f/a and emits the dictionaries under them, inner ones first. */
+static int visit_dicts(fsh_ipc_encoder *e, const fsh_field *f, fsh_array *a, payload_list *l,
+                       int depth, fsh_error *err) {
+  if (depth > 64) return fsh_error_set(err, EINVAL, "field '%s': nested too deep", f->name);
+  if (!a) return fsh_error_set(err, EINVAL, "field '%s': array missing", f->name);
+  if (f->dictionary) {
+    fsh_array *dict = a->dictionary;
+    if (!dict)
+      return fsh_error_set(err, EINVAL, "field '%s': dictionary-encoded array has no dictionary",
+                           f->name);
+    const fsh_field *value = &f->dictionary->value;
+    if (value->dictionary) FSH_RETURN_NOT_OK(visit_dicts(e, value, dict, l, depth + 1, err));
+    if (dict->n_children < value->n_children)
+      return fsh_error_set(err, EINVAL, "field '%s': dictionary array lacks children", f->name);
+    for (int64_t i = 0; i < value->n_children; i++)
+      FSH_RETURN_NOT_OK(visit_dicts(e, &value->children[i], dict->children[i], l, depth + 1, err));
+    dict_state *d = find_dict(e, f->dictionary->id);
+    if (!d) return fsh_error_set(err, EINVAL, "field '%s': unknown dictionary id", f->name);
+    return handle_dict(e, d, dict, l, f->name, err);
+  }
+  if (f->n_children && a->n_children < f->n_children)
+    return fsh_error_set(err, EINVAL, "field '%s': array lacks children", f->name);
+  for (int64_t i = 0; i < f->n_children; i++)
+    FSH_RETURN_NOT_OK(visit_dicts(e, &f->children[i], a->children[i], l, depth + 1, err));
+  return 0;
+}
+
+int fsh_ipc_encode_batch(fsh_ipc_encoder *e, fsh_batch *batch, fsh_ipc_payload **out,
+                         int32_t *n_out, fsh_error *err) {
+  const fsh_schema *s = e->schema;
+  if (!batch) return fsh_error_set(err, EINVAL, "IPC encoder: batch is NULL");
+  if (batch->n_columns != s->n_fields)
+    return fsh_error_set(err, EINVAL, "IPC encoder: batch has %lld columns, the schema %lld",
+                         (long long)batch->n_columns, (long long)s->n_fields);
+  if (batch->schema != s && batch->schema) {
+    fsh_error diff;
+    if (!fsh_schema_equals(s, batch->schema, false, &diff))
+      return fsh_error_set(err, EINVAL, "IPC encoder: batch schema differs from the stream's: %s",
+                           diff.message);
+  }
+  payload_list l = {0};
+  int rc = 0;
+  if (e->n_dicts) {
+    for (int64_t i = 0; i < s->n_fields && rc == 0; i++)
+      rc = visit_dicts(e, &s->fields[i], batch->columns[i], &l, 0, err);
+  }
+  if (rc == 0) {
+    const fsh_field **fields = fsh_malloc(sizeof(fsh_field *) * (size_t)(s->n_fields + 1));
+    if (!fields) {
+      rc = fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
+    } else {
+      for (int64_t i = 0; i < s->n_fields; i++) fields[i] = &s->fields[i];
+      rc = encode_one(e, FSH_IPC_RECORD_BATCH, -1, false, s->n_fields, fields, batch->columns,
+                      batch->length, &l, err);
+      fsh_free(fields);
+    }
+  }
+  /* commit or roll back the dictionary state */
+  for (int64_t i = 0; i < e->n_dicts; i++) {
+    dict_state *d = &e->dicts[i];
+    if (!d->touched) continue;
+    if (rc == 0) {
+      fsh_array_unref(d->last);
+      d->last = d->pending;
+    } else {
+      fsh_array_unref(d->pending);
+    }
+    d->pending = NULL;
+    d->seen = NULL;
+    d->touched = false;
+  }
+  if (rc) {
+    payload_list_reset(&l);
+    return rc;
+  }
+  *out = l.items;
+  *n_out = l.n;
+  return 0;
+}
