@@ -1,0 +1,32 @@
+/* cli.h -- what the `flightshuffle` subcommands share: their entry points
+ * and loading a whole table from an IPC or integration-JSON file. */
+#ifndef FSH_CLI_H
+#define FSH_CLI_H
+
+#include <flightshuffle/ipc.h>
+
+/* A whole table in memory: the schema and its batches (references held). */
+typedef struct cli_table {
+  fsh_schema *schema;
+  int64_t n_batches;
+  fsh_batch **batches;
+} cli_table;
+
+/* Loads path: integration JSON if it ends in .json or .json.gz, otherwise an
+ * IPC file or stream (detected). Errors name the file. */
+int cli_table_load(const char *path, cli_table *out, fsh_error *err);
+void cli_table_reset(cli_table *t);
+int64_t cli_table_rows(const cli_table *t);
+/* Same schema (metadata included) and same rows, whatever the batching. */
+bool cli_tables_equal(const cli_table *a, const cli_table *b, fsh_error *diff);
+/* Writes t to out_path (atomically) as IPC file or stream format. */
+int cli_table_write(const cli_table *t, const char *out_path, bool file_format,
+                    const fsh_ipc_write_options *opts, fsh_error *err);
+
+int cmd_ipc(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+/* Prints "flightshuffle: <message>" to stderr; returns status. */
+int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);
+
+#endif

@@ -1,0 +1,41 @@
+/* main.c -- the `flightshuffle` binary: one executable, subcommands. */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: flightshuffle COMMAND [ARGS]\n"
+          "\n"
+          "commands:\n"
+          "  ipc cat FILE                   schema and per-batch row counts\n"
+          "  ipc validate FILE              exit 0 if FILE is a valid IPC file or stream\n"
+          "  ipc to-json FILE               Arrow integration JSON on stdout\n"
+          "  ipc from-json JSON OUT [--format stream|file] [--compression none|lz4|zstd]\n"
+          "  ipc equals A B                 exit 0 if A and B hold the same schema and data\n"
+          "  demo [--out DIR] [--rows N]    write and re-read a generated table with\n"
+          "                                 every format and compression\n");
+}
+
+int cli_fail(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("flightshuffle: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "ipc") == 0) return cmd_ipc(argc - 1, argv + 1);
+  if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc - 1, argv + 1);
+  usage(stderr);
+  return cli_fail(2, "unknown command '%s'", argv[1]);
+}
