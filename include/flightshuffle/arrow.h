@@ -239,7 +239,7 @@ const char *fsh_type_name(fsh_type_id t); /* "int32", "timestamp", ... */
 bool fsh_type_is_integer(fsh_type_id t);
 bool fsh_type_is_signed_integer(fsh_type_id t);
 /* Fixed width in bits of one value (1 for bool, 0 for variable/nested). */
-int fsh_type_bit_width(const fsh_field *f);
+int64_t fsh_type_bit_width(const fsh_field *f);
 /* Number of buffers in the C Data Interface layout (validity included). */
 int fsh_type_n_buffers(fsh_type_id t);
 /* Writes a one-line description ("timestamp[ms, tz=UTC]") into out. */

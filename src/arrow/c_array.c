@@ -248,7 +248,7 @@ static int import_buffers(import_ctx *ic, const struct ArrowArray *c, const fsh_
     case FSH_TYPE_BOOL:
       return wrap_buffer(ic, a, 1, c->buffers[1], fsh_bytes_for_bits(n), false, path);
     default: {
-      int bits = fsh_type_bit_width(f);
+      int64_t bits = fsh_type_bit_width(f);
       if (bits <= 0 || bits % 8)
         return fsh_error_set(ic->err, EINVAL, "%s: type %s has no fixed width", path,
                              fsh_type_name(f->type));

@@ -208,7 +208,7 @@ bool fsh_type_is_signed_integer(fsh_type_id t) {
   return t >= FSH_TYPE_INT8 && t <= FSH_TYPE_INT64;
 }
 
-int fsh_type_bit_width(const fsh_field *f) {
+int64_t fsh_type_bit_width(const fsh_field *f) {
   switch (f->type) {
     case FSH_TYPE_BOOL: return 1;
     case FSH_TYPE_INT8: case FSH_TYPE_UINT8: return 8;
@@ -220,7 +220,7 @@ int fsh_type_bit_width(const fsh_field *f) {
     case FSH_TYPE_INTERVAL_DAY_TIME: return 64;
     case FSH_TYPE_DECIMAL128: case FSH_TYPE_INTERVAL_MONTH_DAY_NANO: return 128;
     case FSH_TYPE_DECIMAL256: return 256;
-    case FSH_TYPE_FIXED_SIZE_BINARY: return f->byte_width * 8;
+    case FSH_TYPE_FIXED_SIZE_BINARY: return (int64_t)f->byte_width * 8;
     default: return 0;
   }
 }

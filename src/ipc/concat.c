@@ -43,7 +43,7 @@ static int concat_validity(const part p[2], fsh_array *r, fsh_error *err) {
 }
 
 /* Fixed-width values (bits per value; bool when 1). */
-static int concat_values(const part p[2], int bits, int buf, fsh_array *r, fsh_error *err) {
+static int concat_values(const part p[2], int64_t bits, int buf, fsh_array *r, fsh_error *err) {
   fsh_buffer *v = fsh_buffer_new(fsh_bytes_for_bits(r->length * bits), true);
   if (!v) return oom(err);
   int64_t at = 0;
