@@ -16,6 +16,10 @@ PACKAGES=(
   libjansson-dev      # JSON (arrow-testing golden descriptions, tools)
   zlib1g-dev
   libxxhash-dev       # hashing kernels
+  libgrpc-dev         # Arrow Flight on gRPC's C core
+  libprotobuf-c-dev   # Flight messages other than FlightData
+  protobuf-c-compiler # protoc-c: generates them from proto/Flight.proto
+  openssl             # test certificates for Flight over TLS
   clang               # clang-14: the libFuzzer builds (make fuzz)
   libclang-rt-14-dev  # clang's fuzzer/sanitizer runtimes
   python3-venv        # a Debian python3 able to make venvs, as a fallback

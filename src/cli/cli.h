@@ -25,6 +25,9 @@ int cli_table_write(const cli_table *t, const char *out_path, bool file_format,
 
 int cmd_ipc(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+/* `flight list|get|put` (cmd_flight.c); `flight serve` (cmd_flight_serve.c). */
+int cmd_flight(int argc, char **argv);
+int cmd_flight_serve(int argc, char **argv);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

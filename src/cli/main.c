@@ -16,7 +16,11 @@ static void usage(FILE *f) {
           "  ipc from-json JSON OUT [--format stream|file] [--compression none|lz4|zstd]\n"
           "  ipc equals A B                 exit 0 if A and B hold the same schema and data\n"
           "  demo [--out DIR] [--rows N]    write and re-read a generated table with\n"
-          "                                 every format and compression\n");
+          "                                 every format and compression\n"
+          "  flight serve --listen HOST:PORT [--auth-token T] [--tls-cert C --tls-key K] FILE...\n"
+          "  flight list URI                the flights a server offers\n"
+          "  flight get URI TICKET [-o OUT] DoGet one ticket (IPC stream to OUT or stdout)\n"
+          "  flight put URI PATH FILE       DoPut an IPC file under a descriptor path\n");
 }
 
 int cli_fail(int status, const char *fmt, ...) {
@@ -36,6 +40,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "ipc") == 0) return cmd_ipc(argc - 1, argv + 1);
   if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc - 1, argv + 1);
+  if (strcmp(argv[1], "flight") == 0) return cmd_flight(argc - 1, argv + 1);
   usage(stderr);
   return cli_fail(2, "unknown command '%s'", argv[1]);
 }
