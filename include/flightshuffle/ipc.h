@@ -61,16 +61,12 @@ FSH_NODISCARD int fsh_input_from_buffer(fsh_buffer *buf, fsh_input **out, fsh_er
 FSH_NODISCARD int fsh_output_open_path(const char *path, fsh_output **out, fsh_error *err);
 FSH_NODISCARD int fsh_output_from_fd(int fd, bool owns_fd, const char *name, fsh_output **out,
                                      fsh_error *err);
-/* Accumulates into memory; take the bytes with fsh_output_memory_take()
- * before close. */
-FSH_NODISCARD int fsh_output_to_memory(fsh_output **out, fsh_error *err);
-FSH_NODISCARD fsh_buffer *fsh_output_memory_take(fsh_output *out);
-/* Like fsh_output_to_memory, but a successful close (abort false) stores
- * the bytes not taken yet in *result (a new reference, no copy): the way to
- * get the bytes of the stream and file writers, which close their output.
- * On abort or error *result is left untouched. */
-FSH_NODISCARD int fsh_output_to_memory_result(fsh_buffer **result, fsh_output **out,
-                                              fsh_error *err);
+/* Accumulates into memory. On a successful close (abort false) *result,
+ * if not NULL, receives the bytes (the sink's own buffer: no copy); on abort
+ * they are freed. `reuse` (optional; the sink takes the reference) is an
+ * owned, unshared buffer written from its start, keeping its capacity. */
+FSH_NODISCARD int fsh_output_to_memory(fsh_buffer *reuse, fsh_buffer **result, fsh_output **out,
+                                       fsh_error *err);
 
 /* ---- message codec ----------------------------------------------------- */
 

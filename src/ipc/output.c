@@ -197,9 +197,11 @@ int fsh_output_open_path(const char *path, fsh_output **out, fsh_error *err) {
 
 /* ---- memory ---------------------------------------------------------- */
 
+/* The sink writes into one owned fsh_buffer, grown by doubling through
+ * fsh_buffer_resize; a reused buffer keeps its capacity (and its pages
+ * already faulted in), which is what makes repeated encodes cheap. */
 typedef struct mem_sink {
-  uint8_t *data; /* fsh_aligned_alloc'd */
-  int64_t size, cap;
+  fsh_buffer *buf;
   fsh_buffer **result; /* set on successful close, if not NULL */
 } mem_sink;
 
@@ -207,91 +209,55 @@ static int mem_writev(fsh_output *out, const struct iovec *iov, int n, fsh_error
   mem_sink *m = out->ctx;
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
-  if (m->size + total > m->cap) {
-    int64_t cap = m->cap ? m->cap : 4096;
-    while (cap < m->size + total) cap *= 2;
-    uint8_t *d = fsh_aligned_alloc((size_t)cap);
-    if (!d) return fsh_error_set(err, ENOMEM, "writing to memory: out of memory (%lld bytes)",
-                                 (long long)cap);
-    if (m->size) memcpy(d, m->data, (size_t)m->size);
-    fsh_aligned_free(m->data, (size_t)m->cap);
-    m->data = d;
-    m->cap = cap;
+  int64_t at = m->buf->size;
+  if (at + total > m->buf->capacity) {
+    int64_t cap = m->buf->capacity ? m->buf->capacity : 4096;
+    while (cap < at + total) cap *= 2;
+    FSH_RETURN_NOT_OK(fsh_buffer_resize(m->buf, cap, err));
   }
+  m->buf->size = at + total;
   for (int i = 0; i < n; i++) {
-    if (iov[i].iov_len) memcpy(m->data + m->size, iov[i].iov_base, iov[i].iov_len);
-    m->size += (int64_t)iov[i].iov_len;
+    if (iov[i].iov_len) memcpy(m->buf->data + at, iov[i].iov_base, iov[i].iov_len);
+    at += (int64_t)iov[i].iov_len;
   }
   out->position += total;
   return 0;
 }
 
 static int mem_close(fsh_output *out, bool abort, fsh_error *err) {
+  (void)err;
   mem_sink *m = out->ctx;
-  int rc = 0;
-  if (!abort && m->result) {
-    fsh_buffer *b = fsh_output_memory_take(out);
-    if (b)
-      *m->result = b;
-    else
-      rc = fsh_error_set(err, ENOMEM, "closing memory output: out of memory");
-  }
-  fsh_aligned_free(m->data, (size_t)m->cap);
+  if (!abort && m->result)
+    *m->result = m->buf; /* the reference moves to the caller: no copy */
+  else
+    fsh_buffer_unref(m->buf);
   fsh_free(m);
   fsh_free(out);
-  return rc;
+  return 0;
 }
 
-int fsh_output_to_memory(fsh_output **out, fsh_error *err) {
+int fsh_output_to_memory(fsh_buffer *reuse, fsh_buffer **result, fsh_output **out,
+                         fsh_error *err) {
+  if (reuse && (reuse->parent || reuse->release || atomic_load(&reuse->refcount) != 1)) {
+    fsh_buffer_unref(reuse);
+    return fsh_error_set(err, EINVAL, "memory output: the buffer to reuse must be owned and unshared");
+  }
   fsh_output *o = fsh_calloc(1, sizeof *o);
   mem_sink *m = fsh_calloc(1, sizeof *m);
-  if (!o || !m) {
+  fsh_buffer *buf = reuse ? reuse : fsh_buffer_new(0, false);
+  if (!o || !m || !buf) {
     fsh_free(o);
     fsh_free(m);
+    fsh_buffer_unref(buf);
     return fsh_error_set(err, ENOMEM, "memory output: out of memory");
   }
+  buf->size = 0;
+  m->buf = buf;
+  m->result = result;
   o->ctx = m;
   o->name = "<memory>";
   o->writev = mem_writev;
   o->close = mem_close;
   *out = o;
   return 0;
-}
-
-typedef struct mem_block {
-  uint8_t *data;
-  int64_t cap;
-} mem_block;
-
-static void mem_block_release(void *ctx) {
-  mem_block *b = ctx;
-  fsh_aligned_free(b->data, (size_t)b->cap);
-  fsh_free(b);
-}
-
-int fsh_output_to_memory_result(fsh_buffer **result, fsh_output **out, fsh_error *err) {
-  FSH_RETURN_NOT_OK(fsh_output_to_memory(out, err));
-  ((mem_sink *)(*out)->ctx)->result = result;
-  return 0;
-}
-
-/* The bytes written so far as a new buffer (the sink's own memory, handed
- * over without a copy); the output is emptied but stays usable. NULL on
- * ENOMEM or when `out` is not a memory output. */
-fsh_buffer *fsh_output_memory_take(fsh_output *out) {
-  if (!out || out->writev != mem_writev) return NULL;
-  mem_sink *m = out->ctx;
-  if (m->size == 0) return fsh_buffer_new(0, false);
-  mem_block *blk = fsh_malloc(sizeof *blk);
-  if (!blk) return NULL;
-  blk->data = m->data;
-  blk->cap = m->cap;
-  fsh_buffer *b = fsh_buffer_wrap(m->data, m->size, mem_block_release, blk);
-  if (!b) {
-    fsh_free(blk);
-    return NULL;
-  }
-  m->data = NULL;
-  m->size = m->cap = 0;
-  return b;
 }

@@ -77,7 +77,7 @@ static void rewrite_one(const char *dir, const char *file) {
       o.emit_dictionary_deltas = true;
       fsh_buffer *bytes = NULL;
       fsh_output *out = NULL;
-      CHECK_OK(fsh_output_to_memory_result(&bytes, &out, &err));
+      CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
       if (!out) continue;
       if (file_format) {
         fsh_ipc_file_writer *w = NULL;

@@ -160,7 +160,7 @@ static fsh_buffer *write_mem(bool file, const fsh_ipc_write_options *o, fsh_sche
                              fsh_batch *const *batches, int n, int *rc_out, fsh_error *err) {
   fsh_output *out = NULL;
   fsh_buffer *bytes = NULL;
-  int rc = fsh_output_to_memory_result(&bytes, &out, err);
+  int rc = fsh_output_to_memory(NULL, &bytes, &out, err);
   if (rc == 0 && file) {
     fsh_ipc_file_writer *w = NULL;
     rc = fsh_ipc_file_writer_open(out, schema, o, &w, err);
