@@ -298,6 +298,10 @@ bool fsh_array_equals(const fsh_field *f, const fsh_array *a, const fsh_array *b
 /* Field equality: names, types, parameters, nullability, metadata and
  * dictionary encoding (ids excepted unless check_dict_ids). */
 bool fsh_field_equals(const fsh_field *a, const fsh_field *b, bool check_dict_ids, fsh_error *diff);
+/* Type equality only: the top-level name, nullability and metadata are
+ * ignored; parameters, children (names included) and dictionary encoding
+ * (ids aside) must match. */
+bool fsh_field_type_equals(const fsh_field *a, const fsh_field *b, fsh_error *diff);
 bool fsh_schema_equals(const fsh_schema *a, const fsh_schema *b, bool check_metadata,
                        fsh_error *diff);
 

@@ -582,6 +582,12 @@ bool fsh_field_equals(const fsh_field *a, const fsh_field *b, bool check_dict_id
   return field_equals(a, b, check_dict_ids, true, diff);
 }
 
+bool fsh_field_type_equals(const fsh_field *a, const fsh_field *b, fsh_error *diff) {
+  field_ctx c = {.diff = diff};
+  snprintf(c.path, sizeof c.path, "%s", a->name ? a->name : "");
+  return field_eq(&c, a, b, true); /* as a dictionary value: name, nullability, metadata aside */
+}
+
 /* With check_metadata false, neither the schema's nor the fields' metadata
  * is compared. Dictionary ids are not compared. */
 bool fsh_schema_equals(const fsh_schema *a, const fsh_schema *b, bool check_metadata,

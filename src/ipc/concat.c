@@ -5,6 +5,7 @@
 #include "ipc/read_internal.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct part {
@@ -143,7 +144,10 @@ static int concat_dense_union(const fsh_field *f, const part p[2], fsh_array *r,
     int64_t k = 0;
     while (k < f->n_children && f->type_codes[k] != ids[j]) k++;
     if (k == f->n_children) return fsh_error_set(err, EINVAL, "bad union type id %d", ids[j]);
-    offs[j] += (int32_t)p[0].a->children[k]->length;
+    int64_t shifted = (int64_t)offs[j] + p[0].a->children[k]->length;
+    if (shifted > INT32_MAX)
+      return fsh_error_set(err, EOVERFLOW, "dictionary delta overflows dense union offsets");
+    offs[j] = (int32_t)shifted;
   }
   for (int64_t k = 0; k < f->n_children; k++) {
     int64_t ranges[2][2] = {{0, p[0].a->children[k]->length}, {0, p[1].a->children[k]->length}};

@@ -56,12 +56,20 @@ static fsh_array *find_dict(void *ctx, int64_t id) {
   return s ? s->values : NULL;
 }
 
-/* Registers every dictionary-encoded field under f (nested ones too). */
+/* Registers every dictionary-encoded field under f (nested ones too).
+ * Several fields may share one dictionary id (as Arrow C++ accepts) when
+ * their dictionary value types are the same: they then share the array. */
 static int collect_dicts(fsh_ipc_decoder *d, const fsh_field *f, fsh_error *err) {
   if (f->dictionary) {
-    if (find_slot(d, f->dictionary->id))
-      return fsh_error_set(err, EINVAL, "field '%s': dictionary id %lld is used twice", f->name,
-                           (long long)f->dictionary->id);
+    dict_slot *shared = find_slot(d, f->dictionary->id);
+    if (shared) {
+      fsh_error why = {{0}};
+      if (!fsh_field_type_equals(shared->value, &f->dictionary->value, &why))
+        return fsh_error_set(err, EINVAL,
+                             "field '%s': dictionary id %lld is used again with another value "
+                             "type (%s)", f->name, (long long)f->dictionary->id, why.message);
+      return 0; /* its value type's own dictionaries are registered already */
+    }
     dict_slot *s = fsh_realloc(d->dicts, (size_t)(d->n_dicts + 1) * sizeof *s);
     if (!s) return fsh_error_set(err, ENOMEM, "out of memory");
     d->dicts = s;
@@ -129,8 +137,8 @@ static int decode_record_batch(fsh_ipc_decoder *d, const fsh_ipc_msg *m, fsh_buf
   return 0;
 }
 
-/* Applies a dictionary batch: replacement, or delta (appended after the
- * new values are validated, since concatenation reads their offsets). */
+/* Applies a dictionary batch: replacement, or delta (appended after both
+ * parts are validated, since concatenation follows their offsets). */
 static int decode_dictionary(fsh_ipc_decoder *d, const fsh_ipc_msg *m, fsh_buffer *body,
                              fsh_error *err) {
   fsh_ipc_dict_header h;
@@ -154,7 +162,8 @@ static int decode_dictionary(fsh_ipc_decoder *d, const fsh_ipc_msg *m, fsh_buffe
   }
   if (h.is_delta && s->values) {
     fsh_array *merged;
-    int rc = fsh_array_validate(s->value, values, false, err);
+    int rc = fsh_array_validate(s->value, s->values, false, err);
+    if (rc == 0) rc = fsh_array_validate(s->value, values, false, err);
     if (rc == 0) rc = fsh_ipc_concat(s->value, s->values, values, &merged, err);
     fsh_array_unref(values);
     if (rc != 0) return fsh_error_prefix(err, rc, "dictionary id %lld delta: ", (long long)h.id);
