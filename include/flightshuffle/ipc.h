@@ -11,7 +11,14 @@
  *    unless compressing). Neither does I/O;
  *  - stream and file readers and writers on top.
  * Decoding an uncompressed body is zero-copy: arrays slice the refcounted
- * body buffer. Errors name the message index and the field path. */
+ * body buffer. Errors name the message index and the field path.
+ *
+ * Trust: decoding runs every check whose cost does not grow with the data
+ * (flatbuffer structure, buffer ranges against the body and the node
+ * lengths), so a decoded batch never makes us read outside its buffers'
+ * declared sizes. Checks that must read the data -- offsets increasing,
+ * dictionary indices in range, UTF-8 -- are fsh_batch_validate's: callers
+ * that take bytes from outside (CLI, Flight peers) run it on each batch. */
 #ifndef FLIGHTSHUFFLE_IPC_H
 #define FLIGHTSHUFFLE_IPC_H
 
