@@ -238,7 +238,9 @@ void fsh_schema_unref(fsh_schema *s); /* NULL accepted */
 const char *fsh_type_name(fsh_type_id t); /* "int32", "timestamp", ... */
 bool fsh_type_is_integer(fsh_type_id t);
 bool fsh_type_is_signed_integer(fsh_type_id t);
-/* Fixed width in bits of one value (1 for bool, 0 for variable/nested). */
+bool fsh_type_is_union(fsh_type_id t);
+/* Fixed width in bits of one value (1 for bool, 0 for variable/nested);
+ * divided by 8 it is the byte width of fixed-width types (0 for bool). */
 int64_t fsh_type_bit_width(const fsh_field *f);
 /* Number of buffers in the C Data Interface layout (validity included). */
 int fsh_type_n_buffers(fsh_type_id t);

@@ -60,9 +60,6 @@ static void path_pop(cmp_ctx *c, size_t len) { c->path[len] = '\0'; }
 
 /* ---- reading slots ------------------------------------------------------ */
 
-static bool is_union(fsh_type_id t) {
-  return t == FSH_TYPE_SPARSE_UNION || t == FSH_TYPE_DENSE_UNION;
-}
 
 /* Byte width of one fixed-width value; 0 for bool, variable and nested. */
 static int64_t byte_width(const fsh_field *f) {
@@ -77,7 +74,7 @@ static const uint8_t *buf_data(const fsh_array *a, int i) {
 /* Whether slot i (relative to a->offset) holds a value. */
 static bool slot_valid(const fsh_field *f, const fsh_array *a, int64_t i) {
   if (f->type == FSH_TYPE_NA) return false;
-  if (is_union(f->type)) return true; /* unions have no validity of their own */
+  if (fsh_type_is_union(f->type)) return true; /* unions have no validity of their own */
   const uint8_t *v = buf_data(a, 0);
   return !v || fsh_bit_get(v, a->offset + i);
 }
@@ -146,7 +143,7 @@ static void fmt_slot(const fsh_field *f, const fsh_array *a, int64_t i, char *ou
   int64_t j = a->offset + i;
   const uint8_t *p = buf_data(a, 1);
   if (!p && f->type != FSH_TYPE_NA && f->type != FSH_TYPE_STRUCT &&
-      f->type != FSH_TYPE_FIXED_SIZE_LIST && !is_union(f->type)) {
+      f->type != FSH_TYPE_FIXED_SIZE_LIST && !fsh_type_is_union(f->type)) {
     snprintf(out, size, "<missing buffer>");
     return;
   }
@@ -547,7 +544,7 @@ static bool field_eq(field_ctx *c, const fsh_field *a, const fsh_field *b, bool 
   }
   if (a->n_children != b->n_children)
     return field_report(c, "%" PRId64 " children != %" PRId64, a->n_children, b->n_children);
-  if (!a->dictionary && is_union(a->type)) {
+  if (!a->dictionary && fsh_type_is_union(a->type)) {
     for (int64_t k = 0; k < a->n_children; k++) {
       int32_t ca = a->type_codes ? a->type_codes[k] : (int32_t)k;
       int32_t cb = b->type_codes ? b->type_codes[k] : (int32_t)k;

@@ -204,6 +204,10 @@ const char *fsh_type_name(fsh_type_id t) {
 
 bool fsh_type_is_integer(fsh_type_id t) { return t >= FSH_TYPE_INT8 && t <= FSH_TYPE_UINT64; }
 
+bool fsh_type_is_union(fsh_type_id t) {
+  return t == FSH_TYPE_SPARSE_UNION || t == FSH_TYPE_DENSE_UNION;
+}
+
 bool fsh_type_is_signed_integer(fsh_type_id t) {
   return t >= FSH_TYPE_INT8 && t <= FSH_TYPE_INT64;
 }

@@ -155,31 +155,11 @@ static int64_t utf8_check(const uint8_t *s, int64_t n, const char **why) {
 
 /* ---- layout facts ------------------------------------------------------ */
 
-/* Byte width of one value of a fixed-width type other than bool; 0 for
- * everything else. */
-static int64_t fixed_width_bytes(const fsh_field *f) {
-  switch (f->type) {
-    case FSH_TYPE_INT8: case FSH_TYPE_UINT8: return 1;
-    case FSH_TYPE_INT16: case FSH_TYPE_UINT16: case FSH_TYPE_FLOAT16: return 2;
-    case FSH_TYPE_INT32: case FSH_TYPE_UINT32: case FSH_TYPE_FLOAT32: case FSH_TYPE_DATE32:
-    case FSH_TYPE_TIME32: case FSH_TYPE_INTERVAL_MONTHS: return 4;
-    case FSH_TYPE_INT64: case FSH_TYPE_UINT64: case FSH_TYPE_FLOAT64: case FSH_TYPE_DATE64:
-    case FSH_TYPE_TIME64: case FSH_TYPE_TIMESTAMP: case FSH_TYPE_DURATION:
-    case FSH_TYPE_INTERVAL_DAY_TIME: return 8;
-    case FSH_TYPE_DECIMAL128: case FSH_TYPE_INTERVAL_MONTH_DAY_NANO: return 16;
-    case FSH_TYPE_DECIMAL256: return 32;
-    case FSH_TYPE_FIXED_SIZE_BINARY: return f->byte_width;
-    default: return 0;
-  }
-}
 
-static bool is_union(fsh_type_id t) {
-  return t == FSH_TYPE_SPARSE_UNION || t == FSH_TYPE_DENSE_UNION;
-}
 
 static bool is_nested(fsh_type_id t) {
   return t == FSH_TYPE_LIST || t == FSH_TYPE_LARGE_LIST || t == FSH_TYPE_FIXED_SIZE_LIST ||
-         t == FSH_TYPE_STRUCT || t == FSH_TYPE_MAP || is_union(t);
+         t == FSH_TYPE_STRUCT || t == FSH_TYPE_MAP || fsh_type_is_union(t);
 }
 
 /* Buffer i must hold at least `needed` bytes. A NULL buffer counts as empty. */
@@ -355,7 +335,7 @@ static int check_map_keys(const vctx *c, const vnode *n, int64_t first, int64_t 
     return 0;
   }
   const fsh_buffer *validity = keys->buffers[0];
-  if (!validity || is_union(n->f->children[0].children[0].type)) return 0;
+  if (!validity || fsh_type_is_union(n->f->children[0].children[0].type)) return 0;
   for (int64_t i = first; i < last; i++)
     if (!fsh_bit_get(validity->data, keys->offset + entries->offset + i))
       return fail(c, n, "key at entry %lld is null (map keys must not be null)", (long long)i);
@@ -451,7 +431,7 @@ static int check_nulls(const vctx *c, const vnode *n) {
                   (long long)a->null_count, (long long)a->length);
     return 0;
   }
-  if (is_union(t)) {
+  if (fsh_type_is_union(t)) {
     if (a->null_count != 0)
       return fail(c, n, "null count %lld, but unions have no validity (must be 0)",
                   (long long)a->null_count);
@@ -506,7 +486,7 @@ static int check_layout(const vctx *c, const vnode *n, int64_t *first, int64_t *
       return 0;
     case FSH_TYPE_SPARSE_UNION: case FSH_TYPE_DENSE_UNION: return check_union(c, n);
     default:
-      FSH_RETURN_NOT_OK(bytes_needed(c, n, "values buffer", n->end, fixed_width_bytes(f), &needed));
+      FSH_RETURN_NOT_OK(bytes_needed(c, n, "values buffer", n->end, fsh_type_bit_width(f) / 8, &needed));
       return check_buffer(c, n, 1, "values", needed);
   }
 }

@@ -234,35 +234,7 @@ static int offsets_range(fsh_ipc_body *body, fsh_buffer *offs, int64_t off, int6
 
 /* ---- the walk -------------------------------------------------------- */
 
-static int value_width(const fsh_field *f) {
-  switch (f->type) {
-    case FSH_TYPE_INT8: case FSH_TYPE_UINT8: return 1;
-    case FSH_TYPE_INT16: case FSH_TYPE_UINT16: case FSH_TYPE_FLOAT16: return 2;
-    case FSH_TYPE_INT32: case FSH_TYPE_UINT32: case FSH_TYPE_FLOAT32: case FSH_TYPE_DATE32:
-    case FSH_TYPE_TIME32: case FSH_TYPE_INTERVAL_MONTHS: return 4;
-    case FSH_TYPE_INT64: case FSH_TYPE_UINT64: case FSH_TYPE_FLOAT64: case FSH_TYPE_DATE64:
-    case FSH_TYPE_TIME64: case FSH_TYPE_TIMESTAMP: case FSH_TYPE_DURATION:
-    case FSH_TYPE_INTERVAL_DAY_TIME: return 8;
-    case FSH_TYPE_DECIMAL128: case FSH_TYPE_INTERVAL_MONTH_DAY_NANO: return 16;
-    case FSH_TYPE_DECIMAL256: return 32;
-    case FSH_TYPE_FIXED_SIZE_BINARY: return f->byte_width;
-    default: return 0;
-  }
-}
 
-/* Buffers the C Data Interface layout has for a type (what we index). */
-static int layout_buffers(fsh_type_id t) {
-  switch (t) {
-    case FSH_TYPE_NA: return 0;
-    case FSH_TYPE_SPARSE_UNION: return 1;
-    case FSH_TYPE_DENSE_UNION: return 2;
-    case FSH_TYPE_BINARY: case FSH_TYPE_STRING: case FSH_TYPE_LARGE_BINARY:
-    case FSH_TYPE_LARGE_STRING: return 3;
-    case FSH_TYPE_LIST: case FSH_TYPE_LARGE_LIST: case FSH_TYPE_MAP: return 2;
-    case FSH_TYPE_FIXED_SIZE_LIST: case FSH_TYPE_STRUCT: return 1;
-    default: return 2;
-  }
-}
 
 static int append(fsh_ipc_body *body, const fsh_field *f, fsh_array *a, int64_t off, int64_t len,
                   const char *parent, int depth, fsh_error *err);
@@ -357,9 +329,9 @@ static int append(fsh_ipc_body *body, const fsh_field *f, fsh_array *a, int64_t 
     return fsh_error_set(err, EINVAL, "field '%s': nested deeper than %d levels", path, MAX_DEPTH);
   if (!a) return fsh_error_set(err, EINVAL, "field '%s': array missing", path);
   fsh_type_id t = f->type; /* the index type when dictionary-encoded */
-  if (a->n_buffers < layout_buffers(t))
+  if (a->n_buffers < fsh_type_n_buffers(t))
     return fsh_error_set(err, EINVAL, "field '%s': %s array has %d buffers, %d expected", path,
-                         fsh_type_name(t), (int)a->n_buffers, layout_buffers(t));
+                         fsh_type_name(t), (int)a->n_buffers, fsh_type_n_buffers(t));
   int64_t want_children = f->dictionary ? 0 : f->n_children;
   if (a->n_children < want_children)
     return fsh_error_set(err, EINVAL, "field '%s': array has %lld children, %lld expected", path,
@@ -431,7 +403,7 @@ static int append(fsh_ipc_body *body, const fsh_field *f, fsh_array *a, int64_t 
     case FSH_TYPE_DENSE_UNION:
       return append_dense_union(body, f, a, off, len, path, depth, err);
     default: {
-      int w = value_width(f);
+      int64_t w = fsh_type_bit_width(f) / 8;
       if (w == 0 && t == FSH_TYPE_FIXED_SIZE_BINARY) return push_buffer(body, NULL, err);
       if (w <= 0)
         return fsh_error_set(err, ENOTSUP, "field '%s': cannot encode type %s", path,
