@@ -47,7 +47,7 @@ static uint32_t limbs_divmod(uint32_t *limbs, int n_limbs, uint32_t d) {
 }
 
 int fsh_decimal_format(const uint8_t *le, int n_bytes, char *out, size_t out_size) {
-  uint32_t limbs[MAX_LIMBS];
+  uint32_t limbs[MAX_LIMBS] = {0};
   int n_limbs = n_bytes / 4;
   if (n_limbs > MAX_LIMBS) n_limbs = MAX_LIMBS;
   limbs_from_bytes(le, n_limbs, limbs);

@@ -219,7 +219,7 @@ static int load_layout(fsh_ipc_body_ctx *c, const fsh_field *f, const node *n, f
 
 /* Loads the array of field f (its node, buffers, children, dictionary). */
 static int load_array(fsh_ipc_body_ctx *c, const fsh_field *f, fsh_array **out, fsh_error *err) {
-  node n;
+  node n = {0};
   FSH_RETURN_NOT_OK(take_node(c, &n, err));
   fsh_array *dict = NULL;
   if (f->dictionary) {

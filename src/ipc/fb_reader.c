@@ -93,7 +93,7 @@ static int follow(const fsh_fb_reader *r, int64_t pos, int64_t *target, fsh_erro
 
 int fsh_fb_table_field(const fsh_fb_table *t, int slot, fsh_fb_table *out, bool *present,
                        fsh_error *err) {
-  int64_t pos, to;
+  int64_t pos = 0, to = 0;
   *present = false;
   FSH_RETURN_NOT_OK(field_pos(t, slot, 4, &pos, err));
   if (!pos) return 0;
@@ -125,7 +125,7 @@ static int open_string(const fsh_fb_reader *r, int64_t pos, const char **s, int6
 
 int fsh_fb_string(const fsh_fb_table *t, int slot, const char **s, int64_t *len,
                   fsh_error *err) {
-  int64_t pos, to;
+  int64_t pos = 0, to = 0;
   *s = NULL;
   *len = 0;
   FSH_RETURN_NOT_OK(field_pos(t, slot, 4, &pos, err));
@@ -136,7 +136,7 @@ int fsh_fb_string(const fsh_fb_table *t, int slot, const char **s, int64_t *len,
 
 int fsh_fb_vector_field(const fsh_fb_table *t, int slot, int64_t elem_size, fsh_fb_vector *out,
                         fsh_error *err) {
-  int64_t pos, to;
+  int64_t pos = 0, to = 0;
   *out = (fsh_fb_vector){t->r, 0, 0, elem_size, false, t->depth};
   if (elem_size <= 0) return fsh_error_set(err, EINVAL, "flatbuffer: bad element size");
   FSH_RETURN_NOT_OK(field_pos(t, slot, 4, &pos, err));
@@ -154,14 +154,14 @@ static int vector_target(const fsh_fb_vector *v, int64_t i, int64_t *to, fsh_err
 }
 
 int fsh_fb_vector_table(const fsh_fb_vector *v, int64_t i, fsh_fb_table *out, fsh_error *err) {
-  int64_t to;
+  int64_t to = 0;
   FSH_RETURN_NOT_OK(vector_target(v, i, &to, err));
   return open_table(v->r, to, v->depth + 1, out, err);
 }
 
 int fsh_fb_vector_string(const fsh_fb_vector *v, int64_t i, const char **s, int64_t *len,
                          fsh_error *err) {
-  int64_t to;
+  int64_t to = 0;
   FSH_RETURN_NOT_OK(vector_target(v, i, &to, err));
   return open_string(v->r, to, s, len, err);
 }

@@ -64,8 +64,8 @@ static int slurp(const char *path, char **out, size_t *len, fsh_error *err) {
 
 int fsh_json_read_path(const char *path, fsh_json_data *out, fsh_error *err) {
   memset(out, 0, sizeof *out);
-  char *text;
-  size_t len;
+  char *text = NULL;
+  size_t len = 0;
   FSH_RETURN_NOT_OK(slurp(path, &text, &len, err));
   int rc = fsh_json_read_string(text, len, path, out, err);
   fsh_free(text);

@@ -533,7 +533,7 @@ static int fill_array(reader *r, const fsh_field *f, json_t *j, const char *path
     case FSH_TYPE_LARGE_STRING:
       return read_binary(f, j, path, count, a, err);
     case FSH_TYPE_LIST: case FSH_TYPE_LARGE_LIST: case FSH_TYPE_MAP: {
-      int64_t last;
+      int64_t last = 0;
       FSH_RETURN_NOT_OK(read_offsets(j, path, count, f->type == FSH_TYPE_LARGE_LIST,
                                      &a->buffers[1], &last, err));
       FSH_RETURN_NOT_OK(read_children(r, f, j, path, a, err));

@@ -130,8 +130,8 @@ static int parse_unit(json_t *t, const char *path, fsh_time_unit *out, fsh_error
 
 /* Integer type from {"name": "int", "bitWidth", "isSigned"}. */
 static int parse_int_type(json_t *t, const char *path, fsh_type_id *out, fsh_error *err) {
-  int64_t bits;
-  bool is_signed;
+  int64_t bits = 0;
+  bool is_signed = false;
   FSH_RETURN_NOT_OK(get_int(t, "bitWidth", path, 8, 64, &bits, err));
   FSH_RETURN_NOT_OK(get_bool(t, "isSigned", path, true, &is_signed, err));
   switch (bits) {
@@ -340,7 +340,7 @@ static int make_dictionary(json_t *jd, const char *path, fsh_field *f, fsh_error
     return fsh_json_path_error(err, EINVAL, path, "\"dictionary\" is %s, expected an object",
                       fsh_json_kind(jd));
   int64_t id;
-  bool ordered;
+  bool ordered = false;
   FSH_RETURN_NOT_OK(get_int(jd, "id", dpath, INT64_MIN, INT64_MAX, &id, err));
   FSH_RETURN_NOT_OK(get_bool(jd, "isOrdered", dpath, false, &ordered, err));
   json_t *it = json_object_get(jd, "indexType");

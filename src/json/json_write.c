@@ -66,7 +66,7 @@ static json_t *real_value(double d) {
 
 static json_t *hex_string(const uint8_t *p, int64_t n) {
   static const char digits[] = "0123456789ABCDEF";
-  char small[256];
+  char small[256] = "";
   char *s = 2 * n + 1 <= (int64_t)sizeof small ? small : fsh_malloc((size_t)(2 * n + 1));
   if (!s) return NULL;
   for (int64_t k = 0; k < n; k++) {
@@ -199,7 +199,7 @@ static int put_metadata(writer *w, json_t *obj, const fsh_metadata *m, const cha
 /* Appends the Field object of f to `arr`. */
 static int append_field(writer *w, json_t *arr, const fsh_field *f, const char *path) {
   const fsh_field *vt = f->dictionary ? &f->dictionary->value : f;
-  json_t *j = json_object(), *type, *children = json_array();
+  json_t *j = json_object(), *type = NULL, *children = json_array();
   if (append(w, arr, j) != 0) {
     json_decref(children);
     return ENOMEM;
