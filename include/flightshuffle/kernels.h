@@ -1,0 +1,152 @@
+/* kernels.h -- compute kernels the shuffle runs on record batches: row
+ * hashing (xxh3), partition assignment (hash, range, random), scatter of a
+ * batch into partitions, take, filter and concat. (Zero-copy slicing is
+ * the core's fsh_batch_slice / fsh_array_slice.)
+ *
+ * Every kernel handles every type of arrow.h: fixed-width, bool, (large)
+ * binary/utf8, fixed-size binary, decimals, temporal types, intervals,
+ * (large / fixed-size) lists, structs, maps, sparse and dense unions and
+ * dictionary-encoded columns, nested at any depth. Inputs must be valid for
+ * their fields (fsh_array_validate); offsets (slices) are honoured
+ * everywhere. Outputs are new arrays and batches with offset 0 that pass
+ * fsh_batch_validate; they share nothing with the inputs but dictionaries
+ * (a dictionary-encoded column keeps its dictionary and gathers indices).
+ *
+ * Errors follow arrow.h: 0 or an errno code (EINVAL bad input, ENOMEM,
+ * EOVERFLOW when 32-bit offsets or a dictionary index type would overflow,
+ * ENOTSUP a type a kernel cannot order) with a message naming the column;
+ * on error outputs are left NULL, nothing leaks. No kernel allocates per
+ * row: allocations are per call, per column, per partition. */
+#ifndef FLIGHTSHUFFLE_KERNELS_H
+#define FLIGHTSHUFFLE_KERNELS_H
+
+#include <flightshuffle/arrow.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- row hashing --------------------------------------------------------
+ *
+ * The hash of a row is a pure function of its logical values and the seed:
+ * it does not depend on buffers, offsets, slicing, the dictionary a value
+ * sits in, the process or the address. Stable across releases: tests pin
+ * golden values. Per value (all xxh3 = XXH3_64bits_withSeed(bytes, len, seed),
+ * multi-byte values in little-endian byte order):
+ *   null slot (any type)         fsh_hash_null(seed)
+ *   fixed-width (ints, temporal, intervals, decimals, fixed-size binary)
+ *                                xxh3 of the value's bytes
+ *   float16/32/64                xxh3 of the bytes after mapping -0.0 to +0.0
+ *                                and every NaN to the canonical quiet NaN
+ *   bool                         xxh3 of one byte, 0 or 1
+ *   (large) binary / utf8        xxh3 of the value's bytes
+ *   list, large list, map, fixed-size list
+ *                                xxh3 of the element hashes (8 bytes each,
+ *                                in order): an empty list is xxh3 of nothing
+ *   struct                       child hashes folded with fsh_hash_combine
+ *                                in field order (xxh3 of nothing if no field)
+ *   union                        fsh_hash_combine(xxh3 of the type code byte,
+ *                                hash of the child value)
+ *   dictionary-encoded           the hash of the value the index points at
+ *                                (equal to the plain column's hash)
+ *   null type                    fsh_hash_null(seed)
+ * Several key columns: h = hash(col 0); h = fsh_hash_combine(h, hash(col k))
+ * for k = 1, 2, ... (order matters). */
+
+/* The hash of a null slot: xxh3 of no bytes with seed ^ 0x9E3779B97F4A7C15. */
+uint64_t fsh_hash_null(uint64_t seed);
+/* Order-dependent combine: xxh3 of h's 8 little-endian bytes, seeded with
+ * acc. */
+uint64_t fsh_hash_combine(uint64_t acc, uint64_t h);
+
+/* One hash per row of array `a` (of field f) into out[0, a->length). */
+FSH_NODISCARD int fsh_hash_array(const fsh_field *f, const fsh_array *a, uint64_t seed,
+                                 uint64_t *out, fsh_error *err);
+/* One hash per row of b over the key columns key_cols[0, n_keys) (column
+ * indices into b, n_keys >= 1; a column may repeat) into out[0, b->length). */
+FSH_NODISCARD int fsh_hash_columns(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                   uint64_t seed, uint64_t *out, fsh_error *err);
+
+/* ---- partition assignment ------------------------------------------------
+ * Each writes one partition id in [0, n_partitions) per row into out. */
+
+/* Multiply-shift reduction of a hash to [0, n): ((h >> 32) * n) >> 32.
+ * It reads the high 32 bits of the hash, costs one multiply, and is the same
+ * on every machine (never plain mod: it would read the low bits). */
+static inline int32_t fsh_partition_of_hash(uint64_t h, int32_t n) {
+  return (int32_t)(((h >> 32) * (uint64_t)n) >> 32);
+}
+
+/* out[i] = fsh_partition_of_hash(hashes[i], n_partitions); n_partitions
+ * in [1, INT32_MAX]. */
+FSH_NODISCARD int fsh_partition_hash(const uint64_t *hashes, int64_t n, int32_t n_partitions,
+                                     int32_t *out, fsh_error *err);
+
+/* Random partitioning, reproducible: row r (counted from first_row, so a
+ * table cut into batches gets the same ids as the whole table) goes to
+ * fsh_partition_of_hash(splitmix64(seed + r * 0x9E3779B97F4A7C15), n). */
+FSH_NODISCARD int fsh_partition_random(int64_t n, int32_t n_partitions, uint64_t seed,
+                                       int64_t first_row, int32_t *out, fsh_error *err);
+
+/* Per key column: direction and where nulls sort. NaN sorts after every
+ * other float (in ascending order) and all NaNs are equal; -0.0 == +0.0. */
+typedef struct fsh_sort_key {
+  bool descending;
+  bool nulls_first;
+} fsh_sort_key;
+
+/* Range partitioning. `boundaries` holds B rows sorted by `order` with
+ * n_keys columns: column k has the value type of b's column key_cols[k]
+ * (either side may be dictionary-encoded). There are B + 1 partitions:
+ * a row goes to the number of boundary rows that sort strictly before it
+ * (rows equal to boundary k go to partition k, as Spark's
+ * RangePartitioner). Orderable types: integers, floats, decimals, dates,
+ * times, timestamps, durations, month intervals, bool, (large) binary and
+ * utf8 (bytewise), fixed-size binary, and dictionaries of those. Binary
+ * search per row; EINVAL if the boundaries are not sorted. */
+FSH_NODISCARD int fsh_partition_range(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                      const fsh_batch *boundaries, const fsh_sort_key *order,
+                                      int32_t *out, fsh_error *err);
+
+/* ---- take, filter, concat, scatter ------------------------------------- */
+
+/* Rows indices[0, n) of a (relative to its offset; each in [0, length),
+ * repeats allowed) as a new array. */
+FSH_NODISCARD int fsh_array_take(const fsh_field *f, fsh_array *a, const int64_t *indices,
+                                 int64_t n, fsh_array **out, fsh_error *err);
+FSH_NODISCARD int fsh_take(fsh_batch *b, const int64_t *indices, int64_t n, fsh_batch **out,
+                           fsh_error *err);
+
+/* Rows whose bit is set in selection (bit i, LSB first, for row i of a or b
+ * relative to its offset; fsh_bytes_for_bits(length) bytes). When every row
+ * is selected the result is a new reference to the input itself. */
+FSH_NODISCARD int fsh_array_filter(const fsh_field *f, fsh_array *a, const uint8_t *selection,
+                                   fsh_array **out, fsh_error *err);
+FSH_NODISCARD int fsh_filter(fsh_batch *b, const uint8_t *selection, fsh_batch **out,
+                             fsh_error *err);
+
+/* Concatenation of n >= 1 arrays of field f (n batches of one schema:
+ * equal up to metadata; the result has the first one's schema). Dictionary
+ * columns keep the dictionary when all inputs share it (or have equal
+ * ones); otherwise the dictionaries are concatenated and the indices
+ * rebased (EOVERFLOW if the index type cannot address the result). */
+FSH_NODISCARD int fsh_array_concat(const fsh_field *f, fsh_array *const *arrays, int64_t n,
+                                   fsh_array **out, fsh_error *err);
+FSH_NODISCARD int fsh_concat(fsh_batch *const *batches, int64_t n, fsh_batch **out,
+                             fsh_error *err);
+
+/* Splits b into n_partitions batches: out[p] gets the rows i with
+ * partition_of_row[i] == p, in their original order, and equals
+ * fsh_take(b, those rows). Two passes: rows are counted per partition,
+ * then copied: flat columns (fixed width, bool, binary/utf8, dictionary
+ * indices) in one sequential pass over the source appending each value to
+ * its partition; nested columns gathered per partition. out[p] is NULL when partition p gets no row; when it
+ * gets every row it is a new reference to b itself. `out` has n_partitions
+ * slots (n_partitions >= 1); on error every slot is NULL. */
+FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int32_t n_partitions,
+                              fsh_batch **out, fsh_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

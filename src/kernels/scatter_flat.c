@@ -1,0 +1,186 @@
+/* scatter_flat.c -- push-style scatter of one flat column (fixed width,
+ * bool, (large) binary/utf8, dictionary indices) into its partitions: the
+ * partitions' arrays are allocated from the row counts, then ONE sequential
+ * pass over the source rows appends each value to its partition. Reading
+ * the source once, in order, is what makes this faster than gathering each
+ * partition's scattered rows (which re-reads the source's cache lines once
+ * per partition). Nested columns are gathered instead (scatter.c). */
+#include "kernels/kernels_internal.h"
+
+#include "kernels/scatter_internal.h"
+
+bool fsh_kern_scatter_flat_ok(const fsh_field *f) {
+  if (f->dictionary) return true;
+  switch (f->type) {
+    case FSH_TYPE_NA: case FSH_TYPE_LIST: case FSH_TYPE_LARGE_LIST: case FSH_TYPE_FIXED_SIZE_LIST:
+    case FSH_TYPE_STRUCT: case FSH_TYPE_MAP: case FSH_TYPE_SPARSE_UNION: case FSH_TYPE_DENSE_UNION:
+      return false;
+    default: return true;
+  }
+}
+
+static bool is_binary(const fsh_field *f) {
+  return !f->dictionary && (f->type == FSH_TYPE_BINARY || f->type == FSH_TYPE_STRING ||
+                            f->type == FSH_TYPE_LARGE_BINARY || f->type == FSH_TYPE_LARGE_STRING);
+}
+
+/* Appends value i (bytes of width w) to its partition, for each row. */
+#define PUSH_LOOP(W)                                                                  \
+  for (int64_t i = 0; i < n; i++) {                                                   \
+    int32_t p = part[i];                                                              \
+    memcpy(dst[p] + (W) * cur[p]++, src + (W) * (off + i), (W));                      \
+  }
+
+static void push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, int64_t w,
+                       uint8_t **dst, int64_t *cur) {
+  const int32_t *part = sp->part;
+  int64_t n = sp->n;
+  switch (w) {
+    case 1: PUSH_LOOP(1); break;
+    case 2: PUSH_LOOP(2); break;
+    case 4: PUSH_LOOP(4); break;
+    case 8: PUSH_LOOP(8); break;
+    case 16: PUSH_LOOP(16); break;
+    default: PUSH_LOOP(w);
+  }
+}
+
+/* Bits (validity or bool values) into zeroed destination bitmaps. */
+static void push_bits(const scatter_plan *sp, const uint8_t *src, int64_t off, uint8_t **dst,
+                      int64_t *cur) {
+  for (int64_t i = 0; i < sp->n; i++) {
+    int32_t p = sp->part[i];
+    int64_t k = cur[p]++;
+    dst[p][k >> 3] |= (uint8_t)(((src[(off + i) >> 3] >> ((off + i) & 7)) & 1u) << (k & 7));
+  }
+}
+
+static inline __attribute__((always_inline)) void push_binary_w(
+    const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst, uint8_t **data_dst,
+    int64_t *cur, int64_t *pos) {
+  const uint8_t *offs = kern_buf(a, 1), *data = kern_buf(a, 2);
+  int64_t data_size = a->buffers[2] ? a->buffers[2]->size : 0, off = a->offset;
+  for (int64_t i = 0; i < sp->n; i++) {
+    int32_t p = sp->part[i];
+    int64_t s = kern_read_offset(offs, off + i, w), len = kern_read_offset(offs, off + i + 1, w) - s;
+    uint8_t *d = data_dst[p] + pos[p];
+    if (len <= 32 && s + 32 <= data_size) { /* 32 spare bytes at the end of each destination */
+      memcpy(d, data + s, 16);
+      if (len > 16) memcpy(d + 16, data + s + 16, 16);
+    } else if (len > 0) {
+      memcpy(d, data + s, (size_t)len);
+    }
+    pos[p] += len;
+    int64_t k = ++cur[p];
+    if (w == 4) {
+      int32_t o = (int32_t)pos[p];
+      memcpy(offs_dst[p] + 4 * k, &o, 4);
+    } else {
+      memcpy(offs_dst[p] + 8 * k, &pos[p], 8);
+    }
+  }
+}
+
+/* Per-partition byte totals of a binary column, then its buffers. */
+static int alloc_binary(const scatter_plan *sp, const fsh_array *a, int w, fsh_array **arr,
+                        int64_t *bytes, fsh_error *err) {
+  const uint8_t *offs = kern_buf(a, 1);
+  memset(bytes, 0, sizeof *bytes * (size_t)sp->n_p);
+  for (int64_t i = 0; i < sp->n; i++)
+    bytes[sp->part[i]] += kern_read_offset(offs, a->offset + i + 1, w) -
+                          kern_read_offset(offs, a->offset + i, w);
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    if (!arr[p]) continue;
+    arr[p]->buffers[1] = fsh_buffer_new((sp->count[p] + 1) * w, true);
+    arr[p]->buffers[2] = fsh_buffer_new(bytes[p] + 32, false);
+    if (!arr[p]->buffers[1] || !arr[p]->buffers[2]) return kern_oom(err);
+  }
+  return 0;
+}
+
+/* Validity: zeroed bitmaps, pushed bits, exact null counts; a bitmap is
+ * dropped where its partition has no null. */
+static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **arr, uint8_t **dst,
+                            int64_t *cur, fsh_error *err) {
+  if (!a->buffers[0] || a->null_count == 0) return 0;
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    dst[p] = NULL;
+    if (!arr[p]) continue;
+    if (!(arr[p]->buffers[0] = fsh_buffer_new(fsh_bytes_for_bits(sp->count[p]), true)))
+      return kern_oom(err);
+    dst[p] = arr[p]->buffers[0]->data;
+  }
+  memset(cur, 0, sizeof *cur * (size_t)sp->n_p);
+  push_bits(sp, a->buffers[0]->data, a->offset, dst, cur);
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    if (!arr[p]) continue;
+    arr[p]->null_count = sp->count[p] - fsh_bitmap_count(dst[p], 0, sp->count[p]);
+    if (arr[p]->null_count == 0) {
+      fsh_buffer_unref(arr[p]->buffers[0]);
+      arr[p]->buffers[0] = NULL;
+    }
+  }
+  return 0;
+}
+
+static int scatter_values(const scatter_plan *sp, const fsh_field *f, fsh_array *a,
+                          fsh_array **arr, uint8_t **dst, int64_t *cur, fsh_error *err) {
+  int64_t bits = fsh_type_bit_width(f);
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    dst[p] = NULL;
+    if (!arr[p]) continue;
+    int64_t size = bits == 1 ? fsh_bytes_for_bits(sp->count[p]) : sp->count[p] * (bits / 8);
+    if (!(arr[p]->buffers[1] = fsh_buffer_new(size, bits == 1))) return kern_oom(err);
+    dst[p] = arr[p]->buffers[1]->data;
+  }
+  memset(cur, 0, sizeof *cur * (size_t)sp->n_p);
+  if (bits == 1)
+    push_bits(sp, kern_buf(a, 1), a->offset, dst, cur);
+  else if (bits >= 8)
+    push_fixed(sp, kern_buf(a, 1), a->offset, bits / 8, dst, cur);
+  return 0;
+}
+
+static int scatter_binary(const scatter_plan *sp, const fsh_field *f, fsh_array *a,
+                          fsh_array **arr, uint8_t **dst, int64_t *cur, fsh_error *err) {
+  int w = kern_offset_width(f->type);
+  int64_t *pos = cur + sp->n_p;
+  FSH_RETURN_NOT_OK(alloc_binary(sp, a, w, arr, pos, err));
+  uint8_t **data_dst = dst + sp->n_p;
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    dst[p] = arr[p] ? arr[p]->buffers[1]->data : NULL;
+    data_dst[p] = arr[p] ? arr[p]->buffers[2]->data : NULL;
+  }
+  memset(cur, 0, sizeof *cur * 2 * (size_t)sp->n_p);
+  if (w == 4)
+    push_binary_w(sp, a, 4, dst, data_dst, cur, pos);
+  else
+    push_binary_w(sp, a, 8, dst, data_dst, cur, pos);
+  for (int32_t p = 0; p < sp->n_p; p++) { /* zero the spare bytes, set the real size */
+    if (!arr[p]) continue;
+    memset(data_dst[p] + pos[p], 0, 32);
+    arr[p]->buffers[2]->size = pos[p];
+  }
+  return 0;
+}
+
+int fsh_kern_scatter_flat(const scatter_plan *sp, const fsh_field *f, fsh_array *a,
+                          fsh_array **arr, fsh_error *err) {
+  /* Scratch: 2 destination pointers and 2 counters per partition. */
+  uint8_t **dst = fsh_malloc(sizeof *dst * 2 * (size_t)sp->n_p);
+  int64_t *cur = fsh_malloc(sizeof *cur * 2 * (size_t)sp->n_p);
+  int rc = dst && cur ? 0 : kern_oom(err);
+  for (int32_t p = 0; p < sp->n_p && rc == 0; p++) {
+    if (sp->count[p] == 0) continue;
+    if (!(arr[p] = fsh_array_new(fsh_type_n_buffers(f->type), 0))) rc = kern_oom(err);
+    if (rc == 0) arr[p]->length = sp->count[p];
+    if (rc == 0 && f->dictionary) arr[p]->dictionary = fsh_array_ref(a->dictionary);
+  }
+  if (rc == 0) rc = scatter_validity(sp, a, arr, dst, cur, err);
+  if (rc == 0)
+    rc = is_binary(f) ? scatter_binary(sp, f, a, arr, dst, cur, err)
+                      : scatter_values(sp, f, a, arr, dst, cur, err);
+  fsh_free(dst);
+  fsh_free(cur);
+  return rc;
+}
