@@ -1,0 +1,747 @@
+/* map_file.c -- the map-output file format (layout in shuffle_internal.h):
+ * a writer that buffers batch references per partition and writes each
+ * partition's batches as self-contained blocks of IPC messages, then the
+ * index and trailer; and a reader that verifies the index piece by piece
+ * and each block's checksum before decoding it. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL /* header-only use of Debian's libxxhash-dev */
+#include <xxhash.h>
+
+#include "shuffle/shuffle_internal.h"
+
+/* ---- little-endian fields ---------------------------------------------- */
+
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+static int64_t get_i64(const uint8_t *p) { return (int64_t)get_u64(p); }
+
+static const uint8_t k_eos[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0};
+
+/* ---- writer ------------------------------------------------------------ */
+
+typedef struct part_buf {
+  fsh_batch **batches; /* buffered references, write order */
+  int32_t n, cap;
+  int64_t buffered;      /* fsh_shuffle_batch_bytes of the buffered batches */
+  int64_t rows, bytes;   /* written so far (blocks) */
+  XXH3_state_t *hash;    /* over the partition's blocks; NULL until the first */
+  fsh_map_file_block *blocks;
+  int64_t n_blocks, cap_blocks;
+} part_buf;
+
+struct fsh_map_file_writer {
+  fsh_output *out;
+  fsh_schema *schema; /* reference */
+  fsh_ipc_write_options wopts;
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  int32_t n_partitions;
+  int64_t target, max_buffered, buffered;
+  int64_t schema_length;
+  uint64_t schema_hash;
+  int64_t n_blocks;
+  part_buf *parts;
+  XXH3_state_t *block_hash; /* scratch, reset per block */
+  int failed;               /* error code once a block write failed */
+  char failure[sizeof(fsh_error)]; /* and its message */
+  char what[96];            /* "shuffle 7 map 3 attempt 0" */
+};
+
+/* An output that hashes what goes through it into one or two states (the
+ * block's and the partition's), then forwards to the file. */
+typedef struct tee_ctx {
+  fsh_output *inner;
+  XXH3_state_t *a, *b; /* b may be NULL */
+} tee_ctx;
+
+static int tee_writev(fsh_output *o, const struct iovec *iov, int n, fsh_error *err) {
+  tee_ctx *t = o->ctx;
+  for (int i = 0; i < n; i++) {
+    XXH3_64bits_update(t->a, iov[i].iov_base, iov[i].iov_len);
+    if (t->b) XXH3_64bits_update(t->b, iov[i].iov_base, iov[i].iov_len);
+  }
+  return t->inner->writev(t->inner, iov, n, err);
+}
+
+static XXH3_state_t *hash_state_new(void) {
+  XXH3_state_t *s = fsh_aligned_alloc(sizeof(XXH3_state_t));
+  if (s) XXH3_64bits_reset(s);
+  return s;
+}
+
+static void part_clear_buffer(fsh_map_file_writer *w, part_buf *p) {
+  for (int32_t i = 0; i < p->n; i++) fsh_batch_unref(p->batches[i]);
+  p->n = 0;
+  w->buffered -= p->buffered;
+  p->buffered = 0;
+}
+
+static int writer_fail(fsh_map_file_writer *w, int rc, fsh_error *err) {
+  w->failed = rc;
+  rc = fsh_error_prefix(err, rc, "%s: ", w->what);
+  snprintf(w->failure, sizeof w->failure, "%s", err ? err->message : "");
+  return rc;
+}
+
+/* Encodes partition pi's buffered batches with a fresh encoder as one
+ * block and appends it. The buffer is emptied either way. */
+static int flush_partition(fsh_map_file_writer *w, int32_t pi, fsh_error *err) {
+  part_buf *p = &w->parts[pi];
+  if (p->n == 0) return 0;
+  int rc = 0;
+  if (p->n_blocks == p->cap_blocks) {
+    int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
+    fsh_map_file_block *nb = fsh_realloc(p->blocks, sizeof *nb * (size_t)cap);
+    if (!nb) rc = fsh_error_set(err, ENOMEM, "out of memory for the block list");
+    if (nb) {
+      p->blocks = nb;
+      p->cap_blocks = cap;
+    }
+  }
+  if (rc == 0 && !p->hash && !(p->hash = hash_state_new()))
+    rc = fsh_error_set(err, ENOMEM, "out of memory for a checksum state");
+  fsh_ipc_encoder *enc = NULL;
+  if (rc == 0) rc = fsh_ipc_encoder_new(w->schema, &w->wopts, &enc, err);
+  /* The bytes are hashed as they are written, into the block's state and
+   * the partition's (a failed block kills the writer, so a half-hashed
+   * partition state is never used). */
+  XXH3_64bits_reset(w->block_hash);
+  tee_ctx t = {w->out, w->block_hash, p->hash};
+  fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = w->out->name};
+  int64_t start = w->out->position, rows = 0;
+  for (int32_t i = 0; rc == 0 && i < p->n; i++) {
+    fsh_ipc_payload *ps = NULL;
+    int32_t np = 0;
+    rc = fsh_ipc_encode_batch(enc, p->batches[i], &ps, &np, err);
+    for (int32_t k = 0; k < np; k++) {
+      if (rc == 0) rc = fsh_ipc_write_payload(&tee, &ps[k], err);
+      fsh_ipc_payload_reset(&ps[k]);
+    }
+    fsh_free(ps);
+    rows += p->batches[i]->length;
+  }
+  fsh_ipc_encoder_free(enc);
+  part_clear_buffer(w, p);
+  if (rc != 0) return writer_fail(w, rc, err);
+  int64_t len = w->out->position - start;
+  p->blocks[p->n_blocks++] = (fsh_map_file_block){
+      .offset = start, .length = len, .rows = rows, .checksum = XXH3_64bits_digest(w->block_hash)};
+  p->rows += rows;
+  p->bytes += len;
+  w->n_blocks++;
+  return 0;
+}
+
+int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec, int64_t map_id,
+                             int32_t attempt, const fsh_map_file_options *opts,
+                             fsh_map_file_writer **w_out, fsh_error *err) {
+  fsh_map_file_writer *w = fsh_calloc(1, sizeof *w);
+  if (!w) {
+    int rc = fsh_error_set(err, ENOMEM, "map-output file %s: out of memory", out->name);
+    out->close(out, true, NULL);
+    return rc;
+  }
+  w->out = out;
+  w->schema = fsh_schema_ref(spec->schema);
+  fsh_ipc_write_options_init(&w->wopts);
+  w->wopts.compression = opts ? opts->compression : spec->compression;
+  w->wopts.compression_level = opts ? opts->compression_level : 0;
+  w->shuffle_id = spec->shuffle_id;
+  w->map_id = map_id;
+  w->attempt = attempt;
+  w->n_partitions = spec->n_partitions;
+  w->target = opts && opts->target_block_bytes > 0 ? opts->target_block_bytes
+              : spec->target_block_bytes > 0        ? spec->target_block_bytes
+                                                    : FSH_MAP_FILE_DEFAULT_BLOCK_BYTES;
+  w->max_buffered = opts && opts->max_buffered_bytes > 0 ? opts->max_buffered_bytes
+                                                         : FSH_MAP_FILE_DEFAULT_BUFFERED_BYTES;
+  snprintf(w->what, sizeof w->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
+           w->shuffle_id, map_id, attempt);
+  int rc = 0;
+  w->parts = fsh_calloc((size_t)spec->n_partitions, sizeof *w->parts);
+  w->block_hash = hash_state_new();
+  if (!w->parts || !w->block_hash)
+    rc = fsh_error_set(err, ENOMEM, "%s: out of memory for %d partitions", w->what,
+                       spec->n_partitions);
+  fsh_ipc_encoder *enc = NULL;
+  fsh_ipc_payload p = {0};
+  if (rc == 0) rc = fsh_ipc_encoder_new(w->schema, &w->wopts, &enc, err);
+  if (rc == 0) rc = fsh_ipc_encode_schema(enc, &p, err);
+  if (rc == 0) {
+    XXH3_64bits_reset(w->block_hash);
+    tee_ctx t = {out, w->block_hash, NULL};
+    fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = out->name};
+    rc = fsh_ipc_write_payload(&tee, &p, err);
+    w->schema_hash = XXH3_64bits_digest(w->block_hash);
+  }
+  fsh_ipc_payload_reset(&p);
+  fsh_ipc_encoder_free(enc);
+  if (rc != 0) {
+    if (rc != ENOMEM) rc = fsh_error_prefix(err, rc, "%s: ", w->what);
+    fsh_map_file_writer_abort(w);
+    return rc;
+  }
+  w->schema_length = out->position;
+  *w_out = w;
+  return 0;
+}
+
+int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_batch *batch,
+                              fsh_error *err) {
+  if (w->failed)
+    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (partition < 0 || partition >= w->n_partitions)
+    return fsh_error_set(err, EINVAL, "%s: write to partition %d of %d", w->what, partition,
+                         w->n_partitions);
+  part_buf *p = &w->parts[partition];
+  if (p->n == p->cap) {
+    int32_t cap = p->cap ? p->cap * 2 : 8;
+    fsh_batch **nb = fsh_realloc(p->batches, sizeof *nb * (size_t)cap);
+    if (!nb) return fsh_error_set(err, ENOMEM, "%s: out of memory buffering a batch", w->what);
+    p->batches = nb;
+    p->cap = cap;
+  }
+  int64_t bytes = fsh_shuffle_batch_bytes(batch);
+  p->batches[p->n++] = fsh_batch_ref(batch);
+  p->buffered += bytes;
+  w->buffered += bytes;
+  if (p->buffered >= w->target) return flush_partition(w, partition, err);
+  if (w->buffered > w->max_buffered)
+    for (int32_t i = 0; i < w->n_partitions; i++)
+      FSH_RETURN_NOT_OK(flush_partition(w, i, err));
+  return 0;
+}
+
+static void free_writer(fsh_map_file_writer *w) {
+  if (w->parts) {
+    for (int32_t i = 0; i < w->n_partitions; i++) {
+      part_buf *p = &w->parts[i];
+      part_clear_buffer(w, p);
+      fsh_free(p->batches);
+      fsh_free(p->blocks);
+      if (p->hash) fsh_aligned_free(p->hash, sizeof(XXH3_state_t));
+    }
+    fsh_free(w->parts);
+  }
+  if (w->block_hash) fsh_aligned_free(w->block_hash, sizeof(XXH3_state_t));
+  fsh_schema_unref(w->schema);
+  fsh_free(w);
+}
+
+void fsh_map_file_writer_abort(fsh_map_file_writer *w) {
+  if (!w) return;
+  if (w->out) w->out->close(w->out, true, NULL);
+  free_writer(w);
+}
+
+/* Builds the index and trailer (layout in shuffle_internal.h). */
+static int build_index(fsh_map_file_writer *w, int64_t data_end, fsh_buffer **out,
+                       fsh_error *err) {
+  int64_t n_parts = w->n_partitions;
+  int64_t index_len = FSH_MAP_FILE_HEADER_BYTES + FSH_MAP_FILE_ENTRY_BYTES * n_parts +
+                      FSH_MAP_FILE_BLOCK_BYTES * w->n_blocks;
+  fsh_buffer *buf = fsh_buffer_new(index_len + FSH_MAP_FILE_TRAILER_BYTES, true);
+  if (!buf) return fsh_error_set(err, ENOMEM, "%s: out of memory for the index", w->what);
+  uint8_t *h = buf->data;
+  put_u32(h, FSH_MAP_FILE_VERSION);
+  put_u32(h + 4, (uint32_t)n_parts);
+  put_u64(h + 8, w->shuffle_id);
+  put_u64(h + 16, (uint64_t)w->map_id);
+  put_u32(h + 24, (uint32_t)w->attempt);
+  put_u32(h + 28, (uint32_t)w->wopts.compression);
+  put_u64(h + 32, (uint64_t)w->schema_length);
+  put_u64(h + 40, (uint64_t)data_end);
+  put_u64(h + 48, (uint64_t)w->n_blocks);
+  put_u64(h + 56, w->schema_hash);
+  uint8_t *entries = h + FSH_MAP_FILE_HEADER_BYTES;
+  uint8_t *blocks = entries + FSH_MAP_FILE_ENTRY_BYTES * n_parts;
+  int64_t first = 0;
+  for (int64_t i = 0; i < n_parts; i++) {
+    const part_buf *p = &w->parts[i];
+    uint8_t *e = entries + FSH_MAP_FILE_ENTRY_BYTES * i;
+    uint8_t *b0 = blocks + FSH_MAP_FILE_BLOCK_BYTES * first;
+    put_u64(e, (uint64_t)p->rows);
+    put_u64(e + 8, (uint64_t)p->bytes);
+    put_u64(e + 16, p->hash ? XXH3_64bits_digest(p->hash) : XXH3_64bits(NULL, 0));
+    put_u64(e + 24, (uint64_t)first);
+    put_u64(e + 32, (uint64_t)p->n_blocks);
+    for (int64_t k = 0; k < p->n_blocks; k++) {
+      uint8_t *b = b0 + FSH_MAP_FILE_BLOCK_BYTES * k;
+      put_u64(b, (uint64_t)p->blocks[k].offset);
+      put_u64(b + 8, (uint64_t)p->blocks[k].length);
+      put_u64(b + 16, (uint64_t)p->blocks[k].rows);
+      put_u64(b + 24, p->blocks[k].checksum);
+    }
+    XXH3_64bits_reset(w->block_hash);
+    XXH3_64bits_update(w->block_hash, e, 40);
+    XXH3_64bits_update(w->block_hash, b0, (size_t)(FSH_MAP_FILE_BLOCK_BYTES * p->n_blocks));
+    put_u64(e + 40, XXH3_64bits_digest(w->block_hash));
+    first += p->n_blocks;
+  }
+  uint8_t *t = h + index_len;
+  put_u64(t, (uint64_t)index_len);
+  put_u64(t + 8, XXH3_64bits(h, FSH_MAP_FILE_HEADER_BYTES));
+  memcpy(t + 16, FSH_MAP_FILE_MAGIC, 8);
+  *out = buf;
+  return 0;
+}
+
+int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_error *err) {
+  if (w->failed) {
+    int rc = fsh_error_set(err, w->failed, "nothing was kept: the writer failed earlier: %s",
+                           w->failure);
+    fsh_map_file_writer_abort(w);
+    return rc;
+  }
+  fsh_map_output m = {0};
+  int rc = fsh_map_output_alloc(&m, w->shuffle_id, w->map_id, w->attempt, w->n_partitions, err);
+  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) rc = flush_partition(w, i, err);
+  int64_t data_end = w->out->position;
+  if (rc == 0) {
+    struct iovec v = {(void *)k_eos, sizeof k_eos};
+    rc = w->out->writev(w->out, &v, 1, err);
+  }
+  fsh_buffer *index = NULL;
+  if (rc == 0) rc = build_index(w, data_end, &index, err);
+  if (rc == 0) {
+    struct iovec v = {index->data, (size_t)index->size};
+    rc = w->out->writev(w->out, &v, 1, err);
+  }
+  fsh_buffer_unref(index);
+  if (rc != 0) {
+    fsh_map_output_reset(&m);
+    fsh_map_file_writer_abort(w);
+    return rc;
+  }
+  fsh_output *o = w->out;
+  w->out = NULL;
+  rc = o->close(o, false, err);
+  if (rc != 0) {
+    rc = fsh_error_prefix(err, rc, "%s: ", w->what);
+    fsh_map_output_reset(&m);
+    free_writer(w);
+    return rc;
+  }
+  for (int32_t i = 0; i < w->n_partitions; i++) {
+    const part_buf *p = &w->parts[i];
+    m.rows[i] = p->rows;
+    m.bytes[i] = p->bytes;
+    m.checksums[i] = p->hash ? XXH3_64bits_digest(p->hash) : XXH3_64bits(NULL, 0);
+  }
+  free_writer(w);
+  *out = m;
+  return 0;
+}
+
+/* ---- reader ------------------------------------------------------------ */
+
+struct fsh_map_file {
+  fsh_input *in;
+  fsh_map_file_info info;
+  uint64_t schema_hash;
+  fsh_buffer *schema_meta; /* the schema message's metadata flatbuffer */
+  fsh_ipc_decoder *dec;    /* holds the schema; dictionaries per block */
+  char what[128];          /* "shuffle 7 map 3 attempt 0 (path)" */
+};
+
+static int malformed(fsh_input *in, fsh_error *err, const char *fmt, ...) FSH_PRINTF(3, 4);
+static int malformed(fsh_input *in, fsh_error *err, const char *fmt, ...) {
+  char detail[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  return fsh_error_set(err, EINVAL, "%s: not a valid map-output file: %s", in->name, detail);
+}
+
+/* Reads exactly n bytes at offset (short read: EINVAL, the file shrank or
+ * lies about its size). */
+static int read_exact_at(fsh_input *in, int64_t offset, int64_t n, fsh_buffer **out,
+                         fsh_error *err) {
+  fsh_buffer *b = NULL;
+  FSH_RETURN_NOT_OK(in->read_at(in, offset, n, &b, err));
+  if (b->size != n) {
+    int64_t got = b->size;
+    fsh_buffer_unref(b);
+    return fsh_error_set(err, EIO, "%s: short read at offset %lld (%lld of %lld bytes)", in->name,
+                         (long long)offset, (long long)got, (long long)n);
+  }
+  *out = b;
+  return 0;
+}
+
+/* Checks the header fields against each other and the file size. */
+static int parse_header(fsh_map_file *f, const uint8_t *h, int64_t index_len, fsh_error *err) {
+  fsh_input *in = f->in;
+  fsh_map_file_info *i = &f->info;
+  uint32_t version = get_u32(h), n_parts = get_u32(h + 4), compression = get_u32(h + 28);
+  i->shuffle_id = get_u64(h + 8);
+  i->map_id = get_i64(h + 16);
+  i->attempt = (int32_t)get_u32(h + 24);
+  i->schema_length = get_i64(h + 32);
+  i->data_end = get_i64(h + 40);
+  i->n_blocks = get_i64(h + 48);
+  f->schema_hash = get_u64(h + 56);
+  if (version != FSH_MAP_FILE_VERSION)
+    return malformed(in, err, "index version %u (this reader knows %d)", version,
+                     FSH_MAP_FILE_VERSION);
+  if (n_parts < 1 || n_parts > INT32_MAX)
+    return malformed(in, err, "%u partitions", n_parts);
+  i->n_partitions = (int32_t)n_parts;
+  if (compression > FSH_COMPRESSION_ZSTD)
+    return malformed(in, err, "unknown compression %u", compression);
+  i->compression = (fsh_compression)compression;
+  if (i->map_id < 0 || i->attempt < 0)
+    return malformed(in, err, "map id %" PRId64 ", attempt %" PRId32, i->map_id, i->attempt);
+  int64_t index_off = i->file_size - FSH_MAP_FILE_TRAILER_BYTES - index_len;
+  if (i->schema_length < 16 || i->schema_length % 8 || i->data_end < i->schema_length ||
+      i->data_end % 8 || i->data_end + 8 != index_off)
+    return malformed(in, err, "schema length %" PRId64 " and data end %" PRId64
+                     " do not fit the file", i->schema_length, i->data_end);
+  int64_t room = index_len - FSH_MAP_FILE_HEADER_BYTES - FSH_MAP_FILE_ENTRY_BYTES * (int64_t)n_parts;
+  if (room < 0 || i->n_blocks < 0 || room != FSH_MAP_FILE_BLOCK_BYTES * i->n_blocks)
+    return malformed(in, err, "an index of %" PRId64 " bytes does not hold %" PRId64 " blocks",
+                     index_len, i->n_blocks);
+  return 0;
+}
+
+/* Reads and decodes the schema message [0, schema_length). */
+static int read_schema(fsh_map_file *f, fsh_error *err) {
+  fsh_buffer *b = NULL;
+  FSH_RETURN_NOT_OK(read_exact_at(f->in, 0, f->info.schema_length, &b, err));
+  int rc = 0;
+  int64_t len = get_u32(b->data + 4);
+  if (XXH3_64bits(b->data, (size_t)b->size) != f->schema_hash)
+    rc = malformed(f->in, err, "schema message checksum mismatch");
+  else if (get_u32(b->data) != 0xFFFFFFFFu || len % 8 || 8 + len != b->size)
+    rc = malformed(f->in, err, "bad schema message framing (length %" PRId64 " in %" PRId64
+                   " bytes)", len, b->size);
+  fsh_ipc_message_type type = FSH_IPC_NONE;
+  int64_t body = 0;
+  if (rc == 0 && !(f->schema_meta = fsh_buffer_slice(b, 8, len)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (rc == 0) rc = fsh_ipc_peek_message(f->schema_meta, &type, &body, err);
+  if (rc == 0 && (type != FSH_IPC_SCHEMA || body != 0))
+    rc = malformed(f->in, err, "the file starts with message type %d, body %" PRId64
+                   ", not a schema", (int)type, body);
+  fsh_batch *none = NULL;
+  if (rc == 0) rc = fsh_ipc_decoder_new(&f->dec, err);
+  if (rc == 0) rc = fsh_ipc_decode_message(f->dec, f->schema_meta, NULL, &none, err);
+  fsh_batch_unref(none);
+  fsh_buffer_unref(b);
+  if (rc != 0 && rc != ENOMEM) rc = fsh_error_prefix(err, rc, "%s: schema: ", f->in->name);
+  return rc;
+}
+
+int fsh_map_file_open(fsh_input *in, fsh_map_file **out, fsh_error *err) {
+  fsh_map_file *f = fsh_calloc(1, sizeof *f);
+  if (!f) {
+    int rc = fsh_error_set(err, ENOMEM, "opening %s: out of memory", in->name);
+    in->close(in);
+    return rc;
+  }
+  f->in = in;
+  int rc = 0;
+  fsh_buffer *t = NULL, *h = NULL, *eos = NULL;
+  int64_t size = f->info.file_size = in->size(in);
+  if (size < 0)
+    rc = fsh_error_set(err, ENOTSUP, "%s: a map-output file must be seekable", in->name);
+  else if (size < 16 + 8 + FSH_MAP_FILE_HEADER_BYTES + FSH_MAP_FILE_ENTRY_BYTES +
+                      FSH_MAP_FILE_TRAILER_BYTES)
+    rc = malformed(in, err, "%" PRId64 " bytes is too small", size);
+  if (rc == 0) rc = read_exact_at(in, size - FSH_MAP_FILE_TRAILER_BYTES,
+                                  FSH_MAP_FILE_TRAILER_BYTES, &t, err);
+  int64_t index_len = 0;
+  if (rc == 0) {
+    index_len = get_i64(t->data);
+    if (memcmp(t->data + 16, FSH_MAP_FILE_MAGIC, 8) != 0)
+      rc = malformed(in, err, "no " FSH_MAP_FILE_MAGIC " trailer (truncated, or not a map "
+                     "output)");
+    else if (index_len < FSH_MAP_FILE_HEADER_BYTES + FSH_MAP_FILE_ENTRY_BYTES ||
+             index_len > size - FSH_MAP_FILE_TRAILER_BYTES - 24)
+      rc = malformed(in, err, "index length %" PRId64 " in a file of %" PRId64 " bytes",
+                     index_len, size);
+  }
+  if (rc == 0)
+    rc = read_exact_at(in, size - FSH_MAP_FILE_TRAILER_BYTES - index_len,
+                       FSH_MAP_FILE_HEADER_BYTES, &h, err);
+  if (rc == 0 && XXH3_64bits(h->data, FSH_MAP_FILE_HEADER_BYTES) != get_u64(t->data + 8))
+    rc = malformed(in, err, "index header checksum mismatch");
+  if (rc == 0) rc = parse_header(f, h->data, index_len, err);
+  if (rc == 0) rc = read_exact_at(in, f->info.data_end, 8, &eos, err);
+  if (rc == 0 && memcmp(eos->data, k_eos, 8) != 0)
+    rc = malformed(in, err, "no end-of-stream marker at offset %" PRId64, f->info.data_end);
+  if (rc == 0) rc = read_schema(f, err);
+  fsh_buffer_unref(t);
+  fsh_buffer_unref(h);
+  fsh_buffer_unref(eos);
+  if (rc != 0) {
+    fsh_map_file_close(f);
+    return rc;
+  }
+  snprintf(f->what, sizeof f->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
+           f->info.shuffle_id, f->info.map_id, f->info.attempt);
+  *out = f;
+  return 0;
+}
+
+int fsh_map_file_open_path(const char *path, fsh_map_file **out, fsh_error *err) {
+  fsh_input *in = NULL;
+  FSH_RETURN_NOT_OK(fsh_input_open_path(path, &in, err));
+  return fsh_map_file_open(in, out, err);
+}
+
+void fsh_map_file_close(fsh_map_file *f) {
+  if (!f) return;
+  fsh_ipc_decoder_free(f->dec);
+  fsh_buffer_unref(f->schema_meta);
+  if (f->in) f->in->close(f->in);
+  fsh_free(f);
+}
+
+const fsh_map_file_info *fsh_map_file_get_info(const fsh_map_file *f) { return &f->info; }
+fsh_schema *fsh_map_file_schema(const fsh_map_file *f) { return fsh_ipc_decoder_schema(f->dec); }
+fsh_input *fsh_map_file_input(const fsh_map_file *f) { return f->in; }
+
+void fsh_map_file_partition_reset(fsh_map_file_partition *p) {
+  fsh_free(p->blocks);
+  memset(p, 0, sizeof *p);
+}
+
+/* Checks entry fields and blocks against the file. */
+static int check_partition(fsh_map_file *f, const fsh_map_file_partition *p, int64_t first,
+                           fsh_error *err) {
+  const fsh_map_file_info *i = &f->info;
+  int64_t rows = 0, bytes = 0;
+  if (p->rows < 0 || p->bytes < 0 || first < 0 || p->n_blocks < 0 ||
+      first > i->n_blocks - p->n_blocks)
+    goto bad;
+  for (int64_t k = 0; k < p->n_blocks; k++) {
+    const fsh_map_file_block *b = &p->blocks[k];
+    if (b->offset < i->schema_length || b->offset % 8 || b->length < 8 || b->length % 8 ||
+        b->offset > i->data_end - b->length || b->rows < 0 || b->rows > INT64_MAX - rows)
+      return fsh_error_set(err, EINVAL,
+                           "%s: not a valid map-output file: %s partition %d block %lld: offset "
+                           "%lld length %lld rows %lld outside the data [%lld, %lld)",
+                           f->in->name, f->what, p->partition, (long long)k, (long long)b->offset,
+                           (long long)b->length, (long long)b->rows,
+                           (long long)i->schema_length, (long long)i->data_end);
+    rows += b->rows;
+    bytes += b->length;
+  }
+  if (rows != p->rows || bytes != p->bytes) goto bad;
+  return 0;
+bad:
+  return fsh_error_set(err, EINVAL,
+                       "%s: not a valid map-output file: %s partition %d: entry (rows %lld, bytes "
+                       "%lld, first block %lld, %lld blocks) inconsistent with its blocks",
+                       f->in->name, f->what, p->partition, (long long)p->rows,
+                       (long long)p->bytes, (long long)first, (long long)p->n_blocks);
+}
+
+int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_partition *out,
+                               fsh_error *err) {
+  const fsh_map_file_info *i = &f->info;
+  if (partition < 0 || partition >= i->n_partitions)
+    return fsh_error_set(err, EINVAL, "%s (%s): partition %d of %d", f->what, f->in->name,
+                         partition, i->n_partitions);
+  int64_t index_off = i->data_end + 8;
+  int64_t entry_off = index_off + FSH_MAP_FILE_HEADER_BYTES +
+                      (int64_t)FSH_MAP_FILE_ENTRY_BYTES * partition;
+  int64_t blocks_off = index_off + FSH_MAP_FILE_HEADER_BYTES +
+                       (int64_t)FSH_MAP_FILE_ENTRY_BYTES * i->n_partitions;
+  fsh_buffer *e = NULL, *bl = NULL;
+  FSH_RETURN_NOT_OK(read_exact_at(f->in, entry_off, FSH_MAP_FILE_ENTRY_BYTES, &e, err));
+  fsh_map_file_partition p = {.partition = partition};
+  p.rows = get_i64(e->data);
+  p.bytes = get_i64(e->data + 8);
+  p.checksum = get_u64(e->data + 16);
+  int64_t first = get_i64(e->data + 24);
+  p.n_blocks = get_i64(e->data + 32);
+  int rc = 0;
+  if (first < 0 || p.n_blocks < 0 || first > i->n_blocks || p.n_blocks > i->n_blocks - first)
+    rc = check_partition(f, &p, first, err); /* reports the bad entry */
+  if (rc == 0 && p.n_blocks > 0)
+    rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first,
+                       FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks, &bl, err);
+  if (rc == 0) {
+    XXH3_state_t *s = hash_state_new();
+    if (!s) rc = fsh_error_set(err, ENOMEM, "out of memory");
+    if (s) {
+      XXH3_64bits_update(s, e->data, 40);
+      if (bl) XXH3_64bits_update(s, bl->data, (size_t)bl->size);
+      if (XXH3_64bits_digest(s) != get_u64(e->data + 40))
+        rc = fsh_error_set(err, EINVAL,
+                           "%s: not a valid map-output file: %s partition %d: index entry "
+                           "checksum mismatch",
+                           f->in->name, f->what, partition);
+      fsh_aligned_free(s, sizeof(XXH3_state_t));
+    }
+  }
+  if (rc == 0 && p.n_blocks > 0 && !(p.blocks = fsh_malloc(sizeof *p.blocks * (size_t)p.n_blocks)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  for (int64_t k = 0; rc == 0 && k < p.n_blocks; k++) {
+    const uint8_t *b = bl->data + FSH_MAP_FILE_BLOCK_BYTES * k;
+    p.blocks[k] = (fsh_map_file_block){get_i64(b), get_i64(b + 8), get_i64(b + 16), get_u64(b + 24)};
+  }
+  if (rc == 0) rc = check_partition(f, &p, first, err);
+  fsh_buffer_unref(e);
+  fsh_buffer_unref(bl);
+  if (rc != 0) {
+    fsh_map_file_partition_reset(&p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p, int64_t i,
+                            fsh_buffer **out, fsh_error *err) {
+  const fsh_map_file_block *b = &p->blocks[i];
+  fsh_buffer *buf = NULL;
+  int rc = read_exact_at(f->in, b->offset, b->length, &buf, err);
+  if (rc != 0)
+    return fsh_error_prefix(err, rc, "%s partition %d block %lld: ", f->what, p->partition,
+                            (long long)i);
+  if (XXH3_64bits(buf->data, (size_t)buf->size) != b->checksum) {
+    fsh_buffer_unref(buf);
+    return fsh_error_set(err, EIO,
+                         "%s partition %d: checksum mismatch in block %lld (offset %lld, %lld "
+                         "bytes) of %s: the stored map output is corrupt",
+                         f->what, p->partition, (long long)i, (long long)b->offset,
+                         (long long)b->length, f->in->name);
+  }
+  *out = buf;
+  return 0;
+}
+
+struct fsh_map_file_cursor {
+  fsh_map_file *f;
+  fsh_map_file_partition part;
+  int64_t next_block;
+  fsh_buffer *block; /* current block, verified */
+  int64_t pos;       /* next message in block */
+  int64_t block_rows;
+  XXH3_state_t *hash; /* over the partition's blocks */
+  bool done;
+};
+
+int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cursor **out,
+                             fsh_error *err) {
+  fsh_map_file_cursor *c = fsh_calloc(1, sizeof *c);
+  if (!c) return fsh_error_set(err, ENOMEM, "out of memory");
+  c->f = f;
+  int rc = 0;
+  if (!(c->hash = hash_state_new())) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &c->part, err);
+  if (rc != 0) {
+    fsh_map_file_cursor_free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_cursor *c) {
+  return &c->part;
+}
+
+static int bad_message(fsh_map_file_cursor *c, int64_t at, const char *why, fsh_error *err) {
+  return fsh_error_set(err, EINVAL, "%s partition %d: block %lld of %s: message at offset %lld: %s",
+                       c->f->what, c->part.partition, (long long)(c->next_block - 1),
+                       c->f->in->name, (long long)at, why);
+}
+
+/* Decodes the next message of the current block; *batch NULL for a
+ * dictionary batch. */
+static int next_message(fsh_map_file_cursor *c, fsh_batch **batch, fsh_error *err) {
+  fsh_buffer *b = c->block;
+  int64_t at = c->pos, left = b->size - at;
+  int64_t abs = c->part.blocks[c->next_block - 1].offset + at;
+  if (left < 8 || get_u32(b->data + at) != 0xFFFFFFFFu) return bad_message(c, abs, "bad framing", err);
+  int64_t len = get_u32(b->data + at + 4);
+  if (len <= 0 || len % 8 || len > left - 8) return bad_message(c, abs, "bad metadata length", err);
+  fsh_buffer *meta = fsh_buffer_slice(b, at + 8, len), *body = NULL;
+  if (!meta) return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_ipc_message_type type;
+  int64_t body_len = 0;
+  int rc = fsh_ipc_peek_message(meta, &type, &body_len, err);
+  if (rc == 0 && (type == FSH_IPC_SCHEMA || body_len > left - 8 - len))
+    rc = bad_message(c, abs, type == FSH_IPC_SCHEMA ? "a schema inside a block" : "body past the block", err);
+  if (rc == 0 && body_len > 0 && !(body = fsh_buffer_slice(b, at + 8 + len, body_len)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (rc == 0) rc = fsh_ipc_decode_message(c->f->dec, meta, body, batch, err);
+  fsh_buffer_unref(meta);
+  fsh_buffer_unref(body);
+  if (rc != 0) return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "%s partition %d: %s: ", c->f->what, c->part.partition, c->f->in->name);
+  c->pos = at + 8 + len + body_len;
+  return 0;
+}
+
+int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out, fsh_error *err) {
+  *out = NULL;
+  while (!c->done) {
+    if (c->block && c->pos < c->block->size) {
+      fsh_batch *batch = NULL;
+      FSH_RETURN_NOT_OK(next_message(c, &batch, err));
+      if (batch) {
+        c->block_rows += batch->length;
+        *out = batch;
+        return 0;
+      }
+      continue;
+    }
+    if (c->block) {
+      const fsh_map_file_block *b = &c->part.blocks[c->next_block - 1];
+      if (c->block_rows != b->rows)
+        return fsh_error_set(err, EINVAL, "%s partition %d: block %lld of %s holds %lld rows, its "
+                             "index entry says %lld", c->f->what, c->part.partition,
+                             (long long)(c->next_block - 1), c->f->in->name,
+                             (long long)c->block_rows, (long long)b->rows);
+      fsh_buffer_unref(c->block);
+      c->block = NULL;
+    }
+    if (c->next_block == c->part.n_blocks) {
+      if (XXH3_64bits_digest(c->hash) != c->part.checksum)
+        return fsh_error_set(err, EIO, "%s partition %d: the partition checksum of %s does not "
+                             "match its blocks: the stored map output is corrupt",
+                             c->f->what, c->part.partition, c->f->in->name);
+      c->done = true;
+      break;
+    }
+    FSH_RETURN_NOT_OK(fsh_map_file_read_block(c->f, &c->part, c->next_block, &c->block, err));
+    XXH3_64bits_update(c->hash, c->block->data, (size_t)c->block->size);
+    c->next_block++;
+    c->pos = 0;
+    c->block_rows = 0;
+  }
+  return 0;
+}
+
+void fsh_map_file_cursor_free(fsh_map_file_cursor *c) {
+  if (!c) return;
+  fsh_buffer_unref(c->block);
+  fsh_map_file_partition_reset(&c->part);
+  if (c->hash) fsh_aligned_free(c->hash, sizeof(XXH3_state_t));
+  fsh_free(c);
+}

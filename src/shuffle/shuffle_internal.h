@@ -1,0 +1,172 @@
+/* shuffle_internal.h -- what src/shuffle's files share: the map-output file
+ * format (writer, verified reader, raw block ranges) used by the fs backend
+ * and by the flight backend's spill files, and small helpers.
+ *
+ * Map-output file layout (all integers little-endian):
+ *
+ *   [0, schema_length)        the Schema message (framed, 8-byte padded)
+ *   [schema_length, data_end) blocks: each block is consecutive framed IPC
+ *                             messages (dictionary batches, then record
+ *                             batches) of ONE partition, written by a fresh
+ *                             encoder, so every block carries the
+ *                             dictionaries it needs (self-contained)
+ *   [data_end, data_end + 8)  the end-of-stream marker FFFFFFFF 00000000
+ *   index                     header, partition entries, block entries
+ *   trailer (24 bytes)        u64 index_length, u64 xxh3(header), "FSHIDX01"
+ *
+ *   header (64 bytes): u32 version (1), u32 n_partitions, u64 shuffle_id,
+ *     i64 map_id, i32 attempt, u32 compression, i64 schema_length,
+ *     i64 data_end, i64 n_blocks, u64 xxh3 of the schema message
+ *   partition entry (48 bytes, n_partitions of them): i64 rows, i64 bytes,
+ *     u64 checksum (xxh3-64 of the partition's stored block bytes in
+ *     order), i64 first_block, i64 n_blocks, u64 xxh3 of (the first 40
+ *     bytes of this entry, then its block entries)
+ *   block entry (32 bytes, grouped by partition): i64 offset, i64 length,
+ *     i64 rows, u64 xxh3 of the block's bytes
+ *
+ * A reader of one partition reads the trailer, the header, the schema,
+ * that partition's entry and its block entries: a cost independent of the
+ * number of partitions, which matters when 10,000 reducers each read one
+ * partition of 10,000 map files. Every piece it reads is checksummed (the
+ * header by the trailer, the schema by the header, an entry and its blocks
+ * by the entry's hash, each block by its own hash before any of it is
+ * decoded), and every offset and length is checked against the file. The per-block hashes (beyond the
+ * per-partition checksum the driver keeps) let a reader verify one block
+ * before yielding it, with one block in memory, instead of holding a whole
+ * partition until its checksum can be checked. */
+#ifndef FSH_SHUFFLE_INTERNAL_H
+#define FSH_SHUFFLE_INTERNAL_H
+
+#include <flightshuffle/shuffle.h>
+
+#define FSH_MAP_FILE_MAGIC "FSHIDX01"
+#define FSH_MAP_FILE_VERSION 1
+#define FSH_MAP_FILE_TRAILER_BYTES 24
+#define FSH_MAP_FILE_HEADER_BYTES 64
+#define FSH_MAP_FILE_ENTRY_BYTES 48
+#define FSH_MAP_FILE_BLOCK_BYTES 32
+#define FSH_MAP_FILE_DEFAULT_BLOCK_BYTES ((int64_t)4 << 20)
+#define FSH_MAP_FILE_DEFAULT_BUFFERED_BYTES ((int64_t)256 << 20)
+
+/* The bytes a batch's rows hold: for each column, the parts of its
+ * buffers that its slots [offset, offset + length) cover (validity, values,
+ * offsets, the string bytes and child rows they reach). A slice counts its
+ * own rows, not the whole buffers it shares with its parent, so that 64
+ * slices of one big batch are not counted as 64 big batches. Whole
+ * buffers where a range is not cheap to tell (dictionaries, dense
+ * unions). The memory backend's bytes and the writer's block sizing. */
+int64_t fsh_shuffle_batch_bytes(const fsh_batch *b);
+
+/* Allocates the per-partition arrays of *m (zeroed) and sets its ids;
+ * location stays NULL. On ENOMEM *m is left reset. */
+FSH_NODISCARD int fsh_map_output_alloc(fsh_map_output *m, uint64_t shuffle_id, int64_t map_id,
+                                       int32_t attempt, int32_t n_partitions, fsh_error *err);
+
+/* ---- writer ------------------------------------------------------------ */
+
+typedef struct fsh_map_file_options {
+  fsh_compression compression;
+  int32_t compression_level; /* 0 = codec default */
+  int64_t target_block_bytes; /* a partition's buffer is written as a block
+                                 once it holds this much; 0 = 4 MiB */
+  int64_t max_buffered_bytes; /* past this much buffered over all partitions,
+                                 every partition is written out; 0 = 256 MiB */
+} fsh_map_file_options;
+
+typedef struct fsh_map_file_writer fsh_map_file_writer;
+
+/* Starts a map-output file on `out` (ownership taken, even on error: it is
+ * then aborted) and writes the schema message. */
+FSH_NODISCARD int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec,
+                                           int64_t map_id, int32_t attempt,
+                                           const fsh_map_file_options *opts,
+                                           fsh_map_file_writer **w, fsh_error *err);
+/* Buffers a reference on batch for `partition` (checked by the caller:
+ * in range, schema of the spec); writes the partition's block when it
+ * reaches the target. An error while writing a block fails the writer:
+ * later calls repeat the error and close discards the file. */
+FSH_NODISCARD int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition,
+                                            fsh_batch *batch, fsh_error *err);
+/* Writes every buffered block, the end-of-stream marker, the index and the
+ * trailer, then closes the output (fsync + rename for atomic files). On
+ * success *out (reset by the caller beforehand) holds ids, rows, bytes and
+ * checksums; location stays NULL. On error the output is aborted and *out
+ * untouched. Frees w either way. */
+FSH_NODISCARD int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out,
+                                            fsh_error *err);
+/* Discards everything (the output is aborted); frees w. NULL accepted. */
+void fsh_map_file_writer_abort(fsh_map_file_writer *w);
+
+/* ---- reader ------------------------------------------------------------ */
+
+typedef struct fsh_map_file_info {
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  int32_t n_partitions;
+  fsh_compression compression;
+  int64_t schema_length; /* the schema message is bytes [0, schema_length) */
+  int64_t data_end;      /* the end-of-stream marker starts here */
+  int64_t n_blocks;
+  int64_t file_size;
+} fsh_map_file_info;
+
+typedef struct fsh_map_file_block {
+  int64_t offset;
+  int64_t length;
+  int64_t rows;
+  uint64_t checksum; /* xxh3-64 of the block's bytes */
+} fsh_map_file_block;
+
+/* One partition's index entry, verified. */
+typedef struct fsh_map_file_partition {
+  int32_t partition;
+  int64_t rows;
+  int64_t bytes;     /* sum of its blocks' lengths */
+  uint64_t checksum; /* xxh3-64 of its blocks' bytes, in order */
+  int64_t n_blocks;
+  fsh_map_file_block *blocks; /* owned (fsh_malloc); in write order */
+} fsh_map_file_partition;
+
+void fsh_map_file_partition_reset(fsh_map_file_partition *p);
+
+typedef struct fsh_map_file fsh_map_file;
+
+/* Opens a map-output file on a seekable input (ownership taken, even on
+ * error): verifies the trailer, the header, the end-of-stream marker and
+ * the schema message. A malformed file is EINVAL naming the input. */
+FSH_NODISCARD int fsh_map_file_open(fsh_input *in, fsh_map_file **out, fsh_error *err);
+FSH_NODISCARD int fsh_map_file_open_path(const char *path, fsh_map_file **out, fsh_error *err);
+void fsh_map_file_close(fsh_map_file *f); /* NULL accepted */
+const fsh_map_file_info *fsh_map_file_get_info(const fsh_map_file *f);
+fsh_schema *fsh_map_file_schema(const fsh_map_file *f); /* borrowed */
+/* The input (borrowed): with the ranges below, a server sends stored
+ * bytes without decoding them. */
+fsh_input *fsh_map_file_input(const fsh_map_file *f);
+
+/* Reads and verifies the index entry of `partition` and its blocks: the
+ * raw bytes of the partition are the blocks' (offset, length) ranges, in
+ * order (after the schema message, [0, schema_length)). */
+FSH_NODISCARD int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition,
+                                             fsh_map_file_partition *out, fsh_error *err);
+/* Reads block i of p and checks its checksum (EIO naming shuffle, map,
+ * partition, block and file on mismatch). *out is a new reference. */
+FSH_NODISCARD int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p,
+                                          int64_t i, fsh_buffer **out, fsh_error *err);
+
+/* Decoded batches of one partition, block by block (one block in memory;
+ * each block verified before any of its batches is returned; at the end
+ * the partition checksum and row count are checked too). The cursor
+ * borrows f (which must outlive it) and its decoder: one cursor per file
+ * at a time. */
+typedef struct fsh_map_file_cursor fsh_map_file_cursor;
+FSH_NODISCARD int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition,
+                                           fsh_map_file_cursor **out, fsh_error *err);
+/* The partition's verified entry (borrowed). */
+const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_cursor *c);
+/* Next batch (new reference), or *out = NULL at the end. */
+FSH_NODISCARD int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out,
+                                           fsh_error *err);
+void fsh_map_file_cursor_free(fsh_map_file_cursor *c); /* NULL accepted */
+
+#endif

@@ -1,0 +1,359 @@
+/* shuffle_testutil.h -- header-only helpers for the shuffle tests: temp
+ * directories, the list of backends every conformance case runs against,
+ * map-task plans (which batch goes to which partition), and the check that
+ * a reader returns exactly the rows written to a partition, in order.
+ *
+ * Helpers abort on allocation failure of test data (never of code under
+ * test): build data before arming fsh_alloc_fail_after. */
+#ifndef FSH_SHUFFLE_TESTUTIL_H
+#define FSH_SHUFFLE_TESTUTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <flightshuffle/shuffle.h>
+#include <flightshuffle/workloads.h>
+
+#include "test.h"
+
+static inline void *stu_ok_(void *p, const char *what) {
+  if (!p) {
+    fprintf(stderr, "test data: %s failed\n", what);
+    abort();
+  }
+  return p;
+}
+#define STU_OK(expr) stu_ok_((expr), #expr)
+
+/* ---- directories ------------------------------------------------------- */
+
+/* A new empty directory under /tmp (mkdtemp); free with stu_rmdir. */
+static inline char *stu_mkdtemp(const char *tag) {
+  char tmpl[256];
+  snprintf(tmpl, sizeof tmpl, "/tmp/fsh-shuffle-%s-XXXXXX", tag);
+  char *d = STU_OK(mkdtemp(tmpl));
+  return STU_OK(strdup(d));
+}
+
+/* Removes dir and the files in it (the backends' directories are flat),
+ * then frees the string. */
+static inline void stu_rmdir(char *dir) {
+  if (!dir) return;
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+  }
+  rmdir(dir);
+  free(dir);
+}
+
+/* Number of entries in dir (. and .. excluded). */
+static inline int stu_count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  return n;
+}
+
+/* ---- backends ---------------------------------------------------------- */
+
+/* A backend under test: `make` builds a fresh instance (dir is a fresh
+ * temp directory the backend may use). The flight backend plugs in here
+ * with one more line. */
+typedef struct stu_backend {
+  const char *name;
+  int (*make)(const char *dir, fsh_shuffle_backend **out, fsh_error *err);
+} stu_backend;
+
+static inline int stu_make_memory(const char *dir, fsh_shuffle_backend **out, fsh_error *err) {
+  (void)dir;
+  return fsh_shuffle_memory_new(out, err);
+}
+static inline int stu_make_fs(const char *dir, fsh_shuffle_backend **out, fsh_error *err) {
+  return fsh_shuffle_fs_new(dir, out, err);
+}
+
+static const stu_backend stu_backends[] = {
+    {"memory", stu_make_memory},
+    {"fs", stu_make_fs},
+    /* {"flight", stu_make_flight}, */
+};
+#define STU_N_BACKENDS ((int)(sizeof stu_backends / sizeof stu_backends[0]))
+
+/* ---- plans ------------------------------------------------------------- */
+
+typedef struct stu_op {
+  int32_t partition;
+  fsh_batch *batch; /* reference */
+} stu_op;
+
+typedef struct stu_map {
+  int64_t map_id;
+  int32_t attempt;
+  stu_op *ops;
+  int64_t n_ops, cap;
+  fsh_map_output out; /* filled by stu_run_map */
+} stu_map;
+
+typedef struct stu_plan {
+  fsh_shuffle_spec spec;
+  stu_map *maps;
+  int n_maps;
+} stu_plan;
+
+static inline void stu_plan_init(stu_plan *p, uint64_t shuffle_id, int32_t n_partitions,
+                                 fsh_schema *schema, int n_maps) {
+  memset(p, 0, sizeof *p);
+  p->spec.shuffle_id = shuffle_id;
+  p->spec.n_partitions = n_partitions;
+  p->spec.schema = fsh_schema_ref(schema);
+  p->n_maps = n_maps;
+  p->maps = STU_OK(calloc((size_t)n_maps, sizeof *p->maps));
+  for (int i = 0; i < n_maps; i++) p->maps[i].map_id = i;
+}
+
+static inline void stu_plan_free(stu_plan *p) {
+  for (int i = 0; i < p->n_maps; i++) {
+    for (int64_t k = 0; k < p->maps[i].n_ops; k++) fsh_batch_unref(p->maps[i].ops[k].batch);
+    free(p->maps[i].ops);
+    fsh_map_output_reset(&p->maps[i].out);
+  }
+  free(p->maps);
+  fsh_schema_unref(p->spec.schema);
+  memset(p, 0, sizeof *p);
+}
+
+/* Adds a write of `b` (reference taken) to `partition`. */
+static inline void stu_add(stu_map *m, int32_t partition, fsh_batch *b) {
+  if (m->n_ops == m->cap) {
+    m->cap = m->cap ? m->cap * 2 : 16;
+    m->ops = STU_OK(realloc(m->ops, sizeof *m->ops * (size_t)m->cap));
+  }
+  m->ops[m->n_ops++] = (stu_op){partition, fsh_batch_ref(b)};
+}
+
+static inline uint64_t stu_mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+/* Splits b into slices of `chunk` rows; slice k goes to partition
+ * (base + k) mod N when modulo, else to a hash of (salt, k) mod N. With
+ * chunk 1 and modulo, row i goes to partition (base + i) mod N. */
+static inline void stu_add_split(stu_map *m, fsh_batch *b, int32_t n_parts, int64_t chunk,
+                                 bool modulo, uint64_t salt) {
+  for (int64_t off = 0, k = 0; off < b->length; off += chunk, k++) {
+    int64_t len = b->length - off < chunk ? b->length - off : chunk;
+    fsh_batch *s = STU_OK(fsh_batch_slice(b, off, len));
+    int32_t p = modulo ? (int32_t)(((uint64_t)salt + (uint64_t)k) % (uint64_t)n_parts)
+                       : (int32_t)(stu_mix(salt * 1000003u + (uint64_t)k) % (uint64_t)n_parts);
+    stu_add(m, p, s);
+    fsh_batch_unref(s);
+  }
+}
+
+/* A synthetic batch (key, value, name) of `rows` rows. */
+static inline fsh_batch *stu_synthetic(int64_t index, int64_t rows) {
+  static fsh_schema *schema;
+  if (!schema) schema = STU_OK(fsh_synthetic_schema()); /* lives for the process */
+  fsh_synthetic_options o = {.seed = 42, .with_nulls = true};
+  fsh_batch *b = NULL;
+  fsh_error err;
+  if (fsh_synthetic_batch(schema, &o, index, rows, &b, &err) != 0) {
+    fprintf(stderr, "synthetic batch: %s\n", err.message);
+    abort();
+  }
+  return b;
+}
+
+/* Runs map task m through the backend: open, every write, close. Returns
+ * the first error (the writer is aborted then). */
+static inline int stu_run_map(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, stu_map *m,
+                              fsh_error *err) {
+  fsh_shuffle_writer *w = NULL;
+  int rc = fsh_shuffle_open_writer(b, spec, m->map_id, m->attempt, &w, err);
+  if (rc != 0) return rc;
+  for (int64_t i = 0; i < m->n_ops; i++) {
+    rc = w->write(w, m->ops[i].partition, m->ops[i].batch, err);
+    if (rc != 0) {
+      w->abort(w);
+      return rc;
+    }
+  }
+  fsh_map_output_reset(&m->out);
+  return w->close(w, &m->out, err);
+}
+
+/* Checks a closed map output's metadata against its plan. */
+static inline void stu_check_meta(const stu_plan *p, const stu_map *m, const char *backend) {
+  const fsh_map_output *o = &m->out;
+  CHECK_MSG(o->shuffle_id == p->spec.shuffle_id && o->map_id == m->map_id &&
+                o->attempt == m->attempt && o->n_partitions == p->spec.n_partitions &&
+                o->location && o->rows && o->bytes && o->checksums,
+            "%s: map %lld: ids/arrays", backend, (long long)m->map_id);
+  if (!o->rows) return;
+  int bad = 0;
+  for (int32_t q = 0; q < p->spec.n_partitions; q++) {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < m->n_ops; i++)
+      if (m->ops[i].partition == q) rows += m->ops[i].batch->length;
+    if (o->rows[q] != rows || (rows > 0 && o->bytes[q] <= 0) || o->bytes[q] < 0) bad++;
+  }
+  CHECK_MSG(bad == 0, "%s: map %lld: %d partitions with wrong rows/bytes", backend,
+            (long long)m->map_id, bad);
+}
+
+/* Drains a stream into a growing array (references). Returns the error. */
+static inline int stu_drain(fsh_batch_stream *s, fsh_batch ***out, int64_t *n, fsh_error *err) {
+  *out = NULL;
+  *n = 0;
+  int64_t cap = 0;
+  for (;;) {
+    fsh_batch *b = NULL;
+    int rc = s->get_next(s, &b, err);
+    if (rc != 0) return rc;
+    if (!b) return 0;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 16;
+      *out = STU_OK(realloc(*out, sizeof **out * (size_t)cap));
+    }
+    (*out)[(*n)++] = b;
+  }
+}
+
+static inline void stu_free_batches(fsh_batch **bs, int64_t n) {
+  for (int64_t i = 0; i < n; i++) fsh_batch_unref(bs[i]);
+  free(bs);
+}
+
+/* Whether the rows of got[] equal the rows of want[] in order, however
+ * either side is cut into batches. On a difference writes it to diff. */
+static inline bool stu_rows_equal(fsh_batch *const *got, int64_t n_got, fsh_batch *const *want,
+                                  int64_t n_want, char *diff, size_t diff_size) {
+  int64_t gi = 0, go = 0, wi = 0, wo = 0, row = 0;
+  for (;;) {
+    while (gi < n_got && go == got[gi]->length) gi++, go = 0;
+    while (wi < n_want && wo == want[wi]->length) wi++, wo = 0;
+    if (gi == n_got || wi == n_want) {
+      if (gi == n_got && wi == n_want) return true;
+      snprintf(diff, diff_size, "row %lld: %s has more rows", (long long)row,
+               gi == n_got ? "expected" : "read");
+      return false;
+    }
+    int64_t len = got[gi]->length - go;
+    if (want[wi]->length - wo < len) len = want[wi]->length - wo;
+    fsh_batch *a = STU_OK(fsh_batch_slice(got[gi], go, len));
+    fsh_batch *b = STU_OK(fsh_batch_slice(want[wi], wo, len));
+    fsh_error d = {{0}};
+    bool eq = fsh_batch_equals(a, b, &d);
+    fsh_batch_unref(a);
+    fsh_batch_unref(b);
+    if (!eq) {
+      snprintf(diff, diff_size, "rows %lld..%lld differ: %s", (long long)row,
+               (long long)(row + len), d.message);
+      return false;
+    }
+    go += len;
+    wo += len;
+    row += len;
+  }
+}
+
+/* Reads partition q from the map outputs maps[idx[0..n)] (all maps in
+ * order when idx is NULL) and checks it holds exactly the rows the plan
+ * wrote there, source by source, in write order. Returns false (and
+ * reports) on any difference or error. */
+static inline bool stu_check_partition(fsh_shuffle_backend *b, const stu_plan *p, int32_t q,
+                                       const int *idx, int n, const char *backend) {
+  if (!idx) n = p->n_maps;
+  fsh_map_output *src = STU_OK(calloc((size_t)(n ? n : 1), sizeof *src));
+  fsh_batch **want = NULL;
+  int64_t n_want = 0, cap = 0;
+  for (int i = 0; i < n; i++) {
+    const stu_map *m = &p->maps[idx ? idx[i] : i];
+    src[i] = m->out; /* shallow: the plan keeps ownership */
+    for (int64_t k = 0; k < m->n_ops; k++) {
+      if (m->ops[k].partition != q) continue;
+      if (n_want == cap) {
+        cap = cap ? cap * 2 : 16;
+        want = STU_OK(realloc(want, sizeof *want * (size_t)cap));
+      }
+      want[n_want++] = m->ops[k].batch;
+    }
+  }
+  fsh_error err = {{0}};
+  fsh_batch_stream s = {0};
+  fsh_batch **got = NULL;
+  int64_t n_got = 0;
+  bool ok = true;
+  int rc = fsh_shuffle_open_reader(b, &p->spec, q, src, n, &s, &err);
+  if (rc == 0) {
+    rc = stu_drain(&s, &got, &n_got, &err);
+    s.release(&s);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "%s: partition %d: read failed (%d): %s\n", backend, q, rc, err.message);
+    ok = false;
+  } else {
+    char diff[1200];
+    if (!stu_rows_equal(got, n_got, want, n_want, diff, sizeof diff)) {
+      fprintf(stderr, "%s: partition %d: %s\n", backend, q, diff);
+      ok = false;
+    }
+  }
+  CHECK(ok);
+  stu_free_batches(got, n_got);
+  free(want);
+  free(src);
+  return ok;
+}
+
+/* Runs every map task, checks metadata, then every partition over all
+ * map outputs. */
+static inline void stu_run_and_check(fsh_shuffle_backend *b, stu_plan *p, const char *backend) {
+  fsh_error err = {{0}};
+  for (int i = 0; i < p->n_maps; i++) {
+    CHECK_OK(stu_run_map(b, &p->spec, &p->maps[i], &err));
+    stu_check_meta(p, &p->maps[i], backend);
+  }
+  int bad = 0;
+  for (int32_t q = 0; q < p->spec.n_partitions && bad < 5; q++)
+    bad += !stu_check_partition(b, p, q, NULL, 0, backend);
+}
+
+/* Opens a reader and drains it: the error code of either step (0 if all
+ * went well). */
+static inline int stu_read_rc(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t q,
+                              const fsh_map_output *src, int64_t n, int64_t *rows,
+                              fsh_error *err) {
+  fsh_batch_stream s = {0};
+  int rc = fsh_shuffle_open_reader(b, spec, q, src, n, &s, err);
+  if (rc != 0) return rc;
+  fsh_batch **got = NULL;
+  int64_t n_got = 0;
+  rc = stu_drain(&s, &got, &n_got, err);
+  s.release(&s);
+  if (rows) {
+    *rows = 0;
+    for (int64_t i = 0; i < n_got; i++) *rows += got[i]->length;
+  }
+  stu_free_batches(got, n_got);
+  return rc;
+}
+
+#endif

@@ -1,0 +1,364 @@
+/* test_map_file.c -- the map-output file format on its own (memory
+ * outputs and inputs): block coalescing, self-contained blocks, raw block
+ * ranges and their checksums, readability by a plain IPC stream reader,
+ * write failures (disk full), and that no single flipped byte anywhere in
+ * a file ever reads back as wrong data. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "ipc/sample_batches.h"
+#include "shuffle/shuffle_internal.h"
+#include "shuffle/shuffle_testutil.h"
+
+/* Writes plan map 0 into memory through the map-file writer. */
+static fsh_buffer *write_file(const stu_plan *p, const fsh_map_file_options *o,
+                              fsh_map_output *meta) {
+  fsh_error err;
+  fsh_buffer *bytes = NULL;
+  fsh_output *out = NULL;
+  fsh_map_file_writer *w = NULL;
+  CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
+  CHECK_OK(fsh_map_file_writer_open(out, &p->spec, p->maps[0].map_id, p->maps[0].attempt, o, &w,
+                                    &err));
+  if (!w) return NULL;
+  for (int64_t i = 0; i < p->maps[0].n_ops; i++)
+    CHECK_OK(fsh_map_file_writer_write(w, p->maps[0].ops[i].partition, p->maps[0].ops[i].batch,
+                                       &err));
+  CHECK_OK(fsh_map_file_writer_close(w, meta, &err));
+  return bytes;
+}
+
+static fsh_map_file *open_buffer(fsh_buffer *bytes, int *rc, fsh_error *err) {
+  fsh_input *in = NULL;
+  fsh_map_file *f = NULL;
+  *rc = fsh_input_from_buffer(bytes, &in, err);
+  if (*rc == 0) *rc = fsh_map_file_open(in, &f, err);
+  return f;
+}
+
+/* Reads partition q fully; returns the error code. */
+static int read_partition(fsh_map_file *f, int32_t q, fsh_batch ***got, int64_t *n,
+                          fsh_error *err) {
+  fsh_map_file_cursor *c = NULL;
+  *got = NULL;
+  *n = 0;
+  int rc = fsh_map_file_cursor_open(f, q, &c, err);
+  int64_t cap = 0;
+  while (rc == 0) {
+    fsh_batch *b = NULL;
+    rc = fsh_map_file_cursor_next(c, &b, err);
+    if (rc != 0 || !b) break;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 16;
+      *got = STU_OK(realloc(*got, sizeof **got * (size_t)cap));
+    }
+    (*got)[(*n)++] = b;
+  }
+  fsh_map_file_cursor_free(c);
+  return rc;
+}
+
+static void plan_synthetic(stu_plan *p, int32_t n_parts, int64_t rows, int64_t chunk) {
+  fsh_batch *x = stu_synthetic(1, rows);
+  stu_plan_init(p, 3, n_parts, x->schema, 1);
+  p->maps[0].map_id = 9;
+  p->maps[0].attempt = 2;
+  stu_add_split(&p->maps[0], x, n_parts, chunk, false, 1);
+  fsh_batch_unref(x);
+}
+
+/* Wanted batches of partition q of map 0. */
+static int64_t wanted(const stu_plan *p, int32_t q, fsh_batch **out) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < p->maps[0].n_ops; i++)
+    if (p->maps[0].ops[i].partition == q) out[n++] = p->maps[0].ops[i].batch;
+  return n;
+}
+
+/* Small batches coalesce into blocks of about the target size; blocks are
+ * self-contained, their bytes hash to the recorded checksums, and the
+ * index matches the map output record. */
+static void test_blocks_and_ranges(void) {
+  fsh_error err;
+  stu_plan p;
+  plan_synthetic(&p, 4, 40000, 50);
+  fsh_map_file_options o = {.target_block_bytes = 32 << 10};
+  fsh_map_output meta = {0};
+  fsh_buffer *bytes = write_file(&p, &o, &meta);
+  int rc;
+  fsh_map_file *f = open_buffer(bytes, &rc, &err);
+  CHECK_OK(rc);
+  if (!f) return;
+  const fsh_map_file_info *info = fsh_map_file_get_info(f);
+  CHECK(info->shuffle_id == 3 && info->map_id == 9 && info->attempt == 2 &&
+        info->n_partitions == 4 && info->file_size == bytes->size);
+  fsh_batch **want = STU_OK(calloc((size_t)p.maps[0].n_ops, sizeof *want));
+  for (int32_t q = 0; q < 4; q++) {
+    fsh_map_file_partition part;
+    CHECK_OK(fsh_map_file_get_partition(f, q, &part, &err));
+    CHECK_EQ_INT(part.rows, meta.rows[q]);
+    CHECK_EQ_INT(part.bytes, meta.bytes[q]);
+    CHECK(part.checksum == meta.checksums[q]);
+    CHECK_MSG(part.n_blocks >= 3, "partition %d: %lld blocks", q, (long long)part.n_blocks);
+    /* the raw ranges: their bytes hash to the checksum, and every block
+     * but the last reached the target */
+    XXH3_state_t *s = XXH3_createState();
+    XXH3_64bits_reset(s);
+    for (int64_t k = 0; k < part.n_blocks; k++) {
+      const fsh_map_file_block *bl = &part.blocks[k];
+      XXH3_64bits_update(s, bytes->data + bl->offset, (size_t)bl->length);
+      if (k + 1 < part.n_blocks) CHECK(bl->length >= (32 << 10) / 2);
+      CHECK(XXH3_64bits(bytes->data + bl->offset, (size_t)bl->length) == bl->checksum);
+    }
+    CHECK(XXH3_64bits_digest(s) == meta.checksums[q]);
+    XXH3_freeState(s);
+    /* each block decodes on its own: a fresh decoder, the schema, then
+     * the block's messages only (blocks later in the partition first) */
+    int64_t n_want = wanted(&p, q, want), seen = 0;
+    for (int64_t k = part.n_blocks - 1; k >= 0; k--) {
+      fsh_ipc_decoder *d = NULL;
+      CHECK_OK(fsh_ipc_decoder_new(&d, &err));
+      fsh_buffer *sm = fsh_buffer_slice(bytes, 8, info->schema_length - 8);
+      fsh_batch *none = NULL;
+      CHECK_OK(fsh_ipc_decode_message(d, sm, NULL, &none, &err));
+      fsh_buffer_unref(sm);
+      int64_t pos = part.blocks[k].offset, end = pos + part.blocks[k].length, rows = 0;
+      while (pos < end) {
+        int64_t len = (int64_t)(bytes->data[pos + 4] | bytes->data[pos + 5] << 8 |
+                                bytes->data[pos + 6] << 16 | (int64_t)bytes->data[pos + 7] << 24);
+        fsh_buffer *md = fsh_buffer_slice(bytes, pos + 8, len);
+        fsh_ipc_message_type t;
+        int64_t body_len = 0;
+        CHECK_OK(fsh_ipc_peek_message(md, &t, &body_len, &err));
+        fsh_buffer *body = fsh_buffer_slice(bytes, pos + 8 + len, body_len);
+        fsh_batch *bt = NULL;
+        CHECK_OK(fsh_ipc_decode_message(d, md, body, &bt, &err));
+        if (bt) rows += bt->length, seen++;
+        fsh_batch_unref(bt);
+        fsh_buffer_unref(md);
+        fsh_buffer_unref(body);
+        pos += 8 + len + body_len;
+      }
+      CHECK_EQ_INT(rows, part.blocks[k].rows);
+      fsh_ipc_decoder_free(d);
+    }
+    CHECK_EQ_INT(seen, n_want);
+    fsh_batch **got;
+    int64_t n_got;
+    CHECK_OK(read_partition(f, q, &got, &n_got, &err));
+    char diff[1200];
+    CHECK_MSG(stu_rows_equal(got, n_got, want, n_want, diff, sizeof diff), "%s", diff);
+    stu_free_batches(got, n_got);
+    fsh_map_file_partition_reset(&part);
+  }
+  CHECK_EQ_INT(fsh_map_file_get_partition(f, 4, &(fsh_map_file_partition){0}, &err), EINVAL);
+  free(want);
+  fsh_map_file_close(f);
+  fsh_buffer_unref(bytes);
+  fsh_map_output_reset(&meta);
+  stu_plan_free(&p);
+}
+
+/* Past max_buffered_bytes every partition is written out, before any
+ * reaches its target. */
+static void test_buffer_budget(void) {
+  fsh_error err;
+  stu_plan p;
+  plan_synthetic(&p, 8, 20000, 40);
+  fsh_map_file_options o = {.target_block_bytes = 1 << 30, .max_buffered_bytes = 64 << 10};
+  fsh_map_output meta = {0};
+  fsh_buffer *bytes = write_file(&p, &o, &meta);
+  int rc;
+  fsh_map_file *f = open_buffer(bytes, &rc, &err);
+  CHECK_OK(rc);
+  if (f) {
+    CHECK_MSG(fsh_map_file_get_info(f)->n_blocks > 16, "%lld blocks",
+              (long long)fsh_map_file_get_info(f)->n_blocks);
+    fsh_map_file_close(f);
+  }
+  fsh_buffer_unref(bytes);
+  fsh_map_output_reset(&meta);
+  stu_plan_free(&p);
+}
+
+/* The file is an Arrow IPC stream: a plain stream reader returns every
+ * batch (all partitions, block order) and stops before the index. */
+static void test_plain_stream_reader(void) {
+  fsh_error err;
+  fsh_batch *all = fsh_sample_all_types();
+  stu_plan p;
+  stu_plan_init(&p, 5, 3, all->schema, 1);
+  stu_add_split(&p.maps[0], all, 3, 1, true, 0);
+  stu_add(&p.maps[0], 2, all);
+  fsh_map_file_options o = {.compression = FSH_COMPRESSION_ZSTD, .target_block_bytes = 1};
+  fsh_map_output meta = {0};
+  fsh_buffer *bytes = write_file(&p, &o, &meta);
+  fsh_batch_stream s = {0};
+  CHECK_OK(fsh_ipc_open_buffer(bytes, "map file", &s, &err));
+  if (s.release) {
+    fsh_batch **got;
+    int64_t n, rows = 0;
+    CHECK_OK(stu_drain(&s, &got, &n, &err));
+    for (int64_t i = 0; i < n; i++) rows += got[i]->length;
+    CHECK_EQ_INT(rows, 14);
+    CHECK_EQ_INT(n, 8);
+    stu_free_batches(got, n);
+    s.release(&s);
+  }
+  fsh_buffer_unref(bytes);
+  fsh_map_output_reset(&meta);
+  stu_plan_free(&p);
+  fsh_batch_unref(all);
+}
+
+/* An output that fails with ENOSPC once `limit` bytes are written, and
+ * records whether it was aborted. */
+typedef struct full_disk {
+  int64_t limit;
+  bool closed, aborted;
+} full_disk;
+
+static int full_writev(fsh_output *o, const struct iovec *iov, int n, fsh_error *err) {
+  full_disk *d = o->ctx;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
+  if (o->position + total > d->limit)
+    return fsh_error_set(err, ENOSPC, "writing %s: No space left on device", o->name);
+  o->position += total;
+  return 0;
+}
+
+static int full_close(fsh_output *o, bool abort, fsh_error *err) {
+  (void)err;
+  full_disk *d = o->ctx;
+  d->closed = true;
+  d->aborted = abort;
+  free(o);
+  return 0;
+}
+
+static void test_disk_full(void) {
+  stu_plan p;
+  plan_synthetic(&p, 4, 5000, 100);
+  int seen_write_failure = 0, seen_close_failure = 0;
+  for (int64_t limit = 0; limit < 4000000; limit += 7919) {
+    full_disk d = {.limit = limit};
+    fsh_output *o = STU_OK(calloc(1, sizeof *o));
+    *o = (fsh_output){.writev = full_writev, .close = full_close, .ctx = &d, .name = "disk"};
+    fsh_error err = {{0}};
+    fsh_map_file_options opts = {.target_block_bytes = 16 << 10};
+    fsh_map_file_writer *w = NULL;
+    int rc = fsh_map_file_writer_open(o, &p.spec, 0, 0, &opts, &w, &err);
+    for (int64_t i = 0; rc == 0 && i < p.maps[0].n_ops; i++) {
+      rc = fsh_map_file_writer_write(w, p.maps[0].ops[i].partition, p.maps[0].ops[i].batch, &err);
+      if (rc != 0) {
+        seen_write_failure++;
+        /* the writer stays failed; close reports it and discards */
+        fsh_map_output m = {0};
+        CHECK_EQ_INT(fsh_map_file_writer_close(w, &m, &err), ENOSPC);
+        CHECK(m.rows == NULL);
+      }
+    }
+    fsh_map_output m = {0};
+    if (rc == 0) {
+      rc = fsh_map_file_writer_close(w, &m, &err);
+      seen_close_failure += rc != 0;
+    }
+    CHECK(d.closed);
+    if (rc != 0) {
+      CHECK_MSG(rc == ENOSPC && strstr(err.message, "No space left") &&
+                    strstr(err.message, "shuffle 3 map 0"),
+                "limit %lld: rc %d: %s", (long long)limit, rc, err.message);
+      CHECK(d.aborted);
+    } else {
+      CHECK(!d.aborted);
+      fsh_map_output_reset(&m);
+      break;
+    }
+  }
+  CHECK(seen_write_failure > 0);
+  CHECK(seen_close_failure > 0);
+  stu_plan_free(&p);
+}
+
+/* Flipping any single byte of a file never yields wrong data: opening or
+ * reading the affected partition fails (EINVAL or EIO), or, for a byte no
+ * reader relies on, every partition still reads back exactly. */
+static void test_every_byte_flipped(void) {
+  fsh_error err;
+  fsh_schema *ds = fsh_sample_dict_schema();
+  const char *v[] = {"a", "bb", "ccc"};
+  fsh_array *dict = sbh_strings(NULL, 3, v);
+  const int32_t idx[] = {2, 0, 1, 1, 0};
+  fsh_batch *x = fsh_sample_dict_batch(ds, dict, 5, idx);
+  stu_plan p;
+  stu_plan_init(&p, 6, 3, ds, 1);
+  stu_add_split(&p.maps[0], x, 3, 2, true, 0);
+  stu_add(&p.maps[0], 0, x);
+  fsh_map_file_options o = {.target_block_bytes = 200};
+  fsh_map_output meta = {0};
+  fsh_buffer *good = write_file(&p, &o, &meta);
+  fsh_batch *want[8];
+  int undetected = 0, wrong = 0;
+  for (int64_t at = 0; good && at < good->size; at++) {
+    fsh_buffer *bad = STU_OK(fsh_buffer_copy(good->data, good->size));
+    bad->data[at] ^= 0x5A;
+    int rc;
+    fsh_map_file *f = open_buffer(bad, &rc, &err);
+    int failures = rc != 0;
+    for (int32_t q = 0; f && q < 3; q++) {
+      fsh_batch **got;
+      int64_t n;
+      rc = read_partition(f, q, &got, &n, &err);
+      if (rc != 0) {
+        failures++;
+        if (rc != EINVAL && rc != EIO) wrong++;
+      } else {
+        char diff[1200];
+        int64_t nw = wanted(&p, q, want);
+        if (!stu_rows_equal(got, n, want, nw, diff, sizeof diff)) {
+          fprintf(stderr, "byte %lld flipped: partition %d reads wrong data: %s\n", (long long)at,
+                  q, diff);
+          wrong++;
+        }
+      }
+      stu_free_batches(got, n);
+    }
+    undetected += failures == 0;
+    fsh_map_file_close(f);
+    fsh_buffer_unref(bad);
+  }
+  CHECK_EQ_INT(wrong, 0);
+  CHECK_EQ_INT(undetected, 0); /* every byte is covered by a check */
+  fsh_buffer_unref(good);
+  fsh_map_output_reset(&meta);
+  stu_plan_free(&p);
+  fsh_batch_unref(x);
+  fsh_array_unref(dict);
+  fsh_schema_unref(ds);
+}
+
+/* Files too small, or with a plausible trailer over garbage. */
+static void test_malformed_files(void) {
+  fsh_error err;
+  int rc;
+  uint8_t zeros[512] = {0};
+  for (int64_t n = 0; n <= 512; n += 64) {
+    fsh_buffer *b = STU_OK(fsh_buffer_copy(zeros, n));
+    fsh_map_file *f = open_buffer(b, &rc, &err);
+    CHECK_MSG(rc == EINVAL && !f && strstr(err.message, "not a valid map-output file"), "%s",
+              err.message);
+    fsh_buffer_unref(b);
+  }
+  /* a trailer that claims an index longer than the file */
+  memcpy(zeros + 512 - 8, FSH_MAP_FILE_MAGIC, 8);
+  zeros[512 - 24] = 0xFF, zeros[512 - 17] = 0x7F;
+  fsh_buffer *b = STU_OK(fsh_buffer_copy(zeros, 512));
+  fsh_map_file *f = open_buffer(b, &rc, &err);
+  CHECK_MSG(rc == EINVAL && !f && strstr(err.message, "index length"), "%s", err.message);
+  fsh_buffer_unref(b);
+}
+
+FSH_TEST_MAIN(TEST(test_blocks_and_ranges), TEST(test_buffer_budget),
+              TEST(test_plain_stream_reader), TEST(test_disk_full),
+              TEST(test_every_byte_flipped), TEST(test_malformed_files))
