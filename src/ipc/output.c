@@ -90,21 +90,19 @@ static int fd_close(fsh_output *out, bool abort, fsh_error *err) {
 
 /* fsync of the directory holding path, so that a rename is durable. */
 static int fsync_dir(const char *path, fsh_error *err) {
-  char *dir = fsh_strdup(path);
-  if (!dir) return fsh_error_set(err, ENOMEM, "out of memory");
-  char *slash = strrchr(dir, '/');
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/');
   if (!slash)
-    strcpy(dir, ".");
-  else if (slash == dir)
-    dir[1] = '\0';
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
   else
-    *slash = '\0';
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
   int rc = 0;
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0 || fsync(fd) != 0)
     rc = fsh_error_set(err, EIO, "syncing directory %s: %s", dir, strerror(errno));
   if (fd >= 0) close(fd);
-  fsh_free(dir);
   return rc;
 }
 
@@ -123,10 +121,13 @@ static int atomic_close(fsh_output *out, bool abort, fsh_error *err) {
     rc = fsh_error_set(err, EIO, "closing %s: %s", s->tmp_path, strerror(errno));
   if (rc == 0 && rename(s->tmp_path, s->path) != 0)
     rc = fsh_error_set(err, EIO, "renaming %s to %s: %s", s->tmp_path, s->path, strerror(errno));
-  if (rc != 0)
+  if (rc != 0) {
     unlink(s->tmp_path);
-  else
-    rc = fsync_dir(s->path, err);
+  } else if ((rc = fsync_dir(s->path, err)) != 0) {
+    /* the rename may not survive a crash: an error must mean "no file",
+     * so take the final name away again rather than leave it half-durable */
+    unlink(s->path);
+  }
   fd_sink_free(out);
   return rc;
 }
