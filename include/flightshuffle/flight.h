@@ -214,7 +214,11 @@ typedef struct fsh_flight_handlers {
                     fsh_schema **out, fsh_error *err);
   int (*do_get)(void *ctx, fsh_flight_call *call, const fsh_bytes *ticket,
                 fsh_flight_source **out, fsh_error *err);
-  /* The first message (with the descriptor and the schema) is in *first. */
+  /* The first message (with the descriptor and the schema) is in *first
+   * (borrowed); it is then also the first message pushed into the sink, so
+   * a sink sees the whole stream. DoExchange likewise (*in may be NULL for
+   * a producer only; *first is empty if the client sent nothing). When the
+   * call ends the server releases the sink, then the source. */
   int (*do_put)(void *ctx, fsh_flight_call *call, const fsh_flight_message *first,
                 fsh_flight_sink **out, fsh_error *err);
   int (*do_exchange)(void *ctx, fsh_flight_call *call, const fsh_flight_message *first,
@@ -288,11 +292,15 @@ FSH_NODISCARD int fsh_flight_do_action(fsh_flight_client *c, const fsh_flight_ac
 FSH_NODISCARD int fsh_flight_list_actions(fsh_flight_client *c,
                                           fsh_flight_action_type_list *out, fsh_error *err);
 
-/* A streaming DoGet (or the response side of DoExchange). */
+/* A streaming DoGet (or the response side of DoExchange). The call's
+ * deadline (timeout_ms) covers the whole stream. A status other than OK
+ * (the server's, a deadline, a lost connection, a cancel) is the error of
+ * the read that meets it: "DoGet grpc://h:p: NOT_FOUND: <details>". */
 typedef struct fsh_flight_reader fsh_flight_reader;
 FSH_NODISCARD int fsh_flight_do_get(fsh_flight_client *c, const fsh_bytes *ticket,
                                     fsh_flight_reader **out, fsh_error *err);
-/* The schema (after the first message; read on demand). */
+/* The schema (after the first message; read on demand: next_raw still
+ * returns that message afterwards). */
 FSH_NODISCARD int fsh_flight_reader_schema(fsh_flight_reader *r, fsh_schema **out,
                                            fsh_error *err); /* borrowed */
 /* Next decoded batch, or *batch NULL at the end. */
@@ -303,7 +311,12 @@ FSH_NODISCARD int fsh_flight_reader_next_raw(fsh_flight_reader *r, fsh_flight_me
 void fsh_flight_reader_cancel(fsh_flight_reader *r);
 void fsh_flight_reader_free(fsh_flight_reader *r);
 
-/* A streaming DoPut (and the request side of DoExchange). */
+/* A streaming DoPut (and the request side of DoExchange). The schema
+ * message goes out at once, with the descriptor. With schema NULL the
+ * writer only takes write_raw (forwarding a stream whose schema message is
+ * among the raw payloads) and the descriptor rides on the first of them.
+ * Errors the server ends the call with (a refused token, a handler error)
+ * surface at the next write or at close. */
 typedef struct fsh_flight_writer fsh_flight_writer;
 FSH_NODISCARD int fsh_flight_do_put(fsh_flight_client *c, const fsh_flight_descriptor *d,
                                     fsh_schema *schema, const fsh_ipc_write_options *opts,

@@ -17,10 +17,12 @@ static void usage(FILE *f) {
           "  ipc equals A B                 exit 0 if A and B hold the same schema and data\n"
           "  demo [--out DIR] [--rows N]    write and re-read a generated table with\n"
           "                                 every format and compression\n"
-          "  flight serve --listen HOST:PORT [--auth-token T] [--tls-cert C --tls-key K] FILE...\n"
+          "  flight serve --listen HOST:PORT [--auth-token T [--user U --password P]]\n"
+          "               [--tls-cert C --tls-key K [--tls-client-ca CA]] [--threads N] FILE...\n"
           "  flight list URI                the flights a server offers\n"
           "  flight get URI TICKET [-o OUT] DoGet one ticket (IPC stream to OUT or stdout)\n"
-          "  flight put URI PATH FILE       DoPut an IPC file under a descriptor path\n");
+          "  flight put URI PATH FILE       DoPut an IPC file under a descriptor path\n"
+          "  flight info|poll|schema|actions|action|exchange|handshake ...  (flight -h)\n");
 }
 
 int cli_fail(int status, const char *fmt, ...) {

@@ -1,0 +1,93 @@
+/* client_internal.h -- what the Flight client's files share: the client
+ * (one gRPC channel) and one RPC in flight (a call on its own pluck
+ * completion queue), with blocking send / receive / finish steps.
+ * Private to src/flight/client*.c. */
+#ifndef FSH_FLIGHT_CLIENT_INTERNAL_H
+#define FSH_FLIGHT_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <grpc/grpc.h>
+
+#include "flight/wire.h"
+
+struct fsh_flight_client {
+  grpc_channel *channel;
+  char *uri;     /* for error messages */
+  int64_t timeout_ms;
+  pthread_mutex_t mu; /* guards auth_header (Handshake replaces it) */
+  char *auth_header;  /* "Bearer <token>", or NULL */
+};
+
+/* One call. The status batch (RECV_STATUS_ON_CLIENT) is started with the
+ * call, so the status is always there to collect, whatever happened.
+ * Sends and receives may run on two threads (DoExchange's writer and
+ * reader); everything else is single-threaded per call. Refcounted: the
+ * writer and reader of one DoExchange share it. */
+typedef struct fsh_flight_rpc {
+  fsh_flight_client *client; /* borrowed: must outlive the call */
+  const char *method;        /* "DoGet", static */
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  atomic_int refs;
+  /* tags: addresses of these, one per kind of batch */
+  char tag_send, tag_recv, tag_status, tag_initial;
+  /* sends */
+  bool sent_initial_md;
+  bool sent_close;
+  grpc_metadata send_md[1];
+  size_t n_send_md;
+  /* receives; the initial metadata is asked for with the call (gRPC 1.51
+   * completes the status only once it was: a call whose sends fail before
+   * any receive would otherwise never end) and collected with the status */
+  bool recv_done; /* end of the response stream (or a failed receive) */
+  bool prefetch;     /* keep a receive in flight ahead of the caller */
+  bool recv_pending; /* a RECV_MESSAGE batch is in flight */
+  grpc_byte_buffer *recv_msg;
+  bool initial_md_done;
+  grpc_metadata_array initial_md;
+  /* status */
+  pthread_mutex_t status_mu;
+  bool status_done;
+  grpc_metadata_array trailing_md;
+  grpc_status_code status;
+  grpc_slice details;
+} fsh_flight_rpc;
+
+/* Starts a call of /arrow.flight.protocol.FlightService/<method> with the
+ * client's deadline and bearer token (or, if auth_override is set, that
+ * "authorization" value instead). Nothing is sent yet. */
+FSH_NODISCARD int fsh_flight_rpc_start(fsh_flight_client *c, const char *method,
+                                       const char *auth_override, fsh_flight_rpc **out,
+                                       fsh_error *err);
+/* Sends one batch: the initial metadata (on the first send), then msg
+ * (may be NULL; always destroyed), then, with close, the half-close.
+ * Blocks until gRPC took it. A failure reports the call's status. */
+FSH_NODISCARD int fsh_flight_rpc_send(fsh_flight_rpc *r, grpc_byte_buffer *msg, bool close,
+                                      fsh_error *err);
+/* Receives the next message into *msg (the caller destroys it); *msg NULL
+ * at the end of the stream, and then the status has been checked: a
+ * non-OK status is the error returned. */
+FSH_NODISCARD int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg,
+                                      fsh_error *err);
+/* Waits for the status and the initial metadata (once; later calls
+ * return the same) and turns a non-OK status into an error:
+ * "<Method> <uri>: <CODE>: <details>". */
+FSH_NODISCARD int fsh_flight_rpc_finish(fsh_flight_rpc *r, fsh_error *err);
+/* An error about this call: prefixes err with "<Method> <uri>: ". */
+int fsh_flight_rpc_error(fsh_flight_rpc *r, int code, fsh_error *err);
+/* Cancels the call (any thread); pending operations complete with failure. */
+void fsh_flight_rpc_cancel(fsh_flight_rpc *r);
+fsh_flight_rpc *fsh_flight_rpc_ref(fsh_flight_rpc *r);
+/* Drops a reference; the last one cancels the call if its status has not
+ * been received, collects it, and frees the call and its queue. */
+void fsh_flight_rpc_unref(fsh_flight_rpc *r);
+/* The value of initial metadata key (NUL-terminated copy, or NULL);
+ * only after fsh_flight_rpc_finish. */
+char *fsh_flight_rpc_initial_md(fsh_flight_rpc *r, const char *key);
+
+/* "OK", "NOT_FOUND", ... */
+const char *fsh_flight_status_name(grpc_status_code s);
+
+#endif

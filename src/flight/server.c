@@ -1,0 +1,215 @@
+/* server.c -- the Flight server's lifecycle: gRPC server creation, method
+ * registration, the fixed pool of threads (one completion queue each),
+ * graceful stop (shutdown, wait, cancel, drain, join, free). */
+#include "flight/server_internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define SRV_SERVICE "/arrow.flight.protocol.FlightService/"
+
+static const struct {
+  const char *name;
+  bool reads_initial;
+} srv_methods[SRV_N_METHODS] = {
+    [SRV_HANDSHAKE] = {"Handshake", false},
+    [SRV_LIST_FLIGHTS] = {"ListFlights", true},
+    [SRV_GET_FLIGHT_INFO] = {"GetFlightInfo", true},
+    [SRV_POLL_FLIGHT_INFO] = {"PollFlightInfo", true},
+    [SRV_GET_SCHEMA] = {"GetSchema", true},
+    [SRV_DO_GET] = {"DoGet", true},
+    [SRV_DO_PUT] = {"DoPut", false},
+    [SRV_DO_EXCHANGE] = {"DoExchange", false},
+    [SRV_DO_ACTION] = {"DoAction", true},
+    [SRV_LIST_ACTIONS] = {"ListActions", true},
+};
+
+const char *srv_method_name(srv_method m) { return srv_methods[m].name; }
+bool srv_method_reads_initial(srv_method m) { return srv_methods[m].reads_initial; }
+
+int fsh_flight_server_port(const fsh_flight_server *s) { return s->port; }
+
+static void *srv_worker_main(void *arg) {
+  srv_worker *w = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type != GRPC_OP_COMPLETE) continue;
+    srv_handle_event(w->server, ev.tag, ev.success != 0);
+  }
+  return NULL;
+}
+
+static char *srv_dup_opt(const char *s, bool *oom) {
+  if (!s) return NULL;
+  char *d = fsh_strdup(s);
+  if (!d) *oom = true;
+  return d;
+}
+
+/* Frees what start() built, in the only order gRPC accepts: the server
+ * (after its shutdown tag), then the queues (shut down and drained by their
+ * threads), then the library reference. */
+static void srv_free(fsh_flight_server *s) {
+  if (s->server) grpc_server_destroy(s->server);
+  for (int i = 0; i < s->n_workers; i++)
+    if (s->workers[i].cq) grpc_completion_queue_shutdown(s->workers[i].cq);
+  for (int i = 0; i < s->n_workers; i++) {
+    srv_worker *w = &s->workers[i];
+    if (w->started) {
+      pthread_join(w->thread, NULL);
+    } else if (w->cq) {
+      /* Never polled: drain here. */
+      while (grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+             GRPC_QUEUE_SHUTDOWN) {
+      }
+    }
+  }
+  for (int i = 0; i < s->n_workers; i++)
+    if (s->workers[i].cq) grpc_completion_queue_destroy(s->workers[i].cq);
+  fsh_free(s->workers);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  fsh_free(s->auth_token);
+  fsh_free(s->basic_user);
+  fsh_free(s->basic_password);
+  fsh_free(s);
+  grpc_shutdown();
+}
+
+/* Waits for the shutdown tag until abs (NULL = forever); true if it came. */
+static bool srv_wait_shutdown(fsh_flight_server *s, const struct timespec *abs) {
+  pthread_mutex_lock(&s->mu);
+  while (!s->shutdown_done) {
+    if (abs) {
+      if (pthread_cond_timedwait(&s->cv, &s->mu, abs) == ETIMEDOUT) break;
+    } else {
+      pthread_cond_wait(&s->cv, &s->mu);
+    }
+  }
+  bool done = s->shutdown_done;
+  pthread_mutex_unlock(&s->mu);
+  return done;
+}
+
+int fsh_flight_server_start(const fsh_flight_server_options *opts,
+                            const fsh_flight_handlers *handlers, fsh_flight_server **out,
+                            fsh_error *err) {
+  if (!opts || !opts->listen || !handlers || !out)
+    return fsh_error_set(err, EINVAL, "flight server: options, listen address and handlers are required");
+  if ((opts->tls_cert_path != NULL) != (opts->tls_key_path != NULL))
+    return fsh_error_set(err, EINVAL, "flight server: TLS needs both a certificate and a key");
+  if (opts->tls_client_ca_path && !opts->tls_cert_path)
+    return fsh_error_set(err, EINVAL, "flight server: mutual TLS (client CA) needs a server certificate and key");
+  if ((opts->basic_user != NULL) != (opts->basic_password != NULL))
+    return fsh_error_set(err, EINVAL, "flight server: basic auth needs both a user and a password");
+  if (opts->basic_user && !opts->auth_token)
+    return fsh_error_set(err, EINVAL, "flight server: basic auth needs an auth token to hand out");
+
+  grpc_init();
+  fsh_flight_server *s = fsh_calloc(1, sizeof *s);
+  if (!s) {
+    grpc_shutdown();
+    return fsh_error_set(err, ENOMEM, "flight server: out of memory");
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->handlers = *handlers;
+  s->shutdown_tag.kind = SRV_TAG_SHUTDOWN;
+  atomic_init(&s->stopping, false);
+  atomic_init(&s->live, 0);
+  bool oom = false;
+  s->auth_token = srv_dup_opt(opts->auth_token, &oom);
+  s->basic_user = srv_dup_opt(opts->basic_user, &oom);
+  s->basic_password = srv_dup_opt(opts->basic_password, &oom);
+  s->n_workers = opts->n_threads > 0 ? opts->n_threads : 4;
+  s->workers = fsh_calloc((size_t)s->n_workers, sizeof *s->workers);
+  if (oom || !s->workers) {
+    s->n_workers = 0;
+    srv_free(s);
+    return fsh_error_set(err, ENOMEM, "flight server: out of memory");
+  }
+
+  /* Message size limits: gRPC's default receive limit is 4 MiB, far below
+   * the batches Flight moves. */
+  int max_recv = -1;
+  if (opts->max_message_bytes > 0 && opts->max_message_bytes < INT32_MAX)
+    max_recv = (int)opts->max_message_bytes;
+  grpc_arg args[2];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = max_recv;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = -1;
+  grpc_channel_args cargs = {2, args};
+  s->server = grpc_server_create(&cargs, NULL);
+
+  for (int m = 0; m < SRV_N_METHODS; m++) {
+    char path[96];
+    snprintf(path, sizeof path, SRV_SERVICE "%s", srv_methods[m].name);
+    s->methods[m] = grpc_server_register_method(
+        s->server, path, NULL,
+        srv_methods[m].reads_initial ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+                                     : GRPC_SRM_PAYLOAD_NONE,
+        0);
+  }
+  for (int i = 0; i < s->n_workers; i++) {
+    s->workers[i].server = s;
+    s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
+  }
+  /* The threads poll before the server starts: a failure here leaves a
+   * server without listeners, which needs no shutdown. */
+  for (int i = 0; i < s->n_workers; i++) {
+    if (pthread_create(&s->workers[i].thread, NULL, srv_worker_main, &s->workers[i]) != 0) {
+      srv_free(s);
+      return fsh_error_set(err, EAGAIN, "flight server: cannot start pool thread %d", i);
+    }
+    s->workers[i].started = true;
+  }
+
+  grpc_server_credentials *creds = NULL;
+  int rc = srv_auth_credentials(opts, &creds, err);
+  if (rc != 0) {
+    /* Never started: grpc_server_destroy needs no shutdown. */
+    srv_free(s);
+    return rc;
+  }
+  s->port = grpc_server_add_http2_port(s->server, opts->listen, creds);
+  grpc_server_credentials_release(creds);
+  if (s->port == 0) {
+    srv_free(s);
+    return fsh_error_set(err, EADDRINUSE,
+                         "flight server: cannot listen on %s (address in use or invalid%s)",
+                         opts->listen, opts->tls_cert_path ? ", or unusable TLS certificate/key" : "");
+  }
+  grpc_server_start(s->server);
+
+  /* Arm one request per method on every queue. */
+  for (int i = 0; i < s->n_workers; i++)
+    for (int m = 0; m < SRV_N_METHODS; m++) (void)srv_request_call(&s->workers[i], (srv_method)m);
+  *out = s;
+  return 0;
+}
+
+void fsh_flight_server_stop(fsh_flight_server *s, int64_t deadline_ms) {
+  if (!s) return;
+  atomic_store(&s->stopping, true);
+  grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
+  struct timespec abs;
+  clock_gettime(CLOCK_REALTIME, &abs);
+  if (deadline_ms < 0) deadline_ms = 0;
+  abs.tv_sec += (time_t)(deadline_ms / 1000);
+  abs.tv_nsec += (long)(deadline_ms % 1000) * 1000000L;
+  if (abs.tv_nsec >= 1000000000L) {
+    abs.tv_sec++;
+    abs.tv_nsec -= 1000000000L;
+  }
+  if (!srv_wait_shutdown(s, &abs)) {
+    grpc_server_cancel_all_calls(s->server);
+    (void)srv_wait_shutdown(s, NULL);
+  }
+  srv_free(s);
+}
