@@ -71,12 +71,21 @@ static const uint8_t *buf_data(const fsh_array *a, int i) {
   return i < a->n_buffers && a->buffers[i] ? a->buffers[i]->data : NULL;
 }
 
-/* Whether slot i (relative to a->offset) holds a value. */
+static int64_t read_int(fsh_type_id t, const uint8_t *p, int64_t i);
+
+/* Whether slot i (relative to a->offset) holds a value. Logical: a
+ * dictionary slot whose index points at a null dictionary value is null,
+ * as the hash kernels see it too. */
 static bool slot_valid(const fsh_field *f, const fsh_array *a, int64_t i) {
   if (f->type == FSH_TYPE_NA) return false;
   if (fsh_type_is_union(f->type)) return true; /* unions have no validity of their own */
   const uint8_t *v = buf_data(a, 0);
-  return !v || fsh_bit_get(v, a->offset + i);
+  if (v && !fsh_bit_get(v, a->offset + i)) return false;
+  if (f->dictionary && a->dictionary && buf_data(a, 1)) {
+    int64_t k = read_int(f->type, buf_data(a, 1), a->offset + i);
+    return k >= 0 && k < a->dictionary->length && slot_valid(&f->dictionary->value, a->dictionary, k);
+  }
+  return true;
 }
 
 /* Integer value of slot i of an integer-typed array (dictionary indices). */
