@@ -20,9 +20,8 @@
  *  - fs: one map-output file per map task in a shared directory (the
  *    stand-in for NFS or a distributed file system); readers open the files
  *    directly;
- *  - flight (issue: the shuffle): map output stays on the worker that made
- *    it, in memory with spill to local disk, and reducers pull it with
- *    Flight DoGet.
+ *  - flight: map output stays on the worker that made it, in memory with
+ *    spill to local disk, and reducers pull it with Flight DoGet (below).
  *
  * The map-output file format (fs and flight spill files) is an IPC stream --
  * schema, then self-contained blocks of (dictionary batches +) record
@@ -120,6 +119,131 @@ FSH_NODISCARD int fsh_shuffle_memory_new(fsh_shuffle_backend **out, fsh_error *e
  * missing). Locations are file names inside dir, never paths: a location
  * that is not a plain name produced by this backend is refused. */
 FSH_NODISCARD int fsh_shuffle_fs_new(const char *dir, fsh_shuffle_backend **out, fsh_error *err);
+
+/* ---- the flight backend ------------------------------------------------ */
+
+/* A worker's store: the map outputs of many shuffles, each a map-output
+ * file image (the fs format). Images live in memory while the store's
+ * memory budget allows; past it a map output goes to a spill file in one
+ * of the spill directories (round-robin), written temp-then-rename -- a
+ * writer that meets the budget mid-way moves what it wrote so far to its
+ * spill file and continues there. Spill files are named
+ * "fshspill-<tag>-s<shuffle>-m<map>-a<attempt>-<seq>.arrows"; a new store
+ * removes every file of that pattern (and its ".tmp") from its spill
+ * directories: the leftovers of a crashed earlier run. A spill directory
+ * belongs to one worker. Thread-safe. */
+typedef struct fsh_shuffle_store fsh_shuffle_store;
+typedef struct fsh_shuffle_store_options {
+  const char *const *spill_dirs; /* created if missing; may be none */
+  int n_spill_dirs;
+  int64_t memory_limit; /* bytes of images kept in memory (0: all spill) */
+  const char *name;     /* for messages (the worker's URI); NULL = "store" */
+} fsh_shuffle_store_options;
+
+typedef struct fsh_shuffle_store_stats {
+  int64_t map_outputs;    /* held, in memory or spilled */
+  int64_t memory_bytes;   /* charged to the memory budget */
+  int64_t spilled_outputs;
+  int64_t spilled_bytes;  /* spill file sizes */
+} fsh_shuffle_store_stats;
+
+FSH_NODISCARD int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts,
+                                        fsh_shuffle_store **out, fsh_error *err);
+/* Frees the store: its memory and its spill files. NULL accepted. */
+void fsh_shuffle_store_free(fsh_shuffle_store *s);
+/* Removes a shuffle's map outputs: memory and spill files (idempotent). */
+FSH_NODISCARD int fsh_shuffle_store_release(fsh_shuffle_store *s, uint64_t shuffle_id,
+                                            fsh_error *err);
+void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *out);
+
+/* A worker: a store behind a Flight server (the `flightshuffle worker`
+ * process, or in-process for tests and embedding). Its Flight surface:
+ *  - DoGet of a shuffle ticket (below): the partition's stored blocks of
+ *    each named map output, streamed as stored, without decoding;
+ *  - ListFlights: one FlightInfo per (shuffle, partition) held, descriptor
+ *    PATH ["shuffle", "<id>", "partition", "<p>"], total_records,
+ *    total_bytes (stored), one endpoint whose ticket names all its map
+ *    outputs of that partition;
+ *  - DoAction "release", body the shuffle id in ASCII decimal ("7"):
+ *    removes the shuffle; one result, a line of text saying what went;
+ *  - DoPut (writing map outputs into a standalone worker): descriptor
+ *    PATH ["shuffle", "<id>", "map", "<m>", "attempt", "<a>", "partitions",
+ *    "<n>", "compression", "none"|"lz4"|"zstd"], then the schema and
+ *    record batches, each record batch's app_metadata its partition id as
+ *    4 bytes, little-endian int32. The map output is complete when the
+ *    client half-closes; the PutResult's app_metadata is its metadata
+ *    (fsh_shuffle_put_result_decode). A failed or cancelled DoPut leaves
+ *    nothing.
+ *
+ * Wire formats (all integers little-endian):
+ *  ticket:  "FSHT", u8 version 1, 3 zero bytes, u64 shuffle_id,
+ *           i32 partition, u32 n, then n x (i64 map_id, i32 attempt,
+ *           u32 0). Never a path: the server looks map outputs up in its
+ *           store by (shuffle, map, attempt) only.
+ *  DoGet stream: the schema message, then for each named map output (in
+ *           ticket order) its stored blocks of the partition, each block's
+ *           messages as stored (dictionary batches, record batch). The
+ *           first message of each block carries app_metadata (88 bytes):
+ *           "FSHB", u8 version 1, 3 zero bytes, i64 map_id, i32 attempt,
+ *           i32 partition, i64 block index, i64 n_blocks (of the
+ *           partition in that map output), i64 block length (framed
+ *           bytes: for each message FFFFFFFF, u32 metadata length, the
+ *           metadata, the body), i64 block rows, u64 block checksum
+ *           (xxh3-64 of those framed bytes), u64 partition checksum (of
+ *           all its blocks, in order), i64 partition rows, i64 partition
+ *           bytes. A map output with no rows in the partition sends
+ *           nothing. No metadata-only messages: any Flight client reads
+ *           the stream as a plain record-batch stream.
+ *  PutResult: "FSHP", u8 version 1, 3 zero bytes, u64 shuffle_id,
+ *           i64 map_id, i32 attempt, i32 n_partitions, then n_partitions
+ *           x (i64 rows, i64 bytes, u64 checksum). */
+typedef struct fsh_shuffle_worker fsh_shuffle_worker;
+typedef struct fsh_shuffle_worker_options {
+  const char *listen; /* "host:port"; port 0 picks a free one */
+  const char *const *spill_dirs;
+  int n_spill_dirs;
+  int64_t memory_limit;
+  const char *auth_token; /* required of every caller when set */
+  int n_threads;          /* server pool; 0 = 4 */
+} fsh_shuffle_worker_options;
+
+FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
+                                           fsh_shuffle_worker **out, fsh_error *err);
+/* "grpc://host:port" (borrowed): the location of its map outputs. */
+const char *fsh_shuffle_worker_uri(const fsh_shuffle_worker *w);
+fsh_shuffle_store *fsh_shuffle_worker_store(fsh_shuffle_worker *w); /* borrowed */
+/* Stops the server (in-flight calls get deadline_ms), then frees the store
+ * (its memory and spill files). NULL accepted. */
+void fsh_shuffle_worker_stop(fsh_shuffle_worker *w, int64_t deadline_ms);
+
+/* Decodes a worker's PutResult into *out (location NULL). EINVAL if
+ * malformed. */
+FSH_NODISCARD int fsh_shuffle_put_result_decode(const void *data, int64_t size,
+                                                fsh_map_output *out, fsh_error *err);
+
+/* The flight backend. Writers write into the local worker's store and the
+ * location of their map outputs is its URI. Readers group the sources by
+ * location: sources in the local store are read in-process (no Flight);
+ * for every other worker ONE DoGet carries all the map outputs wanted from
+ * it; up to max_parallel_fetches workers are fetched at once, with at most
+ * max_bytes_in_flight of decoded batches waiting (beyond the one source
+ * being consumed). Every block is verified against its checksum before it
+ * is decoded: corruption is EIO naming the worker, map output and
+ * partition, never wrong data. Batches come in the order of the sources.
+ * release() releases the shuffle in the local store and sends DoAction
+ * "release" to every peer. */
+typedef struct fsh_shuffle_flight_options {
+  fsh_shuffle_worker *local;      /* borrowed; NULL: a reader-only backend */
+  const char *const *peers;       /* worker URIs that release() reaches */
+  int n_peers;
+  const char *auth_token;         /* sent to peers */
+  int max_parallel_fetches;       /* 0 = 4 */
+  int64_t max_bytes_in_flight;    /* 0 = 64 MiB */
+  int64_t timeout_ms;             /* per DoGet; 0 = none */
+} fsh_shuffle_flight_options;
+
+FSH_NODISCARD int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts,
+                                         fsh_shuffle_backend **out, fsh_error *err);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,8 @@ int cmd_demo(int argc, char **argv);
 /* `flight list|get|put` (cmd_flight.c); `flight serve` (cmd_flight_serve.c). */
 int cmd_flight(int argc, char **argv);
 int cmd_flight_serve(int argc, char **argv);
+/* `worker` (cmd_worker.c): a shuffle worker process. */
+int cmd_worker(int argc, char **argv);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

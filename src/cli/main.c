@@ -22,7 +22,9 @@ static void usage(FILE *f) {
           "  flight list URI                the flights a server offers\n"
           "  flight get URI TICKET [-o OUT] DoGet one ticket (IPC stream to OUT or stdout)\n"
           "  flight put URI PATH FILE       DoPut an IPC file under a descriptor path\n"
-          "  flight info|poll|schema|actions|action|exchange|handshake ...  (flight -h)\n");
+          "  flight info|poll|schema|actions|action|exchange|handshake ...  (flight -h)\n"
+          "  worker --listen HOST:PORT [--spill-dir DIR]... [--memory-limit BYTES]\n"
+          "         [--auth-token T]        a shuffle worker: map-output store + Flight server\n");
 }
 
 int cli_fail(int status, const char *fmt, ...) {
@@ -43,6 +45,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "ipc") == 0) return cmd_ipc(argc - 1, argv + 1);
   if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc - 1, argv + 1);
   if (strcmp(argv[1], "flight") == 0) return cmd_flight(argc - 1, argv + 1);
+  if (strcmp(argv[1], "worker") == 0) return cmd_worker(argc - 1, argv + 1);
   usage(stderr);
   return cli_fail(2, "unknown command '%s'", argv[1]);
 }

@@ -32,11 +32,16 @@ int fsh_flight_server_port(const fsh_flight_server *s) { return s->port; }
 
 static void *srv_worker_main(void *arg) {
   srv_worker *w = arg;
+  bool missing = srv_rearm_missing(w);
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    /* Wake up now and then to retry slots that failed to arm: soon while
+     * some are missing, rarely otherwise (start() may add some). */
+    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                      gpr_time_from_millis(missing ? 50 : 1000, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-    if (ev.type != GRPC_OP_COMPLETE) continue;
-    srv_handle_event(w->server, ev.tag, ev.success != 0);
+    if (ev.type == GRPC_OP_COMPLETE) srv_handle_event(w->server, ev.tag, ev.success != 0);
+    missing = srv_rearm_missing(w);
   }
   return NULL;
 }
@@ -189,7 +194,7 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
 
   /* Arm one request per method on every queue. */
   for (int i = 0; i < s->n_workers; i++)
-    for (int m = 0; m < SRV_N_METHODS; m++) (void)srv_request_call(&s->workers[i], (srv_method)m);
+    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->workers[i], (srv_method)m);
   *out = s;
   return 0;
 }

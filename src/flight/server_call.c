@@ -73,6 +73,21 @@ int srv_request_call(srv_worker *w, srv_method m) {
   return 0;
 }
 
+void srv_arm(srv_worker *w, srv_method m) {
+  if (srv_request_call(w, m) == ENOMEM) atomic_fetch_add(&w->unarmed[m], 1);
+}
+
+bool srv_rearm_missing(srv_worker *w) {
+  bool missing = false;
+  for (int m = 0; m < SRV_N_METHODS; m++) {
+    while (atomic_load(&w->unarmed[m]) > 0 && srv_request_call(w, (srv_method)m) == 0)
+      atomic_fetch_sub(&w->unarmed[m], 1);
+    if (atomic_load(&w->server->stopping)) atomic_store(&w->unarmed[m], 0);
+    missing |= atomic_load(&w->unarmed[m]) > 0;
+  }
+  return missing;
+}
+
 /* An op failed or the call was cancelled: start nothing more; cancelling
  * makes every outstanding batch complete so the call can be freed. */
 static void srv_call_fail(fsh_flight_call *c) {
@@ -252,7 +267,7 @@ void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok) {
         srv_call_destroy(c);
         return;
       }
-      (void)srv_request_call(c->worker, c->method); /* re-arm the slot first */
+      srv_arm(c->worker, c->method); /* re-arm the slot first */
       srv_call_begin(c);
       break;
     case SRV_TAG_RECV: {

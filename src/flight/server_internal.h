@@ -61,6 +61,11 @@ typedef struct srv_worker {
   grpc_completion_queue *cq;
   pthread_t thread;
   bool started;
+  /* Request slots that could not be armed (out of memory), per method:
+   * the worker's thread retries them, so a failed allocation never leaves
+   * a method unserved on this queue. Atomic: start() arms from its own
+   * thread while the workers already run. */
+  atomic_int unarmed[SRV_N_METHODS];
 } srv_worker;
 
 struct fsh_flight_server {
@@ -151,6 +156,10 @@ struct fsh_flight_call {
  * worker w. Returns 0, or nonzero when the server is stopping or out of
  * memory (the slot is then simply not re-armed). */
 int srv_request_call(srv_worker *w, srv_method m);
+/* srv_request_call, remembering the slot in w->unarmed on failure. */
+void srv_arm(srv_worker *w, srv_method m);
+/* Retries the slots of w->unarmed; true while some are still unarmed. */
+bool srv_rearm_missing(srv_worker *w);
 /* Dispatches one completion-queue event (the pool threads' loop body). */
 void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok);
 

@@ -1,8 +1,10 @@
 /* map_file.c -- the map-output file format (layout in shuffle_internal.h):
  * a writer that buffers batch references per partition and writes each
- * partition's batches as self-contained blocks of IPC messages, then the
- * index and trailer; and a reader that verifies the index piece by piece
- * and each block's checksum before decoding it. */
+ * partition's buffered batches as one self-contained block -- the batches
+ * concatenated (fsh_concat) into one record batch, after the dictionary
+ * batches it needs -- then the index and trailer; and a reader that
+ * verifies the index piece by piece and each block's checksum before
+ * decoding it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -11,6 +13,8 @@
 
 #define XXH_INLINE_ALL /* header-only use of Debian's libxxhash-dev */
 #include <xxhash.h>
+
+#include <flightshuffle/kernels.h>
 
 #include "shuffle/shuffle_internal.h"
 
@@ -129,17 +133,30 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, fsh_error *err) {
   tee_ctx t = {w->out, w->block_hash, p->hash};
   fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = w->out->name};
   int64_t start = w->out->position, rows = 0;
-  for (int32_t i = 0; rc == 0 && i < p->n; i++) {
+  /* The block is one record batch (after its dictionaries) when its
+   * batches concatenate; when they cannot (dictionaries that together
+   * overflow their index type) each batch is its own message, as before. */
+  fsh_batch *merged = NULL;
+  if (rc == 0 && p->n > 1) {
+    fsh_error cerr;
+    int crc = fsh_concat(p->batches, p->n, &merged, &cerr);
+    if (crc == ENOMEM) rc = fsh_error_set(err, ENOMEM, "out of memory coalescing a block");
+    else if (crc != 0) merged = NULL; /* fall back to one message per batch */
+  }
+  fsh_batch *const *items = merged ? &merged : p->batches;
+  int32_t n_items = merged ? 1 : p->n;
+  for (int32_t i = 0; rc == 0 && i < n_items; i++) {
     fsh_ipc_payload *ps = NULL;
     int32_t np = 0;
-    rc = fsh_ipc_encode_batch(enc, p->batches[i], &ps, &np, err);
+    rc = fsh_ipc_encode_batch(enc, items[i], &ps, &np, err);
     for (int32_t k = 0; k < np; k++) {
       if (rc == 0) rc = fsh_ipc_write_payload(&tee, &ps[k], err);
       fsh_ipc_payload_reset(&ps[k]);
     }
     fsh_free(ps);
-    rows += p->batches[i]->length;
+    rows += items[i]->length;
   }
+  fsh_batch_unref(merged);
   fsh_ipc_encoder_free(enc);
   part_clear_buffer(w, p);
   if (rc != 0) return writer_fail(w, rc, err);

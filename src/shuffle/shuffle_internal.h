@@ -6,9 +6,11 @@
  *
  *   [0, schema_length)        the Schema message (framed, 8-byte padded)
  *   [schema_length, data_end) blocks: each block is consecutive framed IPC
- *                             messages (dictionary batches, then record
- *                             batches) of ONE partition, written by a fresh
- *                             encoder, so every block carries the
+ *                             messages (dictionary batches, then ONE
+ *                             record batch: the block's batches
+ *                             concatenated; one per batch only when they
+ *                             cannot be) of ONE partition, written by a
+ *                             fresh encoder, so every block carries the
  *                             dictionaries it needs (self-contained)
  *   [data_end, data_end + 8)  the end-of-stream marker FFFFFFFF 00000000
  *   index                     header, partition entries, block entries
@@ -168,5 +170,113 @@ const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_c
 FSH_NODISCARD int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out,
                                            fsh_error *err);
 void fsh_map_file_cursor_free(fsh_map_file_cursor *c); /* NULL accepted */
+
+/* ---- the worker store (store.c) ---------------------------------------- */
+
+/* A map task's writer into a store: a map-output file writer over an
+ * output that keeps the image in memory while the budget allows and moves
+ * it to a spill file when it does not. close publishes the map output
+ * (replacing an earlier one of the same map and attempt) and fills *out
+ * (location NULL); on error nothing is kept. Both free w. */
+typedef struct fsh_store_writer fsh_store_writer;
+FSH_NODISCARD int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec,
+                                        int64_t map_id, int32_t attempt, fsh_store_writer **out,
+                                        fsh_error *err);
+FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
+                                         fsh_batch *batch, fsh_error *err);
+FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,
+                                         fsh_error *err);
+void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
+
+/* Opens a held map output as a map-output file (a memory image or its
+ * spill file; independent of later releases). ENOENT naming the map
+ * output and the store when it is not held. */
+FSH_NODISCARD int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
+                                 int32_t attempt, fsh_map_file **out, fsh_error *err);
+/* Whether (shuffle, map, attempt) is held; *n_partitions set if so. */
+bool fsh_store_has(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
+                   int32_t *n_partitions);
+
+/* A snapshot of what a store holds (copies; schema references). */
+typedef struct fsh_store_item {
+  fsh_map_output meta; /* location NULL */
+  fsh_schema *schema;
+} fsh_store_item;
+FSH_NODISCARD int fsh_store_list(fsh_shuffle_store *s, fsh_store_item **out, int64_t *n,
+                                 fsh_error *err);
+void fsh_store_items_free(fsh_store_item *items, int64_t n);
+/* Like fsh_shuffle_store_release, also saying how much went. */
+FSH_NODISCARD int fsh_store_release(fsh_shuffle_store *s, uint64_t shuffle_id,
+                                    int64_t *n_outputs, int64_t *n_bytes, fsh_error *err);
+/* The name messages use (the worker's URI once it listens). Call before
+ * the store is shared between threads. */
+FSH_NODISCARD int fsh_store_set_name(fsh_shuffle_store *s, const char *name);
+const char *fsh_store_name(const fsh_shuffle_store *s);
+
+/* ---- shuffle wire formats (wire.c; layouts in shuffle.h) ---------------- */
+
+typedef struct fsh_ticket_source {
+  int64_t map_id;
+  int32_t attempt;
+} fsh_ticket_source;
+
+typedef struct fsh_shuffle_ticket {
+  uint64_t shuffle_id;
+  int32_t partition;
+  int64_t n_sources;
+  fsh_ticket_source *sources; /* owned (fsh_malloc) */
+} fsh_shuffle_ticket;
+
+#define FSH_TICKET_MAGIC "FSHT"
+#define FSH_TICKET_HEADER_BYTES 24
+#define FSH_TICKET_SOURCE_BYTES 16
+#define FSH_TICKET_MAX_SOURCES ((int64_t)1 << 24)
+
+FSH_NODISCARD int fsh_shuffle_ticket_encode(const fsh_shuffle_ticket *t, fsh_buffer **out,
+                                            fsh_error *err);
+/* EINVAL naming what is wrong for anything but a well-formed ticket. */
+FSH_NODISCARD int fsh_shuffle_ticket_decode(const uint8_t *data, int64_t size,
+                                            fsh_shuffle_ticket *out, fsh_error *err);
+void fsh_shuffle_ticket_reset(fsh_shuffle_ticket *t);
+
+#define FSH_BLOCK_HEADER_MAGIC "FSHB"
+#define FSH_BLOCK_HEADER_BYTES 88
+
+typedef struct fsh_block_header {
+  int64_t map_id;
+  int32_t attempt;
+  int32_t partition;
+  int64_t index, n_blocks;
+  int64_t length, rows;
+  uint64_t checksum;
+  uint64_t part_checksum;
+  int64_t part_rows, part_bytes;
+} fsh_block_header;
+
+void fsh_block_header_encode(const fsh_block_header *h, uint8_t out[FSH_BLOCK_HEADER_BYTES]);
+/* false if data is not a block header (wrong size, magic or version). */
+bool fsh_block_header_decode(const uint8_t *data, int64_t size, fsh_block_header *out);
+
+#define FSH_PUT_RESULT_MAGIC "FSHP"
+FSH_NODISCARD int fsh_put_result_encode(const fsh_map_output *m, fsh_buffer **out,
+                                        fsh_error *err);
+
+/* Little-endian fields. */
+static inline void fsh_le_put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void fsh_le_put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t fsh_le_get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static inline uint64_t fsh_le_get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
 
 #endif

@@ -85,10 +85,85 @@ static inline int stu_make_fs(const char *dir, fsh_shuffle_backend **out, fsh_er
   return fsh_shuffle_fs_new(dir, out, err);
 }
 
+/* The flight backend as a cluster in this process: three workers on
+ * 127.0.0.1 (port 0) spilling into dir -- worker 0 keeps everything in
+ * memory, worker 1 spills everything, worker 2 spills past 64 KiB -- with
+ * one flight backend per worker (its local store) and one reader-only
+ * backend that knows them all as peers. Map task m writes on worker
+ * m mod 3; partition q is read by backend q mod 4 (so some sources are
+ * read in-process, the rest over Flight, and every source of partitions
+ * 3, 7, ... over Flight); release goes through the reader-only backend
+ * (DoAction "release" to every worker). */
+#define STU_FLIGHT_WORKERS 3
+typedef struct stu_flight {
+  fsh_shuffle_worker *workers[STU_FLIGHT_WORKERS];
+  fsh_shuffle_backend *backends[STU_FLIGHT_WORKERS + 1];
+} stu_flight;
+
+static inline int stu_flight_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                         int64_t map_id, int32_t attempt,
+                                         fsh_shuffle_writer **out, fsh_error *err) {
+  stu_flight *f = b->state;
+  fsh_shuffle_backend *inner = f->backends[map_id % STU_FLIGHT_WORKERS];
+  return inner->ops->open_writer(inner, spec, map_id, attempt, out, err);
+}
+static inline int stu_flight_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                         int32_t partition, const fsh_map_output *sources,
+                                         int64_t n, fsh_batch_stream *out, fsh_error *err) {
+  stu_flight *f = b->state;
+  fsh_shuffle_backend *inner = f->backends[partition % (STU_FLIGHT_WORKERS + 1)];
+  return inner->ops->open_reader(inner, spec, partition, sources, n, out, err);
+}
+static inline int stu_flight_release(fsh_shuffle_backend *b, uint64_t id, fsh_error *err) {
+  stu_flight *f = b->state;
+  fsh_shuffle_backend *inner = f->backends[STU_FLIGHT_WORKERS];
+  return inner->ops->release(inner, id, err);
+}
+static inline void stu_flight_destroy(fsh_shuffle_backend *b) {
+  stu_flight *f = b->state;
+  for (int i = 0; i <= STU_FLIGHT_WORKERS; i++) fsh_shuffle_backend_destroy(f->backends[i]);
+  for (int i = 0; i < STU_FLIGHT_WORKERS; i++) fsh_shuffle_worker_stop(f->workers[i], 1000);
+  free(f);
+  free(b);
+}
+static const fsh_shuffle_backend_ops stu_flight_ops = {
+    "flight", stu_flight_open_writer, stu_flight_open_reader, stu_flight_release,
+    stu_flight_destroy};
+
+static inline int stu_make_flight(const char *dir, fsh_shuffle_backend **out, fsh_error *err) {
+  stu_flight *f = STU_OK(calloc(1, sizeof *f));
+  fsh_shuffle_backend *b = STU_OK(calloc(1, sizeof *b));
+  b->ops = &stu_flight_ops;
+  b->state = f;
+  const int64_t limits[STU_FLIGHT_WORKERS] = {(int64_t)1 << 30, 0, 64 << 10};
+  const char *uris[STU_FLIGHT_WORKERS];
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < STU_FLIGHT_WORKERS; i++) {
+    fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = &dir,
+                                    .n_spill_dirs = 1, .memory_limit = limits[i],
+                                    .n_threads = 2};
+    rc = fsh_shuffle_worker_start(&o, &f->workers[i], err);
+    if (rc == 0) uris[i] = fsh_shuffle_worker_uri(f->workers[i]);
+  }
+  for (int i = 0; rc == 0 && i <= STU_FLIGHT_WORKERS; i++) {
+    fsh_shuffle_flight_options o = {
+        .local = i < STU_FLIGHT_WORKERS ? f->workers[i] : NULL,
+        .peers = uris, .n_peers = STU_FLIGHT_WORKERS,
+        .max_parallel_fetches = 2, .max_bytes_in_flight = 256 << 10, .timeout_ms = 60000};
+    rc = fsh_shuffle_flight_new(&o, &f->backends[i], err);
+  }
+  if (rc != 0) {
+    stu_flight_destroy(b);
+    return rc;
+  }
+  *out = b;
+  return 0;
+}
+
 static const stu_backend stu_backends[] = {
     {"memory", stu_make_memory},
     {"fs", stu_make_fs},
-    /* {"flight", stu_make_flight}, */
+    {"flight", stu_make_flight},
 };
 #define STU_N_BACKENDS ((int)(sizeof stu_backends / sizeof stu_backends[0]))
 

@@ -1,0 +1,103 @@
+/* cmd_worker.c -- `flightshuffle worker`: a shuffle worker process, a store
+ * of map outputs (memory up to --memory-limit, then spill files in the
+ * --spill-dir directories, round-robin) behind an Arrow Flight server.
+ * Its Flight surface (ListFlights, DoGet of shuffle tickets, DoPut of map
+ * outputs, DoAction "release") and wire formats are in shuffle.h. Prints
+ * "listening on grpc://HOST:PORT" once ready; SIGINT/SIGTERM stop it
+ * cleanly (in-flight calls get 2 s, then the store and its spill files go). */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flightshuffle/shuffle.h>
+
+#define WORKER_MAX_DIRS 64
+
+static int worker_usage(void) {
+  fprintf(stderr,
+          "usage: flightshuffle worker --listen HOST:PORT [--spill-dir DIR]... "
+          "[--memory-limit BYTES] [--auth-token T] [--threads N]\n"
+          "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
+  return 2;
+}
+
+/* "123", "64K", "512M", "2G" -> bytes; false if malformed. */
+static bool parse_bytes(const char *s, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0) return false;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end || v > (INT64_MAX >> shift)) return false;
+  *out = (int64_t)v << shift;
+  return true;
+}
+
+int cmd_worker(int argc, char **argv) {
+  fsh_shuffle_worker_options o = {.memory_limit = (int64_t)1 << 30};
+  const char *dirs[WORKER_MAX_DIRS];
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      worker_usage();
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      cli_fail(2, "worker: %s needs a value", a);
+      return worker_usage();
+    }
+    const char *v = argv[++i];
+    if (strcmp(a, "--listen") == 0) {
+      o.listen = v;
+    } else if (strcmp(a, "--spill-dir") == 0) {
+      if (o.n_spill_dirs == WORKER_MAX_DIRS)
+        return cli_fail(2, "worker: at most %d spill directories", WORKER_MAX_DIRS);
+      dirs[o.n_spill_dirs++] = v;
+    } else if (strcmp(a, "--memory-limit") == 0) {
+      if (!parse_bytes(v, &o.memory_limit))
+        return cli_fail(2, "worker: --memory-limit '%s': expected bytes (e.g. 1073741824, 512M)",
+                        v);
+    } else if (strcmp(a, "--auth-token") == 0) {
+      o.auth_token = v;
+    } else if (strcmp(a, "--threads") == 0) {
+      if ((o.n_threads = atoi(v)) <= 0) return cli_fail(2, "worker: --threads '%s'", v);
+    } else {
+      cli_fail(2, "worker: unknown option %s", a);
+      return worker_usage();
+    }
+  }
+  if (!o.listen) {
+    cli_fail(2, "worker: --listen HOST:PORT is required");
+    return worker_usage();
+  }
+  o.spill_dirs = dirs;
+
+  /* SIGINT/SIGTERM are taken by sigwait: block them before any thread
+   * exists so that every thread inherits the mask. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  fsh_error err;
+  fsh_shuffle_worker *w = NULL;
+  if (fsh_shuffle_worker_start(&o, &w, &err) != 0) return cli_fail(1, "worker: %s", err.message);
+  printf("listening on %s\n", fsh_shuffle_worker_uri(w));
+  fflush(stdout);
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  fprintf(stderr, "flightshuffle: worker %s: %s, stopping\n", fsh_shuffle_worker_uri(w),
+          sig == SIGINT ? "SIGINT" : "SIGTERM");
+  fsh_shuffle_worker_stop(w, 2000);
+  return 0;
+}

@@ -1,0 +1,486 @@
+/* flight_backend.c -- the flight shuffle backend (contract in shuffle.h):
+ * writers write into the local worker's store (location: its URI);
+ * readers yield a partition's batches in source order, reading the local
+ * store's map outputs in-process and every other worker's through the
+ * fetch threads of flight_fetch.c (one DoGet per peer); release reaches
+ * the local store and every peer. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shuffle/flight_reader.h"
+
+typedef struct fb_client_entry {
+  char *uri;
+  fsh_flight_client *client;
+} fb_client_entry;
+
+typedef struct fb_state {
+  fsh_shuffle_worker *local; /* borrowed; may be NULL */
+  char **peers;
+  int n_peers;
+  char *auth_token;
+  int max_parallel;
+  int64_t max_in_flight;
+  int64_t timeout_ms;
+  pthread_mutex_t mu; /* the client cache */
+  fb_client_entry *clients;
+  int n_clients, cap_clients;
+} fb_state;
+
+int fb_client(fb_state *st, const char *uri, fsh_flight_client **out, fsh_error *err) {
+  pthread_mutex_lock(&st->mu);
+  int rc = 0;
+  for (int i = 0; i < st->n_clients; i++)
+    if (strcmp(st->clients[i].uri, uri) == 0) {
+      *out = st->clients[i].client;
+      pthread_mutex_unlock(&st->mu);
+      return 0;
+    }
+  if (st->n_clients == st->cap_clients) {
+    int cap = st->cap_clients ? st->cap_clients * 2 : 8;
+    fb_client_entry *n = fsh_realloc(st->clients, sizeof *n * (size_t)cap);
+    if (!n) rc = fsh_error_set(err, ENOMEM, "flight shuffle: out of memory");
+    else st->clients = n, st->cap_clients = cap;
+  }
+  fsh_flight_client *c = NULL;
+  char *u = rc == 0 ? fsh_strdup(uri) : NULL;
+  if (rc == 0 && !u) rc = fsh_error_set(err, ENOMEM, "flight shuffle: out of memory");
+  if (rc == 0) {
+    fsh_flight_client_options o = {.uri = uri, .auth_token = st->auth_token,
+                                   .timeout_ms = st->timeout_ms};
+    rc = fsh_flight_client_open(&o, &c, err);
+  }
+  if (rc == 0) {
+    st->clients[st->n_clients++] = (fb_client_entry){u, c};
+    *out = c;
+  } else {
+    fsh_free(u);
+  }
+  pthread_mutex_unlock(&st->mu);
+  return rc;
+}
+
+static const char *local_uri(const fb_state *st) {
+  return st->local ? fsh_shuffle_worker_uri(st->local) : NULL;
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+typedef struct fb_writer {
+  fsh_shuffle_writer pub;
+  fsh_store_writer *w;
+  const char *uri;
+} fb_writer;
+
+static int fb_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *batch, fsh_error *err) {
+  fb_writer *f = w->state;
+  return fsh_store_writer_write(f->w, partition, batch, err);
+}
+
+static void fb_abort(fsh_shuffle_writer *w) {
+  fb_writer *f = w->state;
+  fsh_store_writer_abort(f->w);
+  fsh_free(f);
+}
+
+static int fb_close(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err) {
+  fb_writer *f = w->state;
+  char *location = fsh_strdup(f->uri);
+  if (!location) {
+    fb_abort(w);
+    return fsh_error_set(err, ENOMEM, "flight shuffle: closing a map output: out of memory");
+  }
+  fsh_map_output m;
+  int rc = fsh_store_writer_close(f->w, &m, err);
+  fsh_free(f);
+  if (rc != 0) {
+    fsh_free(location);
+    return rc;
+  }
+  m.location = location;
+  *out = m;
+  return 0;
+}
+
+static int fb_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int64_t map_id,
+                          int32_t attempt, fsh_shuffle_writer **out, fsh_error *err) {
+  fb_state *st = b->state;
+  if (!st->local)
+    return fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 " map %" PRId64 ": this backend "
+                         "has no local worker to write to (reader-only)", spec->shuffle_id, map_id);
+  fb_writer *f = fsh_calloc(1, sizeof *f);
+  if (!f)
+    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " map %" PRId64 ": out of memory",
+                         spec->shuffle_id, map_id);
+  int rc = fsh_store_writer_open(fsh_shuffle_worker_store(st->local), spec, map_id, attempt, &f->w,
+                                 err);
+  if (rc != 0) {
+    fsh_free(f);
+    return rc;
+  }
+  f->uri = local_uri(st);
+  f->pub = (fsh_shuffle_writer){.write = fb_write, .close = fb_close, .abort = fb_abort,
+                                .state = f};
+  *out = &f->pub;
+  return 0;
+}
+
+/* ---- reader: the consumer ---------------------------------------------- */
+
+static void close_local(fr_reader *r) {
+  fsh_map_file_cursor_free(r->cursor);
+  fsh_map_file_close(r->file);
+  r->cursor = NULL;
+  r->file = NULL;
+}
+
+/* Opens slot s's map output in the local store, checking it is the one
+ * the driver recorded. */
+static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
+  fsh_shuffle_store *store = fsh_shuffle_worker_store(r->st->local);
+  int rc = fsh_store_open(store, r->shuffle_id, s->map_id, s->attempt, &r->file, err);
+  if (rc != 0) return rc;
+  const fsh_map_file_info *i = fsh_map_file_get_info(r->file);
+  fsh_error diff = {{0}};
+  if (i->n_partitions != r->n_partitions)
+    rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d has "
+                       "%d partitions, the shuffle %d", r->shuffle_id, s->map_id, s->attempt,
+                       i->n_partitions, r->n_partitions);
+  else if (!fsh_schema_equals(fsh_map_file_schema(r->file), r->schema, false, &diff))
+    rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d: "
+                       "schema differs from the shuffle's: %s", r->shuffle_id, s->map_id,
+                       s->attempt, diff.message);
+  if (rc == 0) rc = fsh_map_file_cursor_open(r->file, r->partition, &r->cursor, err);
+  if (rc == 0 && s->has_meta) {
+    const fsh_map_file_partition *p = fsh_map_file_cursor_partition(r->cursor);
+    if (p->rows != s->rows || p->bytes != s->bytes || p->checksum != s->checksum)
+      rc = fsh_error_set(err, EIO, "flight shuffle %" PRIu64 " map %" PRId64 " attempt %d "
+                         "partition %d: worker %s holds %" PRId64 " rows, %" PRId64 " bytes, "
+                         "checksum %016" PRIx64 " but the map output recorded %" PRId64 ", %"
+                         PRId64 ", %016" PRIx64, r->shuffle_id, s->map_id, s->attempt,
+                         r->partition, local_uri(r->st), p->rows, p->bytes, p->checksum,
+                         s->rows, s->bytes, s->checksum);
+  }
+  if (rc != 0) close_local(r);
+  return rc;
+}
+
+/* Starts a thread for job j (the consumer waits on it and the pool is
+ * busy). Lock held. */
+static int spawn_for(fr_reader *r, int j, fsh_error *err);
+
+static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err) {
+  fr_reader *r = stream->private_data;
+  *out = NULL;
+  if (r->failed)
+    return fsh_error_set(err, r->failed, "flight shuffle %" PRIu64 " partition %d: the reader "
+                         "failed earlier", r->shuffle_id, r->partition);
+  int rc = 0;
+  for (;;) {
+    if (r->cursor) {
+      rc = fsh_map_file_cursor_next(r->cursor, out, err);
+      if (rc != 0 || *out) break;
+      close_local(r);
+      pthread_mutex_lock(&r->mu);
+      r->cur++;
+      pthread_cond_broadcast(&r->cv);
+      pthread_mutex_unlock(&r->mu);
+      continue;
+    }
+    if (r->cur == r->n_slots) break;
+    fr_slot *s = &r->slots[r->cur];
+    if (s->job < 0) {
+      if (s->has_meta && s->rows == 0 && s->bytes == 0) {
+        pthread_mutex_lock(&r->mu);
+        r->cur++;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        continue;
+      }
+      if ((rc = open_local(r, s, err)) != 0) break;
+      continue;
+    }
+    pthread_mutex_lock(&r->mu);
+    fr_job *job = &r->jobs[s->job];
+    while (!s->head && !s->done && !(job->finished && job->rc != 0) && rc == 0) {
+      if (!job->started) rc = spawn_for(r, s->job, err);
+      else pthread_cond_wait(&r->cv, &r->mu);
+    }
+    if (rc == 0 && s->head) {
+      fr_item *it = s->head;
+      s->head = it->next;
+      if (!s->head) s->tail = NULL;
+      r->in_flight -= it->bytes;
+      *out = it->batch;
+      fsh_free(it);
+    } else if (rc == 0 && s->done) {
+      r->cur++;
+    } else if (rc == 0) {
+      rc = job->rc;
+      if (err) *err = job->err;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (rc != 0 || *out) break;
+  }
+  if (rc != 0) {
+    close_local(r);
+    r->failed = rc;
+  }
+  return rc;
+}
+
+static void fr_free(fr_reader *r) {
+  pthread_mutex_lock(&r->mu);
+  r->closing = true;
+  for (int j = 0; j < r->n_jobs; j++)
+    if (r->jobs[j].rd) fsh_flight_reader_cancel(r->jobs[j].rd);
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < r->n_threads; i++) pthread_join(r->threads[i], NULL);
+  close_local(r);
+  for (int64_t i = 0; r->slots && i < r->n_slots; i++)
+    for (fr_item *it = r->slots[i].head, *next; it; it = next) {
+      next = it->next;
+      fsh_batch_unref(it->batch);
+      fsh_free(it);
+    }
+  for (int j = 0; r->jobs && j < r->n_jobs; j++) {
+    fsh_free(r->jobs[j].uri);
+    fsh_free(r->jobs[j].slots);
+  }
+  fsh_free(r->jobs);
+  fsh_free(r->slots);
+  fsh_free(r->threads);
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+  fsh_free(r);
+}
+
+static void fr_release(fsh_batch_stream *s) {
+  if (s->private_data) fr_free(s->private_data);
+  fsh_schema_unref(s->schema);
+  memset(s, 0, sizeof *s);
+}
+
+typedef struct job_start {
+  fr_reader *r;
+  int job; /* -1: a pool thread */
+} job_start;
+
+static void *own_thread(void *arg) {
+  fr_reader *r = ((job_start *)arg)->r;
+  int j = ((job_start *)arg)->job;
+  fsh_free(arg);
+  fr_run_job(r, j);
+  return NULL;
+}
+
+/* Starts a thread (lock held by the caller when job >= 0). */
+static int start_thread(fr_reader *r, int job, fsh_error *err) {
+  void *arg = r;
+  void *(*fn)(void *) = fr_pool_thread;
+  if (job >= 0) {
+    job_start *js = fsh_malloc(sizeof *js);
+    if (!js) return fsh_error_set(err, ENOMEM, "flight shuffle: out of memory");
+    *js = (job_start){r, job};
+    arg = js;
+    fn = own_thread;
+  }
+  int e = pthread_create(&r->threads[r->n_threads], NULL, fn, arg);
+  if (e != 0) {
+    if (job >= 0) fsh_free(arg);
+    return fsh_error_set(err, EAGAIN, "flight shuffle %" PRIu64 " partition %d: cannot start a "
+                         "fetch thread: %s", r->shuffle_id, r->partition, strerror(e));
+  }
+  r->n_threads++;
+  return 0;
+}
+
+static int spawn_for(fr_reader *r, int j, fsh_error *err) {
+  FSH_RETURN_NOT_OK(start_thread(r, j, err));
+  r->jobs[j].started = true;
+  return 0;
+}
+
+/* Builds the slots and groups remote ones into one job per location. */
+static int plan(fr_reader *r, const fsh_map_output *sources, int64_t n, fsh_error *err) {
+  const char *local = local_uri(r->st);
+  r->slots = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *r->slots);
+  r->jobs = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *r->jobs);
+  int64_t *count = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *count);
+  int rc = r->slots && r->jobs && count ? 0 : ENOMEM;
+  for (int64_t i = 0; rc == 0 && i < n; i++) {
+    const fsh_map_output *m = &sources[i];
+    fr_slot *s = &r->slots[i];
+    s->map_id = m->map_id;
+    s->attempt = m->attempt;
+    s->has_meta = m->rows && m->bytes && m->checksums;
+    if (s->has_meta) {
+      s->rows = m->rows[r->partition];
+      s->bytes = m->bytes[r->partition];
+      s->checksum = m->checksums[r->partition];
+    }
+    s->job = -1;
+    if (local && strcmp(m->location, local) == 0) continue;
+    if (s->has_meta && s->rows == 0 && s->bytes == 0) {
+      s->done = true; /* nothing to fetch */
+      s->job = -2;
+      continue;
+    }
+    int j = 0;
+    while (j < r->n_jobs && strcmp(r->jobs[j].uri, m->location) != 0) j++;
+    if (j == r->n_jobs) {
+      if (!(r->jobs[j].uri = fsh_strdup(m->location))) {
+        rc = ENOMEM;
+        break;
+      }
+      r->n_jobs++;
+    }
+    s->job = j;
+    count[j]++;
+  }
+  for (int j = 0; rc == 0 && j < r->n_jobs; j++)
+    if (!(r->jobs[j].slots = fsh_malloc(sizeof(int64_t) * (size_t)count[j]))) rc = ENOMEM;
+  for (int64_t i = 0; rc == 0 && i < n; i++) {
+    fr_slot *s = &r->slots[i];
+    if (s->job == -2) s->job = -1; /* empty: the consumer skips it, as a local one */
+    else if (s->job >= 0) r->jobs[s->job].slots[r->jobs[s->job].n_slots++] = i;
+  }
+  fsh_free(count);
+  if (rc != 0)
+    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " partition %d: out of memory",
+                         r->shuffle_id, r->partition);
+  return 0;
+}
+
+static int fb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
+                          const fsh_map_output *sources, int64_t n, fsh_batch_stream *out,
+                          fsh_error *err) {
+  fb_state *st = b->state;
+  for (int64_t i = 0; i < n; i++) {
+    fsh_flight_location loc;
+    if ((!st->local || strcmp(sources[i].location, local_uri(st)) != 0) &&
+        fsh_flight_location_parse(sources[i].location, &loc, NULL) != 0)
+      return fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 " partition %d: source %" PRId64
+                           " (map %" PRId64 " attempt %d): location '%s' is not a worker URI",
+                           spec->shuffle_id, partition, i, sources[i].map_id,
+                           sources[i].attempt, sources[i].location);
+  }
+  fr_reader *r = fsh_calloc(1, sizeof *r);
+  if (!r)
+    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " partition %d: out of memory",
+                         spec->shuffle_id, partition);
+  if (pthread_mutex_init(&r->mu, NULL) != 0) {
+    fsh_free(r);
+    return fsh_error_set(err, EAGAIN, "flight shuffle: cannot create a mutex");
+  }
+  if (pthread_cond_init(&r->cv, NULL) != 0) {
+    pthread_mutex_destroy(&r->mu);
+    fsh_free(r);
+    return fsh_error_set(err, EAGAIN, "flight shuffle: cannot create a condition variable");
+  }
+  r->st = st;
+  r->shuffle_id = spec->shuffle_id;
+  r->partition = partition;
+  r->n_partitions = spec->n_partitions;
+  r->schema = spec->schema; /* the stream holds the reference */
+  r->n_slots = n;
+  r->max_in_flight = st->max_in_flight;
+  int rc = plan(r, sources, n, err);
+  if (rc == 0 && r->n_jobs > 0 &&
+      !(r->threads = fsh_calloc((size_t)(r->n_jobs + st->max_parallel), sizeof *r->threads)))
+    rc = fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " partition %d: out of memory",
+                       spec->shuffle_id, partition);
+  int pool = r->n_jobs < st->max_parallel ? r->n_jobs : st->max_parallel;
+  for (int i = 0; rc == 0 && i < pool; i++) rc = start_thread(r, -1, err);
+  if (rc != 0) {
+    fr_free(r);
+    return rc;
+  }
+  *out = (fsh_batch_stream){.get_next = fr_get_next, .release = fr_release,
+                            .schema = fsh_schema_ref(spec->schema), .private_data = r};
+  return 0;
+}
+
+/* ---- release and lifecycle --------------------------------------------- */
+
+static int fb_release(fsh_shuffle_backend *b, uint64_t shuffle_id, fsh_error *err) {
+  fb_state *st = b->state;
+  int rc = 0;
+  if (st->local) rc = fsh_shuffle_store_release(fsh_shuffle_worker_store(st->local), shuffle_id, err);
+  char body[24];
+  int len = snprintf(body, sizeof body, "%" PRIu64, shuffle_id);
+  for (int i = 0; i < st->n_peers; i++) {
+    if (st->local && strcmp(st->peers[i], local_uri(st)) == 0) continue;
+    fsh_flight_client *c = NULL;
+    fsh_error e = {{0}};
+    int prc = fb_client(st, st->peers[i], &c, &e);
+    fsh_flight_action a = {.type = (char *)"release", .body = {(uint8_t *)body, len}};
+    fsh_flight_result_list results = {0};
+    if (prc == 0) prc = fsh_flight_do_action(c, &a, &results, &e);
+    fsh_flight_result_list_reset(&results);
+    if (prc != 0 && rc == 0)
+      rc = fsh_error_set(err, prc, "flight shuffle %" PRIu64 ": release on worker %s: %s",
+                         shuffle_id, st->peers[i], e.message);
+  }
+  return rc;
+}
+
+static void fb_destroy(fsh_shuffle_backend *b) {
+  fb_state *st = b->state;
+  for (int i = 0; i < st->n_clients; i++) {
+    fsh_flight_client_close(st->clients[i].client);
+    fsh_free(st->clients[i].uri);
+  }
+  fsh_free(st->clients);
+  for (int i = 0; i < st->n_peers; i++) fsh_free(st->peers[i]);
+  fsh_free(st->peers);
+  fsh_free(st->auth_token);
+  pthread_mutex_destroy(&st->mu);
+  fsh_free(st);
+  fsh_free(b);
+}
+
+static const fsh_shuffle_backend_ops k_flight_ops = {
+    .name = "flight",
+    .open_writer = fb_open_writer,
+    .open_reader = fb_open_reader,
+    .release = fb_release,
+    .destroy = fb_destroy,
+};
+
+int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_backend **out,
+                           fsh_error *err) {
+  if (!opts || !out || opts->n_peers < 0 || (opts->n_peers > 0 && !opts->peers) ||
+      opts->max_parallel_fetches < 0 || opts->max_bytes_in_flight < 0 || opts->timeout_ms < 0)
+    return fsh_error_set(err, EINVAL, "flight shuffle backend: bad options");
+  fsh_shuffle_backend *b = fsh_calloc(1, sizeof *b);
+  fb_state *st = fsh_calloc(1, sizeof *st);
+  if (!b || !st || pthread_mutex_init(&st->mu, NULL) != 0) {
+    fsh_free(b);
+    fsh_free(st);
+    return fsh_error_set(err, ENOMEM, "flight shuffle backend: out of memory");
+  }
+  b->ops = &k_flight_ops;
+  b->state = st;
+  st->local = opts->local;
+  st->max_parallel = opts->max_parallel_fetches ? opts->max_parallel_fetches : 4;
+  st->max_in_flight = opts->max_bytes_in_flight ? opts->max_bytes_in_flight : (int64_t)64 << 20;
+  st->timeout_ms = opts->timeout_ms;
+  bool ok = true;
+  if (opts->auth_token) ok = (st->auth_token = fsh_strdup(opts->auth_token)) != NULL;
+  if (ok && opts->n_peers > 0) ok = (st->peers = fsh_calloc((size_t)opts->n_peers, sizeof(char *)));
+  for (int i = 0; ok && i < opts->n_peers; i++) {
+    ok = opts->peers[i] && (st->peers[i] = fsh_strdup(opts->peers[i]));
+    if (ok) st->n_peers++;
+  }
+  if (!ok) {
+    fb_destroy(b);
+    return fsh_error_set(err, ENOMEM, "flight shuffle backend: out of memory (or a NULL peer)");
+  }
+  *out = b;
+  return 0;
+}

@@ -1,0 +1,332 @@
+/* flight_fetch.c -- the flight reader's fetch side: one DoGet per (reader,
+ * peer) carrying every map output wanted from that peer; each block's
+ * messages are hashed as they arrive (framed exactly as stored: FFFFFFFF,
+ * metadata length, metadata, body) and checked against the block header's
+ * checksum before any of them is decoded; at the end of a map output the
+ * partition checksum and row count are checked too. Decoded batches are
+ * queued on their source's slot under the reader's bytes-in-flight limit
+ * (flight_reader.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "shuffle/flight_reader.h"
+
+typedef struct fetch {
+  fr_reader *r;
+  fr_job *job;
+  int64_t k;               /* next job slot expected */
+  int64_t cur_slot;        /* slot index of the map output being received, -1 none */
+  fsh_block_header h;      /* its current block */
+  bool in_block;
+  int64_t acc;             /* framed bytes of the block received */
+  int64_t next_index;      /* next block index expected */
+  int64_t part_rows;
+  fsh_flight_message *msgs; /* the block's messages */
+  int64_t n_msgs, cap_msgs;
+  XXH3_state_t block_hash, part_hash;
+  fsh_ipc_decoder *dec;
+  char prefix[512]; /* "flight shuffle S partition P: worker URI" */
+} fetch;
+
+static void drop_msgs(fetch *f) {
+  for (int64_t i = 0; i < f->n_msgs; i++) fsh_flight_message_reset(&f->msgs[i]);
+  f->n_msgs = 0;
+}
+
+static const fr_slot *slot_of(fetch *f, int64_t s) { return &f->r->slots[s]; }
+
+/* Queues batch (reference moved) on slot s, waiting for room. */
+static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
+  fr_reader *r = f->r;
+  fr_item *it = fsh_malloc(sizeof *it);
+  if (!it) {
+    fsh_batch_unref(batch);
+    return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+  }
+  it->batch = batch;
+  it->bytes = fsh_shuffle_batch_bytes(batch);
+  it->next = NULL;
+  pthread_mutex_lock(&r->mu);
+  while (!r->closing && s > r->cur && r->in_flight > 0 &&
+         r->in_flight + it->bytes > r->max_in_flight)
+    pthread_cond_wait(&r->cv, &r->mu);
+  bool closing = r->closing;
+  if (!closing) {
+    fr_slot *sl = &r->slots[s];
+    if (sl->tail) sl->tail->next = it;
+    else sl->head = it;
+    sl->tail = it;
+    r->in_flight += it->bytes;
+    pthread_cond_broadcast(&r->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (closing) {
+    fsh_batch_unref(it->batch);
+    fsh_free(it);
+    return fsh_error_set(err, ECANCELED, "%s: the reader was closed", f->prefix);
+  }
+  return 0;
+}
+
+static void mark_done(fetch *f, int64_t s) {
+  pthread_mutex_lock(&f->r->mu);
+  f->r->slots[s].done = true;
+  pthread_cond_broadcast(&f->r->cv);
+  pthread_mutex_unlock(&f->r->mu);
+}
+
+/* Slot s got nothing from the peer: fine if its metadata says it is
+ * empty (or there is none to say otherwise). */
+static int finish_empty(fetch *f, int64_t s, fsh_error *err) {
+  const fr_slot *sl = slot_of(f, s);
+  if (sl->has_meta && sl->rows > 0)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: the worker sent no block, "
+                         "but the map output holds %" PRId64 " rows of the partition",
+                         f->prefix, sl->map_id, sl->attempt, sl->rows);
+  mark_done(f, s);
+  return 0;
+}
+
+/* A block header arrived: find its map output among the job's slots from
+ * k on (those skipped sent nothing: they must be empty). */
+static int start_block(fetch *f, const fsh_block_header *h, fsh_error *err) {
+  fr_reader *r = f->r;
+  if (f->in_block)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: block %" PRId64 " was cut "
+                         "short (%" PRId64 " of %" PRId64 " bytes)", f->prefix, f->h.map_id,
+                         f->h.attempt, f->h.index, f->acc, f->h.length);
+  if (h->partition != r->partition || h->length <= 0 || h->rows < 0 || h->n_blocks <= 0 ||
+      h->index < 0 || h->index >= h->n_blocks)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: a malformed block header "
+                         "(partition %d, block %" PRId64 " of %" PRId64 ")", f->prefix,
+                         h->map_id, h->attempt, h->partition, h->index, h->n_blocks);
+  if (f->cur_slot < 0 || h->map_id != f->h.map_id || h->attempt != f->h.attempt) {
+    if (f->cur_slot >= 0)
+      return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: only %" PRId64 " of %"
+                           PRId64 " blocks arrived", f->prefix, f->h.map_id, f->h.attempt,
+                           f->next_index, f->h.n_blocks);
+    int64_t k = f->k;
+    while (k < f->job->n_slots && !(slot_of(f, f->job->slots[k])->map_id == h->map_id &&
+                                    slot_of(f, f->job->slots[k])->attempt == h->attempt))
+      k++;
+    if (k == f->job->n_slots)
+      return fsh_error_set(err, EIO, "%s: sent map %" PRId64 " attempt %d, which was not asked "
+                           "for (or came out of order)", f->prefix, h->map_id, h->attempt);
+    for (; f->k < k; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, f->job->slots[f->k], err));
+    f->cur_slot = f->job->slots[f->k++];
+    const fr_slot *sl = slot_of(f, f->cur_slot);
+    if (sl->has_meta && (sl->rows != h->part_rows || sl->bytes != h->part_bytes ||
+                         sl->checksum != h->part_checksum))
+      return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: the worker "
+                           "holds %" PRId64 " rows, %" PRId64 " bytes, checksum %016" PRIx64
+                           " but the map output recorded %" PRId64 ", %" PRId64 ", %016" PRIx64,
+                           f->prefix, h->map_id, h->attempt, h->partition, h->part_rows,
+                           h->part_bytes, h->part_checksum, sl->rows, sl->bytes, sl->checksum);
+    f->next_index = 0;
+    f->part_rows = 0;
+    XXH3_64bits_reset(&f->part_hash);
+  }
+  if (h->index != f->next_index || (f->next_index > 0 && h->n_blocks != f->h.n_blocks))
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: block %" PRId64 " arrived "
+                         "where block %" PRId64 " was due", f->prefix, h->map_id, h->attempt,
+                         h->index, f->next_index);
+  f->h = *h;
+  f->in_block = true;
+  f->acc = 0;
+  XXH3_64bits_reset(&f->block_hash);
+  return 0;
+}
+
+/* The block is complete: verify, decode, queue. */
+static int end_block(fetch *f, fsh_error *err) {
+  fsh_block_header *h = &f->h;
+  f->in_block = false;
+  if (XXH3_64bits_digest(&f->block_hash) != h->checksum)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
+                         "mismatch in block %" PRId64 " (%" PRId64 " bytes): the stored map "
+                         "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
+                         h->attempt, h->partition, h->index, h->length);
+  int64_t rows = 0;
+  int rc = 0;
+  for (int64_t i = 0; rc == 0 && i < f->n_msgs; i++) {
+    fsh_batch *b = NULL;
+    rc = fsh_ipc_decode_message(f->dec, f->msgs[i].metadata, f->msgs[i].body, &b, err);
+    if (rc == 0 && b) rc = fsh_batch_validate(b, false, err);
+    if (rc != 0) {
+      fsh_batch_unref(b);
+      if (rc != ENOMEM)
+        rc = fsh_error_prefix(err, rc, "%s: map %" PRId64 " attempt %d block %" PRId64 ": ",
+                              f->prefix, h->map_id, h->attempt, h->index);
+      break;
+    }
+    if (!b) continue;
+    rows += b->length;
+    if (b->length == 0) {
+      fsh_batch_unref(b);
+      continue;
+    }
+    rc = enqueue(f, f->cur_slot, b, err);
+  }
+  drop_msgs(f);
+  if (rc != 0) return rc;
+  if (rows != h->rows)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d block %" PRId64 ": %" PRId64
+                         " rows decoded, the header says %" PRId64, f->prefix, h->map_id,
+                         h->attempt, h->index, rows, h->rows);
+  f->part_rows += rows;
+  f->next_index++;
+  if (f->next_index < h->n_blocks) return 0;
+  if (XXH3_64bits_digest(&f->part_hash) != h->part_checksum || f->part_rows != h->part_rows)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: the partition "
+                         "checksum does not match its blocks: the stored map output is corrupt",
+                         f->prefix, h->map_id, h->attempt, h->partition);
+  mark_done(f, f->cur_slot);
+  f->cur_slot = -1;
+  return 0;
+}
+
+/* One received message (references moved out of *m). */
+static int on_message(fetch *f, fsh_flight_message *m, fsh_error *err) {
+  fsh_block_header h;
+  if (m->app_metadata &&
+      fsh_block_header_decode(m->app_metadata->data, m->app_metadata->size, &h))
+    FSH_RETURN_NOT_OK(start_block(f, &h, err));
+  if (!m->metadata) return 0; /* app_metadata alone: nothing of a block */
+  if (!f->in_block)
+    return fsh_error_set(err, EIO, "%s: a message outside any block", f->prefix);
+  uint8_t prefix[8];
+  fsh_le_put32(prefix, 0xFFFFFFFFu);
+  fsh_le_put32(prefix + 4, (uint32_t)m->metadata->size);
+  int64_t body = m->body ? m->body->size : 0;
+  XXH3_64bits_update(&f->block_hash, prefix, 8);
+  XXH3_64bits_update(&f->block_hash, m->metadata->data, (size_t)m->metadata->size);
+  if (body) XXH3_64bits_update(&f->block_hash, m->body->data, (size_t)body);
+  XXH3_64bits_update(&f->part_hash, prefix, 8);
+  XXH3_64bits_update(&f->part_hash, m->metadata->data, (size_t)m->metadata->size);
+  if (body) XXH3_64bits_update(&f->part_hash, m->body->data, (size_t)body);
+  f->acc += 8 + m->metadata->size + body;
+  if (f->acc > f->h.length)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: block %" PRId64 " overruns "
+                         "its %" PRId64 " bytes", f->prefix, f->h.map_id, f->h.attempt,
+                         f->h.index, f->h.length);
+  if (f->n_msgs == f->cap_msgs) {
+    int64_t cap = f->cap_msgs ? f->cap_msgs * 2 : 8;
+    fsh_flight_message *n = fsh_realloc(f->msgs, sizeof *n * (size_t)cap);
+    if (!n) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+    f->msgs = n;
+    f->cap_msgs = cap;
+  }
+  f->msgs[f->n_msgs++] = *m;
+  memset(m, 0, sizeof *m);
+  if (f->acc == f->h.length) return end_block(f, err);
+  return 0;
+}
+
+static int fetch_stream(fetch *f, fsh_error *err) {
+  fr_reader *r = f->r;
+  fr_job *job = f->job;
+  fsh_flight_client *client = NULL;
+  FSH_RETURN_NOT_OK(fb_client(r->st, job->uri, &client, err));
+  fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
+                          .n_sources = job->n_slots};
+  t.sources = fsh_malloc(sizeof *t.sources * (size_t)job->n_slots);
+  if (!t.sources) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+  for (int64_t i = 0; i < job->n_slots; i++)
+    t.sources[i] = (fsh_ticket_source){slot_of(f, job->slots[i])->map_id,
+                                       slot_of(f, job->slots[i])->attempt};
+  fsh_buffer *tb = NULL;
+  int rc = fsh_shuffle_ticket_encode(&t, &tb, err);
+  fsh_shuffle_ticket_reset(&t);
+  fsh_flight_reader *rd = NULL;
+  if (rc == 0) {
+    fsh_bytes ticket = {tb->data, tb->size};
+    rc = fsh_flight_do_get(client, &ticket, &rd, err);
+  }
+  fsh_buffer_unref(tb);
+  if (rc != 0) return rc;
+  pthread_mutex_lock(&r->mu);
+  job->rd = rd;
+  bool closing = r->closing;
+  pthread_mutex_unlock(&r->mu);
+  if (closing) fsh_flight_reader_cancel(rd);
+  bool first = true;
+  for (;;) {
+    fsh_flight_message m;
+    bool done = false;
+    rc = fsh_flight_reader_next_raw(rd, &m, &done, err);
+    if (rc != 0 || done) break;
+    if (first) {
+      first = false;
+      fsh_batch *none = NULL;
+      fsh_ipc_message_type type = FSH_IPC_NONE;
+      int64_t body = 0;
+      if (!m.metadata || fsh_ipc_peek_message(m.metadata, &type, &body, NULL) != 0 ||
+          type != FSH_IPC_SCHEMA)
+        rc = fsh_error_set(err, EIO, "%s: the stream does not start with a schema", f->prefix);
+      if (rc == 0) rc = fsh_ipc_decode_message(f->dec, m.metadata, NULL, &none, err);
+      fsh_batch_unref(none);
+      fsh_error diff = {{0}};
+      if (rc == 0 && !fsh_schema_equals(fsh_ipc_decoder_schema(f->dec), r->schema, false, &diff))
+        rc = fsh_error_set(err, EINVAL, "%s: the map outputs' schema differs from the "
+                           "shuffle's: %s", f->prefix, diff.message);
+    } else {
+      rc = on_message(f, &m, err);
+    }
+    fsh_flight_message_reset(&m);
+    if (rc != 0) break;
+  }
+  pthread_mutex_lock(&r->mu);
+  job->rd = NULL;
+  pthread_mutex_unlock(&r->mu);
+  fsh_flight_reader_free(rd);
+  if (rc != 0) return rc;
+  if (f->in_block || f->cur_slot >= 0)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: the stream ended inside "
+                         "the map output (block %" PRId64 " of %" PRId64 ")", f->prefix,
+                         f->h.map_id, f->h.attempt, f->next_index, f->h.n_blocks);
+  for (; f->k < job->n_slots; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, job->slots[f->k], err));
+  return 0;
+}
+
+void fr_run_job(fr_reader *r, int j) {
+  fr_job *job = &r->jobs[j];
+  fetch f = {.r = r, .job = job, .cur_slot = -1};
+  fsh_error err = {{0}};
+  snprintf(f.prefix, sizeof f.prefix, "flight shuffle %" PRIu64 " partition %d: worker %s",
+           r->shuffle_id, r->partition, job->uri);
+  int rc = fsh_ipc_decoder_new(&f.dec, &err);
+  if (rc == 0) rc = fetch_stream(&f, &err);
+  if (rc != 0 && strncmp(err.message, f.prefix, strlen(f.prefix)) != 0) {
+    const fr_slot *first = &r->slots[job->slots[0]];
+    rc = fsh_error_prefix(&err, rc, "%s: fetching %" PRId64 " map output(s) (map %" PRId64
+                          " attempt %d first): ", f.prefix, job->n_slots, first->map_id,
+                          first->attempt);
+  }
+  drop_msgs(&f);
+  fsh_free(f.msgs);
+  fsh_ipc_decoder_free(f.dec);
+  pthread_mutex_lock(&r->mu);
+  job->finished = true;
+  job->rc = rc;
+  if (rc != 0) job->err = err;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+void *fr_pool_thread(void *arg) {
+  fr_reader *r = arg;
+  for (;;) {
+    pthread_mutex_lock(&r->mu);
+    while (r->next_job < r->n_jobs && r->jobs[r->next_job].started) r->next_job++;
+    int j = r->closing || r->next_job == r->n_jobs ? -1 : r->next_job++;
+    if (j >= 0) r->jobs[j].started = true;
+    pthread_mutex_unlock(&r->mu);
+    if (j < 0) return NULL;
+    fr_run_job(r, j);
+  }
+}

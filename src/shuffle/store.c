@@ -1,0 +1,661 @@
+/* store.c -- a worker's store of map outputs (contract in shuffle.h): each
+ * map output a map-output file image, in memory under the store's budget
+ * or in a spill file; writers, lookups for readers and servers, listing,
+ * release, and the removal of a crashed run's leftovers at start.
+ *
+ * Memory accounting: an image is charged to the budget by its capacity as
+ * it grows; a writer whose next growth the budget refuses (or whose growth
+ * fails for lack of memory) writes what it has to a spill file and goes on
+ * there. Spill files hold nothing that must outlive the worker (a restart
+ * deletes them), so they are not fsync'd: written to "<name>.tmp", renamed
+ * on close, published in the index only then -- a reader never sees a
+ * partial map output. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ipc/read_internal.h" /* fsh_input_from_buffer_named */
+#include "shuffle/shuffle_internal.h"
+
+#define SPILL_NAME_MAX 128
+
+typedef struct entry {
+  fsh_map_output meta; /* location NULL */
+  fsh_schema *schema;
+  fsh_buffer *image;  /* in memory, or NULL */
+  int64_t charged;    /* bytes of the budget it holds */
+  char *path;         /* spill file, or NULL */
+  int64_t file_bytes;
+  struct entry *next; /* hash chain */
+} entry;
+
+struct fsh_shuffle_store {
+  pthread_mutex_t mu;
+  entry **buckets;
+  int64_t n_buckets, n_entries;
+  int64_t spilled_outputs, spilled_bytes;
+  char **dirs;
+  int n_dirs;
+  int64_t memory_limit;
+  atomic_llong used; /* bytes charged */
+  atomic_uint next_dir;
+  atomic_ullong seq;
+  uint64_t tag;
+  char name[320]; /* fixed: renamed once while possibly read */
+};
+
+/* ---- names ------------------------------------------------------------- */
+
+static void spill_name(char *out, uint64_t tag, uint64_t shuffle_id, int64_t map_id,
+                       int32_t attempt, uint64_t seq) {
+  snprintf(out, SPILL_NAME_MAX,
+           "fshspill-%016" PRIx64 "-s%" PRIu64 "-m%" PRId64 "-a%" PRId32 "-%" PRIu64 ".arrows", tag,
+           shuffle_id, map_id, attempt, seq);
+}
+
+/* Whether name is exactly a spill file name (or its ".tmp"). */
+static bool is_spill_name(const char *name) {
+  uint64_t tag, s, seq;
+  int64_t m;
+  int32_t a;
+  if (strncmp(name, "fshspill-", 9) != 0 ||
+      sscanf(name, "fshspill-%16" SCNx64 "-s%" SCNu64 "-m%" SCNd64 "-a%" SCNd32 "-%" SCNu64, &tag,
+             &s, &m, &a, &seq) != 5 || m < 0 || a < 0)
+    return false;
+  char expect[SPILL_NAME_MAX];
+  spill_name(expect, tag, s, m, a, seq);
+  size_t n = strlen(expect);
+  return strncmp(name, expect, n) == 0 && (name[n] == '\0' || strcmp(name + n, ".tmp") == 0);
+}
+
+static char *join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = fsh_malloc(a + b + 2);
+  if (!p) return NULL;
+  memcpy(p, dir, a);
+  p[a] = '/';
+  memcpy(p + a + 1, name, b + 1);
+  return p;
+}
+
+/* ---- budget ------------------------------------------------------------ */
+
+static bool charge(fsh_shuffle_store *s, int64_t n) {
+  long long cur = atomic_load(&s->used);
+  do {
+    if (cur + n > s->memory_limit) return false;
+  } while (!atomic_compare_exchange_weak(&s->used, &cur, cur + n));
+  return true;
+}
+
+static void uncharge(fsh_shuffle_store *s, int64_t n) { atomic_fetch_sub(&s->used, n); }
+
+/* ---- the index --------------------------------------------------------- */
+
+static uint64_t key_hash(uint64_t shuffle_id, int64_t map_id, int32_t attempt) {
+  uint64_t h = shuffle_id * 0x9E3779B97F4A7C15ull;
+  h ^= (uint64_t)map_id + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+  h ^= (uint64_t)(uint32_t)attempt + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
+  return h ^ (h >> 31);
+}
+
+/* The chain link holding the key's entry, or the NULL ending its chain.
+ * Lock held. */
+static entry **find_link(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
+                         int32_t attempt) {
+  entry **l = &s->buckets[key_hash(shuffle_id, map_id, attempt) % (uint64_t)s->n_buckets];
+  while (*l && !((*l)->meta.shuffle_id == shuffle_id && (*l)->meta.map_id == map_id &&
+                 (*l)->meta.attempt == attempt))
+    l = &(*l)->next;
+  return l;
+}
+
+static void maybe_grow(fsh_shuffle_store *s) {
+  if (s->n_entries < s->n_buckets) return;
+  int64_t n = s->n_buckets * 2;
+  entry **b = fsh_calloc((size_t)n, sizeof *b);
+  if (!b) return; /* longer chains, nothing worse */
+  for (int64_t i = 0; i < s->n_buckets; i++)
+    for (entry *e = s->buckets[i], *next; e; e = next) {
+      next = e->next;
+      uint64_t h = key_hash(e->meta.shuffle_id, e->meta.map_id, e->meta.attempt) % (uint64_t)n;
+      e->next = b[h];
+      b[h] = e;
+    }
+  fsh_free(s->buckets);
+  s->buckets = b;
+  s->n_buckets = n;
+}
+
+/* Frees an entry taken out of the index: memory back to the budget, spill
+ * file removed. */
+static void entry_destroy(fsh_shuffle_store *s, entry *e) {
+  if (!e) return;
+  fsh_buffer_unref(e->image);
+  if (e->charged) uncharge(s, e->charged);
+  if (e->path) unlink(e->path);
+  fsh_free(e->path);
+  fsh_schema_unref(e->schema);
+  fsh_map_output_reset(&e->meta);
+  fsh_free(e);
+}
+
+/* ---- the spilling output ----------------------------------------------- */
+
+/* Where a writer's image ended up (filled by a successful close). */
+typedef struct spill_result {
+  fsh_buffer *image;
+  int64_t charged;
+  char *path;
+  int64_t file_bytes;
+} spill_result;
+
+typedef struct spill_out {
+  fsh_output pub;
+  fsh_shuffle_store *s;
+  char what[128]; /* "shuffle 1 map 2 attempt 0" */
+  char file_name[SPILL_NAME_MAX];
+  fsh_buffer *buf; /* memory mode */
+  int64_t charged;
+  fsh_output *file; /* file mode: writes to path.tmp */
+  char *path, *tmp;
+  spill_result *result;
+} spill_out;
+
+/* Opens path.tmp in spill directory d for writing (exclusive create). */
+static int open_spill_file(spill_out *o, const char *dir, fsh_error *err) {
+  char *path = join(dir, o->file_name);
+  char *tmp = path ? fsh_malloc(strlen(path) + 5) : NULL;
+  if (!path || !tmp) {
+    fsh_free(path);
+    fsh_free(tmp);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  strcpy(tmp, path);
+  strcat(tmp, ".tmp");
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int rc = 0;
+  if (fd < 0) {
+    int e = errno;
+    rc = fsh_error_set(err, e == ENOSPC || e == EACCES || e == EROFS ? e : EIO,
+                       "creating spill file %s: %s", tmp, strerror(e));
+  } else {
+    rc = fsh_output_from_fd(fd, true, tmp, &o->file, err);
+    if (rc != 0) {
+      close(fd);
+      unlink(tmp);
+    }
+  }
+  if (rc != 0) {
+    fsh_free(path);
+    fsh_free(tmp);
+    return rc;
+  }
+  o->path = path;
+  o->tmp = tmp;
+  return 0;
+}
+
+/* Moves the output to a spill file (round-robin over the directories;
+ * one that cannot take the file is skipped), writing what memory held. */
+static int spill_now(spill_out *o, const char *why, fsh_error *err) {
+  fsh_shuffle_store *s = o->s;
+  if (s->n_dirs == 0)
+    return fsh_error_set(err, ENOSPC, "store %s: %s, and the store has no spill directory",
+                         s->name, why);
+  unsigned first = atomic_fetch_add(&s->next_dir, 1u);
+  int rc = 0;
+  for (int i = 0; i < s->n_dirs; i++) {
+    rc = open_spill_file(o, s->dirs[(first + (unsigned)i) % (unsigned)s->n_dirs], err);
+    if (rc == 0 || rc == ENOMEM) break;
+  }
+  if (rc != 0)
+    return rc == ENOMEM ? rc
+                        : fsh_error_prefix(err, rc, "store %s: %s, and no spill directory "
+                                           "took the map output: ", s->name, why);
+  if (o->buf && o->buf->size > 0) {
+    struct iovec v = {o->buf->data, (size_t)o->buf->size};
+    rc = o->file->writev(o->file, &v, 1, err);
+  }
+  fsh_buffer_unref(o->buf);
+  o->buf = NULL;
+  if (o->charged) uncharge(s, o->charged);
+  o->charged = 0;
+  if (rc != 0) rc = fsh_error_prefix(err, rc, "store %s: ", s->name);
+  return rc;
+}
+
+static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_error *err) {
+  spill_out *o = out->ctx;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
+  if (!o->file) {
+    int64_t at = o->buf ? o->buf->size : 0, cap = o->buf ? o->buf->capacity : 0;
+    if (at + total > cap) {
+      int64_t want = cap ? cap : 64 << 10;
+      while (want < at + total) want *= 2;
+      const char *why = NULL;
+      if (!charge(o->s, want - o->charged)) {
+        why = "the memory budget is exhausted";
+      } else {
+        int64_t extra = want - o->charged;
+        fsh_error ignored;
+        if (!o->buf && !(o->buf = fsh_buffer_new(0, false))) {
+          why = "out of memory";
+        } else if (fsh_buffer_resize(o->buf, want, &ignored) != 0) {
+          why = "out of memory";
+        } else {
+          o->buf->size = at;
+          o->charged += extra;
+          extra = 0;
+        }
+        if (extra) uncharge(o->s, extra);
+      }
+      if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
+    }
+  }
+  if (o->file) {
+    int rc = o->file->writev(o->file, iov, n, err);
+    if (rc != 0) return rc;
+  } else {
+    int64_t at = o->buf->size;
+    for (int i = 0; i < n; i++) {
+      if (iov[i].iov_len) memcpy(o->buf->data + at, iov[i].iov_base, iov[i].iov_len);
+      at += (int64_t)iov[i].iov_len;
+    }
+    o->buf->size = at;
+  }
+  out->position += total;
+  return 0;
+}
+
+static void spill_out_free(spill_out *o) {
+  fsh_buffer_unref(o->buf);
+  if (o->charged) uncharge(o->s, o->charged);
+  fsh_free(o->path);
+  fsh_free(o->tmp);
+  fsh_free(o);
+}
+
+static int spill_close(fsh_output *out, bool abort, fsh_error *err) {
+  spill_out *o = out->ctx;
+  int rc = 0;
+  if (o->file) {
+    rc = o->file->close(o->file, abort, err);
+    o->file = NULL;
+    if (rc == 0 && !abort && rename(o->tmp, o->path) != 0)
+      rc = fsh_error_set(err, EIO, "store %s: renaming %s: %s", o->s->name, o->tmp,
+                         strerror(errno));
+    if (rc != 0 || abort) unlink(o->tmp);
+    if (rc == 0 && !abort) {
+      o->result->path = o->path;
+      o->result->file_bytes = out->position;
+      o->path = NULL;
+    }
+  } else if (!abort) {
+    if (!o->buf && !(o->buf = fsh_buffer_new(0, false))) {
+      rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+    } else {
+      o->result->image = o->buf;
+      o->result->charged = o->charged;
+      o->buf = NULL;
+      o->charged = 0;
+    }
+  }
+  spill_out_free(o);
+  return rc;
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+struct fsh_store_writer {
+  fsh_shuffle_store *s;
+  fsh_map_file_writer *mw;
+  spill_result res;
+  entry *e; /* allocated up front: publishing cannot fail */
+  char what[128];
+};
+
+static void result_discard(fsh_shuffle_store *s, spill_result *r) {
+  fsh_buffer_unref(r->image);
+  if (r->charged) uncharge(s, r->charged);
+  if (r->path) unlink(r->path);
+  fsh_free(r->path);
+  memset(r, 0, sizeof *r);
+}
+
+int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, int64_t map_id,
+                          int32_t attempt, fsh_store_writer **out, fsh_error *err) {
+  fsh_store_writer *w = fsh_calloc(1, sizeof *w);
+  spill_out *o = fsh_calloc(1, sizeof *o);
+  entry *e = fsh_calloc(1, sizeof *e);
+  if (!w || !o || !e) {
+    fsh_free(w);
+    fsh_free(o);
+    fsh_free(e);
+    return fsh_error_set(err, ENOMEM, "store %s: shuffle %" PRIu64 " map %" PRId64
+                         ": out of memory", s->name, spec->shuffle_id, map_id);
+  }
+  w->s = s;
+  w->e = e;
+  snprintf(w->what, sizeof w->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
+           spec->shuffle_id, map_id, attempt);
+  o->s = s;
+  memcpy(o->what, w->what, sizeof o->what);
+  spill_name(o->file_name, s->tag, spec->shuffle_id, map_id, attempt,
+             atomic_fetch_add(&s->seq, 1u));
+  o->result = &w->res;
+  o->pub = (fsh_output){.writev = spill_writev, .close = spill_close, .ctx = o, .name = o->what};
+  fsh_map_file_options opts = {.compression = spec->compression,
+                               .target_block_bytes = spec->target_block_bytes};
+  int rc = fsh_map_file_writer_open(&o->pub, spec, map_id, attempt, &opts, &w->mw, err);
+  if (rc != 0) {
+    fsh_free(e);
+    fsh_free(w);
+    return rc;
+  }
+  e->schema = fsh_schema_ref(spec->schema);
+  *out = w;
+  return 0;
+}
+
+int fsh_store_writer_write(fsh_store_writer *w, int32_t partition, fsh_batch *batch,
+                           fsh_error *err) {
+  return fsh_map_file_writer_write(w->mw, partition, batch, err);
+}
+
+static void writer_free(fsh_store_writer *w) {
+  if (w->e) {
+    fsh_schema_unref(w->e->schema);
+    fsh_free(w->e);
+  }
+  fsh_free(w);
+}
+
+void fsh_store_writer_abort(fsh_store_writer *w) {
+  if (!w) return;
+  fsh_map_file_writer_abort(w->mw);
+  result_discard(w->s, &w->res);
+  writer_free(w);
+}
+
+int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *err) {
+  fsh_shuffle_store *s = w->s;
+  fsh_map_output m;
+  int rc = fsh_map_file_writer_close(w->mw, &m, err);
+  w->mw = NULL;
+  if (rc == 0 && fsh_map_output_copy(&w->e->meta, &m) != 0) {
+    fsh_map_output_reset(&m);
+    rc = fsh_error_set(err, ENOMEM, "store %s: %s: out of memory", s->name, w->what);
+  }
+  if (rc != 0) {
+    result_discard(s, &w->res);
+    writer_free(w);
+    return rc;
+  }
+  entry *e = w->e;
+  w->e = NULL;
+  e->image = w->res.image;
+  e->charged = w->res.charged;
+  e->path = w->res.path;
+  e->file_bytes = w->res.file_bytes;
+  memset(&w->res, 0, sizeof w->res);
+  pthread_mutex_lock(&s->mu);
+  entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);
+  entry *old = *l;
+  e->next = old ? old->next : NULL;
+  *l = e;
+  if (!old) s->n_entries++;
+  if (old && old->path) s->spilled_outputs--, s->spilled_bytes -= old->file_bytes;
+  if (e->path) s->spilled_outputs++, s->spilled_bytes += e->file_bytes;
+  maybe_grow(s);
+  pthread_mutex_unlock(&s->mu);
+  entry_destroy(s, old);
+  writer_free(w);
+  *out = m;
+  return 0;
+}
+
+/* ---- lookups ----------------------------------------------------------- */
+
+int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
+                   fsh_map_file **out, fsh_error *err) {
+  fsh_buffer *image = NULL;
+  char *path = NULL;
+  bool found = false, oom = false;
+  pthread_mutex_lock(&s->mu);
+  entry *e = *find_link(s, shuffle_id, map_id, attempt);
+  if (e) {
+    found = true;
+    if (e->image) image = fsh_buffer_ref(e->image);
+    else if (!(path = fsh_strdup(e->path))) oom = true;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (oom) return fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
+  if (!found)
+    return fsh_error_set(err, ENOENT, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
+                         PRId32 " is not held here (released, lost, or never written)", s->name,
+                         shuffle_id, map_id, attempt);
+  int rc;
+  if (image) {
+    char name[512];
+    snprintf(name, sizeof name, "%s memory image of shuffle %" PRIu64 " map %" PRId64
+             " attempt %" PRId32, s->name, shuffle_id, map_id, attempt);
+    fsh_input *in = NULL;
+    rc = fsh_input_from_buffer_named(image, name, &in, err);
+    fsh_buffer_unref(image);
+    if (rc == 0) rc = fsh_map_file_open(in, out, err);
+  } else {
+    rc = fsh_map_file_open_path(path, out, err);
+    if (rc == ENOENT)
+      rc = fsh_error_set(err, ENOENT, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
+                         PRId32 ": spill file %s is gone (released meanwhile?)", s->name,
+                         shuffle_id, map_id, attempt, path);
+    fsh_free(path);
+  }
+  return rc;
+}
+
+bool fsh_store_has(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
+                   int32_t *n_partitions) {
+  pthread_mutex_lock(&s->mu);
+  entry *e = *find_link(s, shuffle_id, map_id, attempt);
+  if (e && n_partitions) *n_partitions = e->meta.n_partitions;
+  pthread_mutex_unlock(&s->mu);
+  return e != NULL;
+}
+
+void fsh_store_items_free(fsh_store_item *items, int64_t n) {
+  for (int64_t i = 0; items && i < n; i++) {
+    fsh_map_output_reset(&items[i].meta);
+    fsh_schema_unref(items[i].schema);
+  }
+  fsh_free(items);
+}
+
+int fsh_store_list(fsh_shuffle_store *s, fsh_store_item **out, int64_t *n_out, fsh_error *err) {
+  pthread_mutex_lock(&s->mu);
+  int64_t n = s->n_entries, k = 0;
+  fsh_store_item *items = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *items);
+  int rc = items ? 0 : ENOMEM;
+  for (int64_t i = 0; rc == 0 && i < s->n_buckets; i++)
+    for (entry *e = s->buckets[i]; rc == 0 && e; e = e->next) {
+      rc = fsh_map_output_copy(&items[k].meta, &e->meta);
+      if (rc == 0) items[k++].schema = fsh_schema_ref(e->schema);
+    }
+  pthread_mutex_unlock(&s->mu);
+  if (rc != 0) {
+    fsh_store_items_free(items, k);
+    return fsh_error_set(err, ENOMEM, "store %s: out of memory listing %" PRId64 " map outputs",
+                         s->name, n);
+  }
+  *out = items;
+  *n_out = k;
+  return 0;
+}
+
+void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *out) {
+  pthread_mutex_lock(&s->mu);
+  out->map_outputs = s->n_entries;
+  out->spilled_outputs = s->spilled_outputs;
+  out->spilled_bytes = s->spilled_bytes;
+  pthread_mutex_unlock(&s->mu);
+  out->memory_bytes = atomic_load(&s->used);
+}
+
+/* ---- release ----------------------------------------------------------- */
+
+int fsh_store_release(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t *n_outputs,
+                      int64_t *n_bytes, fsh_error *err) {
+  (void)err;
+  entry *dead = NULL;
+  int64_t count = 0, bytes = 0;
+  pthread_mutex_lock(&s->mu);
+  for (int64_t i = 0; i < s->n_buckets; i++) {
+    entry **l = &s->buckets[i];
+    while (*l) {
+      entry *e = *l;
+      if (e->meta.shuffle_id != shuffle_id) {
+        l = &e->next;
+        continue;
+      }
+      *l = e->next;
+      e->next = dead;
+      dead = e;
+      s->n_entries--;
+      if (e->path) s->spilled_outputs--, s->spilled_bytes -= e->file_bytes;
+      count++;
+      bytes += e->image ? e->image->size : e->file_bytes;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  while (dead) { /* memory and files go outside the lock */
+    entry *next = dead->next;
+    entry_destroy(s, dead);
+    dead = next;
+  }
+  if (n_outputs) *n_outputs = count;
+  if (n_bytes) *n_bytes = bytes;
+  return 0;
+}
+
+int fsh_shuffle_store_release(fsh_shuffle_store *s, uint64_t shuffle_id, fsh_error *err) {
+  if (!s) return fsh_error_set(err, EINVAL, "release: NULL store");
+  return fsh_store_release(s, shuffle_id, NULL, NULL, err);
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+int fsh_store_set_name(fsh_shuffle_store *s, const char *name) {
+  snprintf(s->name, sizeof s->name, "%s", name);
+  return 0;
+}
+
+const char *fsh_store_name(const fsh_shuffle_store *s) { return s->name; }
+
+/* mkdir -p dir, then removes the spill files (and temp files) a crashed
+ * earlier run left in it; nothing else is touched. */
+static int prepare_dir(const char *dir, fsh_error *err) {
+  char *p = fsh_strdup(dir);
+  if (!p) return fsh_error_set(err, ENOMEM, "out of memory");
+  for (char *c = p + 1;; c++) {
+    if (*c != '/' && *c != '\0') continue;
+    char saved = *c;
+    *c = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      int e = errno;
+      int rc = fsh_error_set(err, e == EACCES || e == ENOTDIR || e == EROFS ? e : EIO,
+                             "spill directory %s: cannot create %s: %s", dir, p, strerror(e));
+      fsh_free(p);
+      return rc;
+    }
+    *c = saved;
+    if (saved == '\0') break;
+  }
+  fsh_free(p);
+  DIR *d = opendir(dir);
+  if (!d) {
+    int e = errno;
+    return fsh_error_set(err, e == ENOTDIR || e == EACCES ? e : EIO,
+                         "spill directory %s: cannot list it: %s", dir, strerror(e));
+  }
+  int rc = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (!is_spill_name(de->d_name)) continue;
+    if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+      rc = fsh_error_set(err, EIO, "spill directory %s: cannot remove the leftover %s: %s", dir,
+                         de->d_name, strerror(errno));
+  }
+  closedir(d);
+  if (rc == 0 && access(dir, W_OK | X_OK) != 0)
+    rc = fsh_error_set(err, EACCES, "spill directory %s is not writable: %s", dir,
+                       strerror(errno));
+  return rc;
+}
+
+void fsh_shuffle_store_free(fsh_shuffle_store *s) {
+  if (!s) return;
+  if (s->buckets)
+    for (int64_t i = 0; i < s->n_buckets; i++)
+      for (entry *e = s->buckets[i], *next; e; e = next) {
+        next = e->next;
+        entry_destroy(s, e);
+      }
+  fsh_free(s->buckets);
+  for (int i = 0; i < s->n_dirs; i++) fsh_free(s->dirs[i]);
+  fsh_free(s->dirs);
+  pthread_mutex_destroy(&s->mu);
+  fsh_free(s);
+}
+
+int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_store **out,
+                          fsh_error *err) {
+  if (!opts || !out || opts->n_spill_dirs < 0 || (opts->n_spill_dirs > 0 && !opts->spill_dirs) ||
+      opts->memory_limit < 0)
+    return fsh_error_set(err, EINVAL, "store: bad options (spill directories or memory limit)");
+  fsh_shuffle_store *s = fsh_calloc(1, sizeof *s);
+  if (!s) return fsh_error_set(err, ENOMEM, "store: out of memory");
+  if (pthread_mutex_init(&s->mu, NULL) != 0) {
+    fsh_free(s);
+    return fsh_error_set(err, ENOMEM, "store: cannot create a mutex");
+  }
+  s->n_buckets = 64;
+  s->buckets = fsh_calloc((size_t)s->n_buckets, sizeof *s->buckets);
+  snprintf(s->name, sizeof s->name, "%s", opts->name ? opts->name : "store");
+  s->dirs = fsh_calloc(opts->n_spill_dirs > 0 ? (size_t)opts->n_spill_dirs : 1, sizeof *s->dirs);
+  int rc = s->buckets && s->dirs ? 0 : fsh_error_set(err, ENOMEM, "store: out of memory");
+  for (int i = 0; rc == 0 && i < opts->n_spill_dirs; i++) {
+    const char *d = opts->spill_dirs[i];
+    if (!d || !d[0]) {
+      rc = fsh_error_set(err, EINVAL, "store: spill directory %d is empty", i);
+      break;
+    }
+    if (!(s->dirs[i] = fsh_strdup(d))) {
+      rc = fsh_error_set(err, ENOMEM, "store: out of memory");
+      break;
+    }
+    s->n_dirs++;
+    for (size_t n = strlen(s->dirs[i]); n > 1 && s->dirs[i][n - 1] == '/'; n--)
+      s->dirs[i][n - 1] = '\0';
+    rc = prepare_dir(s->dirs[i], err);
+  }
+  if (rc != 0) {
+    fsh_shuffle_store_free(s);
+    return rc;
+  }
+  s->memory_limit = opts->memory_limit;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  s->tag = key_hash((uint64_t)getpid(), ts.tv_nsec, (int32_t)ts.tv_sec) ^ (uint64_t)(uintptr_t)s;
+  *out = s;
+  return 0;
+}

@@ -1,0 +1,230 @@
+/* worker.c -- a worker: a store behind a Flight server (surface and wire
+ * formats in shuffle.h). ListFlights describes every (shuffle, partition)
+ * held; DoGet (worker_get.c) serves tickets; DoPut (worker_put.c) writes
+ * map outputs; DoAction "release" removes a shuffle. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shuffle/worker_internal.h"
+
+struct fsh_shuffle_worker {
+  fsh_shuffle_store *store;
+  fsh_flight_server *server;
+  char uri[320];
+};
+
+/* ---- ListFlights ------------------------------------------------------- */
+
+static int cmp_items(const void *a, const void *b) {
+  const fsh_map_output *x = &((const fsh_store_item *)a)->meta;
+  const fsh_map_output *y = &((const fsh_store_item *)b)->meta;
+  if (x->shuffle_id != y->shuffle_id) return x->shuffle_id < y->shuffle_id ? -1 : 1;
+  if (x->map_id != y->map_id) return x->map_id < y->map_id ? -1 : 1;
+  return (x->attempt > y->attempt) - (x->attempt < y->attempt);
+}
+
+/* The FlightInfo of partition p of the shuffle whose map outputs are
+ * items[0, n) (same shuffle, same partition count). */
+static int partition_info(fsh_shuffle_worker *w, const fsh_store_item *items, int64_t n,
+                          int32_t p, fsh_flight_info *out, fsh_error *err) {
+  fsh_flight_info info = {.total_records = 0, .total_bytes = 0, .ordered = true};
+  fsh_shuffle_ticket t = {.shuffle_id = items[0].meta.shuffle_id, .partition = p, .n_sources = n};
+  t.sources = fsh_calloc((size_t)n, sizeof *t.sources);
+  char id[24], part[16];
+  snprintf(id, sizeof id, "%" PRIu64, t.shuffle_id);
+  snprintf(part, sizeof part, "%d", p);
+  const char *path[] = {"shuffle", id, "partition", part};
+  fsh_buffer *ticket = NULL;
+  int rc = t.sources ? 0 : ENOMEM;
+  for (int64_t i = 0; rc == 0 && i < n; i++) {
+    t.sources[i] = (fsh_ticket_source){items[i].meta.map_id, items[i].meta.attempt};
+    info.total_records += items[i].meta.rows[p];
+    info.total_bytes += items[i].meta.bytes[p];
+  }
+  if (rc == 0) rc = fsh_shuffle_ticket_encode(&t, &ticket, err);
+  if (rc == 0) rc = fsh_flight_descriptor_path(&info.descriptor, path, 4);
+  if (rc == 0 && !(info.endpoints = fsh_calloc(1, sizeof *info.endpoints))) rc = ENOMEM;
+  if (rc == 0) {
+    info.n_endpoints = 1;
+    fsh_flight_endpoint *e = info.endpoints;
+    rc = fsh_bytes_set(&e->ticket, ticket->data, ticket->size);
+    if (rc == 0 && !(e->locations = fsh_calloc(1, sizeof *e->locations))) rc = ENOMEM;
+    if (rc == 0 && !(e->locations[0] = fsh_strdup(w->uri))) rc = ENOMEM;
+    if (rc == 0) e->n_locations = 1;
+  }
+  if (rc == 0) info.schema = fsh_schema_ref(items[0].schema);
+  fsh_buffer_unref(ticket);
+  fsh_shuffle_ticket_reset(&t);
+  if (rc != 0) {
+    fsh_flight_info_reset(&info);
+    return rc == ENOMEM ? fsh_error_set(err, ENOMEM, "worker %s: ListFlights: out of memory",
+                                        w->uri)
+                        : rc;
+  }
+  *out = info;
+  return 0;
+}
+
+static int list_flights(void *ctx, fsh_flight_call *call, const fsh_bytes *criteria,
+                        fsh_flight_info_list *out, fsh_error *err) {
+  (void)call, (void)criteria;
+  fsh_shuffle_worker *w = ctx;
+  fsh_store_item *items = NULL;
+  int64_t n = 0;
+  FSH_RETURN_NOT_OK(fsh_store_list(w->store, &items, &n, err));
+  qsort(items, (size_t)n, sizeof *items, cmp_items);
+  int rc = 0;
+  for (int64_t i = 0; rc == 0 && i < n;) {
+    int64_t j = i + 1; /* items[i, j): one shuffle */
+    while (j < n && items[j].meta.shuffle_id == items[i].meta.shuffle_id) j++;
+    /* map outputs written with another partition count than the first
+     * are not listed (a client mistake; DoGet of them still works) */
+    int64_t k = i;
+    for (int64_t x = i; x < j; x++)
+      if (items[x].meta.n_partitions == items[i].meta.n_partitions) items[k++] = items[x];
+      else fsh_map_output_reset(&items[x].meta), fsh_schema_unref(items[x].schema);
+    for (int64_t x = k; x < j; x++) memset(&items[x], 0, sizeof items[x]);
+    for (int32_t p = 0; rc == 0 && p < items[i].meta.n_partitions; p++) {
+      fsh_flight_info info;
+      rc = partition_info(w, items + i, k - i, p, &info, err);
+      if (rc == 0 && fsh_flight_info_list_push(out, &info) != 0) {
+        fsh_flight_info_reset(&info);
+        rc = fsh_error_set(err, ENOMEM, "worker %s: ListFlights: out of memory", w->uri);
+      }
+    }
+    i = j;
+  }
+  fsh_store_items_free(items, n);
+  return rc;
+}
+
+/* ---- DoGet, DoPut ------------------------------------------------------ */
+
+static int do_get(void *ctx, fsh_flight_call *call, const fsh_bytes *ticket,
+                  fsh_flight_source **out, fsh_error *err) {
+  (void)call;
+  fsh_shuffle_worker *w = ctx;
+  return fsh_worker_do_get(w->store, ticket->data, ticket->size, out, err);
+}
+
+static int do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *first,
+                  fsh_flight_sink **out, fsh_error *err) {
+  (void)call;
+  fsh_shuffle_worker *w = ctx;
+  if (!first->has_descriptor)
+    return fsh_error_set(err, EINVAL, "worker %s: DoPut without a descriptor", w->uri);
+  return fsh_worker_put_sink(w->store, &first->descriptor, out, err);
+}
+
+/* ---- actions ----------------------------------------------------------- */
+
+static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *a,
+                     fsh_flight_result_list *out, fsh_error *err) {
+  (void)call;
+  fsh_shuffle_worker *w = ctx;
+  if (strcmp(a->type, "release") != 0)
+    return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release)", w->uri,
+                         a->type);
+  char digits[24];
+  uint64_t id = 0;
+  bool ok = a->body.size > 0 && a->body.size < (int64_t)sizeof digits;
+  if (ok) {
+    memcpy(digits, a->body.data, (size_t)a->body.size);
+    digits[a->body.size] = '\0';
+    for (int64_t i = 0; ok && i < a->body.size; i++) ok = digits[i] >= '0' && digits[i] <= '9';
+    if (ok) {
+      errno = 0;
+      id = strtoull(digits, NULL, 10);
+      ok = errno == 0;
+    }
+  }
+  if (!ok)
+    return fsh_error_set(err, EINVAL, "worker %s: release: the body must be a shuffle id in "
+                         "ASCII decimal", w->uri);
+  int64_t n = 0, bytes = 0;
+  FSH_RETURN_NOT_OK(fsh_store_release(w->store, id, &n, &bytes, err));
+  char msg[160];
+  int len = snprintf(msg, sizeof msg, "released shuffle %" PRIu64 ": %" PRId64 " map outputs, %"
+                     PRId64 " bytes", id, n, bytes);
+  if (fsh_flight_result_list_push(out, msg, len) != 0)
+    return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  return 0;
+}
+
+static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
+                        fsh_error *err) {
+  (void)call;
+  fsh_shuffle_worker *w = ctx;
+  if (fsh_flight_action_type_list_push(out, "release",
+                                       "remove a shuffle's map outputs (body: its id, decimal)"))
+    return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  return 0;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+/* grpc://host:port for the listen address; a wildcard host becomes this
+ * machine's name (what peers can reach). */
+static void make_uri(char *out, size_t size, const char *listen, int port) {
+  char host[256] = "127.0.0.1";
+  const char *colon = strrchr(listen, ':');
+  size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+  if (n > 0 && n < sizeof host) {
+    memcpy(host, listen, n);
+    host[n] = '\0';
+  }
+  if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 || strcmp(host, "") == 0) {
+    if (gethostname(host, sizeof host) != 0) strcpy(host, "127.0.0.1");
+    host[sizeof host - 1] = '\0';
+  }
+  snprintf(out, size, "grpc://%s:%d", host, port);
+}
+
+int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle_worker **out,
+                             fsh_error *err) {
+  if (!opts || !opts->listen || !out)
+    return fsh_error_set(err, EINVAL, "worker: no listen address");
+  fsh_shuffle_worker *w = fsh_calloc(1, sizeof *w);
+  if (!w) return fsh_error_set(err, ENOMEM, "worker: out of memory");
+  fsh_shuffle_store_options so = {.spill_dirs = opts->spill_dirs,
+                                  .n_spill_dirs = opts->n_spill_dirs,
+                                  .memory_limit = opts->memory_limit,
+                                  .name = opts->listen};
+  int rc = fsh_shuffle_store_new(&so, &w->store, err);
+  if (rc != 0) {
+    fsh_free(w);
+    return fsh_error_prefix(err, rc, "worker %s: ", opts->listen);
+  }
+  fsh_flight_handlers h = {.ctx = w, .list_flights = list_flights, .do_get = do_get,
+                           .do_put = do_put, .do_action = do_action,
+                           .list_actions = list_actions};
+  fsh_flight_server_options fo = {.listen = opts->listen, .n_threads = opts->n_threads,
+                                  .auth_token = opts->auth_token};
+  rc = fsh_flight_server_start(&fo, &h, &w->server, err);
+  if (rc == 0) {
+    make_uri(w->uri, sizeof w->uri, opts->listen, fsh_flight_server_port(w->server));
+    /* Nothing is stored yet: the store's name can still change. */
+    if (fsh_store_set_name(w->store, w->uri) != 0)
+      rc = fsh_error_set(err, ENOMEM, "worker: out of memory");
+  }
+  if (rc != 0) {
+    fsh_shuffle_worker_stop(w, 0);
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+const char *fsh_shuffle_worker_uri(const fsh_shuffle_worker *w) { return w->uri; }
+fsh_shuffle_store *fsh_shuffle_worker_store(fsh_shuffle_worker *w) { return w->store; }
+
+void fsh_shuffle_worker_stop(fsh_shuffle_worker *w, int64_t deadline_ms) {
+  if (!w) return;
+  if (w->server) fsh_flight_server_stop(w->server, deadline_ms);
+  fsh_shuffle_store_free(w->store);
+  fsh_free(w);
+}

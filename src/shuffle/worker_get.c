@@ -1,0 +1,214 @@
+/* worker_get.c -- a worker's DoGet of a shuffle ticket: the partition's
+ * stored blocks of each named map output, streamed as stored (no
+ * decoding): the schema message, then each block's messages sliced out of
+ * the block's bytes (a memory image slice or one pread of the spill file
+ * range), the first message of each block carrying the block header
+ * (layout in shuffle.h) so the reader can verify the block. The server
+ * does not verify blocks itself: the reader does, and names this worker. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <flightshuffle/flight.h>
+
+#include "shuffle/shuffle_internal.h"
+#include "shuffle/worker_internal.h"
+
+typedef struct get_source {
+  fsh_flight_source base;
+  fsh_shuffle_store *store;
+  fsh_shuffle_ticket t;
+  int64_t next_src; /* the next ticket entry to open */
+  fsh_schema *schema; /* the first map output's; the others must match */
+  bool schema_sent;
+  fsh_map_file *f; /* current map output */
+  fsh_map_file_partition part;
+  int64_t next_block;
+  fsh_buffer *block; /* current block's bytes */
+  int64_t pos;       /* next message in block */
+  char what[160];    /* "shuffle 1 partition 2 map 3 attempt 0" */
+} get_source;
+
+static void close_current(get_source *g) {
+  fsh_buffer_unref(g->block);
+  g->block = NULL;
+  fsh_map_file_partition_reset(&g->part);
+  fsh_map_file_close(g->f);
+  g->f = NULL;
+}
+
+/* Opens ticket entry i's map output and its partition entry. */
+static int open_entry(get_source *g, int64_t i, fsh_error *err) {
+  const fsh_ticket_source *src = &g->t.sources[i];
+  snprintf(g->what, sizeof g->what, "shuffle %" PRIu64 " partition %d map %" PRId64 " attempt %d",
+           g->t.shuffle_id, g->t.partition, src->map_id, src->attempt);
+  int rc = fsh_store_open(g->store, g->t.shuffle_id, src->map_id, src->attempt, &g->f, err);
+  if (rc != 0) return rc;
+  const fsh_map_file_info *info = fsh_map_file_get_info(g->f);
+  fsh_error diff = {{0}};
+  if (g->t.partition >= info->n_partitions)
+    rc = fsh_error_set(err, EINVAL, "worker %s: %s: the map output has %d partitions",
+                       fsh_store_name(g->store), g->what, info->n_partitions);
+  else if (g->schema && !fsh_schema_equals(g->schema, fsh_map_file_schema(g->f), true, &diff))
+    rc = fsh_error_set(err, EINVAL, "worker %s: %s: its schema differs from the first map "
+                       "output's in the ticket: %s", fsh_store_name(g->store), g->what,
+                       diff.message);
+  if (rc == 0) rc = fsh_map_file_get_partition(g->f, g->t.partition, &g->part, err);
+  if (rc == 0 && !g->schema) g->schema = fsh_schema_ref(fsh_map_file_schema(g->f));
+  g->next_block = 0;
+  if (rc != 0) close_current(g);
+  return rc;
+}
+
+/* The stored schema message as a payload (its metadata bytes, as stored). */
+static int schema_payload(get_source *g, fsh_ipc_payload *out, fsh_error *err) {
+  const fsh_map_file_info *info = fsh_map_file_get_info(g->f);
+  fsh_input *in = fsh_map_file_input(g->f);
+  fsh_buffer *b = NULL;
+  FSH_RETURN_NOT_OK(in->read_at(in, 0, info->schema_length, &b, err));
+  int rc = 0;
+  if (b->size != info->schema_length || b->size < 16)
+    rc = fsh_error_set(err, EIO, "worker %s: %s: short read of the schema message",
+                       fsh_store_name(g->store), g->what);
+  if (rc == 0 && !(out->metadata = fsh_buffer_slice(b, 8, b->size - 8)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  out->type = FSH_IPC_SCHEMA;
+  fsh_buffer_unref(b);
+  return rc;
+}
+
+/* Makes g->block the next block to send (opening map outputs as needed);
+ * *done when every entry is sent. */
+static int next_block(get_source *g, bool *done, fsh_error *err) {
+  *done = false;
+  while (!g->block) {
+    if (g->f && g->next_block < g->part.n_blocks) {
+      const fsh_map_file_block *b = &g->part.blocks[g->next_block];
+      fsh_input *in = fsh_map_file_input(g->f);
+      FSH_RETURN_NOT_OK(in->read_at(in, b->offset, b->length, &g->block, err));
+      if (g->block->size != b->length)
+        return fsh_error_set(err, EIO, "worker %s: %s: short read of block %" PRId64 " (%s)",
+                             fsh_store_name(g->store), g->what, g->next_block, in->name);
+      g->pos = 0;
+      return 0;
+    }
+    close_current(g);
+    if (g->next_src == g->t.n_sources) {
+      *done = true;
+      return 0;
+    }
+    FSH_RETURN_NOT_OK(open_entry(g, g->next_src++, err));
+  }
+  return 0;
+}
+
+static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **app_metadata,
+                    bool *done, fsh_error *err) {
+  get_source *g = base->ctx;
+  memset(out, 0, sizeof *out);
+  *done = false;
+  if (!g->schema_sent) {
+    FSH_RETURN_NOT_OK(open_entry(g, g->next_src++, err));
+    FSH_RETURN_NOT_OK(schema_payload(g, out, err));
+    g->schema_sent = true;
+    return 0;
+  }
+  FSH_RETURN_NOT_OK(next_block(g, done, err));
+  if (*done) return 0;
+  /* One framed message of the block: FFFFFFFF, length, metadata, body. */
+  fsh_buffer *b = g->block;
+  int64_t at = g->pos, left = b->size - at;
+  int64_t len = left >= 8 ? (int64_t)fsh_le_get32(b->data + at + 4) : -1;
+  if (left < 8 || fsh_le_get32(b->data + at) != 0xFFFFFFFFu || len <= 0 || len % 8 ||
+      len > left - 8)
+    return fsh_error_set(err, EIO, "worker %s: %s: block %" PRId64 " is malformed at byte %" PRId64,
+                         fsh_store_name(g->store), g->what, g->next_block, at);
+  int rc = 0;
+  if (!(out->metadata = fsh_buffer_slice(b, at + 8, len))) rc = ENOMEM;
+  int64_t body_len = 0;
+  if (rc == 0) rc = fsh_ipc_peek_message(out->metadata, &out->type, &body_len, err);
+  if (rc == 0 && (body_len < 0 || body_len % 8 || body_len > left - 8 - len))
+    rc = fsh_error_set(err, EIO, "worker %s: %s: block %" PRId64 ": a body past the block",
+                       fsh_store_name(g->store), g->what, g->next_block);
+  if (rc == 0 && body_len > 0) {
+    out->body = fsh_malloc(sizeof *out->body);
+    if (!out->body || !(out->body[0] = fsh_buffer_slice(b, at + 8 + len, body_len))) {
+      rc = ENOMEM;
+    } else {
+      out->n_body = 1;
+      out->body_length = body_len;
+    }
+  }
+  if (rc == 0 && at == 0) {
+    const fsh_map_file_block *bl = &g->part.blocks[g->next_block];
+    fsh_block_header h = {
+        .map_id = g->t.sources[g->next_src - 1].map_id,
+        .attempt = g->t.sources[g->next_src - 1].attempt,
+        .partition = g->t.partition, .index = g->next_block, .n_blocks = g->part.n_blocks,
+        .length = bl->length, .rows = bl->rows, .checksum = bl->checksum,
+        .part_checksum = g->part.checksum, .part_rows = g->part.rows,
+        .part_bytes = g->part.bytes};
+    fsh_buffer *hb = fsh_buffer_new(FSH_BLOCK_HEADER_BYTES, false);
+    if (!hb) rc = ENOMEM;
+    else fsh_block_header_encode(&h, hb->data), *app_metadata = hb;
+  }
+  if (rc != 0) {
+    fsh_ipc_payload_reset(out);
+    return rc == ENOMEM ? fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory",
+                                        fsh_store_name(g->store), g->what)
+                        : rc;
+  }
+  g->pos = at + 8 + len + body_len;
+  if (g->pos == b->size) {
+    fsh_buffer_unref(g->block);
+    g->block = NULL;
+    g->next_block++;
+  }
+  return 0;
+}
+
+static void get_release(fsh_flight_source *base) {
+  get_source *g = base->ctx;
+  close_current(g);
+  fsh_schema_unref(g->schema);
+  fsh_shuffle_ticket_reset(&g->t);
+  fsh_free(g);
+}
+
+int fsh_worker_do_get(fsh_shuffle_store *store, const uint8_t *ticket, int64_t size,
+                      fsh_flight_source **out, fsh_error *err) {
+  fsh_shuffle_ticket t;
+  int rc = fsh_shuffle_ticket_decode(ticket, size, &t, err);
+  if (rc != 0) return fsh_error_prefix(err, rc, "worker %s: DoGet: ", fsh_store_name(store));
+  if (t.n_sources == 0)
+    rc = fsh_error_set(err, EINVAL, "worker %s: DoGet: the ticket for shuffle %" PRIu64
+                       " partition %d names no map output", fsh_store_name(store), t.shuffle_id,
+                       t.partition);
+  /* Everything named must be here now (a later release still fails the
+   * stream, when it gets there). */
+  for (int64_t i = 0; rc == 0 && i < t.n_sources; i++) {
+    int32_t np = 0;
+    if (!fsh_store_has(store, t.shuffle_id, t.sources[i].map_id, t.sources[i].attempt, &np))
+      rc = fsh_error_set(err, ENOENT, "worker %s: shuffle %" PRIu64 " map %" PRId64 " attempt %d"
+                         " is not held here (released, lost, or never written)",
+                         fsh_store_name(store), t.shuffle_id, t.sources[i].map_id,
+                         t.sources[i].attempt);
+    else if (t.partition >= np)
+      rc = fsh_error_set(err, EINVAL, "worker %s: shuffle %" PRIu64 " map %" PRId64 " attempt %d:"
+                         " partition %d of %d", fsh_store_name(store), t.shuffle_id,
+                         t.sources[i].map_id, t.sources[i].attempt, t.partition, np);
+  }
+  get_source *g = rc == 0 ? fsh_calloc(1, sizeof *g) : NULL;
+  if (rc == 0 && !g) rc = fsh_error_set(err, ENOMEM, "worker %s: DoGet: out of memory",
+                                        fsh_store_name(store));
+  if (rc != 0) {
+    fsh_shuffle_ticket_reset(&t);
+    return rc;
+  }
+  g->store = store;
+  g->t = t;
+  g->base = (fsh_flight_source){.next = get_next, .release = get_release, .ctx = g};
+  *out = &g->base;
+  return 0;
+}

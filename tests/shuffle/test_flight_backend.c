@@ -1,0 +1,263 @@
+/* test_flight_backend.c -- the flight backend beyond the conformance
+ * suite: spill under a memory limit far below the data (output identical),
+ * several spill directories round-robin, release deleting files, leftovers
+ * of a crashed run removed at start (and nothing else), a corrupted spill
+ * file detected on read over Flight and in-process (EIO naming worker, map
+ * output and partition), a peer that is gone (an error naming it), a spill
+ * directory that vanished (a clean task error), and the ticket codec. */
+#include <sys/stat.h>
+
+#include "shuffle/shuffle_internal.h"
+#include "shuffle/shuffle_testutil.h"
+
+static fsh_shuffle_worker *start_worker(const char *const *dirs, int n_dirs, int64_t limit) {
+  fsh_error err = {{0}};
+  fsh_shuffle_worker *w = NULL;
+  fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = dirs,
+                                  .n_spill_dirs = n_dirs, .memory_limit = limit, .n_threads = 2};
+  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  return w;
+}
+
+/* A backend writing to w (or reader-only when w is NULL) with the given
+ * peers. */
+static fsh_shuffle_backend *backend_for(fsh_shuffle_worker *w, const char **peers, int n) {
+  fsh_error err = {{0}};
+  fsh_shuffle_backend *b = NULL;
+  fsh_shuffle_flight_options o = {.local = w, .peers = peers, .n_peers = n,
+                                  .max_parallel_fetches = 2, .max_bytes_in_flight = 1 << 20,
+                                  .timeout_ms = 30000};
+  CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
+  return b;
+}
+
+/* A plan of n_maps synthetic map tasks over n_parts partitions. */
+static void make_plan(stu_plan *p, uint64_t id, int32_t n_parts, int n_maps, int64_t rows) {
+  fsh_batch *probe = stu_synthetic(0, 1);
+  stu_plan_init(p, id, n_parts, probe->schema, n_maps);
+  p->spec.target_block_bytes = 32 << 10;
+  p->spec.compression = FSH_COMPRESSION_LZ4_FRAME;
+  for (int m = 0; m < n_maps; m++) {
+    fsh_batch *x = stu_synthetic(100 + m, rows);
+    stu_add_split(&p->maps[m], x, n_parts, 7 + m, false, (uint64_t)m);
+    fsh_batch_unref(x);
+  }
+  fsh_batch_unref(probe);
+}
+
+static void run_maps(fsh_shuffle_backend *b, stu_plan *p) {
+  fsh_error err = {{0}};
+  for (int m = 0; m < p->n_maps; m++) CHECK_OK(stu_run_map(b, &p->spec, &p->maps[m], &err));
+}
+
+/* Memory limit far below the data, three spill dirs: the output spills
+ * round-robin, reads back identical (over Flight and in-process), and
+ * release removes every file. */
+static void spill_round_robin(void) {
+  char *dirs[3] = {stu_mkdtemp("spill0"), stu_mkdtemp("spill1"), stu_mkdtemp("spill2")};
+  fsh_shuffle_worker *w = start_worker((const char *const *)dirs, 3, 100 << 10);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 5, 6, 6, 20000); /* ~1 MB per map output */
+  run_maps(local, &p);
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.map_outputs, 6);
+  CHECK_MSG(st.spilled_outputs >= 5, "%lld spilled", (long long)st.spilled_outputs);
+  CHECK(st.memory_bytes <= 100 << 10);
+  for (int d = 0; d < 3; d++)
+    CHECK_MSG(stu_count_files(dirs[d]) >= 1, "dir %d holds %d files", d, stu_count_files(dirs[d]));
+  for (int32_t q = 0; q < 6; q++) {
+    stu_check_partition(remote, &p, q, NULL, 0, "flight remote");
+    stu_check_partition(local, &p, q, NULL, 0, "flight local");
+  }
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_release(remote, 5, &err)); /* DoAction "release" */
+  for (int d = 0; d < 3; d++) CHECK_EQ_INT(stu_count_files(dirs[d]), 0);
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.map_outputs, 0);
+  CHECK_EQ_INT(st.memory_bytes, 0);
+  int64_t rows = 0;
+  int rc = stu_read_rc(remote, &p.spec, 0, &p.maps[0].out, 1, &rows, &err);
+  CHECK_MSG(rc == ENOENT && strstr(err.message, uri), "rc %d: %s", rc, err.message);
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+  for (int d = 0; d < 3; d++) stu_rmdir(dirs[d]);
+}
+
+static void touch(const char *dir, const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+}
+
+/* A new store removes its naming pattern's files, nothing else. */
+static void leftovers_removed_at_start(void) {
+  char *dir = stu_mkdtemp("leftovers");
+  touch(dir, "fshspill-0123456789abcdef-s1-m2-a0-5.arrows");
+  touch(dir, "fshspill-0123456789abcdef-s1-m3-a1-6.arrows.tmp");
+  touch(dir, "fshspill-notours.arrows");
+  touch(dir, "fshspill-0123456789abcdef-s1-m2-a0-5.arrows.bak");
+  touch(dir, "keep.txt");
+  fsh_error err = {{0}};
+  fsh_shuffle_store *s = NULL;
+  const char *d = dir;
+  fsh_shuffle_store_options o = {.spill_dirs = &d, .n_spill_dirs = 1, .memory_limit = 0};
+  CHECK_OK(fsh_shuffle_store_new(&o, &s, &err));
+  CHECK_EQ_INT(stu_count_files(dir), 3);
+  char path[512];
+  snprintf(path, sizeof path, "%s/keep.txt", dir);
+  CHECK(access(path, F_OK) == 0);
+  fsh_shuffle_store_free(s);
+  stu_rmdir(dir);
+}
+
+/* Flips one byte in the middle of the first data block of the only spill
+ * file in dir. */
+static void corrupt_spill_file(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[512] = "";
+  while (d && (e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, "fshspill-", 9) == 0) snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+  if (d) closedir(d);
+  fsh_error err = {{0}};
+  fsh_map_file *f = NULL;
+  CHECK_OK(fsh_map_file_open_path(path, &f, &err));
+  if (!f) return;
+  fsh_map_file_partition part = {0};
+  CHECK_OK(fsh_map_file_get_partition(f, 1, &part, &err));
+  int64_t at = part.n_blocks ? part.blocks[0].offset + part.blocks[0].length - 16 : 0;
+  fsh_map_file_partition_reset(&part);
+  fsh_map_file_close(f);
+  int fd = open(path, O_RDWR);
+  uint8_t byte = 0;
+  CHECK(fd >= 0 && pread(fd, &byte, 1, at) == 1);
+  byte ^= 0x5A;
+  CHECK(pwrite(fd, &byte, 1, at) == 1);
+  close(fd);
+}
+
+static void corruption_detected(void) {
+  char *dir = stu_mkdtemp("corrupt");
+  const char *d = dir;
+  fsh_shuffle_worker *w = start_worker(&d, 1, 0); /* everything spills */
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 9, 3, 1, 5000);
+  p.spec.compression = FSH_COMPRESSION_NONE;
+  run_maps(local, &p);
+  corrupt_spill_file(dir);
+  fsh_error err = {{0}};
+  int rc = stu_read_rc(remote, &p.spec, 1, &p.maps[0].out, 1, NULL, &err);
+  CHECK_MSG(rc == EIO && strstr(err.message, uri) && strstr(err.message, "map 0") &&
+                strstr(err.message, "partition 1") && strstr(err.message, "checksum"),
+            "over Flight: rc %d: %s", rc, err.message);
+  rc = stu_read_rc(local, &p.spec, 1, &p.maps[0].out, 1, NULL, &err);
+  CHECK_MSG(rc == EIO && strstr(err.message, "map 0") && strstr(err.message, "partition 1") &&
+                strstr(err.message, dir),
+            "in-process: rc %d: %s", rc, err.message);
+  /* the other partitions are intact */
+  stu_check_partition(remote, &p, 0, NULL, 0, "flight remote");
+  CHECK_OK(fsh_shuffle_release(remote, 9, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+  stu_rmdir(dir);
+}
+
+/* Two workers; one stops: reading from it fails naming it; the other's
+ * map outputs still read. */
+static void peer_gone(void) {
+  fsh_shuffle_worker *w0 = start_worker(NULL, 0, 1 << 30), *w1 = start_worker(NULL, 0, 1 << 30);
+  if (!w0 || !w1) return;
+  const char *uris[2] = {fsh_shuffle_worker_uri(w0), fsh_shuffle_worker_uri(w1)};
+  char gone[320];
+  snprintf(gone, sizeof gone, "%s", uris[1]);
+  fsh_shuffle_backend *b0 = backend_for(w0, uris, 2), *b1 = backend_for(w1, uris, 2);
+  fsh_shuffle_backend *remote = backend_for(NULL, uris, 1);
+  stu_plan p;
+  make_plan(&p, 12, 2, 2, 3000);
+  fsh_error err = {{0}};
+  CHECK_OK(stu_run_map(b0, &p.spec, &p.maps[0], &err));
+  CHECK_OK(stu_run_map(b1, &p.spec, &p.maps[1], &err));
+  fsh_shuffle_backend_destroy(b1);
+  fsh_shuffle_worker_stop(w1, 100);
+  fsh_map_output src[2] = {p.maps[0].out, p.maps[1].out};
+  int rc = stu_read_rc(remote, &p.spec, 0, src, 2, NULL, &err);
+  CHECK_MSG(rc != 0 && strstr(err.message, gone), "rc %d: %s", rc, err.message);
+  int only0[] = {0};
+  stu_check_partition(remote, &p, 1, only0, 1, "flight remote");
+  CHECK_OK(fsh_shuffle_release(remote, 12, &err)); /* w0 only among the peers given */
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(b0);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w0, 1000);
+}
+
+/* The spill directory disappears under a worker with no memory budget:
+ * the map task fails with an error saying so; nothing is published. */
+static void spill_dir_gone(void) {
+  char *dir = stu_mkdtemp("gone");
+  const char *d = dir;
+  fsh_shuffle_worker *w = start_worker(&d, 1, 0);
+  if (!w) return;
+  rmdir(dir);
+  fsh_shuffle_backend *b = backend_for(w, NULL, 0);
+  stu_plan p;
+  make_plan(&p, 13, 2, 1, 100);
+  fsh_error err = {{0}};
+  int rc = stu_run_map(b, &p.spec, &p.maps[0], &err);
+  CHECK_MSG(rc != 0 && strstr(err.message, "spill") && strstr(err.message, dir),
+            "rc %d: %s", rc, err.message);
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.map_outputs, 0);
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(b);
+  fsh_shuffle_worker_stop(w, 1000);
+  stu_rmdir(dir);
+}
+
+static void ticket_codec(void) {
+  fsh_error err = {{0}};
+  fsh_ticket_source srcs[3] = {{0, 0}, {7, 2}, {INT64_MAX, 5}};
+  fsh_shuffle_ticket t = {.shuffle_id = UINT64_MAX - 1, .partition = 42, .n_sources = 3,
+                          .sources = srcs};
+  fsh_buffer *b = NULL;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &b, &err));
+  if (!b) return;
+  CHECK_EQ_INT(b->size, FSH_TICKET_HEADER_BYTES + 3 * FSH_TICKET_SOURCE_BYTES);
+  fsh_shuffle_ticket d = {0};
+  CHECK_OK(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err));
+  CHECK(d.shuffle_id == t.shuffle_id && d.partition == 42 && d.n_sources == 3 &&
+        d.sources[1].map_id == 7 && d.sources[1].attempt == 2 &&
+        d.sources[2].map_id == INT64_MAX);
+  fsh_shuffle_ticket_reset(&d);
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size - 1, &d, &err), EINVAL);
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode((const uint8_t *)"../../etc/passwd", 16, &d, &err),
+               EINVAL);
+  b->data[4] = 2;
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "version 2"), "%s", err.message);
+  fsh_buffer_unref(b);
+  fsh_block_header h = {.map_id = 3, .attempt = 1, .partition = 9, .index = 2, .n_blocks = 4,
+                        .length = 4096, .rows = 100, .checksum = 0xdeadbeef,
+                        .part_checksum = 1, .part_rows = 400, .part_bytes = 16384}, g;
+  uint8_t raw[FSH_BLOCK_HEADER_BYTES];
+  fsh_block_header_encode(&h, raw);
+  CHECK(fsh_block_header_decode(raw, sizeof raw, &g) && memcmp(&h, &g, sizeof h) == 0);
+  CHECK(!fsh_block_header_decode(raw, sizeof raw - 1, &g));
+}
+
+FSH_TEST_MAIN(TEST(spill_round_robin), TEST(leftovers_removed_at_start),
+              TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
+              TEST(ticket_codec))
