@@ -16,10 +16,29 @@
 
 /* ---- protobuf-c plumbing -------------------------------------------------- */
 
-static void *pb_alloc(void *ctx, size_t size) { return fsh_malloc(size ? size : 1); }
+/* protobuf-c reports a failed allocation during unpack like malformed
+ * input (NULL); this per-thread flag tells the two apart. */
+static _Thread_local bool pb_out_of_memory;
+
+static void *pb_alloc(void *ctx, size_t size) {
+  void *p = fsh_malloc(size ? size : 1);
+  if (!p) pb_out_of_memory = true;
+  return p;
+}
 static void pb_free(void *ctx, void *p) { fsh_free(p); }
 
 ProtobufCAllocator fsh_flight_pb_allocator = {pb_alloc, pb_free, NULL};
+
+/* Call right before an unpack. */
+static void pb_unpack_begin(void) { pb_out_of_memory = false; }
+
+/* The error for an unpack that returned NULL: ENOMEM when an allocation
+ * failed, otherwise the bytes were not a valid `what`. */
+static int pb_unpack_failed(const char *what, size_t size, fsh_error *err) {
+  if (pb_out_of_memory)
+    return fsh_error_set(err, ENOMEM, "Flight: out of memory decoding a %s message", what);
+  return fsh_error_set(err, EINVAL, "Flight: malformed %s message (%zu bytes)", what, size);
+}
 
 /* Packs m into a new one-slice byte buffer (gRPC memory: gRPC frees it). */
 static int pack(const ProtobufCMessage *m, grpc_byte_buffer **out, fsh_error *err) {
@@ -63,11 +82,10 @@ static int unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
     size = (size_t)b.size;
   }
   static const uint8_t empty[1];
+  pb_unpack_begin();
   *out = protobuf_c_message_unpack(desc, &fsh_flight_pb_allocator, size, data ? data : empty);
   fsh_bytes_reset(&b);
-  if (!*out)
-    return fsh_error_set(err, EINVAL, "Flight: malformed %s message (%zu bytes)",
-                         desc->short_name, size);
+  if (!*out) return pb_unpack_failed(desc->short_name, size, err);
   return 0;
 }
 
@@ -151,10 +169,10 @@ int fsh_flight_pb_descriptor_copy(const Arrow__Flight__Protocol__FlightDescripto
 int fsh_flight_pb_descriptor_unpack(const uint8_t *data, size_t size, fsh_flight_descriptor *out,
                                     fsh_error *err) {
   static const uint8_t empty[1];
+  pb_unpack_begin();
   Arrow__Flight__Protocol__FlightDescriptor *pb = arrow__flight__protocol__flight_descriptor__unpack(
       &fsh_flight_pb_allocator, size, data ? data : empty);
-  if (!pb)
-    return fsh_error_set(err, EINVAL, "Flight: malformed FlightDescriptor (%zu bytes)", size);
+  if (!pb) return pb_unpack_failed("FlightDescriptor", size, err);
   int rc = fsh_flight_pb_descriptor_copy(pb, out, err);
   unpacked_free(pb);
   return rc;
@@ -509,11 +527,10 @@ int fsh_flight_wire_decode_basic_auth(const fsh_bytes *in, char **user, char **p
                                       fsh_error *err) {
   static const uint8_t empty[1];
   *user = *password = NULL;
+  pb_unpack_begin();
   Arrow__Flight__Protocol__BasicAuth *pb = arrow__flight__protocol__basic_auth__unpack(
       &fsh_flight_pb_allocator, (size_t)in->size, in->data ? in->data : empty);
-  if (!pb)
-    return fsh_error_set(err, EINVAL, "Flight: malformed BasicAuth (%lld bytes)",
-                         (long long)in->size);
+  if (!pb) return pb_unpack_failed("BasicAuth", (size_t)in->size, err);
   int rc = strdup_to(user, pb->username, err);
   if (rc == 0) rc = strdup_to(password, pb->password, err);
   unpacked_free(pb);
