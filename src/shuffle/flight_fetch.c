@@ -30,6 +30,7 @@ typedef struct fetch {
   int64_t n_msgs, cap_msgs;
   XXH3_state_t block_hash, part_hash;
   fsh_ipc_decoder *dec;
+  bool transport; /* the last step was the client's (connect, DoGet, receive) */
   char prefix[512]; /* "flight shuffle S partition P: worker URI" */
 } fetch;
 
@@ -52,8 +53,12 @@ static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
   it->bytes = fsh_shuffle_batch_bytes(batch);
   it->next = NULL;
   pthread_mutex_lock(&r->mu);
-  while (!r->closing && s > r->cur && r->in_flight > 0 &&
-         r->in_flight + it->bytes > r->max_in_flight)
+  /* Past the limit a batch waits, unless nothing is in flight or it is for
+   * the source being consumed and that source's queue is empty (the
+   * consumer may be waiting on it): the consumer always makes progress,
+   * and the source being consumed is bounded like the others. */
+  while (!r->closing && r->in_flight > 0 && r->in_flight + it->bytes > r->max_in_flight &&
+         (s > r->cur || r->slots[s].head != NULL))
     pthread_cond_wait(&r->cv, &r->mu);
   bool closing = r->closing;
   if (!closing) {
@@ -231,6 +236,7 @@ static int fetch_stream(fetch *f, fsh_error *err) {
   fr_reader *r = f->r;
   fr_job *job = f->job;
   fsh_flight_client *client = NULL;
+  f->transport = true;
   FSH_RETURN_NOT_OK(fb_client(r->st, job->uri, &client, err));
   fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
                           .n_sources = job->n_slots};
@@ -258,8 +264,10 @@ static int fetch_stream(fetch *f, fsh_error *err) {
   for (;;) {
     fsh_flight_message m;
     bool done = false;
+    f->transport = true;
     rc = fsh_flight_reader_next_raw(rd, &m, &done, err);
     if (rc != 0 || done) break;
+    f->transport = false; /* an error from here on is about the data */
     if (first) {
       first = false;
       fsh_batch *none = NULL;
@@ -285,12 +293,59 @@ static int fetch_stream(fetch *f, fsh_error *err) {
   pthread_mutex_unlock(&r->mu);
   fsh_flight_reader_free(rd);
   if (rc != 0) return rc;
+  f->transport = false;
   if (f->in_block || f->cur_slot >= 0)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: the stream ended inside "
                          "the map output (block %" PRId64 " of %" PRId64 ")", f->prefix,
                          f->h.map_id, f->h.attempt, f->next_index, f->h.n_blocks);
   for (; f->k < job->n_slots; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, job->slots[f->k], err));
   return 0;
+}
+
+/* Rewrites a failed job's error as "<prefix>: lost map outputs [map/attempt
+ * ...] (why): <cause>", so that a scheduler learns which map outputs to
+ * recompute: when the worker cannot be reached, hangs (deadline) or breaks
+ * the stream off, every map output this reader wanted from it (the worker
+ * is presumably gone, and with it what was already read); otherwise (the
+ * worker answered with an error, or its data failed verification) the
+ * ones not fully read. */
+static void describe_loss(fetch *f, int rc, fsh_error *err) {
+  fr_reader *r = f->r;
+  fr_job *job = f->job;
+  bool gone = f->transport && (rc == EAGAIN || rc == ETIMEDOUT || rc == EPIPE ||
+                               rc == ECONNREFUSED || rc == ECONNRESET);
+  char list[400];
+  size_t at = 0;
+  int64_t listed = 0, lost = 0;
+  pthread_mutex_lock(&r->mu);
+  for (int64_t i = 0; i < job->n_slots; i++) {
+    const fr_slot *sl = slot_of(f, job->slots[i]);
+    if (!gone && sl->done) continue;
+    lost++;
+    if (at + 48 < sizeof list) {
+      at += (size_t)snprintf(list + at, sizeof list - at, "%s%" PRId64 "/%d", listed ? " " : "",
+                             sl->map_id, sl->attempt);
+      listed++;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (listed < lost)
+    snprintf(list + at, sizeof list - at, " and %" PRId64 " more", lost - listed);
+  char cause[sizeof err->message];
+  size_t np = strlen(f->prefix);
+  const char *m = err->message;
+  if (strncmp(m, f->prefix, np) == 0 && m[np] == ':' && m[np + 1] == ' ') m += np + 2;
+  snprintf(cause, sizeof cause, "%s", m);
+  const fr_slot *first = slot_of(f, job->slots[0]);
+  if (f->transport)
+    fsh_error_set(err, rc, "%s: lost map outputs [map/attempt %s] (%s): fetching %" PRId64
+                  " map output(s) (map %" PRId64 " attempt %d first): %s", f->prefix, list,
+                  gone ? "the worker is unreachable, hung or broke off the stream: every map "
+                         "output read from it" : "not fully read", job->n_slots, first->map_id,
+                  first->attempt, cause);
+  else
+    fsh_error_set(err, rc, "%s: lost map outputs [map/attempt %s] (not fully read): %s",
+                  f->prefix, list, cause);
 }
 
 void fr_run_job(fr_reader *r, int j) {
@@ -301,12 +356,7 @@ void fr_run_job(fr_reader *r, int j) {
            r->shuffle_id, r->partition, job->uri);
   int rc = fsh_ipc_decoder_new(&f.dec, &err);
   if (rc == 0) rc = fetch_stream(&f, &err);
-  if (rc != 0 && strncmp(err.message, f.prefix, strlen(f.prefix)) != 0) {
-    const fr_slot *first = &r->slots[job->slots[0]];
-    rc = fsh_error_prefix(&err, rc, "%s: fetching %" PRId64 " map output(s) (map %" PRId64
-                          " attempt %d first): ", f.prefix, job->n_slots, first->map_id,
-                          first->attempt);
-  }
+  if (rc != 0 && rc != ENOMEM) describe_loss(&f, rc, &err);
   drop_msgs(&f);
   fsh_free(f.msgs);
   fsh_ipc_decoder_free(f.dec);

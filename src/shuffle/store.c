@@ -9,7 +9,15 @@
  * there. Spill files hold nothing that must outlive the worker (a restart
  * deletes them), so they are not fsync'd: written to "<name>.tmp", renamed
  * on close, published in the index only then -- a reader never sees a
- * partial map output. */
+ * partial map output.
+ *
+ * A spill directory that runs out of space (ENOSPC) mid-file does not fail
+ * the map task while another directory has room: the writer copies what
+ * its temp file holds so far into a new temp file in the next directory
+ * (round-robin order, each directory tried once per writer), deletes the
+ * old one and goes on there. Only when every directory has refused it does
+ * the write fail, with ENOSPC naming the directories; the temp files are
+ * gone by then. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -167,6 +175,9 @@ typedef struct spill_out {
   int64_t charged;
   fsh_output *file; /* file mode: writes to path.tmp */
   char *path, *tmp;
+  int first_dir, n_tried; /* directories tried: first_dir + [0, n_tried) */
+  const char *dir;        /* the current file's directory (the store's) */
+  char full[400];         /* the directories found full, for the message */
   spill_result *result;
 } spill_out;
 
@@ -201,7 +212,120 @@ static int open_spill_file(spill_out *o, const char *dir, fsh_error *err) {
   }
   o->path = path;
   o->tmp = tmp;
+  o->dir = dir;
   return 0;
+}
+
+/* Closes and deletes the current temp file (after an error). */
+static void drop_file(spill_out *o) {
+  fsh_error ignored;
+  if (o->file) (void)o->file->close(o->file, true, &ignored);
+  if (o->tmp) unlink(o->tmp);
+  o->file = NULL;
+  fsh_free(o->path);
+  fsh_free(o->tmp);
+  o->path = o->tmp = NULL;
+}
+
+/* Opens a temp file in the next untried directory (one that cannot create
+ * it is skipped). ENOSPC with err naming the directories when none is
+ * left. */
+static int open_next_dir(spill_out *o, fsh_error *err) {
+  fsh_shuffle_store *s = o->s;
+  int rc = ENOSPC;
+  fsh_error e = {{0}};
+  while (o->n_tried < s->n_dirs) {
+    const char *dir = s->dirs[(o->first_dir + o->n_tried++) % s->n_dirs];
+    rc = open_spill_file(o, dir, &e);
+    if (rc == 0) return 0;
+    if (rc == ENOMEM) return fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
+    if (rc == ENOSPC) {
+      size_t at = strlen(o->full);
+      snprintf(o->full + at, sizeof o->full - at, "%s%s", at ? ", " : "", dir);
+    }
+  }
+  if (o->full[0])
+    return fsh_error_set(err, ENOSPC, "no space left on device (ENOSPC) in spill "
+                         "director%s %s, and no other spill directory could take the map "
+                         "output%s%s", strchr(o->full, ',') ? "ies" : "y", o->full,
+                         e.message[0] ? ": " : "", e.message);
+  return fsh_error_set(err, rc, "no spill directory took the map output: %s", e.message);
+}
+
+/* Copies the first n bytes of the temp file `from` to the current file. */
+static int copy_prefix(spill_out *o, const char *from, int64_t n, fsh_error *err) {
+  int fd = open(from, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return fsh_error_set(err, EIO, "reopening %s: %s", from, strerror(errno));
+  enum { CHUNK = 1 << 20 };
+  uint8_t *buf = fsh_malloc(CHUNK);
+  int rc = buf ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  for (int64_t at = 0; rc == 0 && at < n;) {
+    size_t want = n - at < CHUNK ? (size_t)(n - at) : CHUNK;
+    ssize_t got = pread(fd, buf, want, at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      rc = fsh_error_set(err, EIO, "reading back %s: %s", from,
+                         got < 0 ? strerror(errno) : "shorter than written");
+      break;
+    }
+    struct iovec v = {buf, (size_t)got};
+    rc = o->file->writev(o->file, &v, 1, err);
+    at += got;
+  }
+  fsh_free(buf);
+  close(fd);
+  return rc;
+}
+
+/* The current spill directory is full (err says so): moves what the temp
+ * file holds to a temp file in the next directory with room, deleting the
+ * old one. ENOSPC naming every full directory when none has room. */
+static int move_to_next_dir(spill_out *o, fsh_error *err) {
+  size_t at = strlen(o->full);
+  snprintf(o->full + at, sizeof o->full - at, "%s%s", at ? ", " : "", o->dir);
+  int64_t have = o->file->position;
+  fsh_output *old = o->file;
+  char *old_tmp = o->tmp, *old_path = o->path;
+  o->file = NULL;
+  o->tmp = o->path = NULL;
+  int rc;
+  for (;;) {
+    rc = open_next_dir(o, err);
+    if (rc != 0) break;
+    fsh_error e = {{0}};
+    rc = copy_prefix(o, old_tmp, have, &e);
+    if (rc == 0) break;
+    const char *dir = o->dir;
+    drop_file(o);
+    if (rc != ENOSPC) {
+      rc = fsh_error_set(err, rc, "moving the map output out of the full spill directory "
+                         "%s: %s", dir, e.message);
+      break;
+    }
+    at = strlen(o->full);
+    snprintf(o->full + at, sizeof o->full - at, "%s%s", at ? ", " : "", dir);
+  }
+  fsh_error ignored;
+  (void)old->close(old, true, &ignored);
+  unlink(old_tmp);
+  fsh_free(old_tmp);
+  fsh_free(old_path);
+  return rc;
+}
+
+/* Writes to the spill file, moving to another directory when one is
+ * full. Errors name the store. */
+static int file_write(spill_out *o, const struct iovec *iov, int n, fsh_error *err) {
+  int rc = o->file->writev(o->file, iov, n, err);
+  while (rc == ENOSPC) {
+    /* the failed writev may have left part of iov in the file: only
+     * position bytes count, and those are what moves */
+    rc = move_to_next_dir(o, err);
+    if (rc != 0) break;
+    rc = o->file->writev(o->file, iov, n, err);
+  }
+  return rc == 0 || rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "store %s: ", o->s->name);
 }
 
 /* Moves the output to a spill file (round-robin over the directories;
@@ -211,25 +335,19 @@ static int spill_now(spill_out *o, const char *why, fsh_error *err) {
   if (s->n_dirs == 0)
     return fsh_error_set(err, ENOSPC, "store %s: %s, and the store has no spill directory",
                          s->name, why);
-  unsigned first = atomic_fetch_add(&s->next_dir, 1u);
-  int rc = 0;
-  for (int i = 0; i < s->n_dirs; i++) {
-    rc = open_spill_file(o, s->dirs[(first + (unsigned)i) % (unsigned)s->n_dirs], err);
-    if (rc == 0 || rc == ENOMEM) break;
-  }
+  o->first_dir = (int)(atomic_fetch_add(&s->next_dir, 1u) % (unsigned)s->n_dirs);
+  o->n_tried = 0;
+  int rc = open_next_dir(o, err);
   if (rc != 0)
-    return rc == ENOMEM ? rc
-                        : fsh_error_prefix(err, rc, "store %s: %s, and no spill directory "
-                                           "took the map output: ", s->name, why);
+    return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "store %s: %s: ", s->name, why);
   if (o->buf && o->buf->size > 0) {
     struct iovec v = {o->buf->data, (size_t)o->buf->size};
-    rc = o->file->writev(o->file, &v, 1, err);
+    rc = file_write(o, &v, 1, err);
   }
   fsh_buffer_unref(o->buf);
   o->buf = NULL;
   if (o->charged) uncharge(s, o->charged);
   o->charged = 0;
-  if (rc != 0) rc = fsh_error_prefix(err, rc, "store %s: ", s->name);
   return rc;
 }
 
@@ -263,7 +381,7 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
     }
   }
   if (o->file) {
-    int rc = o->file->writev(o->file, iov, n, err);
+    int rc = file_write(o, iov, n, err);
     if (rc != 0) return rc;
   } else {
     int64_t at = o->buf->size;
@@ -457,7 +575,8 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
     rc = fsh_map_file_open_path(path, out, err);
     if (rc == ENOENT)
       rc = fsh_error_set(err, ENOENT, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
-                         PRId32 ": spill file %s is gone (released meanwhile?)", s->name,
+                         PRId32 ": spill file %s is missing from disk (deleted, or released "
+                         "meanwhile): the map output is lost", s->name,
                          shuffle_id, map_id, attempt, path);
     fsh_free(path);
   }
