@@ -3,12 +3,16 @@
 # scripts/venv.sh; both do nothing when all is in place), then builds with
 # CMake presets (CMakePresets.json) and Ninja.
 #
-#   make run        release build, then the demo job and its pyarrow check
+#   make run        release build, the IPC demo and its pyarrow check, then the
+#                   main job: a verified shuffle on a local cluster of 4 worker
+#                   processes (flight backend, 16 x 16, 256 MiB)
 #   make test       ASan+UBSan build + ctest, then release build + pytest
 #                   (what .ci/run calls)
 #   make fuzz       libFuzzer builds (clang), FUZZ_SECONDS per target,
 #                   new coverage merged into fuzz/corpus/<target>/
 #   make bench-ipc  release build, then build/bench_ipc (any bench-<x> works)
+#   make bench-shuffle-cluster   release build, then `flightshuffle bench
+#                   shuffle` on a local cluster (BENCH_ARGS replaces the defaults)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -24,7 +28,8 @@ PYTEST_ARGS ?=
 export FSH_SHARED ?= $(abspath $(CURDIR)/../shared)
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: help deps venv build build-asan build-debug ctest pytest test run fuzz clean distclean
+.PHONY: help deps venv build build-asan build-debug ctest pytest test run fuzz clean distclean \
+        bench-shuffle-cluster
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -84,6 +89,13 @@ run: venv build
 	rm -rf build/demo
 	build/flightshuffle demo --out build/demo
 	$(PY) scripts/demo_check.py build/demo
+	build/flightshuffle bench shuffle --workers 4 --maps 16 --reduces 16 --bytes 256M \
+	  --backend flight --runs 1
+
+# The shuffle on a local cluster of worker processes (flightshuffle bench shuffle).
+BENCH_SHUFFLE_CLUSTER_ARGS ?= --workers 4 --maps 64 --reduces 64 --bytes 1G --backend flight --runs 3
+bench-shuffle-cluster: build
+	build/flightshuffle bench shuffle $(if $(strip $(BENCH_ARGS)),$(BENCH_ARGS),$(BENCH_SHUFFLE_CLUSTER_ARGS))
 
 fuzz: deps
 	$(call configure_build,fuzz)

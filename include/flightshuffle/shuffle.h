@@ -127,7 +127,10 @@ FSH_NODISCARD int fsh_shuffle_fs_new(const char *dir, fsh_shuffle_backend **out,
  * memory budget allows; past it a map output goes to a spill file in one
  * of the spill directories (round-robin), written temp-then-rename -- a
  * writer that meets the budget mid-way moves what it wrote so far to its
- * spill file and continues there. Spill files are named
+ * spill file and continues there. A spill directory that is full (ENOSPC)
+ * hands over to the next one (what was written moves along); only when
+ * every directory is full does the write fail, naming them. Spill files
+ * are named
  * "fshspill-<tag>-s<shuffle>-m<map>-a<attempt>-<seq>.arrows"; a new store
  * removes every file of that pattern (and its ".tmp") from its spill
  * directories: the leftovers of a crashed earlier run. A spill directory
@@ -165,7 +168,23 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    total_bytes (stored), one endpoint whose ticket names all its map
  *    outputs of that partition;
  *  - DoAction "release", body the shuffle id in ASCII decimal ("7"):
- *    removes the shuffle; one result, a line of text saying what went;
+ *    removes the shuffle (from the store and, with an fs_dir, its files
+ *    there); one result, a line of text saying what went;
+ *  - DoAction "map-synthetic" / "reduce-verify": starts a map / reduce
+ *    task of the synthetic shuffle on this worker (bodies and answers in
+ *    the "tasks" section below) on a thread of the worker's own -- never on
+ *    a Flight pool thread, which must not wait on the network (two workers
+ *    reducing from each other would deadlock) -- and answers at once with
+ *    the task's id (u64 LE); "task-wait", body that id: answers at once
+ *    one result, a status byte 0 (running) or 1 (done) followed, when
+ *    done, by the task's answer; a failed task's error is the action's
+ *    error; a finished task is answered once, then forgotten;
+ *    "stats": one result, a line of text
+ *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N"
+ *    (the store's fsh_shuffle_store_stats). A malformed body is
+ *    INVALID_ARGUMENT naming what is wrong; a task that fails answers its
+ *    error prefixed with the task ("map task 3 attempt 0 of shuffle 1 on
+ *    worker grpc://...: ...");
  *  - DoPut (writing map outputs into a standalone worker): descriptor
  *    PATH ["shuffle", "<id>", "map", "<m>", "attempt", "<a>", "partitions",
  *    "<n>", "compression", "none"|"lz4"|"zstd"], then the schema and
@@ -193,7 +212,15 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           all its blocks, in order), i64 partition rows, i64 partition
  *           bytes. A map output with no rows in the partition sends
  *           nothing. No metadata-only messages: any Flight client reads
- *           the stream as a plain record-batch stream.
+ *           the stream as a plain record-batch stream. The worker checks
+ *           each block's checksum before sending it (a damaged spill file
+ *           is an error naming it, never rows to a client that does not
+ *           check); our reader checks again, for damage in transit. A
+ *           failed fetch names what is lost, for the scheduler:
+ *           "worker <uri>: lost map outputs [map/attempt 1/0 3/0] (why): ..."
+ *           -- every map output wanted from that worker when the worker is
+ *           unreachable, hung or broke off the stream, otherwise those not
+ *           fully read.
  *  PutResult: "FSHP", u8 version 1, 3 zero bytes, u64 shuffle_id,
  *           i64 map_id, i32 attempt, i32 n_partitions, then n_partitions
  *           x (i64 rows, i64 bytes, u64 checksum). */
@@ -205,6 +232,8 @@ typedef struct fsh_shuffle_worker_options {
   int64_t memory_limit;
   const char *auth_token; /* required of every caller when set */
   int n_threads;          /* server pool; 0 = 4 */
+  const char *fs_dir;     /* the shared directory of fs-backend tasks;
+                             NULL: this worker runs no fs task */
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
@@ -244,6 +273,134 @@ typedef struct fsh_shuffle_flight_options {
 
 FSH_NODISCARD int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts,
                                          fsh_shuffle_backend **out, fsh_error *err);
+
+/* ---- tasks of the synthetic shuffle (the runtime's seed) ----------------
+ *
+ * A map task generates its share of the synthetic table (workloads.h:
+ * rows [first_row, first_row + rows) = batches first_row / batch_rows, ...
+ * of batch_rows rows, the last one cut short), hash-partitions it on the
+ * key (fsh_hash_columns seed 0 + fsh_partition_hash), scatters it and
+ * writes it through a backend's writer. A reduce task reads one partition
+ * of every map output through the backend's reader and consumes it. Both
+ * sides compute an order-independent checksum of the rows (below), so
+ * that per partition: sum over maps of the map-side row checksums ==
+ * the reduce-side checksum, and the rows likewise. The same functions run
+ * in-process (memory backend) and on workers (DoAction, formats below). */
+
+typedef enum fsh_task_backend {
+  FSH_TASK_BACKEND_MEMORY = 0, /* in-process only */
+  FSH_TASK_BACKEND_FS = 1,     /* the worker's --fs-dir */
+  FSH_TASK_BACKEND_FLIGHT = 2  /* the worker's store + DoGet from peers */
+} fsh_task_backend;
+
+const char *fsh_task_backend_name(fsh_task_backend b);
+/* "memory", "fs", "flight"; EINVAL otherwise. */
+FSH_NODISCARD int fsh_task_backend_parse(const char *s, fsh_task_backend *out, fsh_error *err);
+
+/* The row checksum of the synthetic schema (key int64, value float64,
+ * name utf8): per row h = XXH3_64bits of the bytes: key (8, LE), a flags
+ * byte (bit 0 value valid, bit 1 name valid), the value's 8 bytes if
+ * valid, the name's bytes if valid -- when those are at most 96 bytes;
+ * longer rows hash the name with XXH3_64bits_withSeed(name, XXH3_64bits of
+ * the rest). The checksum of a set of rows is the sum of their h (mod 2^64).
+ * Adds each row's h to sums[part_of_row[i]] (sums[0] when part_of_row is
+ * NULL). b must have the synthetic schema's columns. */
+void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums);
+
+typedef struct fsh_map_task {
+  uint64_t shuffle_id;
+  int64_t map_id;        /* >= 0 */
+  int32_t attempt;       /* >= 0 */
+  int32_t n_partitions;  /* 1 .. 2^24 */
+  int64_t first_row;     /* >= 0, a multiple of batch_rows */
+  int64_t rows;          /* >= 0 */
+  int32_t batch_rows;    /* 1 .. 2^24 */
+  uint64_t seed;         /* of the synthetic table (fsh_synthetic_options) */
+  fsh_compression compression;
+  fsh_task_backend backend;
+} fsh_map_task;
+
+typedef struct fsh_map_task_result {
+  fsh_map_output output;   /* owned; location set */
+  uint64_t *row_checksums; /* [output.n_partitions], owned */
+  int64_t input_rows;      /* rows generated */
+  int64_t input_bytes;     /* fsh_shuffle_batch_bytes of the generated batches */
+  int64_t nanos;           /* the task's wall time */
+} fsh_map_task_result;
+
+void fsh_map_task_result_reset(fsh_map_task_result *r); /* frees, zeroes */
+/* Runs t through b's writer (b's kind must be t->backend's). On error
+ * nothing is kept (the writer is aborted) and *out is untouched. */
+FSH_NODISCARD int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t,
+                                   fsh_map_task_result *out, fsh_error *err);
+
+/* One map output as a reduce task sees it: only its partition's numbers. */
+typedef struct fsh_reduce_source {
+  int64_t map_id;
+  int32_t attempt;
+  int32_t location;  /* index into fsh_reduce_task.locations */
+  int64_t rows, bytes;
+  uint64_t checksum; /* the stored-bytes checksum (fsh_map_output) */
+} fsh_reduce_source;
+
+typedef struct fsh_reduce_task {
+  uint64_t shuffle_id;
+  int32_t partition;
+  int32_t n_partitions;
+  fsh_task_backend backend;
+  int64_t n_sources;
+  fsh_reduce_source *sources; /* owned when decoded */
+  int32_t n_locations;
+  char **locations;           /* owned when decoded */
+} fsh_reduce_task;
+
+void fsh_reduce_task_reset(fsh_reduce_task *t); /* frees a decoded task */
+
+typedef struct fsh_reduce_task_result {
+  int64_t rows;
+  int64_t bytes;      /* fsh_shuffle_batch_bytes of the batches read */
+  uint64_t checksum;  /* fsh_task_row_checksums of every row read */
+  int64_t batches;
+  int64_t nanos;
+} fsh_reduce_task_result;
+
+/* Reads partition t->partition of every source through b's reader and
+ * consumes every batch. */
+FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                                      fsh_reduce_task_result *out, fsh_error *err);
+
+/* Wire formats (all integers little-endian; every decoder checks every
+ * length and value and answers EINVAL naming what is wrong):
+ *  map-synthetic body (64 bytes): "FSMT", u8 version 1, 3 zero bytes,
+ *    u64 shuffle_id, i64 map_id, i32 attempt, i32 n_partitions,
+ *    i64 first_row, i64 rows, u64 seed, i32 batch_rows, u8 compression
+ *    (0 none, 1 lz4, 2 zstd), u8 backend (fsh_task_backend), 2 zero bytes.
+ *  map-synthetic answer: "FSMR", u8 version 1, 3 zero bytes, i64 nanos,
+ *    i64 input_rows, i64 input_bytes, u32 n_partitions, u32 L, the
+ *    location (L bytes) zero-padded to a multiple of 8, n_partitions x
+ *    u64 row checksum, then the map output's PutResult (format above).
+ *  reduce-verify body: "FSRT", u8 version 1, 3 zero bytes, u64 shuffle_id,
+ *    i32 partition, i32 n_partitions, u8 backend, 3 zero bytes,
+ *    u32 n_locations, u32 n_sources, u32 0, then n_sources x (i64 map_id,
+ *    i32 attempt, u32 location index, i64 rows, i64 bytes, u64 checksum)
+ *    of that partition, then n_locations x (u32 length, bytes; 1 .. 4096).
+ *  reduce-verify answer (48 bytes): "FSRR", u8 version 1, 3 zero bytes,
+ *    i64 nanos, i64 rows, i64 bytes, u64 checksum, i64 batches. */
+FSH_NODISCARD int fsh_map_task_encode(const fsh_map_task *t, fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_map_task_decode(const uint8_t *data, int64_t size, fsh_map_task *out,
+                                      fsh_error *err);
+FSH_NODISCARD int fsh_map_task_result_encode(const fsh_map_task_result *r, fsh_buffer **out,
+                                             fsh_error *err);
+FSH_NODISCARD int fsh_map_task_result_decode(const uint8_t *data, int64_t size,
+                                             fsh_map_task_result *out, fsh_error *err);
+FSH_NODISCARD int fsh_reduce_task_encode(const fsh_reduce_task *t, fsh_buffer **out,
+                                         fsh_error *err);
+FSH_NODISCARD int fsh_reduce_task_decode(const uint8_t *data, int64_t size,
+                                         fsh_reduce_task *out, fsh_error *err);
+FSH_NODISCARD int fsh_reduce_task_result_encode(const fsh_reduce_task_result *r,
+                                                fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_reduce_task_result_decode(const uint8_t *data, int64_t size,
+                                                fsh_reduce_task_result *out, fsh_error *err);
 
 #ifdef __cplusplus
 }

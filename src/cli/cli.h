@@ -30,6 +30,8 @@ int cmd_flight(int argc, char **argv);
 int cmd_flight_serve(int argc, char **argv);
 /* `worker` (cmd_worker.c): a shuffle worker process. */
 int cmd_worker(int argc, char **argv);
+/* `bench shuffle` (cmd_bench.c): a shuffle on a local cluster of workers. */
+int cmd_bench(int argc, char **argv);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

@@ -2,7 +2,9 @@
  * of map outputs (memory up to --memory-limit, then spill files in the
  * --spill-dir directories, round-robin) behind an Arrow Flight server.
  * Its Flight surface (ListFlights, DoGet of shuffle tickets, DoPut of map
- * outputs, DoAction "release") and wire formats are in shuffle.h. Prints
+ * outputs, DoAction "release", tasks "map-synthetic" / "reduce-verify"
+ * through its store or the --fs-dir directory, "stats") and wire formats
+ * are in shuffle.h. Prints
  * "listening on grpc://HOST:PORT" once ready; SIGINT/SIGTERM stop it
  * cleanly (in-flight calls get 2 s, then the store and its spill files go). */
 #include "cli/cli.h"
@@ -21,7 +23,8 @@
 static int worker_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle worker --listen HOST:PORT [--spill-dir DIR]... "
-          "[--memory-limit BYTES] [--auth-token T] [--threads N]\n"
+          "[--memory-limit BYTES] [--auth-token T] [--threads N] [--fs-dir DIR]\n"
+          "  --fs-dir: the shared directory of fs-backend tasks (map-synthetic)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
 }
@@ -65,6 +68,8 @@ int cmd_worker(int argc, char **argv) {
       if (!parse_bytes(v, &o.memory_limit))
         return cli_fail(2, "worker: --memory-limit '%s': expected bytes (e.g. 1073741824, 512M)",
                         v);
+    } else if (strcmp(a, "--fs-dir") == 0) {
+      o.fs_dir = v;
     } else if (strcmp(a, "--auth-token") == 0) {
       o.auth_token = v;
     } else if (strcmp(a, "--threads") == 0) {

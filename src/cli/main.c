@@ -24,7 +24,10 @@ static void usage(FILE *f) {
           "  flight put URI PATH FILE       DoPut an IPC file under a descriptor path\n"
           "  flight info|poll|schema|actions|action|exchange|handshake ...  (flight -h)\n"
           "  worker --listen HOST:PORT [--spill-dir DIR]... [--memory-limit BYTES]\n"
-          "         [--auth-token T]        a shuffle worker: map-output store + Flight server\n");
+          "         [--auth-token T] [--fs-dir DIR]\n"
+          "                                 a shuffle worker: map-output store + Flight server\n"
+          "  bench shuffle --workers N --maps M --reduces R --bytes S --backend flight|memory|fs\n"
+          "         [...]                   a verified, timed shuffle on a local cluster\n");
 }
 
 int cli_fail(int status, const char *fmt, ...) {
@@ -46,6 +49,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc - 1, argv + 1);
   if (strcmp(argv[1], "flight") == 0) return cmd_flight(argc - 1, argv + 1);
   if (strcmp(argv[1], "worker") == 0) return cmd_worker(argc - 1, argv + 1);
+  if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   usage(stderr);
   return cli_fail(2, "unknown command '%s'", argv[1]);
 }

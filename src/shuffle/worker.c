@@ -1,7 +1,10 @@
 /* worker.c -- a worker: a store behind a Flight server (surface and wire
  * formats in shuffle.h). ListFlights describes every (shuffle, partition)
  * held; DoGet (worker_get.c) serves tickets; DoPut (worker_put.c) writes
- * map outputs; DoAction "release" removes a shuffle. */
+ * map outputs; DoAction "release" removes a shuffle, "map-synthetic" and
+ * "reduce-verify" run tasks (task_map.c, task_reduce.c) through the
+ * worker's own flight backend (or the fs backend over its --fs-dir), and
+ * "stats" tells the store's figures. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,6 +17,9 @@
 struct fsh_shuffle_worker {
   fsh_shuffle_store *store;
   fsh_flight_server *server;
+  fsh_shuffle_backend *flight; /* local = this worker: the tasks' backend */
+  fsh_shuffle_backend *fs;     /* over opts->fs_dir, or NULL */
+  fsh_worker_tasks *tasks;     /* map and reduce tasks, on threads of their own */
   char uri[320];
 };
 
@@ -122,13 +128,8 @@ static int do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *fi
 
 /* ---- actions ----------------------------------------------------------- */
 
-static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *a,
-                     fsh_flight_result_list *out, fsh_error *err) {
-  (void)call;
-  fsh_shuffle_worker *w = ctx;
-  if (strcmp(a->type, "release") != 0)
-    return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release)", w->uri,
-                         a->type);
+static int action_release(fsh_shuffle_worker *w, const fsh_flight_action *a,
+                          fsh_flight_result_list *out, fsh_error *err) {
   char digits[24];
   uint64_t id = 0;
   bool ok = a->body.size > 0 && a->body.size < (int64_t)sizeof digits;
@@ -147,6 +148,7 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
                          "ASCII decimal", w->uri);
   int64_t n = 0, bytes = 0;
   FSH_RETURN_NOT_OK(fsh_store_release(w->store, id, &n, &bytes, err));
+  if (w->fs) FSH_RETURN_NOT_OK(fsh_shuffle_release(w->fs, id, err));
   char msg[160];
   int len = snprintf(msg, sizeof msg, "released shuffle %" PRIu64 ": %" PRId64 " map outputs, %"
                      PRId64 " bytes", id, n, bytes);
@@ -155,12 +157,150 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   return 0;
 }
 
+/* The backend a task names, or EINVAL saying why this worker has none. */
+static int task_backend(fsh_shuffle_worker *w, fsh_task_backend kind, const char *action,
+                        fsh_shuffle_backend **out, fsh_error *err) {
+  if (kind == FSH_TASK_BACKEND_FLIGHT) *out = w->flight;
+  else if (kind == FSH_TASK_BACKEND_FS && w->fs) *out = w->fs;
+  else if (kind == FSH_TASK_BACKEND_FS)
+    return fsh_error_set(err, EINVAL, "worker %s: %s: an fs task, but this worker was started "
+                         "without --fs-dir", w->uri, action);
+  else
+    return fsh_error_set(err, EINVAL, "worker %s: %s: the %s backend runs in-process only",
+                         w->uri, action, fsh_task_backend_name(kind));
+  return 0;
+}
+
+
+/* A task the worker runs (worker_tasks.c): decoded and checked before it
+ * starts, so a bad body is answered INVALID_ARGUMENT at once. */
+typedef struct task_job {
+  fsh_shuffle_worker *w;
+  fsh_shuffle_backend *backend;
+  bool is_map;
+  fsh_map_task map;
+  fsh_reduce_task reduce;
+} task_job;
+
+static void task_job_free(void *p) {
+  task_job *j = p;
+  if (!j->is_map) fsh_reduce_task_reset(&j->reduce);
+  fsh_free(j);
+}
+
+static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
+  task_job *j = p;
+  int rc;
+  if (j->is_map) {
+    fsh_map_task_result r;
+    rc = fsh_map_task_run(j->backend, &j->map, &r, err);
+    /* If the answer is lost the map output stays: the caller retries with
+     * another attempt or releases the shuffle. */
+    if (rc == 0) {
+      rc = fsh_map_task_result_encode(&r, answer, err);
+      fsh_map_task_result_reset(&r);
+    }
+  } else {
+    fsh_reduce_task_result r;
+    rc = fsh_reduce_task_run(j->backend, &j->reduce, &r, err);
+    if (rc == 0) rc = fsh_reduce_task_result_encode(&r, answer, err);
+  }
+  return rc == 0 ? 0 : fsh_error_prefix(err, rc, "worker %s: ", j->w->uri);
+}
+
+/* "map-synthetic" / "reduce-verify": starts the task, answers its id (u64
+ * little-endian); "task-wait" tells when it is done. */
+static int action_start_task(fsh_shuffle_worker *w, const fsh_flight_action *a, bool is_map,
+                             fsh_flight_result_list *out, fsh_error *err) {
+  task_job *j = fsh_calloc(1, sizeof *j);
+  if (!j) return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  j->w = w;
+  j->is_map = is_map;
+  int rc = is_map ? fsh_map_task_decode(a->body.data, a->body.size, &j->map, err)
+                  : fsh_reduce_task_decode(a->body.data, a->body.size, &j->reduce, err);
+  if (rc != 0) {
+    fsh_free(j); /* nothing decoded to free */
+    return fsh_error_prefix(err, rc, "worker %s: ", w->uri);
+  }
+  rc = task_backend(w, is_map ? j->map.backend : j->reduce.backend, a->type, &j->backend, err);
+  if (rc != 0) {
+    task_job_free(j);
+    return rc;
+  }
+  uint64_t id;
+  FSH_RETURN_NOT_OK(fsh_worker_tasks_start(w->tasks, task_job_run, j, task_job_free, &id, err));
+  uint8_t le[8];
+  for (int i = 0; i < 8; i++) le[i] = (uint8_t)(id >> (8 * i));
+  if (fsh_flight_result_list_push(out, le, 8) != 0)
+    return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  return 0;
+}
+
+/* "task-wait" body: the task id (u64 LE). Answers at once, one result: a
+ * status byte 0 (still running) or 1 (done) followed, when done, by the
+ * task's answer; a failed task's error is the action's error. */
+static int action_task_wait(fsh_shuffle_worker *w, const fsh_flight_action *a,
+                            fsh_flight_result_list *out, fsh_error *err) {
+  if (a->body.size != 8)
+    return fsh_error_set(err, EINVAL, "worker %s: task-wait: the body must be an 8-byte task id, "
+                         "not %lld bytes", w->uri, (long long)a->body.size);
+  uint64_t id = 0;
+  for (int i = 0; i < 8; i++) id |= (uint64_t)a->body.data[i] << (8 * i);
+  bool done;
+  fsh_buffer *answer = NULL;
+  FSH_RETURN_NOT_OK(fsh_worker_tasks_poll(w->tasks, id, &done, &answer, err));
+  int64_t n = done && answer ? answer->size : 0;
+  uint8_t *msg = fsh_malloc((size_t)n + 1);
+  int rc = msg ? 0 : fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  if (msg) {
+    msg[0] = done ? 1 : 0;
+    if (n) memcpy(msg + 1, answer->data, (size_t)n);
+    if (fsh_flight_result_list_push(out, msg, n + 1) != 0)
+      rc = fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  }
+  fsh_free(msg);
+  fsh_buffer_unref(answer);
+  return rc;
+}
+
+static int action_stats(fsh_shuffle_worker *w, fsh_flight_result_list *out, fsh_error *err) {
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(w->store, &st);
+  char msg[200];
+  int len = snprintf(msg, sizeof msg, "map_outputs=%" PRId64 " memory_bytes=%" PRId64
+                     " spilled_outputs=%" PRId64 " spilled_bytes=%" PRId64, st.map_outputs,
+                     st.memory_bytes, st.spilled_outputs, st.spilled_bytes);
+  if (fsh_flight_result_list_push(out, msg, len) != 0)
+    return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  return 0;
+}
+
+static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *a,
+                     fsh_flight_result_list *out, fsh_error *err) {
+  (void)call;
+  fsh_shuffle_worker *w = ctx;
+  if (strcmp(a->type, "release") == 0) return action_release(w, a, out, err);
+  if (strcmp(a->type, "map-synthetic") == 0) return action_start_task(w, a, true, out, err);
+  if (strcmp(a->type, "reduce-verify") == 0) return action_start_task(w, a, false, out, err);
+  if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
+  if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
+  return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
+                       "map-synthetic, reduce-verify, task-wait, stats)", w->uri, a->type);
+}
+
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
                         fsh_error *err) {
   (void)call;
   fsh_shuffle_worker *w = ctx;
   if (fsh_flight_action_type_list_push(out, "release",
-                                       "remove a shuffle's map outputs (body: its id, decimal)"))
+                                       "remove a shuffle's map outputs (body: its id, decimal)") ||
+      fsh_flight_action_type_list_push(out, "map-synthetic",
+                                       "run a map task of the synthetic shuffle (shuffle.h)") ||
+      fsh_flight_action_type_list_push(out, "reduce-verify",
+                                       "run a reduce task of the synthetic shuffle (shuffle.h)") ||
+      fsh_flight_action_type_list_push(out, "task-wait",
+                                       "whether a task is done (body: its id), and its answer") ||
+      fsh_flight_action_type_list_push(out, "stats", "the store's figures, one line of text"))
     return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   return 0;
 }
@@ -190,12 +330,17 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
     return fsh_error_set(err, EINVAL, "worker: no listen address");
   fsh_shuffle_worker *w = fsh_calloc(1, sizeof *w);
   if (!w) return fsh_error_set(err, ENOMEM, "worker: out of memory");
+  if (fsh_worker_tasks_new(&w->tasks) != 0) {
+    fsh_free(w);
+    return fsh_error_set(err, ENOMEM, "worker: out of memory");
+  }
   fsh_shuffle_store_options so = {.spill_dirs = opts->spill_dirs,
                                   .n_spill_dirs = opts->n_spill_dirs,
                                   .memory_limit = opts->memory_limit,
                                   .name = opts->listen};
   int rc = fsh_shuffle_store_new(&so, &w->store, err);
   if (rc != 0) {
+    fsh_worker_tasks_free(w->tasks);
     fsh_free(w);
     return fsh_error_prefix(err, rc, "worker %s: ", opts->listen);
   }
@@ -211,6 +356,12 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
     if (fsh_store_set_name(w->store, w->uri) != 0)
       rc = fsh_error_set(err, ENOMEM, "worker: out of memory");
   }
+  /* The tasks' backends: calls are already being served, but no task
+   * runs before the "listening" line tells callers the URI. */
+  fsh_shuffle_flight_options fl = {.local = w, .auth_token = opts->auth_token};
+  if (rc == 0) rc = fsh_shuffle_flight_new(&fl, &w->flight, err);
+  if (rc == 0 && opts->fs_dir && (rc = fsh_shuffle_fs_new(opts->fs_dir, &w->fs, err)) != 0)
+    rc = fsh_error_prefix(err, rc, "worker %s: --fs-dir: ", w->uri);
   if (rc != 0) {
     fsh_shuffle_worker_stop(w, 0);
     return rc;
@@ -225,6 +376,9 @@ fsh_shuffle_store *fsh_shuffle_worker_store(fsh_shuffle_worker *w) { return w->s
 void fsh_shuffle_worker_stop(fsh_shuffle_worker *w, int64_t deadline_ms) {
   if (!w) return;
   if (w->server) fsh_flight_server_stop(w->server, deadline_ms);
+  fsh_worker_tasks_free(w->tasks); /* before the backends the tasks use */
+  fsh_shuffle_backend_destroy(w->flight);
+  fsh_shuffle_backend_destroy(w->fs);
   fsh_shuffle_store_free(w->store);
   fsh_free(w);
 }

@@ -19,4 +19,23 @@ FSH_NODISCARD int fsh_worker_do_get(fsh_shuffle_store *store, const uint8_t *tic
 FSH_NODISCARD int fsh_worker_put_sink(fsh_shuffle_store *store, const fsh_flight_descriptor *d,
                                       fsh_flight_sink **out, fsh_error *err);
 
+/* Tasks run on threads of their own (worker_tasks.c): never on the Flight
+ * server's pool threads, which must not wait on the network. */
+typedef struct fsh_worker_tasks fsh_worker_tasks;
+/* A task body: runs to the end; *answer on success (a new reference). */
+typedef int (*fsh_worker_task_fn)(void *arg, fsh_buffer **answer, fsh_error *err);
+FSH_NODISCARD int fsh_worker_tasks_new(fsh_worker_tasks **out);
+/* Joins every task (they end by themselves: their fetches have deadlines). */
+void fsh_worker_tasks_free(fsh_worker_tasks *t);
+/* Starts fn(arg) on a new thread; free_arg(arg) when the task is forgotten
+ * (also on error). *id names it for fsh_worker_tasks_poll. */
+FSH_NODISCARD int fsh_worker_tasks_start(fsh_worker_tasks *t, fsh_worker_task_fn fn, void *arg,
+                                         void (*free_arg)(void *arg), uint64_t *id,
+                                         fsh_error *err);
+/* Never blocks. Running: *done false, 0. Finished: *done true and the
+ * task's answer (moved) or its error; the task is then forgotten. ENOENT
+ * for an id it does not know. */
+FSH_NODISCARD int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done,
+                                        fsh_buffer **answer, fsh_error *err);
+
 #endif

@@ -1,0 +1,916 @@
+/* cmd_bench.c -- `flightshuffle bench shuffle`: a shuffle of the synthetic
+ * table on a local cluster, verified and timed.
+ *
+ *   flightshuffle bench shuffle --workers N --maps M --reduces R --bytes S
+ *       --backend flight|memory|fs [--compression none|lz4|zstd]
+ *       [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]
+ *
+ * flight / fs: N `flightshuffle worker` processes (this executable, forked
+ * and exec'd, each on 127.0.0.1:0; the URI read from its "listening on"
+ * line) run the M map tasks (DoAction "map-synthetic", round-robin) and
+ * then the R reduce tasks ("reduce-verify", round-robin), at most T tasks
+ * per worker at once (fewer than its server threads, so that peers' DoGets
+ * are served meanwhile). Every worker spills to its own folder of a
+ * per-invocation temp directory under --spill-dir (default /tmp), where
+ * the fs backend's shared directory also lives; the directory is removed
+ * at the end, and every worker is stopped and reaped at the end, on error
+ * and on SIGINT/SIGTERM (workers also get SIGTERM if this process dies:
+ * PR_SET_PDEATHSIG). memory: the same tasks as N threads of this process
+ * over the in-process backend (the upper bound; no worker).
+ *
+ * Verification: per partition, the reduce side's rows and order-independent
+ * row checksum equal the sums of the map sides' (fsh_task_row_checksums).
+ * Baselines measured in each run: a raw loopback TCP copy of S bytes (one
+ * connection), and for fs/flight a plain sequential write (+fsync) of S
+ * bytes into the temp directory. Ends with one `result:` line. Exit status:
+ * 0 verified, 1 error or not verified, 2 bad arguments, 130 interrupted. */
+#define _GNU_SOURCE /* pipe2, nftw */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <flightshuffle/flight.h>
+#include <flightshuffle/shuffle.h>
+#include <flightshuffle/workloads.h>
+
+#define BENCH_MAX_WORKERS 64
+#define BENCH_SHUFFLE_BASE 1000
+
+/* ---- options ----------------------------------------------------------- */
+
+typedef struct bench_opts {
+  int workers, maps, reduces, runs, slots;
+  int64_t bytes, memory_limit; /* memory_limit < 0: not given */
+  fsh_task_backend backend;
+  fsh_compression compression;
+  const char *spill_dir;
+  int32_t batch_rows; /* 0: chosen from the sizes */
+  uint64_t seed;
+} bench_opts;
+
+static int bench_usage(void) {
+  fprintf(stderr,
+          "usage: flightshuffle bench shuffle --workers N --maps M --reduces R --bytes S\n"
+          "         --backend flight|memory|fs [--compression none|lz4|zstd]\n"
+          "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
+          "         [--batch-rows N] [--seed X]\n"
+          "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
+          "  worker store's budget (flight; default: no limit); --slots the tasks\n"
+          "  in flight per worker (default 2); the memory backend runs N threads.\n");
+  return 2;
+}
+
+static bool parse_bytes(const char *s, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0) return false;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end || v > (INT64_MAX >> shift)) return false;
+  *out = (int64_t)v << shift;
+  return true;
+}
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* 0, or 2 after a message. */
+static int parse_opts(int argc, char **argv, bench_opts *o) {
+  *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42};
+  bool have_backend = false;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return bench_usage();
+    if (i + 1 >= argc) {
+      cli_fail(2, "bench shuffle: %s needs a value", a);
+      return bench_usage();
+    }
+    const char *v = argv[++i];
+    long long n = 0;
+    fsh_error err;
+    if (strcmp(a, "--workers") == 0) {
+      if (!parse_int(v, 1, BENCH_MAX_WORKERS, &n))
+        return cli_fail(2, "bench shuffle: --workers '%s': expected 1..%d", v, BENCH_MAX_WORKERS);
+      o->workers = (int)n;
+    } else if (strcmp(a, "--maps") == 0) {
+      if (!parse_int(v, 1, 1000000, &n))
+        return cli_fail(2, "bench shuffle: --maps '%s': expected 1..1000000", v);
+      o->maps = (int)n;
+    } else if (strcmp(a, "--reduces") == 0) {
+      if (!parse_int(v, 1, 1000000, &n))
+        return cli_fail(2, "bench shuffle: --reduces '%s': expected 1..1000000", v);
+      o->reduces = (int)n;
+    } else if (strcmp(a, "--runs") == 0) {
+      if (!parse_int(v, 1, 1000, &n))
+        return cli_fail(2, "bench shuffle: --runs '%s': expected 1..1000", v);
+      o->runs = (int)n;
+    } else if (strcmp(a, "--slots") == 0) {
+      if (!parse_int(v, 1, 64, &n))
+        return cli_fail(2, "bench shuffle: --slots '%s': expected 1..64", v);
+      o->slots = (int)n;
+    } else if (strcmp(a, "--batch-rows") == 0) {
+      if (!parse_int(v, 1, 1 << 24, &n))
+        return cli_fail(2, "bench shuffle: --batch-rows '%s': expected 1..16777216", v);
+      o->batch_rows = (int32_t)n;
+    } else if (strcmp(a, "--seed") == 0) {
+      if (!parse_int(v, 0, INT64_MAX, &n))
+        return cli_fail(2, "bench shuffle: --seed '%s': expected a non-negative integer", v);
+      o->seed = (uint64_t)n;
+    } else if (strcmp(a, "--bytes") == 0) {
+      if (!parse_bytes(v, &o->bytes) || o->bytes < 1)
+        return cli_fail(2, "bench shuffle: --bytes '%s': expected bytes > 0 (e.g. 4M, 2G)", v);
+    } else if (strcmp(a, "--memory-limit") == 0) {
+      if (!parse_bytes(v, &o->memory_limit))
+        return cli_fail(2, "bench shuffle: --memory-limit '%s': expected bytes (e.g. 256M)", v);
+    } else if (strcmp(a, "--backend") == 0) {
+      if (fsh_task_backend_parse(v, &o->backend, &err) != 0)
+        return cli_fail(2, "bench shuffle: --backend: %s", err.message);
+      have_backend = true;
+    } else if (strcmp(a, "--compression") == 0) {
+      if (fsh_compression_parse(v, &o->compression, &err) != 0)
+        return cli_fail(2, "bench shuffle: --compression: %s", err.message);
+    } else if (strcmp(a, "--spill-dir") == 0) {
+      o->spill_dir = v;
+    } else {
+      cli_fail(2, "bench shuffle: unknown option %s", a);
+      return bench_usage();
+    }
+  }
+  if (!o->workers || !o->maps || !o->reduces || !o->bytes || !have_backend) {
+    cli_fail(2, "bench shuffle: --workers, --maps, --reduces, --bytes and --backend are required");
+    return bench_usage();
+  }
+  return 0;
+}
+
+/* ---- time, signals, temp directory ------------------------------------- */
+
+static double now_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Written by the main thread with SIGINT/SIGTERM blocked; read by the
+ * handler (kill is async-signal-safe). */
+static volatile sig_atomic_t g_interrupted;
+static pid_t g_pids[BENCH_MAX_WORKERS];
+static volatile sig_atomic_t g_n_pids;
+
+static void on_signal(int sig) {
+  g_interrupted = sig;
+  for (int i = 0; i < g_n_pids; i++)
+    if (g_pids[i] > 0) kill(g_pids[i], SIGTERM);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  remove(path);
+  return 0;
+}
+
+static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* ---- the cluster ------------------------------------------------------- */
+
+typedef struct worker_proc {
+  pid_t pid;
+  char uri[512];
+  char log[4200];
+  fsh_flight_client *client;
+} worker_proc;
+
+typedef struct cluster {
+  int n;
+  worker_proc w[BENCH_MAX_WORKERS];
+  char tmp[4096]; /* the per-invocation temp directory ("" if none) */
+  char fs_dir[4200];
+} cluster;
+
+/* Reads the child's first stdout line (up to 30 s). */
+static int read_line(int fd, char *line, size_t size) {
+  size_t n = 0;
+  double deadline = now_sec() + 30;
+  while (n + 1 < size) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int left = (int)((deadline - now_sec()) * 1000);
+    if (left <= 0 || g_interrupted) return -1;
+    int r = poll(&p, 1, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    char c;
+    ssize_t got = read(fd, &c, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return -1;
+    if (c == '\n') break;
+    line[n++] = c;
+  }
+  line[n] = '\0';
+  return 0;
+}
+
+/* Prints the tail of a worker's log to stderr. */
+static void print_log(const worker_proc *w) {
+  FILE *f = fopen(w->log, "r");
+  if (!f) return;
+  char buf[4096];
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0, SEEK_SET);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  if (n > 0) fprintf(stderr, "--- log of worker pid %d (%s):\n%s", (int)w->pid, w->uri, buf);
+}
+
+/* Starts worker i: fork + exec of this executable, stdout a pipe, stderr
+ * its log file. Signals stay blocked while the pid is being recorded. */
+static int start_worker(cluster *c, int i, const bench_opts *o) {
+  worker_proc *w = &c->w[i];
+  char spill[4200], limit[32], threads[16];
+  snprintf(spill, sizeof spill, "%s/w%d", c->tmp, i);
+  snprintf(w->log, sizeof w->log, "%s/w%d.log", c->tmp, i);
+  snprintf(limit, sizeof limit, "%" PRId64, o->memory_limit >= 0 ? o->memory_limit
+                                                                 : (int64_t)1 << 50);
+  snprintf(threads, sizeof threads, "%d", o->slots + 4);
+  char *args[16];
+  int k = 0;
+  args[k++] = (char *)"flightshuffle";
+  args[k++] = (char *)"worker";
+  args[k++] = (char *)"--listen";
+  args[k++] = (char *)"127.0.0.1:0";
+  args[k++] = (char *)"--spill-dir";
+  args[k++] = spill;
+  args[k++] = (char *)"--memory-limit";
+  args[k++] = limit;
+  args[k++] = (char *)"--threads";
+  args[k++] = threads;
+  if (o->backend == FSH_TASK_BACKEND_FS) {
+    args[k++] = (char *)"--fs-dir";
+    args[k++] = c->fs_dir;
+  }
+  args[k] = NULL;
+  int pipefd[2];
+  int logfd = open(w->log, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (logfd < 0) return cli_fail(1, "bench shuffle: %s: %s", w->log, strerror(errno));
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    close(logfd);
+    return cli_fail(1, "bench shuffle: pipe: %s", strerror(errno));
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* the child: die with the parent; stdout the pipe, stderr the log */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    dup2(pipefd[1], 1);
+    dup2(logfd, 2);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    execv("/proc/self/exe", args);
+    _exit(127);
+  }
+  if (pid > 0) {
+    w->pid = pid;
+    g_pids[i] = pid;
+    g_n_pids = i + 1;
+  }
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  close(logfd);
+  close(pipefd[1]);
+  if (pid < 0) {
+    close(pipefd[0]);
+    return cli_fail(1, "bench shuffle: fork: %s", strerror(fork_errno));
+  }
+  char line[480];
+  int rc = read_line(pipefd[0], line, sizeof line);
+  close(pipefd[0]);
+  const char *prefix = "listening on ";
+  if (rc != 0 || strncmp(line, prefix, strlen(prefix)) != 0) {
+    if (g_interrupted) return 130;
+    cli_fail(1, "bench shuffle: worker %d (pid %d) did not say where it listens", i, (int)pid);
+    print_log(w);
+    return 1;
+  }
+  snprintf(w->uri, sizeof w->uri, "%s", line + strlen(prefix));
+  fsh_flight_client_options co = {.uri = w->uri};
+  fsh_error err;
+  if (fsh_flight_client_open(&co, &w->client, &err) != 0)
+    return cli_fail(1, "bench shuffle: worker %s: %s", w->uri, err.message);
+  return 0;
+}
+
+/* Stops every worker (SIGTERM, then SIGKILL after 10 s), reaps them, and
+ * removes the temp directory. Safe on a partly started cluster. */
+static void cluster_stop(cluster *c, bool show_logs) {
+  for (int i = 0; i < c->n; i++) {
+    fsh_flight_client_close(c->w[i].client);
+    c->w[i].client = NULL;
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (int i = 0; i < c->n; i++)
+    if (c->w[i].pid > 0) kill(c->w[i].pid, SIGTERM);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  double deadline = now_sec() + 10;
+  for (int i = 0; i < c->n; i++) {
+    if (c->w[i].pid <= 0) continue;
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(c->w[i].pid, &status, WNOHANG)) == 0 && now_sec() < deadline)
+      usleep(5000);
+    if (r == 0) {
+      kill(c->w[i].pid, SIGKILL);
+      waitpid(c->w[i].pid, &status, 0);
+      fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d did not stop in time: "
+              "killed\n", (int)c->w[i].pid);
+    }
+    bool clean = r != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (r != 0 && !clean)
+      fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d ended with %s %d\n",
+              (int)c->w[i].pid, WIFEXITED(status) ? "status" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    if (show_logs || (r != 0 && !clean)) print_log(&c->w[i]);
+  }
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (int i = 0; i < c->n; i++) c->w[i].pid = 0, g_pids[i] = 0;
+  g_n_pids = 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (c->tmp[0]) rm_rf(c->tmp);
+  c->tmp[0] = '\0';
+  c->n = 0;
+}
+
+/* ---- one shuffle ------------------------------------------------------- */
+
+typedef struct run_ctx {
+  const bench_opts *o;
+  cluster *c;
+  fsh_shuffle_backend *mem; /* memory backend, else NULL */
+  uint64_t shuffle_id;
+  int32_t batch_rows;
+  int64_t total_batches;
+  fsh_map_task_result *maps;       /* [M] */
+  fsh_reduce_task_result *reduces; /* [R] */
+  /* task dispatch */
+  pthread_mutex_t mu;
+  int phase;          /* 0 map, 1 reduce */
+  int next[BENCH_MAX_WORKERS + 1]; /* per worker: its next task (k-th of it) */
+  int next_any;       /* memory backend: the next task */
+  atomic_int failed;
+  int fail_rc;
+  char fail_msg[1200];
+} run_ctx;
+
+typedef struct thread_arg {
+  run_ctx *r;
+  int worker; /* -1: memory backend thread */
+} thread_arg;
+
+static void fail(run_ctx *r, int rc, const char *fmt, ...) FSH_PRINTF(3, 4);
+static void fail(run_ctx *r, int rc, const char *fmt, ...) {
+  pthread_mutex_lock(&r->mu);
+  if (!atomic_load(&r->failed)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->fail_msg, sizeof r->fail_msg, fmt, ap);
+    va_end(ap);
+    r->fail_rc = rc;
+    atomic_store(&r->failed, 1);
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+static fsh_map_task map_task(const run_ctx *r, int m) {
+  const bench_opts *o = r->o;
+  int64_t b0 = r->total_batches * m / o->maps, b1 = r->total_batches * (m + 1) / o->maps;
+  return (fsh_map_task){.shuffle_id = r->shuffle_id, .map_id = m, .attempt = 0,
+                        .n_partitions = o->reduces, .first_row = b0 * r->batch_rows,
+                        .rows = (b1 - b0) * r->batch_rows, .batch_rows = r->batch_rows,
+                        .seed = o->seed, .compression = o->compression, .backend = o->backend};
+}
+
+/* The reduce task of partition p (borrows the locations of r->maps). */
+static int reduce_task(const run_ctx *r, int32_t p, fsh_reduce_task *t, fsh_error *err) {
+  int M = r->o->maps;
+  *t = (fsh_reduce_task){.shuffle_id = r->shuffle_id, .partition = p,
+                         .n_partitions = r->o->reduces, .backend = r->o->backend};
+  t->sources = calloc((size_t)M, sizeof *t->sources);
+  t->locations = calloc((size_t)M, sizeof *t->locations);
+  if (!t->sources || !t->locations) {
+    free(t->sources), free(t->locations);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  for (int m = 0; m < M; m++) {
+    const fsh_map_output *out = &r->maps[m].output;
+    if (out->rows[p] == 0 && out->bytes[p] == 0) continue;
+    int32_t loc = 0;
+    while (loc < t->n_locations && strcmp(t->locations[loc], out->location) != 0) loc++;
+    if (loc == t->n_locations) t->locations[t->n_locations++] = out->location;
+    t->sources[t->n_sources++] = (fsh_reduce_source){
+        .map_id = out->map_id, .attempt = out->attempt, .location = loc,
+        .rows = out->rows[p], .bytes = out->bytes[p], .checksum = out->checksums[p]};
+  }
+  return 0;
+}
+
+/* A task action answers the task's id at once (the worker runs it on a
+ * thread of its own); polls "task-wait" until it is done. On entry *res
+ * holds the id; on success it holds one result, the task's answer. */
+static int await_task(worker_proc *w, fsh_flight_result_list *res, fsh_error *err) {
+  if (res->n != 1 || res->items[0].size != 8)
+    return fsh_error_set(err, EPROTO, "a task action answered %" PRId64 " results (expected one "
+                         "8-byte task id)", res->n);
+  uint8_t id[8];
+  memcpy(id, res->items[0].data, 8);
+  fsh_flight_result_list_reset(res);
+  useconds_t pause = 200;
+  for (;;) {
+    if (g_interrupted) return fsh_error_set(err, EINTR, "interrupted");
+    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id, 8}};
+    FSH_RETURN_NOT_OK(fsh_flight_do_action(w->client, &a, res, err));
+    if (res->n != 1 || res->items[0].size < 1)
+      return fsh_error_set(err, EPROTO, "task-wait answered %" PRId64 " results", res->n);
+    if (res->items[0].data[0] == 1) { /* done: drop the status byte */
+      fsh_bytes *b = &res->items[0];
+      memmove(b->data, b->data + 1, (size_t)(b->size - 1));
+      b->size--;
+      return 0;
+    }
+    fsh_flight_result_list_reset(res);
+    usleep(pause);
+    if (pause < 20000) pause *= 2;
+  }
+}
+
+/* Runs task `i` of the current phase on worker `wi` (or in-process). */
+static void run_task(run_ctx *r, int wi, int i) {
+  fsh_error err = {{0}};
+  int rc = 0;
+  const char *kind = r->phase == 0 ? "map-synthetic" : "reduce-verify";
+  fsh_buffer *body = NULL;
+  fsh_reduce_task rt = {0};
+  if (r->phase == 0) {
+    fsh_map_task t = map_task(r, i);
+    if (r->mem) rc = fsh_map_task_run(r->mem, &t, &r->maps[i], &err);
+    else rc = fsh_map_task_encode(&t, &body, &err);
+  } else {
+    rc = reduce_task(r, i, &rt, &err);
+    if (rc == 0 && r->mem) rc = fsh_reduce_task_run(r->mem, &rt, &r->reduces[i], &err);
+    else if (rc == 0) rc = fsh_reduce_task_encode(&rt, &body, &err);
+    free(rt.sources), free(rt.locations); /* the strings are the maps' */
+  }
+  if (rc == 0 && body) {
+    worker_proc *w = &r->c->w[wi];
+    fsh_flight_action a = {.type = (char *)kind, .body = {body->data, body->size}};
+    fsh_flight_result_list res = {0};
+    rc = fsh_flight_do_action(w->client, &a, &res, &err);
+    if (rc == 0) rc = await_task(w, &res, &err); /* res: the task's answer */
+    if (rc == 0 && r->phase == 0)
+      rc = fsh_map_task_result_decode(res.items[0].data, res.items[0].size, &r->maps[i], &err);
+    else if (rc == 0)
+      rc = fsh_reduce_task_result_decode(res.items[0].data, res.items[0].size, &r->reduces[i],
+                                         &err);
+    fsh_flight_result_list_reset(&res);
+    if (rc != 0) fsh_error_prefix(&err, rc, "worker %s: ", w->uri);
+  }
+  fsh_buffer_unref(body);
+  if (rc != 0)
+    fail(r, rc, "%s task %d: %s", r->phase == 0 ? "map" : "reduce", i, err.message);
+}
+
+static void *task_thread(void *arg) {
+  thread_arg *ta = arg;
+  run_ctx *r = ta->r;
+  int n_tasks = r->phase == 0 ? r->o->maps : r->o->reduces;
+  for (;;) {
+    if (atomic_load(&r->failed) || g_interrupted) break;
+    int i;
+    pthread_mutex_lock(&r->mu);
+    if (ta->worker < 0) i = r->next_any++;
+    else i = ta->worker + r->c->n * r->next[ta->worker]++;
+    pthread_mutex_unlock(&r->mu);
+    if (i >= n_tasks) break;
+    run_task(r, ta->worker, i);
+  }
+  return NULL;
+}
+
+/* Runs the phase's tasks; seconds, or < 0 on failure (r->failed). */
+static double run_phase(run_ctx *r, int phase) {
+  r->phase = phase;
+  memset(r->next, 0, sizeof r->next);
+  r->next_any = 0;
+  int n_threads = r->mem ? r->o->workers : r->c->n * r->o->slots;
+  pthread_t *th = calloc((size_t)n_threads, sizeof *th);
+  thread_arg *args = calloc((size_t)n_threads, sizeof *args);
+  double t0 = now_sec();
+  int started = 0;
+  for (int i = 0; th && args && i < n_threads; i++) {
+    args[i] = (thread_arg){r, r->mem ? -1 : i % r->c->n};
+    if (pthread_create(&th[i], NULL, task_thread, &args[i]) != 0) {
+      fail(r, EAGAIN, "cannot start a task thread");
+      break;
+    }
+    started++;
+  }
+  if (!th || !args) fail(r, ENOMEM, "out of memory");
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  double secs = now_sec() - t0;
+  free(th);
+  free(args);
+  if (g_interrupted && !atomic_load(&r->failed)) fail(r, EINTR, "interrupted");
+  return atomic_load(&r->failed) ? -1 : secs;
+}
+
+/* ---- baselines --------------------------------------------------------- */
+
+typedef struct sock_recv {
+  int listen_fd;
+  int64_t bytes, got;
+} sock_recv;
+
+static void *sock_receiver(void *arg) {
+  sock_recv *s = arg;
+  int fd = accept(s->listen_fd, NULL, NULL);
+  if (fd < 0) return NULL;
+  size_t cap = 1 << 20;
+  char *buf = malloc(cap);
+  while (buf && s->got < s->bytes) {
+    ssize_t n = recv(fd, buf, cap, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    s->got += n;
+  }
+  free(buf);
+  close(fd);
+  return NULL;
+}
+
+/* A raw loopback TCP copy of `bytes` (one connection); GB/s or < 0. */
+static double socket_copy(int64_t bytes) {
+  sock_recv s = {.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), .bytes = bytes};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (s.listen_fd < 0 || bind(s.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(s.listen_fd, 1) != 0 || getsockname(s.listen_fd, (struct sockaddr *)&a, &len) != 0) {
+    if (s.listen_fd >= 0) close(s.listen_fd);
+    return -1;
+  }
+  pthread_t th;
+  if (pthread_create(&th, NULL, sock_receiver, &s) != 0) {
+    close(s.listen_fd);
+    return -1;
+  }
+  size_t cap = 1 << 20;
+  char *buf = calloc(1, cap);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  double t0 = now_sec();
+  int64_t sent = 0;
+  if (buf && fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+    while (sent < bytes) {
+      size_t n = bytes - sent < (int64_t)cap ? (size_t)(bytes - sent) : cap;
+      ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      sent += w;
+    }
+  }
+  if (fd >= 0) shutdown(fd, SHUT_WR);
+  if (sent < bytes) shutdown(s.listen_fd, SHUT_RDWR); /* unblock accept */
+  pthread_join(th, NULL);
+  double secs = now_sec() - t0;
+  if (fd >= 0) close(fd);
+  close(s.listen_fd);
+  free(buf);
+  return s.got == bytes ? (double)bytes / secs / 1e9 : -1;
+}
+
+/* A plain sequential write of `bytes` (4 MiB writes, then fsync) into dir;
+ * GB/s or < 0. */
+static double file_write(const char *dir, int64_t bytes) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/baseline.bin", dir);
+  const size_t chunk = 4 << 20;
+  char *buf = malloc(chunk);
+  if (!buf) return -1;
+  for (size_t i = 0; i < chunk; i++) buf[i] = (char)(i * 131 + 7);
+  double t0 = now_sec();
+  int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  int64_t done = 0;
+  while (fd >= 0 && done < bytes) {
+    size_t n = bytes - done < (int64_t)chunk ? (size_t)(bytes - done) : chunk;
+    ssize_t w = write(fd, buf, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += w;
+  }
+  bool ok = fd >= 0 && done == bytes && fsync(fd) == 0;
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  double secs = now_sec() - t0;
+  unlink(path);
+  free(buf);
+  return ok ? (double)bytes / secs / 1e9 : -1;
+}
+
+/* ---- the command ------------------------------------------------------- */
+
+typedef struct run_stats {
+  double total, map, reduce, gbps, socket_gbps, file_gbps;
+  int64_t spilled, table_bytes, rows;
+  bool verified;
+} run_stats;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* min, median, max of field `off` over the runs. */
+static void summarize(const run_stats *s, int n, size_t off, double out[3]) {
+  double *v = calloc((size_t)n, sizeof *v);
+  if (!v) {
+    out[0] = out[1] = out[2] = 0;
+    return;
+  }
+  for (int i = 0; i < n; i++) v[i] = *(const double *)(const void *)((const char *)&s[i] + off);
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  out[0] = v[0], out[1] = v[n / 2], out[2] = v[n - 1];
+  free(v);
+}
+
+/* Sum of spilled_bytes over the workers ("stats"); < 0 on error. */
+static int64_t cluster_spilled(cluster *c) {
+  int64_t total = 0;
+  for (int i = 0; i < c->n; i++) {
+    fsh_flight_action a = {.type = (char *)"stats"};
+    fsh_flight_result_list res = {0};
+    fsh_error err;
+    if (fsh_flight_do_action(c->w[i].client, &a, &res, &err) != 0 || res.n != 1) {
+      fsh_flight_result_list_reset(&res);
+      return -1;
+    }
+    char line[256];
+    int64_t len = res.items[0].size < 255 ? res.items[0].size : 255;
+    memcpy(line, res.items[0].data, (size_t)len);
+    line[len] = '\0';
+    fsh_flight_result_list_reset(&res);
+    const char *p = strstr(line, "spilled_bytes=");
+    if (!p) return -1;
+    total += strtoll(p + strlen("spilled_bytes="), NULL, 10);
+  }
+  return total;
+}
+
+/* Releases the shuffle everywhere; 0 or an error printed. */
+static int release_shuffle(run_ctx *r) {
+  fsh_error err;
+  if (r->mem) return fsh_shuffle_release(r->mem, r->shuffle_id, &err) == 0
+                         ? 0 : cli_fail(1, "bench shuffle: release: %s", err.message);
+  char body[24];
+  int len = snprintf(body, sizeof body, "%" PRIu64, r->shuffle_id);
+  /* fs: one worker removes the shared files; flight: every store */
+  int n = r->o->backend == FSH_TASK_BACKEND_FS ? 1 : r->c->n;
+  for (int i = 0; i < n; i++) {
+    fsh_flight_action a = {.type = (char *)"release", .body = {(uint8_t *)body, len}};
+    fsh_flight_result_list res = {0};
+    int rc = fsh_flight_do_action(r->c->w[i].client, &a, &res, &err);
+    fsh_flight_result_list_reset(&res);
+    if (rc != 0)
+      return cli_fail(1, "bench shuffle: release on worker %s: %s", r->c->w[i].uri, err.message);
+  }
+  return 0;
+}
+
+/* One run: maps, reduces, verification, stats, release. 0, 1 or 130. */
+static int one_run(run_ctx *r, int run, run_stats *st) {
+  const bench_opts *o = r->o;
+  int M = o->maps, R = o->reduces;
+  memset(st, 0, sizeof *st);
+  st->socket_gbps = socket_copy(o->bytes);
+  if (r->c && r->c->tmp[0]) st->file_gbps = file_write(r->c->tmp, o->bytes);
+  r->shuffle_id = BENCH_SHUFFLE_BASE + (uint64_t)run;
+  r->maps = calloc((size_t)M, sizeof *r->maps);
+  r->reduces = calloc((size_t)R, sizeof *r->reduces);
+  int status = 0;
+  if (!r->maps || !r->reduces) {
+    status = cli_fail(1, "bench shuffle: out of memory");
+    goto done;
+  }
+  st->map = run_phase(r, 0);
+  if (st->map >= 0) st->reduce = run_phase(r, 1);
+  if (st->map < 0 || st->reduce < 0) {
+    status = g_interrupted ? 130 : 1;
+    if (g_interrupted) cli_fail(130, "bench shuffle: interrupted");
+    else cli_fail(1, "bench shuffle: %s", r->fail_msg);
+    goto done;
+  }
+  st->total = st->map + st->reduce;
+  st->verified = true;
+  for (int m = 0; m < M; m++) st->table_bytes += r->maps[m].input_bytes;
+  for (int m = 0; m < M; m++) st->rows += r->maps[m].input_rows;
+  int64_t rows_read = 0;
+  for (int32_t p = 0; p < R; p++) {
+    int64_t rows = 0;
+    uint64_t sum = 0;
+    for (int m = 0; m < M; m++) rows += r->maps[m].output.rows[p];
+    for (int m = 0; m < M; m++) sum += r->maps[m].row_checksums[p];
+    rows_read += r->reduces[p].rows;
+    if (rows != r->reduces[p].rows || sum != r->reduces[p].checksum) {
+      if (st->verified)
+        fprintf(stderr, "flightshuffle: bench shuffle: partition %d: maps wrote %" PRId64
+                " rows (checksum %016" PRIx64 "), the reduce read %" PRId64 " (%016" PRIx64
+                ")\n", p, rows, sum, r->reduces[p].rows, r->reduces[p].checksum);
+      st->verified = false;
+    }
+  }
+  if (rows_read != st->rows) st->verified = false;
+  st->gbps = (double)st->table_bytes / st->total / 1e9;
+  st->spilled = o->backend == FSH_TASK_BACKEND_FLIGHT ? cluster_spilled(r->c) : 0;
+  double map_task = 0, reduce_task = 0;
+  for (int m = 0; m < M; m++) map_task += (double)r->maps[m].nanos * 1e-9;
+  for (int p = 0; p < R; p++) reduce_task += (double)r->reduces[p].nanos * 1e-9;
+  printf("run %d: total %.3f s (map %.3f s, reduce %.3f s; task time map %.3f s, reduce %.3f "
+         "s) %.3f GB/s; socket copy %.3f GB/s (%.2fx)", run + 1, st->total, st->map, st->reduce,
+         map_task, reduce_task, st->gbps, st->socket_gbps, st->gbps / st->socket_gbps);
+  if (st->file_gbps > 0) printf("; file write %.3f GB/s", st->file_gbps);
+  printf("; spilled %" PRId64 " B; verified %s\n", st->spilled, st->verified ? "yes" : "no");
+  fflush(stdout);
+  status = release_shuffle(r);
+done:
+  for (int m = 0; r->maps && m < M; m++) fsh_map_task_result_reset(&r->maps[m]);
+  free(r->maps);
+  free(r->reduces);
+  r->maps = NULL;
+  r->reduces = NULL;
+  return status;
+}
+
+/* Rows per batch: up to 64 Ki, at least one batch per map when possible. */
+static int32_t pick_batch_rows(const bench_opts *o, double bytes_per_row) {
+  double rows = (double)o->bytes / bytes_per_row;
+  double per_map = rows / o->maps;
+  if (o->batch_rows) return o->batch_rows;
+  if (per_map >= 65536) return 65536;
+  return per_map < 1 ? 1 : (int32_t)(per_map + 0.999);
+}
+
+int cmd_bench(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "shuffle") != 0) {
+    cli_fail(2, "bench: expected 'shuffle'");
+    return bench_usage();
+  }
+  bench_opts o;
+  int status = parse_opts(argc, argv, &o);
+  if (status != 0) return status;
+
+  /* bytes per row of the synthetic table, from one sample batch */
+  fsh_error err;
+  fsh_schema *schema = fsh_synthetic_schema();
+  fsh_batch *sample = NULL;
+  fsh_synthetic_options so = {.seed = o.seed, .with_nulls = true};
+  if (!schema || fsh_synthetic_batch(schema, &so, 0, 65536, &sample, &err) != 0) {
+    fsh_schema_unref(schema);
+    return cli_fail(1, "bench shuffle: generating a sample: %s", schema ? err.message : "ENOMEM");
+  }
+  double bpr = 0;
+  for (int64_t c = 0; c < sample->n_columns; c++) {
+    const fsh_array *a = sample->columns[c];
+    for (int k = 0; k < 3; k++)
+      if (a->buffers[k]) bpr += (double)a->buffers[k]->size;
+  }
+  bpr /= (double)sample->length;
+  fsh_batch_unref(sample);
+  fsh_schema_unref(schema);
+
+  run_ctx r = {.o = &o};
+  r.batch_rows = pick_batch_rows(&o, bpr);
+  int64_t rows = (int64_t)((double)o.bytes / bpr) + 1;
+  r.total_batches = (rows + r.batch_rows - 1) / r.batch_rows;
+  if (pthread_mutex_init(&r.mu, NULL) != 0) return cli_fail(1, "bench shuffle: mutex");
+
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int, old_term;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  signal(SIGPIPE, SIG_IGN);
+
+  static cluster c;
+  memset(&c, 0, sizeof c);
+  r.c = &c;
+  if (o.backend == FSH_TASK_BACKEND_MEMORY) {
+    if (fsh_shuffle_memory_new(&r.mem, &err) != 0) {
+      status = cli_fail(1, "bench shuffle: %s", err.message);
+      goto out;
+    }
+  } else {
+    snprintf(c.tmp, sizeof c.tmp, "%s/fsh-bench-XXXXXX", o.spill_dir ? o.spill_dir : "/tmp");
+    if (!mkdtemp(c.tmp)) {
+      status = cli_fail(1, "bench shuffle: creating a temp directory %s: %s", c.tmp,
+                        strerror(errno));
+      c.tmp[0] = '\0';
+      goto out;
+    }
+    snprintf(c.fs_dir, sizeof c.fs_dir, "%s/fs", c.tmp);
+    for (int i = 0; i < o.workers && status == 0; i++) {
+      status = start_worker(&c, i, &o);
+      c.n = i + 1;
+    }
+    if (status != 0) goto out;
+  }
+  char limit[48] = "none";
+  if (o.memory_limit >= 0) snprintf(limit, sizeof limit, "%" PRId64 " bytes", o.memory_limit);
+  printf("bench shuffle: backend %s, %d %s, %d maps x %d reduces, %" PRId64 " bytes "
+         "(%" PRId64 " rows in %" PRId64 " batches of %d), compression %s, memory limit per "
+         "worker %s, %d run%s%s%s\n",
+         fsh_task_backend_name(o.backend), o.workers, r.mem ? "threads" : "workers", o.maps,
+         o.reduces, o.bytes, r.total_batches * r.batch_rows, r.total_batches, r.batch_rows,
+         fsh_compression_name(o.compression), limit, o.runs, o.runs == 1 ? "" : "s",
+         c.tmp[0] ? ", temp dir " : "", c.tmp);
+  for (int i = 0; i < c.n; i++) printf("  worker %d: pid %d %s\n", i, (int)c.w[i].pid, c.w[i].uri);
+  fflush(stdout);
+
+  run_stats *st = calloc((size_t)o.runs, sizeof *st);
+  if (!st) {
+    status = cli_fail(1, "bench shuffle: out of memory");
+    goto out;
+  }
+  bool verified = true;
+  int64_t spilled = 0;
+  for (int i = 0; i < o.runs && status == 0; i++) {
+    status = one_run(&r, i, &st[i]);
+    verified = verified && st[i].verified;
+    if (st[i].spilled > spilled) spilled = st[i].spilled;
+  }
+  if (status == 0) {
+    double tot[3], map[3], red[3], gb[3], sock[3], file[3];
+    summarize(st, o.runs, offsetof(run_stats, total), tot);
+    summarize(st, o.runs, offsetof(run_stats, map), map);
+    summarize(st, o.runs, offsetof(run_stats, reduce), red);
+    summarize(st, o.runs, offsetof(run_stats, gbps), gb);
+    summarize(st, o.runs, offsetof(run_stats, socket_gbps), sock);
+    summarize(st, o.runs, offsetof(run_stats, file_gbps), file);
+    printf("summary over %d run%s (min / median / max):\n", o.runs, o.runs == 1 ? "" : "s");
+    printf("  total        %8.3f %8.3f %8.3f s\n", tot[0], tot[1], tot[2]);
+    printf("  map          %8.3f %8.3f %8.3f s\n", map[0], map[1], map[2]);
+    printf("  reduce       %8.3f %8.3f %8.3f s\n", red[0], red[1], red[2]);
+    printf("  shuffle      %8.3f %8.3f %8.3f GB/s (table bytes %" PRId64 ")\n", gb[0], gb[1],
+           gb[2], st[0].table_bytes);
+    printf("  socket copy  %8.3f %8.3f %8.3f GB/s\n", sock[0], sock[1], sock[2]);
+    if (file[1] > 0) printf("  file write   %8.3f %8.3f %8.3f GB/s\n", file[0], file[1], file[2]);
+    printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
+           "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
+           " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
+           "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f\n",
+           verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
+           o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
+           fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
+           file[1]);
+    if (!verified) status = 1;
+  }
+  free(st);
+out:
+  cluster_stop(&c, status != 0 && status != 130);
+  fsh_shuffle_backend_destroy(r.mem);
+  pthread_mutex_destroy(&r.mu);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (g_interrupted && status != 0) status = 130;
+  return status;
+}

@@ -1,0 +1,301 @@
+/* task_map.c -- the map task of the synthetic shuffle (contract and wire
+ * formats in shuffle.h, "tasks"): generate a share of the synthetic table,
+ * hash-partition it on the key, scatter, write through a backend's writer,
+ * and keep per-partition row checksums beside the map output's metadata.
+ * Also the row checksum both task kinds use, the backend names, and the
+ * map-synthetic body and answer codecs. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <flightshuffle/kernels.h>
+#include <flightshuffle/workloads.h>
+
+#include "shuffle/shuffle_internal.h"
+
+#define MAP_TASK_MAGIC "FSMT"
+#define MAP_TASK_BYTES 64
+#define MAP_RESULT_MAGIC "FSMR"
+#define MAP_RESULT_HEADER_BYTES 40
+#define TASK_MAX_PARTITIONS ((int32_t)1 << 24)
+
+static int64_t now_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+const char *fsh_task_backend_name(fsh_task_backend b) {
+  switch (b) {
+    case FSH_TASK_BACKEND_MEMORY: return "memory";
+    case FSH_TASK_BACKEND_FS: return "fs";
+    case FSH_TASK_BACKEND_FLIGHT: return "flight";
+  }
+  return "?";
+}
+
+int fsh_task_backend_parse(const char *s, fsh_task_backend *out, fsh_error *err) {
+  static const fsh_task_backend all[] = {FSH_TASK_BACKEND_MEMORY, FSH_TASK_BACKEND_FS,
+                                         FSH_TASK_BACKEND_FLIGHT};
+  for (int i = 0; s && i < 3; i++)
+    if (strcmp(s, fsh_task_backend_name(all[i])) == 0) {
+      *out = all[i];
+      return 0;
+    }
+  return fsh_error_set(err, EINVAL, "unknown shuffle backend '%s' (memory, fs, flight)",
+                       s ? s : "(null)");
+}
+
+/* ---- row checksum ------------------------------------------------------ */
+
+/* Row bytes up to this size are hashed in one XXH3 call. */
+#define ROW_INLINE_BYTES 96
+
+void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums) {
+  const fsh_array *k = b->columns[0], *v = b->columns[1], *s = b->columns[2];
+  const uint8_t *keys = k->buffers[1]->data + 8 * k->offset;
+  const uint8_t *vals = v->buffers[1]->data + 8 * v->offset;
+  const uint8_t *offs = s->buffers[1]->data + 4 * s->offset;
+  const uint8_t *chars = s->buffers[2] ? s->buffers[2]->data : (const uint8_t *)"";
+  const uint8_t *v_bits = v->buffers[0] && v->null_count != 0 ? v->buffers[0]->data : NULL;
+  const uint8_t *s_bits = s->buffers[0] && s->null_count != 0 ? s->buffers[0]->data : NULL;
+  uint8_t row[ROW_INLINE_BYTES];
+  for (int64_t i = 0; i < b->length; i++) {
+    bool v_ok = !v_bits || fsh_bit_get(v_bits, v->offset + i);
+    bool s_ok = !s_bits || fsh_bit_get(s_bits, s->offset + i);
+    uint32_t lo = fsh_le_get32(offs + 4 * i), hi = fsh_le_get32(offs + 4 * i + 4);
+    size_t name_len = s_ok ? hi - lo : 0, n = 9;
+    memcpy(row, keys + 8 * i, 8);
+    row[8] = (uint8_t)(v_ok | s_ok << 1);
+    if (v_ok) memcpy(row + n, vals + 8 * i, 8), n += 8;
+    uint64_t h;
+    if (n + name_len <= sizeof row) {
+      memcpy(row + n, chars + lo, name_len);
+      h = XXH3_64bits(row, n + name_len);
+    } else {
+      h = XXH3_64bits_withSeed(chars + lo, name_len, XXH3_64bits(row, n));
+    }
+    sums[part_of_row ? part_of_row[i] : 0] += h;
+  }
+}
+
+/* ---- running a map task ------------------------------------------------ */
+
+void fsh_map_task_result_reset(fsh_map_task_result *r) {
+  if (!r) return;
+  fsh_map_output_reset(&r->output);
+  fsh_free(r->row_checksums);
+  memset(r, 0, sizeof *r);
+}
+
+static int check_map_task(const fsh_map_task *t, fsh_error *err) {
+  if (t->map_id < 0 || t->attempt < 0)
+    return fsh_error_set(err, EINVAL, "map %" PRId64 " attempt %d: negative id", t->map_id,
+                         t->attempt);
+  if (t->n_partitions < 1 || t->n_partitions > TASK_MAX_PARTITIONS)
+    return fsh_error_set(err, EINVAL, "%d partitions (1 .. %d)", t->n_partitions,
+                         TASK_MAX_PARTITIONS);
+  if (t->batch_rows < 1 || t->batch_rows > TASK_MAX_PARTITIONS)
+    return fsh_error_set(err, EINVAL, "batch_rows %d (1 .. %d)", t->batch_rows,
+                         TASK_MAX_PARTITIONS);
+  if (t->first_row < 0 || t->rows < 0 || t->first_row % t->batch_rows != 0 ||
+      t->rows > INT64_MAX - t->first_row - t->batch_rows)
+    return fsh_error_set(err, EINVAL, "rows [%" PRId64 ", +%" PRId64 "): first_row must be a "
+                         "non-negative multiple of batch_rows %d, rows non-negative",
+                         t->first_row, t->rows, t->batch_rows);
+  if ((unsigned)t->compression > FSH_COMPRESSION_ZSTD)
+    return fsh_error_set(err, EINVAL, "compression %d", (int)t->compression);
+  if ((unsigned)t->backend > FSH_TASK_BACKEND_FLIGHT)
+    return fsh_error_set(err, EINVAL, "backend %d", (int)t->backend);
+  return 0;
+}
+
+/* One batch: hash, partition, checksum, scatter, write. */
+static int map_batch(fsh_shuffle_writer *w, fsh_batch *b, int32_t n_parts, uint64_t *hashes,
+                     int32_t *parts, fsh_batch **outs, uint64_t *sums, fsh_error *err) {
+  static const int32_t key_col = 0;
+  FSH_RETURN_NOT_OK(fsh_hash_columns(b, &key_col, 1, 0, hashes, err));
+  FSH_RETURN_NOT_OK(fsh_partition_hash(hashes, b->length, n_parts, parts, err));
+  fsh_task_row_checksums(b, parts, sums);
+  FSH_RETURN_NOT_OK(fsh_scatter(b, parts, n_parts, outs, err));
+  int rc = 0;
+  for (int32_t p = 0; p < n_parts; p++) {
+    if (outs[p] && rc == 0) rc = w->write(w, p, outs[p], err);
+    fsh_batch_unref(outs[p]);
+    outs[p] = NULL;
+  }
+  return rc;
+}
+
+int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task_result *out,
+                     fsh_error *err) {
+  int64_t t0 = now_nanos();
+  int rc = check_map_task(t, err);
+  if (rc != 0) goto prefix;
+  fsh_map_task_result r = {0};
+  fsh_schema *schema = fsh_synthetic_schema();
+  int32_t R = t->n_partitions;
+  uint64_t *hashes = fsh_malloc(sizeof(uint64_t) * (size_t)t->batch_rows);
+  int32_t *parts = fsh_malloc(sizeof(int32_t) * (size_t)t->batch_rows);
+  fsh_batch **outs = fsh_calloc((size_t)R, sizeof *outs);
+  r.row_checksums = fsh_calloc((size_t)R, sizeof *r.row_checksums);
+  fsh_shuffle_writer *w = NULL;
+  if (!schema || !hashes || !parts || !outs || !r.row_checksums) {
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+    goto done;
+  }
+  fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R, .schema = schema,
+                           .compression = t->compression};
+  rc = fsh_shuffle_open_writer(b, &spec, t->map_id, t->attempt, &w, err);
+  fsh_synthetic_options so = {.seed = t->seed, .with_nulls = true};
+  for (int64_t done = 0; rc == 0 && done < t->rows;) {
+    int64_t index = (t->first_row + done) / t->batch_rows;
+    int64_t n = t->rows - done < t->batch_rows ? t->rows - done : t->batch_rows;
+    fsh_batch *full = NULL, *batch = NULL;
+    rc = fsh_synthetic_batch(schema, &so, index, t->batch_rows, &full, err);
+    if (rc == 0 && !(batch = n < t->batch_rows ? fsh_batch_slice(full, 0, n)
+                                               : fsh_batch_ref(full)))
+      rc = fsh_error_set(err, ENOMEM, "out of memory");
+    if (rc == 0) {
+      r.input_rows += batch->length;
+      r.input_bytes += fsh_shuffle_batch_bytes(batch);
+      rc = map_batch(w, batch, R, hashes, parts, outs, r.row_checksums, err);
+    }
+    fsh_batch_unref(batch);
+    fsh_batch_unref(full);
+    done += n;
+  }
+  if (rc == 0) {
+    fsh_shuffle_writer *closing = w;
+    w = NULL;
+    rc = closing->close(closing, &r.output, err);
+  }
+done:
+  if (w) w->abort(w);
+  fsh_free(hashes);
+  fsh_free(parts);
+  fsh_free(outs);
+  fsh_schema_unref(schema);
+  if (rc != 0) {
+    fsh_map_task_result_reset(&r);
+    goto prefix;
+  }
+  r.nanos = now_nanos() - t0;
+  *out = r;
+  return 0;
+prefix:
+  return fsh_error_prefix(err, rc, "map task %" PRId64 " attempt %d of shuffle %" PRIu64 ": ",
+                          t->map_id, t->attempt, t->shuffle_id);
+}
+
+/* ---- wire -------------------------------------------------------------- */
+
+int fsh_map_task_encode(const fsh_map_task *t, fsh_buffer **out, fsh_error *err) {
+  fsh_buffer *b = fsh_buffer_new(MAP_TASK_BYTES, true);
+  if (!b) return fsh_error_set(err, ENOMEM, "map task: out of memory");
+  uint8_t *p = b->data;
+  memcpy(p, MAP_TASK_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put64(p + 8, t->shuffle_id);
+  fsh_le_put64(p + 16, (uint64_t)t->map_id);
+  fsh_le_put32(p + 24, (uint32_t)t->attempt);
+  fsh_le_put32(p + 28, (uint32_t)t->n_partitions);
+  fsh_le_put64(p + 32, (uint64_t)t->first_row);
+  fsh_le_put64(p + 40, (uint64_t)t->rows);
+  fsh_le_put64(p + 48, t->seed);
+  fsh_le_put32(p + 56, (uint32_t)t->batch_rows);
+  p[60] = (uint8_t)t->compression;
+  p[61] = (uint8_t)t->backend;
+  *out = b;
+  return 0;
+}
+
+int fsh_map_task_decode(const uint8_t *p, int64_t size, fsh_map_task *out, fsh_error *err) {
+  if (size != MAP_TASK_BYTES || memcmp(p, MAP_TASK_MAGIC, 4) != 0)
+    return fsh_error_set(err, EINVAL, "map-synthetic: the body must be %d bytes starting with "
+                         MAP_TASK_MAGIC " (got %" PRId64 " bytes)", MAP_TASK_BYTES, size);
+  if (p[4] != 1 || p[5] || p[6] || p[7] || p[62] || p[63])
+    return fsh_error_set(err, EINVAL, "map-synthetic: version %u or reserved bytes not "
+                         "supported (version 1, zeros)", p[4]);
+  fsh_map_task t = {
+      .shuffle_id = fsh_le_get64(p + 8),
+      .map_id = (int64_t)fsh_le_get64(p + 16),
+      .attempt = (int32_t)fsh_le_get32(p + 24),
+      .n_partitions = (int32_t)fsh_le_get32(p + 28),
+      .first_row = (int64_t)fsh_le_get64(p + 32),
+      .rows = (int64_t)fsh_le_get64(p + 40),
+      .seed = fsh_le_get64(p + 48),
+      .batch_rows = (int32_t)fsh_le_get32(p + 56),
+      .compression = (fsh_compression)p[60],
+      .backend = (fsh_task_backend)p[61],
+  };
+  int rc = check_map_task(&t, err);
+  if (rc != 0) return fsh_error_prefix(err, rc, "map-synthetic: ");
+  *out = t;
+  return 0;
+}
+
+int fsh_map_task_result_encode(const fsh_map_task_result *r, fsh_buffer **out, fsh_error *err) {
+  fsh_buffer *put = NULL;
+  FSH_RETURN_NOT_OK(fsh_put_result_encode(&r->output, &put, err));
+  const char *loc = r->output.location ? r->output.location : "";
+  int64_t L = (int64_t)strlen(loc), padded = (L + 7) / 8 * 8, n = r->output.n_partitions;
+  int64_t size = MAP_RESULT_HEADER_BYTES + padded + 8 * n + put->size;
+  fsh_buffer *b = fsh_buffer_new(size, true);
+  if (!b) {
+    fsh_buffer_unref(put);
+    return fsh_error_set(err, ENOMEM, "map task answer: out of memory");
+  }
+  uint8_t *p = b->data;
+  memcpy(p, MAP_RESULT_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put64(p + 8, (uint64_t)r->nanos);
+  fsh_le_put64(p + 16, (uint64_t)r->input_rows);
+  fsh_le_put64(p + 24, (uint64_t)r->input_bytes);
+  fsh_le_put32(p + 32, (uint32_t)n);
+  fsh_le_put32(p + 36, (uint32_t)L);
+  memcpy(p + MAP_RESULT_HEADER_BYTES, loc, (size_t)L);
+  uint8_t *c = p + MAP_RESULT_HEADER_BYTES + padded;
+  for (int64_t i = 0; i < n; i++) fsh_le_put64(c + 8 * i, r->row_checksums[i]);
+  memcpy(c + 8 * n, put->data, (size_t)put->size);
+  fsh_buffer_unref(put);
+  *out = b;
+  return 0;
+}
+
+int fsh_map_task_result_decode(const uint8_t *p, int64_t size, fsh_map_task_result *out,
+                               fsh_error *err) {
+  if (size < MAP_RESULT_HEADER_BYTES || memcmp(p, MAP_RESULT_MAGIC, 4) != 0 || p[4] != 1)
+    return fsh_error_set(err, EINVAL, "not a map task answer (%" PRId64 " bytes)", size);
+  int64_t n = fsh_le_get32(p + 32), L = fsh_le_get32(p + 36), padded = (L + 7) / 8 * 8;
+  if (n < 1 || n > TASK_MAX_PARTITIONS || L > 4096 ||
+      size != MAP_RESULT_HEADER_BYTES + padded + 8 * n + 32 + 24 * n)
+    return fsh_error_set(err, EINVAL, "map task answer: %" PRId64 " partitions, location of %"
+                         PRId64 " bytes in %" PRId64 " bytes: malformed", n, L, size);
+  fsh_map_task_result r = {0};
+  const uint8_t *c = p + MAP_RESULT_HEADER_BYTES + padded;
+  FSH_RETURN_NOT_OK(fsh_shuffle_put_result_decode(c + 8 * n, 32 + 24 * n, &r.output, err));
+  if (r.output.n_partitions != n) {
+    fsh_map_task_result_reset(&r);
+    return fsh_error_set(err, EINVAL, "map task answer: %" PRId64 " row checksums for %d "
+                         "partitions", n, r.output.n_partitions);
+  }
+  r.row_checksums = fsh_malloc(sizeof(uint64_t) * (size_t)n);
+  r.output.location = fsh_malloc((size_t)L + 1);
+  if (!r.row_checksums || !r.output.location) {
+    fsh_map_task_result_reset(&r);
+    return fsh_error_set(err, ENOMEM, "map task answer: out of memory");
+  }
+  memcpy(r.output.location, p + MAP_RESULT_HEADER_BYTES, (size_t)L);
+  r.output.location[L] = '\0';
+  for (int64_t i = 0; i < n; i++) r.row_checksums[i] = fsh_le_get64(c + 8 * i);
+  r.nanos = (int64_t)fsh_le_get64(p + 8);
+  r.input_rows = (int64_t)fsh_le_get64(p + 16);
+  r.input_bytes = (int64_t)fsh_le_get64(p + 24);
+  *out = r;
+  return 0;
+}

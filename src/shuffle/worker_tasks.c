@@ -1,0 +1,135 @@
+/* worker_tasks.c -- the tasks a worker runs, each on a thread of its own.
+ *
+ * A task (a map or a reduce) waits on the network: a reduce fetches from
+ * peers. It must never run on a Flight server pool thread, whose callbacks
+ * may not block (flight.h): a call queued behind a blocked pool thread --
+ * say a peer's DoGet that the task itself is waiting for -- would never be
+ * served, and two workers reducing from each other deadlock. So the task
+ * actions only start a task and answer its id at once; "task-wait" answers
+ * at once too: running, or the task's result (or its error). */
+#include "shuffle/worker_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+typedef struct worker_task {
+  uint64_t id;
+  fsh_worker_task_fn fn;
+  void *arg;
+  void (*free_arg)(void *arg);
+  pthread_t thread;
+  bool done;
+  int rc;
+  fsh_error err;
+  fsh_buffer *answer;
+  struct worker_task *next;
+  struct fsh_worker_tasks *owner;
+} worker_task;
+
+struct fsh_worker_tasks {
+  pthread_mutex_t mu;
+  uint64_t next_id;
+  worker_task *head;
+};
+
+int fsh_worker_tasks_new(fsh_worker_tasks **out) {
+  fsh_worker_tasks *t = fsh_calloc(1, sizeof *t);
+  if (!t) return ENOMEM;
+  pthread_mutex_init(&t->mu, NULL);
+  t->next_id = 1;
+  *out = t;
+  return 0;
+}
+
+static void task_free(worker_task *k) {
+  if (k->free_arg) k->free_arg(k->arg);
+  fsh_buffer_unref(k->answer);
+  fsh_free(k);
+}
+
+void fsh_worker_tasks_free(fsh_worker_tasks *t) {
+  if (!t) return;
+  /* Every task ends by itself (its fetches have deadlines): join them all. */
+  for (worker_task *k = t->head, *next; k; k = next) {
+    next = k->next;
+    pthread_join(k->thread, NULL);
+    task_free(k);
+  }
+  pthread_mutex_destroy(&t->mu);
+  fsh_free(t);
+}
+
+static void *task_main(void *p) {
+  worker_task *k = p;
+  fsh_error err = {{0}};
+  fsh_buffer *answer = NULL;
+  int rc = k->fn(k->arg, &answer, &err);
+  pthread_mutex_lock(&k->owner->mu);
+  k->rc = rc;
+  k->err = err;
+  k->answer = rc == 0 ? answer : NULL;
+  k->done = true;
+  pthread_mutex_unlock(&k->owner->mu);
+  if (rc != 0) fsh_buffer_unref(answer);
+  return NULL;
+}
+
+int fsh_worker_tasks_start(fsh_worker_tasks *t, fsh_worker_task_fn fn, void *arg,
+                           void (*free_arg)(void *arg), uint64_t *id, fsh_error *err) {
+  worker_task *k = fsh_calloc(1, sizeof *k);
+  if (!k) {
+    if (free_arg) free_arg(arg);
+    return fsh_error_set(err, ENOMEM, "out of memory starting a task");
+  }
+  k->fn = fn;
+  k->arg = arg;
+  k->free_arg = free_arg;
+  k->owner = t;
+  pthread_mutex_lock(&t->mu);
+  k->id = t->next_id++;
+  int e = pthread_create(&k->thread, NULL, task_main, k);
+  if (e == 0) {
+    k->next = t->head;
+    t->head = k;
+    *id = k->id;
+  }
+  pthread_mutex_unlock(&t->mu);
+  if (e != 0) {
+    task_free(k);
+    return fsh_error_set(err, EAGAIN, "cannot start a task thread: %s", strerror(e));
+  }
+  return 0;
+}
+
+int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done, fsh_buffer **answer,
+                          fsh_error *err) {
+  *done = false;
+  *answer = NULL;
+  pthread_mutex_lock(&t->mu);
+  worker_task **at = &t->head;
+  while (*at && (*at)->id != id) at = &(*at)->next;
+  worker_task *k = *at;
+  if (!k) {
+    pthread_mutex_unlock(&t->mu);
+    return fsh_error_set(err, ENOENT, "no task %llu (unknown, or its result was taken already)",
+                         (unsigned long long)id);
+  }
+  if (!k->done) {
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+  }
+  *at = k->next; /* a finished task is answered once, then forgotten */
+  pthread_mutex_unlock(&t->mu);
+  pthread_join(k->thread, NULL);
+  *done = true;
+  int rc = k->rc;
+  if (rc == 0) {
+    *answer = k->answer;
+    k->answer = NULL;
+  } else if (err) {
+    *err = k->err;
+  }
+  task_free(k);
+  return rc;
+}

@@ -1,0 +1,205 @@
+"""test_bench_shuffle.py -- `flightshuffle bench shuffle`: a verified shuffle
+of the synthetic table on a local cluster of worker processes (flight, fs)
+or in-process threads (memory), at small sizes: every backend verifies
+(per partition, the reduce side's rows and row checksum equal the map
+sides'), lz4/zstd through flight, a memory limit far below the data makes
+the flight stores spill, bad arguments exit 2 with a message, and no worker
+process nor temp directory is left after the command ends -- normally, on a
+worker-side error, or on SIGINT mid-run. Also the worker's task actions
+refuse malformed bodies with INVALID_ARGUMENT.
+
+The CLI is <dir of FSH_LIB>/flightshuffle (FSH_CLI overrides)."""
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+CLI = Path(os.environ.get("FSH_CLI") or Path(os.environ["FSH_LIB"]).parent / "flightshuffle")
+
+pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
+
+SMALL = ["--workers", "2", "--maps", "4", "--reduces", "4", "--bytes", "4M"]
+
+
+def worker_pids(parent):
+    """Pids of live processes whose parent is `parent` (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == parent and fields[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def processes_mentioning(text):
+    """Pids whose command line contains `text`."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def bench(*args, tmp_path, timeout=60):
+    spill = tmp_path / "spill"
+    spill.mkdir(exist_ok=True)
+    p = subprocess.run([str(CLI), "bench", "shuffle", "--spill-dir", str(spill), *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout)
+    return p, spill
+
+
+def result_fields(stdout):
+    lines = [l for l in stdout.splitlines() if l.startswith("result: ")]
+    assert len(lines) == 1, stdout
+    return dict(kv.split("=", 1) for kv in lines[0][len("result: "):].split())
+
+
+def check_clean(spill):
+    assert list(spill.iterdir()) == [], list(spill.rglob("*"))
+    assert processes_mentioning(str(spill)) == []
+
+
+@pytest.mark.parametrize("backend,extra", [
+    ("memory", []),
+    ("fs", []),
+    ("flight", []),
+    ("flight", ["--compression", "lz4"]),
+    ("flight", ["--compression", "zstd"]),
+])
+def test_backends_verify(tmp_path, backend, extra):
+    p, spill = bench(*SMALL, "--backend", backend, *extra, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    r = result_fields(p.stdout)
+    assert r["name"] == "bench_shuffle_cluster"
+    assert r["verified"] == "yes"
+    assert r["backend"] == backend
+    assert (r["workers"], r["maps"], r["reduces"], r["bytes"]) == ("2", "4", "4", "4194304")
+    assert float(r["gbps_median"]) > 0 and float(r["vs_socket"]) > 0
+    assert int(r["spilled_bytes"]) == 0
+    check_clean(spill)
+
+
+def test_everything_spills_under_a_tiny_memory_limit(tmp_path):
+    p, spill = bench("--workers", "2", "--maps", "6", "--reduces", "5", "--bytes", "6M",
+                     "--backend", "flight", "--memory-limit", "64K", tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    r = result_fields(p.stdout)
+    assert r["verified"] == "yes"
+    assert int(r["spilled_bytes"]) > 1 << 20
+    check_clean(spill)
+
+
+def test_many_small_partitions(tmp_path):
+    # Many reduce tasks fetching from each other at once: tasks run on the
+    # workers' own threads, never on Flight pool threads, so a peer's DoGet
+    # is always served (this used to deadlock). Three runs, as it took.
+    p, spill = bench("--workers", "3", "--maps", "20", "--reduces", "50", "--bytes", "2M",
+                     "--backend", "flight", "--runs", "3", tmp_path=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert result_fields(p.stdout)["verified"] == "yes"
+    check_clean(spill)
+
+
+@pytest.mark.parametrize("args,needle", [
+    ([], "required"),
+    (SMALL + ["--backend", "ray"], "unknown shuffle backend 'ray'"),
+    (SMALL + ["--backend", "flight", "--compression", "gzip"], "compression"),
+    (["--workers", "0", "--maps", "1", "--reduces", "1", "--bytes", "1M", "--backend", "fs"],
+     "--workers '0'"),
+    (["--workers", "1", "--maps", "x", "--reduces", "1", "--bytes", "1M", "--backend", "fs"],
+     "--maps 'x'"),
+    (["--workers", "1", "--maps", "1", "--reduces", "1", "--bytes", "12Q", "--backend", "fs"],
+     "--bytes '12Q'"),
+    (SMALL + ["--backend", "flight", "--memory-limit", "-5"], "--memory-limit '-5'"),
+    (SMALL + ["--backend", "flight", "--bogus", "1"], "unknown option --bogus"),
+    (SMALL + ["--backend"], "--backend needs a value"),
+])
+def test_bad_arguments_exit_2(tmp_path, args, needle):
+    p, spill = bench(*args, tmp_path=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert needle in p.stderr
+    check_clean(spill)
+
+
+def test_sigint_mid_run_leaves_nothing(tmp_path):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    proc = subprocess.Popen(
+        [str(CLI), "bench", "shuffle", "--workers", "3", "--maps", "12", "--reduces", "12",
+         "--bytes", "3G", "--backend", "flight", "--runs", "5", "--spill-dir", str(spill)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until every worker is up, then a little into the map phase
+        deadline = time.time() + 30
+        while time.time() < deadline and len(worker_pids(proc.pid)) < 3:
+            time.sleep(0.05)
+        kids = worker_pids(proc.pid)
+        assert len(kids) == 3, proc.poll()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out, errs = proc.communicate()
+    assert rc == 130, out + errs
+    assert "interrupted" in errs
+    for pid in kids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    check_clean(spill)
+
+
+def test_worker_refuses_bad_task_bodies(tmp_path):
+    proc = subprocess.Popen([str(CLI), "worker", "--listen", "127.0.0.1:0", "--spill-dir",
+                             str(tmp_path / "w")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        m = re.match(r"listening on (grpc://\S+)$", proc.stdout.readline().strip())
+        assert m
+        client = flight.connect(m.group(1))
+        cases = [
+            ("map-synthetic", b"", "map-synthetic: the body must be 64 bytes"),
+            ("map-synthetic", b"FSMT" + b"\1" + bytes(59), "partitions"),
+            ("reduce-verify", b"FSRT", "reduce-verify: the body must start with FSRT"),
+            ("reduce-verify", b"FSRT\1" + bytes(35), "partition 0 of 0"),
+        ]
+        for kind, body, needle in cases:
+            # INVALID_ARGUMENT arrives in pyarrow as ArrowInvalid
+            with pytest.raises(pa.ArrowInvalid) as e:
+                list(client.do_action(flight.Action(kind, body)))
+            assert needle in str(e.value), str(e.value)
+        # an fs task on a worker without --fs-dir names the problem
+        body = bytearray(64)
+        body[0:5] = b"FSMT\1"
+        body[28:32] = (4).to_bytes(4, "little")      # partitions
+        body[56:60] = (1024).to_bytes(4, "little")   # batch_rows
+        body[61] = 1                                 # fs
+        with pytest.raises(pa.ArrowInvalid) as e:
+            list(client.do_action(flight.Action("map-synthetic", bytes(body))))
+        assert "without --fs-dir" in str(e.value)
+        stats = list(client.do_action(flight.Action("stats", b"")))[0].body.to_pybytes()
+        assert re.match(rb"map_outputs=0 memory_bytes=0 spilled_outputs=0 spilled_bytes=0$",
+                        stats), stats
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
