@@ -33,6 +33,9 @@ int cmd_worker(int argc, char **argv);
 /* `bench shuffle` (cmd_bench.c): a shuffle on a local cluster of workers. */
 int cmd_bench(int argc, char **argv);
 
+/* "123", "64K", "512M", "2G" (powers of 1024) -> bytes; false if malformed. */
+bool cli_parse_bytes(const char *s, int64_t *out);
+
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);
 

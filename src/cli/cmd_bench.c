@@ -80,19 +80,6 @@ static int bench_usage(void) {
   return 2;
 }
 
-static bool parse_bytes(const char *s, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || v < 0) return false;
-  int shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
-  if (*end || v > (INT64_MAX >> shift)) return false;
-  *out = (int64_t)v << shift;
-  return true;
-}
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
   char *end = NULL;
@@ -146,10 +133,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         return cli_fail(2, "bench shuffle: --seed '%s': expected a non-negative integer", v);
       o->seed = (uint64_t)n;
     } else if (strcmp(a, "--bytes") == 0) {
-      if (!parse_bytes(v, &o->bytes) || o->bytes < 1)
+      if (!cli_parse_bytes(v, &o->bytes) || o->bytes < 1)
         return cli_fail(2, "bench shuffle: --bytes '%s': expected bytes > 0 (e.g. 4M, 2G)", v);
     } else if (strcmp(a, "--memory-limit") == 0) {
-      if (!parse_bytes(v, &o->memory_limit))
+      if (!cli_parse_bytes(v, &o->memory_limit))
         return cli_fail(2, "bench shuffle: --memory-limit '%s': expected bytes (e.g. 256M)", v);
     } else if (strcmp(a, "--backend") == 0) {
       if (fsh_task_backend_parse(v, &o->backend, &err) != 0)

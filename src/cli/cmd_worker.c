@@ -29,21 +29,6 @@ static int worker_usage(void) {
   return 2;
 }
 
-/* "123", "64K", "512M", "2G" -> bytes; false if malformed. */
-static bool parse_bytes(const char *s, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || v < 0) return false;
-  int shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
-  if (*end || v > (INT64_MAX >> shift)) return false;
-  *out = (int64_t)v << shift;
-  return true;
-}
-
 int cmd_worker(int argc, char **argv) {
   fsh_shuffle_worker_options o = {.memory_limit = (int64_t)1 << 30};
   const char *dirs[WORKER_MAX_DIRS];
@@ -65,7 +50,7 @@ int cmd_worker(int argc, char **argv) {
         return cli_fail(2, "worker: at most %d spill directories", WORKER_MAX_DIRS);
       dirs[o.n_spill_dirs++] = v;
     } else if (strcmp(a, "--memory-limit") == 0) {
-      if (!parse_bytes(v, &o.memory_limit))
+      if (!cli_parse_bytes(v, &o.memory_limit))
         return cli_fail(2, "worker: --memory-limit '%s': expected bytes (e.g. 1073741824, 512M)",
                         v);
     } else if (strcmp(a, "--fs-dir") == 0) {

@@ -1,7 +1,10 @@
 /* main.c -- the `flightshuffle` binary: one executable, subcommands. */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +41,20 @@ int cli_fail(int status, const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   return status;
+}
+
+bool cli_parse_bytes(const char *s, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0) return false;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end || v > (INT64_MAX >> shift)) return false;
+  *out = (int64_t)v << shift;
+  return true;
 }
 
 int main(int argc, char **argv) {

@@ -30,15 +30,6 @@ static void map_file_name(char *out, uint64_t shuffle_id, int64_t map_id, int32_
 }
 
 /* dir + "/" + name into a new string (NULL on ENOMEM). */
-static char *join(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = fsh_malloc(a + b + 2);
-  if (!p) return NULL;
-  memcpy(p, dir, a);
-  p[a] = '/';
-  memcpy(p + a + 1, name, b + 1);
-  return p;
-}
 
 /* Whether `name` is a map-output file (or its temp file) of shuffle_id:
  * exactly the name map_file_name gives, optionally followed by ".tmp". */
@@ -111,7 +102,7 @@ static int fs_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
   fs_writer *f = fsh_calloc(1, sizeof *f);
   if (f) {
     map_file_name(f->name, spec->shuffle_id, map_id, attempt);
-    f->path = join(s->dir, f->name);
+    f->path = fsh_path_join(s->dir, f->name);
   }
   if (!f || !f->path) {
     fsh_free(f);
@@ -173,7 +164,7 @@ static void close_current(fs_reader *r) {
  * is the map output the driver recorded. */
 static int open_source(fs_reader *r, const fs_source *src, fsh_error *err) {
   map_file_name(r->cur_name, r->shuffle_id, src->map_id, src->attempt);
-  char *path = join(r->dir, r->cur_name);
+  char *path = fsh_path_join(r->dir, r->cur_name);
   if (!path) return fsh_error_set(err, ENOMEM, "out of memory");
   int rc = fsh_map_file_open_path(path, &r->file, err);
   fsh_free(path);

@@ -277,3 +277,13 @@ int fsh_shuffle_release(fsh_shuffle_backend *b, uint64_t shuffle_id, fsh_error *
 void fsh_shuffle_backend_destroy(fsh_shuffle_backend *b) {
   if (b) b->ops->destroy(b);
 }
+
+char *fsh_path_join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = fsh_malloc(a + b + 2);
+  if (!p) return NULL;
+  memcpy(p, dir, a);
+  p[a] = '/';
+  memcpy(p + a + 1, name, b + 1);
+  return p;
+}

@@ -279,4 +279,7 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
   return v;
 }
 
+/* dir + "/" + name in a new fsh_malloc'd string; NULL on ENOMEM. */
+char *fsh_path_join(const char *dir, const char *name);
+
 #endif

@@ -84,15 +84,6 @@ static bool is_spill_name(const char *name) {
   return strncmp(name, expect, n) == 0 && (name[n] == '\0' || strcmp(name + n, ".tmp") == 0);
 }
 
-static char *join(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = fsh_malloc(a + b + 2);
-  if (!p) return NULL;
-  memcpy(p, dir, a);
-  p[a] = '/';
-  memcpy(p + a + 1, name, b + 1);
-  return p;
-}
 
 /* ---- budget ------------------------------------------------------------ */
 
@@ -183,7 +174,7 @@ typedef struct spill_out {
 
 /* Opens path.tmp in spill directory d for writing (exclusive create). */
 static int open_spill_file(spill_out *o, const char *dir, fsh_error *err) {
-  char *path = join(dir, o->file_name);
+  char *path = fsh_path_join(dir, o->file_name);
   char *tmp = path ? fsh_malloc(strlen(path) + 5) : NULL;
   if (!path || !tmp) {
     fsh_free(path);
