@@ -16,32 +16,8 @@
 #include <flightshuffle/ipc.h>
 #include <flightshuffle/workloads.h>
 
-typedef struct stats {
-  double min, med, max;
-} stats;
+#include "bench_util.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* GB/s statistics from per-run seconds for `bytes` bytes each run. */
-static stats summarize(double *secs, int runs, double bytes) {
-  qsort(secs, (size_t)runs, sizeof *secs, cmp_double);
-  stats s = {bytes / secs[runs - 1] / 1e9, bytes / secs[runs / 2] / 1e9, bytes / secs[0] / 1e9};
-  return s;
-}
-
-static void print_stats(const char *name, stats s, double baseline_med) {
-  printf("  %-32s %7.2f %7.2f %7.2f GB/s   %5.2fx baseline\n", name, s.min, s.med, s.max,
-         s.med / baseline_med);
-}
 
 static void die(const char *what, fsh_error *err) {
   fprintf(stderr, "bench_ipc: %s: %s\n", what, err ? err->message : "");
@@ -89,7 +65,7 @@ static double encode(const table *t, fsh_compression c, fsh_buffer **out) {
   fsh_output *o;
   fsh_ipc_encoder *enc;
   fsh_ipc_payload p;
-  double t0 = now();
+  double t0 = bench_now();
   fsh_buffer *reuse = *out;
   *out = NULL;
   if (fsh_output_to_memory(reuse, out, &o, &err)) die("output", &err);
@@ -110,7 +86,7 @@ static double encode(const table *t, fsh_compression c, fsh_buffer **out) {
   struct iovec iov = {(void *)eos, sizeof eos};
   if (o->writev(o, &iov, 1, &err)) die("eos", &err);
   if (o->close(o, false, &err)) die("close", &err);
-  double secs = now() - t0;
+  double secs = bench_now() - t0;
   fsh_ipc_encoder_free(enc);
   return secs;
 }
@@ -121,7 +97,7 @@ static double decode(fsh_buffer *bytes, const table *check, bool *ok) {
   fsh_error err;
   fsh_input *in;
   fsh_ipc_stream_reader *r;
-  double t0 = now();
+  double t0 = bench_now();
   if (fsh_input_from_buffer(bytes, &in, &err)) die("input", &err);
   if (fsh_ipc_stream_reader_open(in, &r, &err)) die("reader", &err);
   int64_t i = 0;
@@ -137,12 +113,12 @@ static double decode(fsh_buffer *bytes, const table *check, bool *ok) {
   }
   if (check && i != check->n) *ok = false;
   fsh_ipc_stream_reader_free(r);
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* memcpy of every buffer of the table into one destination. */
 static double copy_all(const table *t, uint8_t *dst) {
-  double t0 = now();
+  double t0 = bench_now();
   size_t pos = 0;
   for (int64_t i = 0; i < t->n; i++)
     for (int64_t c = 0; c < t->batches[i]->n_columns; c++)
@@ -152,7 +128,7 @@ static double copy_all(const table *t, uint8_t *dst) {
         memcpy(dst + pos, b->data, (size_t)b->size);
         pos += (size_t)b->size;
       }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* The raw codec over every buffer of the table, compress then decompress. */
@@ -178,11 +154,11 @@ static void raw_codec(const table *t, fsh_compression c, double *csec, double *d
           tmp = realloc(tmp, cap);
           back = realloc(back, cap);
         }
-        double t0 = now();
+        double t0 = bench_now();
         size_t m = c == FSH_COMPRESSION_ZSTD
                        ? ZSTD_compress(tmp, cap, b->data, n, ZSTD_CLEVEL_DEFAULT)
                        : LZ4F_compressFrame(tmp, cap, b->data, n, &prefs);
-        double t1 = now();
+        double t1 = bench_now();
         if (c == FSH_COMPRESSION_ZSTD) {
           ZSTD_decompress(back, n, tmp, m);
         } else {
@@ -192,7 +168,7 @@ static void raw_codec(const table *t, fsh_compression c, double *csec, double *d
           LZ4F_decompress(d, back, &dst_n, tmp, &src_n, NULL);
           LZ4F_freeDecompressionContext(d);
         }
-        double t2 = now();
+        double t2 = bench_now();
         *csec += t1 - t0;
         *dsec += t2 - t1;
       }
@@ -228,7 +204,7 @@ static double decode_one_batch_seconds(int64_t bytes, int reps) {
   double secs[64];
   bool ok = true;
   for (int i = 0; i < reps; i++) secs[i] = decode(enc, NULL, &ok);
-  qsort(secs, (size_t)reps, sizeof *secs, cmp_double);
+  qsort(secs, (size_t)reps, sizeof *secs, bench_cmp_double);
   fsh_buffer_unref(enc);
   free_table(&t);
   return secs[reps / 2];
@@ -255,9 +231,9 @@ int main(int argc, char **argv) {
   double secs[64];
   copy_all(&t, dst); /* warm-up: faults in the destination, as encode does */
   for (int r = 0; r < runs; r++) secs[r] = copy_all(&t, dst);
-  stats mc = summarize(secs, runs, t.body_bytes);
+  bench_stats mc = bench_summarize(secs, runs, t.body_bytes);
   free(dst);
-  print_stats("memcpy", mc, mc.med);
+  bench_print("memcpy", mc, mc.med, "baseline");
 
   bool verified = true;
   const fsh_compression codecs[] = {FSH_COMPRESSION_NONE, FSH_COMPRESSION_LZ4_FRAME,
@@ -275,24 +251,24 @@ int main(int argc, char **argv) {
     decode(bytes, &t, &verified); /* check once, untimed */
     const char *name = fsh_compression_name(codecs[c]);
     char label[64];
-    stats e = summarize(enc_s, runs, t.body_bytes), d = summarize(dec_s, runs, t.body_bytes);
+    bench_stats e = bench_summarize(enc_s, runs, t.body_bytes), d = bench_summarize(dec_s, runs, t.body_bytes);
     if (c == 0) {
       snprintf(label, sizeof label, "encode %s (vs memcpy)", name);
-      print_stats(label, e, mc.med);
+      bench_print(label, e, mc.med, "baseline");
       snprintf(label, sizeof label, "decode %s (vs memcpy)", name);
-      print_stats(label, d, mc.med);
+      bench_print(label, d, mc.med, "baseline");
       ratio_enc[c] = e.med / mc.med;
       ratio_dec[c] = d.med / mc.med;
     } else {
-      stats rc = summarize(raw_c, runs, t.body_bytes), rd = summarize(raw_d, runs, t.body_bytes);
+      bench_stats rc = bench_summarize(raw_c, runs, t.body_bytes), rd = bench_summarize(raw_d, runs, t.body_bytes);
       snprintf(label, sizeof label, "raw %s compress", name);
-      print_stats(label, rc, rc.med);
+      bench_print(label, rc, rc.med, "baseline");
       snprintf(label, sizeof label, "encode %s (vs raw)", name);
-      print_stats(label, e, rc.med);
+      bench_print(label, e, rc.med, "baseline");
       snprintf(label, sizeof label, "raw %s decompress", name);
-      print_stats(label, rd, rd.med);
+      bench_print(label, rd, rd.med, "baseline");
       snprintf(label, sizeof label, "decode %s (vs raw)", name);
-      print_stats(label, d, rd.med);
+      bench_print(label, d, rd.med, "baseline");
       ratio_enc[c] = e.med / rc.med;
       ratio_dec[c] = d.med / rd.med;
       printf("  %-32s %.3f\n", "compressed/uncompressed size", (double)bytes->size / t.body_bytes);

@@ -17,32 +17,8 @@
 #include <flightshuffle/kernels.h>
 #include <flightshuffle/workloads.h>
 
-typedef struct stats {
-  double min, med, max;
-} stats;
+#include "bench_util.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* GB/s statistics from per-run seconds for `bytes` bytes each run. */
-static stats summarize(double *secs, int runs, double bytes) {
-  qsort(secs, (size_t)runs, sizeof *secs, cmp_double);
-  stats s = {bytes / secs[runs - 1] / 1e9, bytes / secs[runs / 2] / 1e9, bytes / secs[0] / 1e9};
-  return s;
-}
-
-static void print_stats(const char *name, stats s, double baseline_med) {
-  printf("  %-34s %7.2f %7.2f %7.2f GB/s   %5.2fx memcpy\n", name, s.min, s.med, s.max,
-         s.med / baseline_med);
-}
 
 static void die(const char *what, fsh_error *err) {
   fprintf(stderr, "bench_kernels: %s: %s\n", what, err ? err->message : "");
@@ -74,13 +50,13 @@ static void run_once(setup *s, int32_t key, double *t_hash, double *t_scatter) {
   *t_hash = *t_scatter = 0;
   for (int i = 0; i < s->n_batches; i++) {
     fsh_batch *b = s->batches[i];
-    double t0 = now();
+    double t0 = bench_now();
     if (fsh_hash_columns(b, &key, 1, 0, s->hashes, &err) != 0) die("hash", &err);
-    double t1 = now();
+    double t1 = bench_now();
     if (fsh_partition_hash(s->hashes, b->length, s->n_partitions, s->parts, &err) != 0)
       die("partition", &err);
     if (fsh_scatter(b, s->parts, s->n_partitions, s->out, &err) != 0) die("scatter", &err);
-    double t2 = now();
+    double t2 = bench_now();
     *t_hash += t1 - t0;
     *t_scatter += t2 - t1;
     for (int32_t p = 0; p < s->n_partitions; p++) fsh_batch_unref(s->out[p]);
@@ -119,12 +95,12 @@ static bool verify(setup *s, int32_t key) {
 }
 
 static double memcpy_run(const uint8_t *src, uint8_t *dst, size_t bytes, int reps) {
-  double t0 = now();
+  double t0 = bench_now();
   for (int r = 0; r < reps; r++) {
     memcpy(dst + bytes * (size_t)r, src + bytes * (size_t)r, bytes);
     __asm__ volatile("" : : "r"(dst) : "memory");
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* Timed runs hashing on key k (0: int64 column, 1: utf8 column), printed;
@@ -140,14 +116,14 @@ static bool bench_key(setup *s, int k, int runs, double memcpy_med, double *res_
     both[r] = secs[r] + secs2[r];
   }
   char label[64];
-  stats h = summarize(secs, runs, s->bytes), sc = summarize(secs2, runs, s->bytes),
-        b = summarize(both, runs, s->bytes);
+  bench_stats h = bench_summarize(secs, runs, s->bytes), sc = bench_summarize(secs2, runs, s->bytes),
+        b = bench_summarize(both, runs, s->bytes);
   snprintf(label, sizeof label, "hash (%s key)", names[k]);
-  print_stats(label, h, memcpy_med);
+  bench_print(label, h, memcpy_med, "memcpy");
   snprintf(label, sizeof label, "partition+scatter (%s key)", names[k]);
-  print_stats(label, sc, memcpy_med);
+  bench_print(label, sc, memcpy_med, "memcpy");
   snprintf(label, sizeof label, "hash+partition+scatter (%s key)", names[k]);
-  print_stats(label, b, memcpy_med);
+  bench_print(label, b, memcpy_med, "memcpy");
   *res_hash = h.med;
   *res_scatter = sc.med;
   *res_both = b.med;
@@ -194,7 +170,7 @@ int main(int argc, char **argv) {
   memset(dst, 2, all);
   double secs[100];
   for (int r = 0; r < runs; r++) secs[r] = memcpy_run(src, dst, one, n_batches);
-  stats mc = summarize(secs, runs, s.bytes);
+  bench_stats mc = bench_summarize(secs, runs, s.bytes);
   printf("  %-34s %7.2f %7.2f %7.2f GB/s   (min / median / max)\n", "memcpy", mc.min, mc.med,
          mc.max);
 

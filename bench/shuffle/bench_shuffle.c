@@ -29,33 +29,10 @@
 #include <flightshuffle/shuffle.h>
 #include <flightshuffle/workloads.h>
 
+#include "bench_util.h"
+
 #include "shuffle/shuffle_internal.h"
 
-typedef struct stats {
-  double min, med, max;
-} stats;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static stats summarize(double *secs, int runs, double bytes) {
-  qsort(secs, (size_t)runs, sizeof *secs, cmp_double);
-  stats s = {bytes / secs[runs - 1] / 1e9, bytes / secs[runs / 2] / 1e9, bytes / secs[0] / 1e9};
-  return s;
-}
-
-static void print_stats(const char *name, stats s, double baseline_med) {
-  printf("  %-28s %7.2f %7.2f %7.2f GB/s   %6.2fx baseline\n", name, s.min, s.med, s.max,
-         s.med / baseline_med);
-}
 
 static void die(const char *what, fsh_error *err) {
   fprintf(stderr, "bench_shuffle: %s: %s\n", what, err ? err->message : strerror(errno));
@@ -121,7 +98,7 @@ static uint64_t row_hash_sum(const fsh_batch *b) {
 static double run_maps(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, const table *t,
                        int maps, fsh_map_output *outs) {
   fsh_error err;
-  double t0 = now();
+  double t0 = bench_now();
   for (int m = 0; m < maps; m++) {
     fsh_shuffle_writer *w;
     if (fsh_shuffle_open_writer(b, spec, m, 0, &w, &err)) die("open_writer", &err);
@@ -140,7 +117,7 @@ static double run_maps(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, con
     fsh_map_output_reset(&outs[m]);
     if (w->close(w, &outs[m], &err)) die("close", &err);
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* Reads every partition from every map output; returns seconds. With
@@ -148,7 +125,7 @@ static double run_maps(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, con
 static double run_reads(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
                         const fsh_map_output *outs, int maps, int64_t *rows, uint64_t *sums) {
   fsh_error err;
-  double t0 = now();
+  double t0 = bench_now();
   for (int32_t q = 0; q < spec->n_partitions; q++) {
     fsh_batch_stream s;
     if (fsh_shuffle_open_reader(b, spec, q, outs, maps, &s, &err)) die("open_reader", &err);
@@ -161,7 +138,7 @@ static double run_reads(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
     }
     s.release(&s);
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* What was written: per-partition rows and row-hash sums. */
@@ -187,7 +164,7 @@ static void plain_file(const char *dir, int64_t bytes, const uint8_t *src, doubl
   char path[4200];
   snprintf(path, sizeof path, "%s/baseline.bin", dir);
   const int64_t chunk = 4 << 20;
-  double t0 = now();
+  double t0 = bench_now();
   int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
   if (fd < 0) die(path, NULL);
   for (int64_t at = 0; at < bytes; at += chunk) {
@@ -195,14 +172,14 @@ static void plain_file(const char *dir, int64_t bytes, const uint8_t *src, doubl
     if (write(fd, src, (size_t)n) != n) die("baseline write", NULL);
   }
   if (fsync(fd) != 0 || close(fd) != 0) die("baseline fsync", NULL);
-  *wsec = now() - t0;
+  *wsec = bench_now() - t0;
   uint8_t *buf = fsh_aligned_alloc((size_t)chunk);
-  t0 = now();
+  t0 = bench_now();
   fd = open(path, O_RDONLY);
   int64_t got = 0;
   for (ssize_t r; (r = read(fd, buf, (size_t)chunk)) > 0;) got += r;
   close(fd);
-  *rsec = now() - t0;
+  *rsec = bench_now() - t0;
   if (got != bytes) die("baseline read", NULL);
   fsh_aligned_free(buf, (size_t)chunk);
   unlink(path);
@@ -286,16 +263,16 @@ int main(int argc, char **argv) {
   fsh_aligned_free(src, 4 << 20);
   rmdir(dir);
 
-  stats bw = summarize(base_w, c.runs, stored), br = summarize(base_r, c.runs, stored);
-  stats s[4];
-  for (int i = 0; i < 4; i++) s[i] = summarize(secs[i], c.runs, t.bytes);
+  bench_stats bw = bench_summarize(base_w, c.runs, stored), br = bench_summarize(base_r, c.runs, stored);
+  bench_stats s[4];
+  for (int i = 0; i < 4; i++) s[i] = bench_summarize(secs[i], c.runs, t.bytes);
   printf("  (GB/s of table bytes: min median max; fs stored %.0f MiB)\n", stored / (1 << 20));
-  print_stats("plain file write+fsync", bw, bw.med);
-  print_stats("plain file read", br, br.med);
-  print_stats("memory backend write", s[0], bw.med);
-  print_stats("memory backend read", s[1], br.med);
-  print_stats("fs backend write", s[2], bw.med);
-  print_stats("fs backend read", s[3], br.med);
+  bench_print("plain file write+fsync", bw, bw.med, "baseline");
+  bench_print("plain file read", br, br.med, "baseline");
+  bench_print("memory backend write", s[0], bw.med, "baseline");
+  bench_print("memory backend read", s[1], br.med, "baseline");
+  bench_print("fs backend write", s[2], bw.med, "baseline");
+  bench_print("fs backend read", s[3], br.med, "baseline");
   printf("result: name=bench_shuffle verified=%s bytes=%.0f runs=%d maps=%d partitions=%d "
          "compression=%s memory_write_gbps=%.2f memory_read_gbps=%.2f fs_write_gbps=%.2f "
          "fs_read_gbps=%.2f file_write_gbps=%.2f file_read_gbps=%.2f fs_write_vs_file=%.2f "
