@@ -30,6 +30,10 @@ int cmd_flight(int argc, char **argv);
 int cmd_flight_serve(int argc, char **argv);
 /* `worker` (cmd_worker.c): a shuffle worker process. */
 int cmd_worker(int argc, char **argv);
+/* `driver` (cmd_driver.c): the cluster's driver process. */
+int cmd_driver(int argc, char **argv);
+/* `local` (cmd_local.c): a driver and N worker processes on loopback. */
+int cmd_local(int argc, char **argv);
 /* `bench shuffle` (cmd_bench.c): a shuffle on a local cluster of workers. */
 int cmd_bench(int argc, char **argv);
 

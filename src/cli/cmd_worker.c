@@ -6,7 +6,10 @@
  * through its store or the --fs-dir directory, "stats") and wire formats
  * are in shuffle.h. Prints
  * "listening on grpc://HOST:PORT" once ready; SIGINT/SIGTERM stop it
- * cleanly (in-flight calls get 2 s, then the store and its spill files go). */
+ * cleanly (in-flight calls get 2 s, then the store and its spill files go).
+ * With --driver URI the worker joins that driver's cluster: a heartbeat
+ * thread (sched.h) registers and heartbeats; a driver that is down is
+ * retried, never fatal. */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
 
 #define WORKER_MAX_DIRS 64
@@ -24,6 +28,8 @@ static int worker_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle worker --listen HOST:PORT [--spill-dir DIR]... "
           "[--memory-limit BYTES] [--auth-token T] [--threads N] [--fs-dir DIR]\n"
+          "       [--driver URI]\n"
+          "  --driver: join that driver's cluster (register, then heartbeat)\n"
           "  --fs-dir: the shared directory of fs-backend tasks (map-synthetic)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
@@ -32,6 +38,7 @@ static int worker_usage(void) {
 int cmd_worker(int argc, char **argv) {
   fsh_shuffle_worker_options o = {.memory_limit = (int64_t)1 << 30};
   const char *dirs[WORKER_MAX_DIRS];
+  const char *driver = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -53,6 +60,8 @@ int cmd_worker(int argc, char **argv) {
       if (!cli_parse_bytes(v, &o.memory_limit))
         return cli_fail(2, "worker: --memory-limit '%s': expected bytes (e.g. 1073741824, 512M)",
                         v);
+    } else if (strcmp(a, "--driver") == 0) {
+      driver = v;
     } else if (strcmp(a, "--fs-dir") == 0) {
       o.fs_dir = v;
     } else if (strcmp(a, "--auth-token") == 0) {
@@ -82,12 +91,22 @@ int cmd_worker(int argc, char **argv) {
   fsh_error err;
   fsh_shuffle_worker *w = NULL;
   if (fsh_shuffle_worker_start(&o, &w, &err) != 0) return cli_fail(1, "worker: %s", err.message);
+  fsh_sched_heartbeat *hb = NULL;
+  if (driver) {
+    fsh_sched_heartbeat_options ho = {.driver_uri = driver, .worker_uri = fsh_shuffle_worker_uri(w),
+                                      .auth_token = o.auth_token, .log = true};
+    if (fsh_sched_heartbeat_start(&ho, &hb, &err) != 0) {
+      fsh_shuffle_worker_stop(w, 0);
+      return cli_fail(1, "worker: --driver: %s", err.message);
+    }
+  }
   printf("listening on %s\n", fsh_shuffle_worker_uri(w));
   fflush(stdout);
   int sig = 0;
   sigwait(&sigs, &sig);
   fprintf(stderr, "flightshuffle: worker %s: %s, stopping\n", fsh_shuffle_worker_uri(w),
           sig == SIGINT ? "SIGINT" : "SIGTERM");
+  fsh_sched_heartbeat_stop(hb);
   fsh_shuffle_worker_stop(w, 2000);
   return 0;
 }

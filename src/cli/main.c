@@ -27,8 +27,12 @@ static void usage(FILE *f) {
           "  flight put URI PATH FILE       DoPut an IPC file under a descriptor path\n"
           "  flight info|poll|schema|actions|action|exchange|handshake ...  (flight -h)\n"
           "  worker --listen HOST:PORT [--spill-dir DIR]... [--memory-limit BYTES]\n"
-          "         [--auth-token T] [--fs-dir DIR]\n"
+          "         [--auth-token T] [--fs-dir DIR] [--driver URI]\n"
           "                                 a shuffle worker: map-output store + Flight server\n"
+          "  driver --listen HOST:PORT [--heartbeat-timeout-ms N] [--auth-token T]\n"
+          "                                 the cluster's driver: workers register, heartbeat\n"
+          "  local --workers N [--spill-dir DIR] [--memory-limit BYTES] [--run-seconds S]\n"
+          "                                 a driver and N workers on loopback until Ctrl-C\n"
           "  bench shuffle --workers N --maps M --reduces R --bytes S --backend flight|memory|fs\n"
           "         [...]                   a verified, timed shuffle on a local cluster\n");
 }
@@ -66,6 +70,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc - 1, argv + 1);
   if (strcmp(argv[1], "flight") == 0) return cmd_flight(argc - 1, argv + 1);
   if (strcmp(argv[1], "worker") == 0) return cmd_worker(argc - 1, argv + 1);
+  if (strcmp(argv[1], "driver") == 0) return cmd_driver(argc - 1, argv + 1);
+  if (strcmp(argv[1], "local") == 0) return cmd_local(argc - 1, argv + 1);
   if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   usage(stderr);
   return cli_fail(2, "unknown command '%s'", argv[1]);

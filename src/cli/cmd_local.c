@@ -1,0 +1,319 @@
+/* cmd_local.c -- `flightshuffle local`: a cluster on loopback, for trying
+ * things out and for tests: a driver in this process (sched.h) and N
+ * `flightshuffle worker --driver URI` processes (this executable, forked
+ * and exec'd, each on 127.0.0.1:0; URIs read from their "listening on"
+ * lines, their stderr is ours). Waits until every worker has registered,
+ * prints the cluster:
+ *   driver grpc://127.0.0.1:P
+ *   worker 1 grpc://127.0.0.1:Q pid N
+ *   ...
+ *   cluster ready: N workers
+ * then runs until SIGINT/SIGTERM (exit 0) or --run-seconds S. Every worker
+ * is stopped on every way out (SIGTERM, SIGKILL after 10 s; they also get
+ * SIGTERM if this process dies: PR_SET_PDEATHSIG), and their spill
+ * directories go: DIR/w<i> under --spill-dir DIR, else a temp directory.
+ * Exit status: 0, 1 on a failure, 2 on bad arguments, 130 when interrupted
+ * before the cluster was ready. */
+#define _GNU_SOURCE /* pipe2, nftw */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <flightshuffle/sched.h>
+
+#define LOCAL_MAX_WORKERS 64
+
+typedef struct local_worker {
+  pid_t pid;
+  bool exited; /* reaped */
+  char uri[512];
+  char spill[4200];
+} local_worker;
+
+typedef struct local_cluster {
+  int n;
+  local_worker w[LOCAL_MAX_WORKERS];
+  char base[4096]; /* parent of the spill directories */
+  bool base_is_temp;
+  fsh_sched_driver *driver;
+  sigset_t sigs; /* SIGINT, SIGTERM: blocked, taken with sigtimedwait */
+  int signal;    /* the one received, or 0 */
+} local_cluster;
+
+static int local_usage(void) {
+  fprintf(stderr,
+          "usage: flightshuffle local --workers N [--spill-dir DIR] [--memory-limit BYTES]\n"
+          "                          [--run-seconds S] [--heartbeat-timeout-ms N]\n"
+          "  a driver and N worker processes on 127.0.0.1, until Ctrl-C (or S seconds);\n"
+          "  worker i spills into DIR/w<i> (default: a temp directory), removed at the end\n");
+  return 2;
+}
+
+static double now_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Takes a pending SIGINT/SIGTERM, waiting up to ms; true if one came. */
+static bool take_signal(local_cluster *c, int ms) {
+  if (c->signal) return true;
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  int s = sigtimedwait(&c->sigs, NULL, &ts);
+  if (s > 0) c->signal = s;
+  return c->signal != 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  remove(path);
+  return 0;
+}
+
+/* Reads the child's first stdout line (up to 30 s; a signal ends it). */
+static int read_line(local_cluster *c, int fd, char *line, size_t size) {
+  size_t n = 0;
+  double deadline = now_sec() + 30;
+  while (n + 1 < size) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (now_sec() > deadline || take_signal(c, 0)) return -1;
+    int r = poll(&p, 1, 100);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) continue;
+    char ch;
+    ssize_t got = read(fd, &ch, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return -1;
+    if (ch == '\n') break;
+    line[n++] = ch;
+  }
+  line[n] = '\0';
+  return 0;
+}
+
+/* Starts worker i (fork + exec of this executable; stdout a pipe). */
+static int start_worker(local_cluster *c, int i, int64_t memory_limit) {
+  local_worker *w = &c->w[i];
+  char limit[32];
+  snprintf(w->spill, sizeof w->spill, "%s/w%d", c->base, i + 1);
+  snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
+  const char *args[] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
+                        w->spill, "--memory-limit", limit, "--driver",
+                        fsh_sched_driver_uri(c->driver), NULL};
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return cli_fail(1, "local: pipe: %s", strerror(errno));
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* the child: dies with us; stdout the pipe; default signals */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    dup2(pipefd[1], 1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    execv("/proc/self/exe", (char *const *)args);
+    _exit(127);
+  }
+  int fork_errno = errno;
+  if (pid > 0) w->pid = pid, c->n = i + 1;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  close(pipefd[1]);
+  if (pid < 0) {
+    close(pipefd[0]);
+    return cli_fail(1, "local: fork: %s", strerror(fork_errno));
+  }
+  char line[480];
+  int rc = read_line(c, pipefd[0], line, sizeof line);
+  close(pipefd[0]);
+  const char *prefix = "listening on ";
+  if (rc != 0 || strncmp(line, prefix, strlen(prefix)) != 0) {
+    if (c->signal) return 130;
+    return cli_fail(1, "local: worker %d (pid %d) did not say where it listens", i + 1,
+                    (int)pid);
+  }
+  snprintf(w->uri, sizeof w->uri, "%s", line + strlen(prefix));
+  return 0;
+}
+
+/* Reaps workers that ended on their own; reports them. */
+static void reap_exited(local_cluster *c) {
+  for (int i = 0; i < c->n; i++) {
+    if (c->w[i].exited || c->w[i].pid <= 0) continue;
+    int status = 0;
+    if (waitpid(c->w[i].pid, &status, WNOHANG) == c->w[i].pid) {
+      c->w[i].exited = true;
+      fprintf(stderr, "flightshuffle: local: worker %d %s (pid %d) ended with %s %d\n", i + 1,
+              c->w[i].uri, (int)c->w[i].pid, WIFEXITED(status) ? "status" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    }
+  }
+}
+
+/* Stops every worker (SIGTERM, then SIGKILL after 10 s) and reaps it, then
+ * the driver; removes the spill directories. Safe on a partly started
+ * cluster. */
+static void cluster_stop(local_cluster *c) {
+  for (int i = 0; i < c->n; i++)
+    if (c->w[i].pid > 0 && !c->w[i].exited) kill(c->w[i].pid, SIGTERM);
+  double deadline = now_sec() + 10;
+  for (int i = 0; i < c->n; i++) {
+    if (c->w[i].pid <= 0 || c->w[i].exited) continue;
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(c->w[i].pid, &status, WNOHANG)) == 0 && now_sec() < deadline)
+      usleep(5000);
+    if (r == 0) {
+      kill(c->w[i].pid, SIGKILL);
+      waitpid(c->w[i].pid, &status, 0);
+      fprintf(stderr, "flightshuffle: local: worker pid %d did not stop in time: killed\n",
+              (int)c->w[i].pid);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "flightshuffle: local: worker %d %s (pid %d) ended with %s %d\n", i + 1,
+              c->w[i].uri, (int)c->w[i].pid, WIFEXITED(status) ? "status" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    }
+    c->w[i].exited = true;
+  }
+  fsh_sched_driver_stop(c->driver, 2000);
+  c->driver = NULL;
+  for (int i = 0; i < c->n; i++) nftw(c->w[i].spill, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (c->base_is_temp) nftw(c->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Waits (up to 30 s) until every worker is registered and alive. */
+static int wait_registered(local_cluster *c) {
+  double deadline = now_sec() + 30;
+  for (;;) {
+    fsh_error err;
+    fsh_sched_worker_list l;
+    if (fsh_sched_driver_workers(c->driver, &l, &err) != 0)
+      return cli_fail(1, "local: %s", err.message);
+    int ok = 0;
+    for (int i = 0; i < c->n; i++)
+      for (int64_t j = 0; j < l.n; j++)
+        if (strcmp(l.items[j].uri, c->w[i].uri) == 0 &&
+            l.items[j].state == FSH_SCHED_WORKER_ALIVE) {
+          ok++;
+          break;
+        }
+    fsh_sched_worker_list_reset(&l);
+    if (ok == c->n) return 0;
+    reap_exited(c);
+    if (take_signal(c, 20)) return 130;
+    if (now_sec() > deadline)
+      return cli_fail(1, "local: only %d of %d workers registered with the driver in 30 s", ok,
+                      c->n);
+  }
+}
+
+int cmd_local(int argc, char **argv) {
+  long long n_workers = 0, run_seconds = -1, timeout_ms = 0;
+  int64_t memory_limit = (int64_t)1 << 30;
+  const char *spill_dir = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      local_usage();
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      cli_fail(2, "local: %s needs a value", a);
+      return local_usage();
+    }
+    const char *v = argv[++i];
+    char *end = NULL;
+    if (strcmp(a, "--workers") == 0) {
+      n_workers = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || n_workers < 1 || n_workers > LOCAL_MAX_WORKERS)
+        return cli_fail(2, "local: --workers '%s': expected 1..%d", v, LOCAL_MAX_WORKERS);
+    } else if (strcmp(a, "--run-seconds") == 0) {
+      run_seconds = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || run_seconds < 0 || run_seconds > 100000000)
+        return cli_fail(2, "local: --run-seconds '%s': expected seconds >= 0", v);
+    } else if (strcmp(a, "--heartbeat-timeout-ms") == 0) {
+      timeout_ms = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || timeout_ms < 1 || timeout_ms > 86400000LL)
+        return cli_fail(2, "local: --heartbeat-timeout-ms '%s': expected 1..86400000", v);
+    } else if (strcmp(a, "--spill-dir") == 0) {
+      spill_dir = v;
+    } else if (strcmp(a, "--memory-limit") == 0) {
+      if (!cli_parse_bytes(v, &memory_limit))
+        return cli_fail(2, "local: --memory-limit '%s': expected bytes (e.g. 512M)", v);
+    } else {
+      cli_fail(2, "local: unknown option %s", a);
+      return local_usage();
+    }
+  }
+  if (n_workers == 0) {
+    cli_fail(2, "local: --workers N is required");
+    return local_usage();
+  }
+
+  static local_cluster c; /* large: not on the stack */
+  memset(&c, 0, sizeof c);
+  sigemptyset(&c.sigs);
+  sigaddset(&c.sigs, SIGINT);
+  sigaddset(&c.sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &c.sigs, NULL); /* before any thread exists */
+  signal(SIGPIPE, SIG_IGN);
+
+  if (spill_dir) {
+    if (mkdir(spill_dir, 0755) != 0 && errno != EEXIST)
+      return cli_fail(1, "local: --spill-dir %s: %s", spill_dir, strerror(errno));
+    snprintf(c.base, sizeof c.base, "%s", spill_dir);
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(c.base, sizeof c.base, "%s/fsh-local-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(c.base)) return cli_fail(1, "local: mkdtemp %s: %s", c.base, strerror(errno));
+    c.base_is_temp = true;
+  }
+
+  fsh_error err;
+  fsh_sched_driver_options dopts = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms,
+                                    .log = true};
+  int rc = fsh_sched_driver_start(&dopts, &c.driver, &err);
+  if (rc != 0) rc = cli_fail(1, "local: driver: %s", err.message);
+  for (int i = 0; rc == 0 && i < n_workers; i++) rc = start_worker(&c, i, memory_limit);
+  if (rc == 0) rc = wait_registered(&c);
+  if (rc == 0) {
+    printf("driver %s\n", fsh_sched_driver_uri(c.driver));
+    for (int i = 0; i < c.n; i++)
+      printf("worker %d %s pid %d\n", i + 1, c.w[i].uri, (int)c.w[i].pid);
+    printf("cluster ready: %d workers\n", c.n);
+    fflush(stdout);
+    double end = run_seconds >= 0 ? now_sec() + (double)run_seconds : 0;
+    while (!take_signal(&c, 200)) {
+      reap_exited(&c);
+      if (run_seconds >= 0 && now_sec() >= end) break;
+    }
+    if (c.signal)
+      fprintf(stderr, "flightshuffle: local: %s, stopping the cluster\n",
+              c.signal == SIGINT ? "SIGINT" : "SIGTERM");
+  } else if (rc == 130 || c.signal) {
+    rc = 130;
+    fprintf(stderr, "flightshuffle: local: interrupted, stopping the cluster\n");
+  }
+  cluster_stop(&c);
+  return rc;
+}
