@@ -123,7 +123,7 @@ int fsh_flight_client_open(const fsh_flight_client_options *opts, fsh_flight_cli
   if (rc == 0) {
     /* No message size limits either way (Arrow batches of hundreds of MB),
      * no retries (they would buffer what we send). */
-    grpc_arg args[4];
+    grpc_arg args[16];
     size_t n = 0;
     args[n].type = GRPC_ARG_INTEGER;
     args[n].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -139,6 +139,14 @@ int fsh_flight_client_open(const fsh_flight_client_options *opts, fsh_flight_cli
       args[n].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
       args[n++].value.string = (char *)opts->tls_override_hostname;
     }
+    /* Every client its own TCP connection (gRPC otherwise shares one
+     * between channels to the same target): 4 concurrent DoGets on 4
+     * clients went from ~3.2 to ~3.6 GB/s (bench_flight). Arrow C++'s
+     * Flight client does the same. */
+    args[n].type = GRPC_ARG_INTEGER;
+    args[n].key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+    args[n++].value.integer = 1;
+    n += fsh_flight_transport_args(args + n, 16 - n);
     grpc_channel_args ch_args = {.num_args = n, .args = args};
     char target[300];
     if (strchr(loc.host, ':'))

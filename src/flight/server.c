@@ -141,14 +141,15 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   int max_recv = -1;
   if (opts->max_message_bytes > 0 && opts->max_message_bytes < INT32_MAX)
     max_recv = (int)opts->max_message_bytes;
-  grpc_arg args[2];
+  grpc_arg args[16];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = max_recv;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = -1;
-  grpc_channel_args cargs = {2, args};
+  size_t n_args = 2 + fsh_flight_transport_args(args + 2, 14);
+  grpc_channel_args cargs = {n_args, args};
   s->server = grpc_server_create(&cargs, NULL);
 
   for (int m = 0; m < SRV_N_METHODS; m++) {

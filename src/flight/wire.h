@@ -7,6 +7,7 @@
 #define FSH_FLIGHT_WIRE_H
 
 #include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
 #include <grpc/status.h>
 
 #include <flightshuffle/flight.h>
@@ -30,6 +31,11 @@ FSH_NODISCARD int fsh_flight_data_decode(grpc_byte_buffer *bb, fsh_flight_messag
 /* The same over contiguous bytes (the fuzz target and tests use it). */
 FSH_NODISCARD int fsh_flight_data_decode_bytes(const uint8_t *data, size_t size,
                                                fsh_flight_message *out, fsh_error *err);
+
+/* A new buffer of size bytes (64-byte aligned, zeroed padding) for a
+ * received body: from body_pool.c's recycled blocks when large. NULL on
+ * ENOMEM. */
+fsh_buffer *fsh_flight_body_buffer_new(int64_t size);
 
 /* ---- other messages (protobuf-c) ---------------------------------------- */
 
@@ -97,6 +103,10 @@ FSH_NODISCARD int fsh_flight_schema_from_bytes(const fsh_bytes *in, fsh_schema *
 
 grpc_status_code fsh_flight_status_from_errno(int code);
 int fsh_flight_errno_from_status(grpc_status_code status);
+
+/* Fills up to cap gRPC channel arguments (the transport tuning both the
+ * client and the server use; static keys and values); returns how many. */
+size_t fsh_flight_transport_args(grpc_arg *args, size_t cap);
 
 /* Contiguous copy of a byte buffer's bytes (for small messages). */
 FSH_NODISCARD int fsh_flight_byte_buffer_bytes(grpc_byte_buffer *bb, fsh_bytes *out,

@@ -297,7 +297,8 @@ static void slice_hold_release(void *ctx) {
 
 /* Reads n bytes into a buffer: kept in place (a slice reference) when
  * `keep` allows it, the bytes sit whole in one refcounted gRPC slice and
- * are 8-byte aligned; copied into a new 64-byte-aligned buffer otherwise. */
+ * are 8-byte aligned; copied into a new 64-byte-aligned buffer otherwise
+ * (for the body, `keep`, one of body_pool.c's recycled blocks). */
 static int take_bytes(cursor *c, size_t n, bool keep, fsh_buffer **out, const char *what,
                       fsh_error *err) {
   const uint8_t *ptr;
@@ -315,7 +316,7 @@ static int take_bytes(cursor *c, size_t n, bool keep, fsh_buffer **out, const ch
     }
     return fsh_error_set(err, ENOMEM, "FlightData: out of memory (%s)", what);
   }
-  *out = fsh_buffer_new((int64_t)n, false);
+  *out = keep ? fsh_flight_body_buffer_new((int64_t)n) : fsh_buffer_new((int64_t)n, false);
   if (!*out) return fsh_error_set(err, ENOMEM, "FlightData: out of memory (%s: %zu bytes)", what, n);
   copy_out(c, (*out)->data, n);
   return 0;
