@@ -3,6 +3,8 @@
 #ifndef FSH_CLI_H
 #define FSH_CLI_H
 
+#include <signal.h>
+
 #include <flightshuffle/ipc.h>
 
 /* A whole table in memory: the schema and its batches (references held). */
@@ -39,6 +41,11 @@ int cmd_bench(int argc, char **argv);
 
 /* "123", "64K", "512M", "2G" (powers of 1024) -> bytes; false if malformed. */
 bool cli_parse_bytes(const char *s, int64_t *out);
+
+/* For servers that stop on SIGINT/SIGTERM through sigwait(sigs): blocks
+ * both (call before any thread exists, so every thread inherits the mask)
+ * and ignores SIGPIPE. */
+void cli_block_stop_signals(sigset_t *sigs);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

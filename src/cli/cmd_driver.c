@@ -59,13 +59,8 @@ int cmd_driver(int argc, char **argv) {
     cli_fail(2, "driver: --listen HOST:PORT is required");
     return driver_usage();
   }
-  /* SIGINT/SIGTERM are taken by sigwait: blocked before any thread exists. */
   sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN);
+  cli_block_stop_signals(&sigs); /* taken by sigwait below */
 
   fsh_error err;
   fsh_sched_driver *d = NULL;

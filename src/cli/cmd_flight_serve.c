@@ -600,14 +600,8 @@ int cmd_flight_serve(int argc, char **argv) {
   }
   free(files);
 
-  /* SIGINT/SIGTERM are taken by sigwait below: block them before any
-   * thread exists so that every thread inherits the mask. */
   sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN);
+  cli_block_stop_signals(&sigs); /* taken by sigwait below */
 
   fsh_flight_handlers h = {
       .ctx = &st,

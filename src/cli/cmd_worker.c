@@ -79,14 +79,8 @@ int cmd_worker(int argc, char **argv) {
   }
   o.spill_dirs = dirs;
 
-  /* SIGINT/SIGTERM are taken by sigwait: block them before any thread
-   * exists so that every thread inherits the mask. */
   sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN);
+  cli_block_stop_signals(&sigs); /* taken by sigwait below */
 
   fsh_error err;
   fsh_shuffle_worker *w = NULL;

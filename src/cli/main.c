@@ -2,6 +2,8 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +61,14 @@ bool cli_parse_bytes(const char *s, int64_t *out) {
   if (*end || v > (INT64_MAX >> shift)) return false;
   *out = (int64_t)v << shift;
   return true;
+}
+
+void cli_block_stop_signals(sigset_t *sigs) {
+  sigemptyset(sigs);
+  sigaddset(sigs, SIGINT);
+  sigaddset(sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 int main(int argc, char **argv) {
