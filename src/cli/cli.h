@@ -4,6 +4,7 @@
 #define FSH_CLI_H
 
 #include <signal.h>
+#include <sys/types.h>
 
 #include <flightshuffle/ipc.h>
 
@@ -46,6 +47,49 @@ bool cli_parse_bytes(const char *s, int64_t *out);
  * both (call before any thread exists, so every thread inherits the mask)
  * and ignores SIGPIPE. */
 void cli_block_stop_signals(sigset_t *sigs);
+
+/* ---- worker processes (procs.c) ----------------------------------------- */
+
+/* A child process: this executable, started by cli_child_start. */
+typedef struct cli_child {
+  pid_t pid;    /* 0 if not started */
+  bool reaped;  /* waited for (by cli_child_reap or cli_children_stop) */
+  bool killed;  /* cli_children_stop had to SIGKILL it */
+  int status;   /* waitpid status, once reaped */
+  char uri[512]; /* from its "listening on URI" line */
+} cli_child;
+
+typedef struct cli_child_options {
+  const char *who;        /* message prefix, e.g. "local" */
+  const char *stderr_log; /* the child's stderr (created/truncated); NULL: ours */
+  /* the child's signal mask; NULL: the caller's */
+  const sigset_t *child_mask;
+  double timeout_s;       /* for the "listening on" line */
+  /* polled while waiting for the line (every <= 100 ms); true gives up */
+  bool (*interrupted)(void *arg);
+  void *arg;
+} cli_child_options;
+
+/* cli_child_start: no "listening on" line (timeout, EOF, interrupted);
+ * nothing printed, out->pid set. */
+#define CLI_CHILD_NO_URI (-1)
+
+/* Starts /proc/self/exe with argv (NULL-terminated): fork with every signal
+ * blocked, out->pid recorded before they are unblocked; in the child
+ * PR_SET_PDEATHSIG(SIGTERM), stdout a pipe, stderr o->stderr_log, SIGINT
+ * and SIGTERM to SIG_DFL, mask o->child_mask. Then reads the child's first
+ * stdout line, "listening on URI", into out->uri. 0; 1 after a message
+ * ("<who>: pipe: ..."); or CLI_CHILD_NO_URI. */
+int cli_child_start(const char *const *argv, const cli_child_options *o, cli_child *out);
+
+/* Reaps c without waiting if it has ended; true if it did just now. */
+bool cli_child_reap(cli_child *c);
+
+/* Stops the n children not yet reaped: SIGTERM to each, waits up to
+ * grace_s (in all), then SIGKILL; reaps each and calls ended(c, i, arg)
+ * (may be NULL) right after, in order. */
+void cli_children_stop(cli_child *c, int n, double grace_s,
+                       void (*ended)(const cli_child *c, int i, void *arg), void *arg);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

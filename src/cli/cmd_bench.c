@@ -24,7 +24,7 @@
  * connection), and for fs/flight a plain sequential write (+fsync) of S
  * bytes into the temp directory. Ends with one `result:` line. Exit status:
  * 0 verified, 1 error or not verified, 2 bad arguments, 130 interrupted. */
-#define _GNU_SOURCE /* pipe2, nftw */
+#define _GNU_SOURCE /* nftw */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -33,7 +33,6 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -42,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -167,16 +165,16 @@ static double now_sec(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Written by the main thread with SIGINT/SIGTERM blocked; read by the
+/* Written by the main thread (pids with every signal blocked); read by the
  * handler (kill is async-signal-safe). */
 static volatile sig_atomic_t g_interrupted;
-static pid_t g_pids[BENCH_MAX_WORKERS];
+static cli_child *g_procs; /* [g_n_pids] */
 static volatile sig_atomic_t g_n_pids;
 
 static void on_signal(int sig) {
   g_interrupted = sig;
   for (int i = 0; i < g_n_pids; i++)
-    if (g_pids[i] > 0) kill(g_pids[i], SIGTERM);
+    if (g_procs[i].pid > 0) kill(g_procs[i].pid, SIGTERM);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
@@ -190,44 +188,22 @@ static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHY
 /* ---- the cluster ------------------------------------------------------- */
 
 typedef struct worker_proc {
-  pid_t pid;
-  char uri[512];
   char log[4200];
   fsh_flight_client *client;
 } worker_proc;
 
 typedef struct cluster {
   int n;
+  cli_child proc[BENCH_MAX_WORKERS]; /* pid and URI of worker i */
   worker_proc w[BENCH_MAX_WORKERS];
   char tmp[4096]; /* the per-invocation temp directory ("" if none) */
   char fs_dir[4200];
 } cluster;
-
-/* Reads the child's first stdout line (up to 30 s). */
-static int read_line(int fd, char *line, size_t size) {
-  size_t n = 0;
-  double deadline = now_sec() + 30;
-  while (n + 1 < size) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int left = (int)((deadline - now_sec()) * 1000);
-    if (left <= 0 || g_interrupted) return -1;
-    int r = poll(&p, 1, left);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    char c;
-    ssize_t got = read(fd, &c, 1);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return -1;
-    if (c == '\n') break;
-    line[n++] = c;
-  }
-  line[n] = '\0';
-  return 0;
-}
+static cluster *g_cluster; /* for stopped() */
 
 /* Prints the tail of a worker's log to stderr. */
-static void print_log(const worker_proc *w) {
-  FILE *f = fopen(w->log, "r");
+static void print_log(const cluster *c, int i) {
+  FILE *f = fopen(c->w[i].log, "r");
   if (!f) return;
   char buf[4096];
   fseek(f, 0, SEEK_END);
@@ -236,7 +212,14 @@ static void print_log(const worker_proc *w) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = '\0';
-  if (n > 0) fprintf(stderr, "--- log of worker pid %d (%s):\n%s", (int)w->pid, w->uri, buf);
+  if (n > 0)
+    fprintf(stderr, "--- log of worker pid %d (%s):\n%s", (int)c->proc[i].pid, c->proc[i].uri,
+            buf);
+}
+
+static bool interrupted(void *arg) {
+  (void)arg;
+  return g_interrupted != 0;
 }
 
 /* Starts worker i: fork + exec of this executable, stdout a pipe, stderr
@@ -266,59 +249,38 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
     args[k++] = c->fs_dir;
   }
   args[k] = NULL;
-  int pipefd[2];
-  int logfd = open(w->log, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (logfd < 0) return cli_fail(1, "bench shuffle: %s: %s", w->log, strerror(errno));
-  if (pipe2(pipefd, O_CLOEXEC) != 0) {
-    close(logfd);
-    return cli_fail(1, "bench shuffle: pipe: %s", strerror(errno));
-  }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    /* the child: die with the parent; stdout the pipe, stderr the log */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    dup2(pipefd[1], 1);
-    dup2(logfd, 2);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    execv("/proc/self/exe", args);
-    _exit(127);
-  }
-  if (pid > 0) {
-    w->pid = pid;
-    g_pids[i] = pid;
-    g_n_pids = i + 1;
-  }
-  int fork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  close(logfd);
-  close(pipefd[1]);
-  if (pid < 0) {
-    close(pipefd[0]);
-    return cli_fail(1, "bench shuffle: fork: %s", strerror(fork_errno));
-  }
-  char line[480];
-  int rc = read_line(pipefd[0], line, sizeof line);
-  close(pipefd[0]);
-  const char *prefix = "listening on ";
-  if (rc != 0 || strncmp(line, prefix, strlen(prefix)) != 0) {
+  cli_child_options co = {.who = "bench shuffle", .stderr_log = w->log, .timeout_s = 30,
+                          .interrupted = interrupted};
+  g_n_pids = i + 1; /* the handler sees its pid once recorded */
+  int rc = cli_child_start((const char *const *)args, &co, &c->proc[i]);
+  if (c->proc[i].pid <= 0) g_n_pids = i;
+  if (rc == CLI_CHILD_NO_URI) {
     if (g_interrupted) return 130;
-    cli_fail(1, "bench shuffle: worker %d (pid %d) did not say where it listens", i, (int)pid);
-    print_log(w);
+    cli_fail(1, "bench shuffle: worker %d (pid %d) did not say where it listens", i,
+             (int)c->proc[i].pid);
+    print_log(c, i);
     return 1;
   }
-  snprintf(w->uri, sizeof w->uri, "%s", line + strlen(prefix));
-  fsh_flight_client_options co = {.uri = w->uri};
+  if (rc != 0) return rc;
+  fsh_flight_client_options fo = {.uri = c->proc[i].uri};
   fsh_error err;
-  if (fsh_flight_client_open(&co, &w->client, &err) != 0)
-    return cli_fail(1, "bench shuffle: worker %s: %s", w->uri, err.message);
+  if (fsh_flight_client_open(&fo, &w->client, &err) != 0)
+    return cli_fail(1, "bench shuffle: worker %s: %s", c->proc[i].uri, err.message);
   return 0;
+}
+
+/* After cli_children_stop reaped worker i; arg: bool show_logs. */
+static void stopped(const cli_child *w, int i, void *arg) {
+  bool show_logs = *(const bool *)arg;
+  if (w->killed)
+    fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d did not stop in time: "
+            "killed\n", (int)w->pid);
+  bool clean = !w->killed && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
+  if (!w->killed && !clean)
+    fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d ended with %s %d\n",
+            (int)w->pid, WIFEXITED(w->status) ? "status" : "signal",
+            WIFEXITED(w->status) ? WEXITSTATUS(w->status) : WTERMSIG(w->status));
+  if (show_logs || (!w->killed && !clean)) print_log(g_cluster, i);
 }
 
 /* Stops every worker (SIGTERM, then SIGKILL after 10 s), reaps them, and
@@ -328,34 +290,11 @@ static void cluster_stop(cluster *c, bool show_logs) {
     fsh_flight_client_close(c->w[i].client);
     c->w[i].client = NULL;
   }
+  cli_children_stop(c->proc, c->n, 10, stopped, &show_logs);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
-  for (int i = 0; i < c->n; i++)
-    if (c->w[i].pid > 0) kill(c->w[i].pid, SIGTERM);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  double deadline = now_sec() + 10;
-  for (int i = 0; i < c->n; i++) {
-    if (c->w[i].pid <= 0) continue;
-    int status = 0;
-    pid_t r;
-    while ((r = waitpid(c->w[i].pid, &status, WNOHANG)) == 0 && now_sec() < deadline)
-      usleep(5000);
-    if (r == 0) {
-      kill(c->w[i].pid, SIGKILL);
-      waitpid(c->w[i].pid, &status, 0);
-      fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d did not stop in time: "
-              "killed\n", (int)c->w[i].pid);
-    }
-    bool clean = r != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (r != 0 && !clean)
-      fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d ended with %s %d\n",
-              (int)c->w[i].pid, WIFEXITED(status) ? "status" : "signal",
-              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    if (show_logs || (r != 0 && !clean)) print_log(&c->w[i]);
-  }
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  for (int i = 0; i < c->n; i++) c->w[i].pid = 0, g_pids[i] = 0;
+  for (int i = 0; i < c->n; i++) c->proc[i].pid = 0;
   g_n_pids = 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (c->tmp[0]) rm_rf(c->tmp);
@@ -494,7 +433,7 @@ static void run_task(run_ctx *r, int wi, int i) {
       rc = fsh_reduce_task_result_decode(res.items[0].data, res.items[0].size, &r->reduces[i],
                                          &err);
     fsh_flight_result_list_reset(&res);
-    if (rc != 0) fsh_error_prefix(&err, rc, "worker %s: ", w->uri);
+    if (rc != 0) fsh_error_prefix(&err, rc, "worker %s: ", r->c->proc[wi].uri);
   }
   fsh_buffer_unref(body);
   if (rc != 0)
@@ -699,7 +638,8 @@ static int release_shuffle(run_ctx *r) {
     int rc = fsh_flight_do_action(r->c->w[i].client, &a, &res, &err);
     fsh_flight_result_list_reset(&res);
     if (rc != 0)
-      return cli_fail(1, "bench shuffle: release on worker %s: %s", r->c->w[i].uri, err.message);
+      return cli_fail(1, "bench shuffle: release on worker %s: %s", r->c->proc[i].uri,
+                      err.message);
   }
   return 0;
 }
@@ -821,6 +761,8 @@ int cmd_bench(int argc, char **argv) {
   static cluster c;
   memset(&c, 0, sizeof c);
   r.c = &c;
+  g_cluster = &c;
+  g_procs = c.proc;
   if (o.backend == FSH_TASK_BACKEND_MEMORY) {
     if (fsh_shuffle_memory_new(&r.mem, &err) != 0) {
       status = cli_fail(1, "bench shuffle: %s", err.message);
@@ -850,7 +792,8 @@ int cmd_bench(int argc, char **argv) {
          o.reduces, o.bytes, r.total_batches * r.batch_rows, r.total_batches, r.batch_rows,
          fsh_compression_name(o.compression), limit, o.runs, o.runs == 1 ? "" : "s",
          c.tmp[0] ? ", temp dir " : "", c.tmp);
-  for (int i = 0; i < c.n; i++) printf("  worker %d: pid %d %s\n", i, (int)c.w[i].pid, c.w[i].uri);
+  for (int i = 0; i < c.n; i++)
+    printf("  worker %d: pid %d %s\n", i, (int)c.proc[i].pid, c.proc[i].uri);
   fflush(stdout);
 
   run_stats *st = calloc((size_t)o.runs, sizeof *st);

@@ -14,39 +14,29 @@
  * directories go: DIR/w<i> under --spill-dir DIR, else a temp directory.
  * Exit status: 0, 1 on a failure, 2 on bad arguments, 130 when interrupted
  * before the cluster was ready. */
-#define _GNU_SOURCE /* pipe2, nftw */
+#define _GNU_SOURCE /* nftw */
 #include "cli/cli.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <flightshuffle/sched.h>
 
 #define LOCAL_MAX_WORKERS 64
 
-typedef struct local_worker {
-  pid_t pid;
-  bool exited; /* reaped */
-  char uri[512];
-  char spill[4200];
-} local_worker;
-
 typedef struct local_cluster {
   int n;
-  local_worker w[LOCAL_MAX_WORKERS];
+  cli_child proc[LOCAL_MAX_WORKERS]; /* the workers */
+  char spill[LOCAL_MAX_WORKERS][4200];
   char base[4096]; /* parent of the spill directories */
   bool base_is_temp;
   fsh_sched_driver *driver;
@@ -84,120 +74,60 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
   return 0;
 }
 
-/* Reads the child's first stdout line (up to 30 s; a signal ends it). */
-static int read_line(local_cluster *c, int fd, char *line, size_t size) {
-  size_t n = 0;
-  double deadline = now_sec() + 30;
-  while (n + 1 < size) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (now_sec() > deadline || take_signal(c, 0)) return -1;
-    int r = poll(&p, 1, 100);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) continue;
-    char ch;
-    ssize_t got = read(fd, &ch, 1);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return -1;
-    if (ch == '\n') break;
-    line[n++] = ch;
-  }
-  line[n] = '\0';
-  return 0;
-}
+static bool interrupted(void *c) { return take_signal(c, 0); }
 
 /* Starts worker i (fork + exec of this executable; stdout a pipe). */
 static int start_worker(local_cluster *c, int i, int64_t memory_limit) {
-  local_worker *w = &c->w[i];
   char limit[32];
-  snprintf(w->spill, sizeof w->spill, "%s/w%d", c->base, i + 1);
+  snprintf(c->spill[i], sizeof c->spill[i], "%s/w%d", c->base, i + 1);
   snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
   const char *args[] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
-                        w->spill, "--memory-limit", limit, "--driver",
+                        c->spill[i], "--memory-limit", limit, "--driver",
                         fsh_sched_driver_uri(c->driver), NULL};
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return cli_fail(1, "local: pipe: %s", strerror(errno));
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    /* the child: dies with us; stdout the pipe; default signals */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    dup2(pipefd[1], 1);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, NULL);
-    execv("/proc/self/exe", (char *const *)args);
-    _exit(127);
-  }
-  int fork_errno = errno;
-  if (pid > 0) w->pid = pid, c->n = i + 1;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  close(pipefd[1]);
-  if (pid < 0) {
-    close(pipefd[0]);
-    return cli_fail(1, "local: fork: %s", strerror(fork_errno));
-  }
-  char line[480];
-  int rc = read_line(c, pipefd[0], line, sizeof line);
-  close(pipefd[0]);
-  const char *prefix = "listening on ";
-  if (rc != 0 || strncmp(line, prefix, strlen(prefix)) != 0) {
+  sigset_t none;
+  sigemptyset(&none);
+  cli_child_options o = {.who = "local", .child_mask = &none, .timeout_s = 30,
+                         .interrupted = interrupted, .arg = c};
+  int rc = cli_child_start(args, &o, &c->proc[i]);
+  if (c->proc[i].pid > 0) c->n = i + 1;
+  if (rc == CLI_CHILD_NO_URI) {
     if (c->signal) return 130;
     return cli_fail(1, "local: worker %d (pid %d) did not say where it listens", i + 1,
-                    (int)pid);
+                    (int)c->proc[i].pid);
   }
-  snprintf(w->uri, sizeof w->uri, "%s", line + strlen(prefix));
-  return 0;
+  return rc;
 }
 
 /* Reaps workers that ended on their own; reports them. */
+static void report_end(const cli_child *w, int i) {
+  fprintf(stderr, "flightshuffle: local: worker %d %s (pid %d) ended with %s %d\n", i + 1, w->uri,
+          (int)w->pid, WIFEXITED(w->status) ? "status" : "signal",
+          WIFEXITED(w->status) ? WEXITSTATUS(w->status) : WTERMSIG(w->status));
+}
+
 static void reap_exited(local_cluster *c) {
-  for (int i = 0; i < c->n; i++) {
-    if (c->w[i].exited || c->w[i].pid <= 0) continue;
-    int status = 0;
-    if (waitpid(c->w[i].pid, &status, WNOHANG) == c->w[i].pid) {
-      c->w[i].exited = true;
-      fprintf(stderr, "flightshuffle: local: worker %d %s (pid %d) ended with %s %d\n", i + 1,
-              c->w[i].uri, (int)c->w[i].pid, WIFEXITED(status) ? "status" : "signal",
-              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    }
-  }
+  for (int i = 0; i < c->n; i++)
+    if (cli_child_reap(&c->proc[i])) report_end(&c->proc[i], i);
+}
+
+/* After cli_children_stop reaped worker i. */
+static void stopped(const cli_child *w, int i, void *arg) {
+  (void)arg;
+  if (w->killed)
+    fprintf(stderr, "flightshuffle: local: worker pid %d did not stop in time: killed\n",
+            (int)w->pid);
+  else if (!WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
+    report_end(w, i);
 }
 
 /* Stops every worker (SIGTERM, then SIGKILL after 10 s) and reaps it, then
  * the driver; removes the spill directories. Safe on a partly started
  * cluster. */
 static void cluster_stop(local_cluster *c) {
-  for (int i = 0; i < c->n; i++)
-    if (c->w[i].pid > 0 && !c->w[i].exited) kill(c->w[i].pid, SIGTERM);
-  double deadline = now_sec() + 10;
-  for (int i = 0; i < c->n; i++) {
-    if (c->w[i].pid <= 0 || c->w[i].exited) continue;
-    int status = 0;
-    pid_t r;
-    while ((r = waitpid(c->w[i].pid, &status, WNOHANG)) == 0 && now_sec() < deadline)
-      usleep(5000);
-    if (r == 0) {
-      kill(c->w[i].pid, SIGKILL);
-      waitpid(c->w[i].pid, &status, 0);
-      fprintf(stderr, "flightshuffle: local: worker pid %d did not stop in time: killed\n",
-              (int)c->w[i].pid);
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      fprintf(stderr, "flightshuffle: local: worker %d %s (pid %d) ended with %s %d\n", i + 1,
-              c->w[i].uri, (int)c->w[i].pid, WIFEXITED(status) ? "status" : "signal",
-              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    }
-    c->w[i].exited = true;
-  }
+  cli_children_stop(c->proc, c->n, 10, stopped, NULL);
   fsh_sched_driver_stop(c->driver, 2000);
   c->driver = NULL;
-  for (int i = 0; i < c->n; i++) nftw(c->w[i].spill, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  for (int i = 0; i < c->n; i++) nftw(c->spill[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (c->base_is_temp) nftw(c->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -212,7 +142,7 @@ static int wait_registered(local_cluster *c) {
     int ok = 0;
     for (int i = 0; i < c->n; i++)
       for (int64_t j = 0; j < l.n; j++)
-        if (strcmp(l.items[j].uri, c->w[i].uri) == 0 &&
+        if (strcmp(l.items[j].uri, c->proc[i].uri) == 0 &&
             l.items[j].state == FSH_SCHED_WORKER_ALIVE) {
           ok++;
           break;
@@ -299,7 +229,7 @@ int cmd_local(int argc, char **argv) {
   if (rc == 0) {
     printf("driver %s\n", fsh_sched_driver_uri(c.driver));
     for (int i = 0; i < c.n; i++)
-      printf("worker %d %s pid %d\n", i + 1, c.w[i].uri, (int)c.w[i].pid);
+      printf("worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
     printf("cluster ready: %d workers\n", c.n);
     fflush(stdout);
     double end = run_seconds >= 0 ? now_sec() + (double)run_seconds : 0;
