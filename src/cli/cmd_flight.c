@@ -439,23 +439,27 @@ static int send_all(fsh_flight_writer *w, fsh_batch_stream *s, int64_t *n_batche
   }
 }
 
+/* What put and exchange start with: the input file FILE (a->pos[2]) as a
+ * stream, the descriptor of PATH (a->pos[1]), a client. All or nothing;
+ * returns the exit status on failure (the message printed). */
+static int open_upload(flight_args *a, fsh_batch_stream *s, fsh_flight_descriptor *d,
+                       fsh_flight_client **c) {
+  fsh_error err = {{0}};
+  if (open_input(a->pos[2], s, &err)) return cli_fail(1, "%s", err.message);
+  int rc = make_descriptor(a, a->pos[1], d);
+  if (rc == 0 && (rc = open_client(a, c)) != 0) fsh_flight_descriptor_reset(d);
+  if (rc) s->release(s);
+  return rc;
+}
+
 static int flight_put(flight_args *a) {
   if (a->n_pos != 3) return cli_fail(2, "usage: flightshuffle flight put URI PATH FILE [OPTIONS]");
   fsh_error err = {{0}};
   fsh_batch_stream s;
-  if (open_input(a->pos[2], &s, &err)) return cli_fail(1, "%s", err.message);
   fsh_flight_descriptor d;
-  int rc = make_descriptor(a, a->pos[1], &d);
-  if (rc) {
-    s.release(&s);
-    return rc;
-  }
   fsh_flight_client *c = NULL;
-  if ((rc = open_client(a, &c)) != 0) {
-    fsh_flight_descriptor_reset(&d);
-    s.release(&s);
-    return rc;
-  }
+  int rc = open_upload(a, &s, &d, &c);
+  if (rc) return rc;
   fsh_flight_writer *w = NULL;
   fsh_buffer *result = NULL;
   int64_t batches = 0, rows = 0;
@@ -507,19 +511,10 @@ static int flight_exchange(flight_args *a) {
     return cli_fail(2, "usage: flightshuffle flight exchange URI PATH FILE [-o OUT] [OPTIONS]");
   fsh_error err = {{0}};
   fsh_batch_stream s;
-  if (open_input(a->pos[2], &s, &err)) return cli_fail(1, "%s", err.message);
   fsh_flight_descriptor d;
-  int rc = make_descriptor(a, a->pos[1], &d);
-  if (rc) {
-    s.release(&s);
-    return rc;
-  }
   fsh_flight_client *c = NULL;
-  if ((rc = open_client(a, &c)) != 0) {
-    fsh_flight_descriptor_reset(&d);
-    s.release(&s);
-    return rc;
-  }
+  int rc = open_upload(a, &s, &d, &c);
+  if (rc) return rc;
   fsh_flight_writer *w = NULL;
   fsh_flight_reader *r = NULL;
   fsh_output *out = NULL;

@@ -102,6 +102,11 @@ typedef struct srv_call_ops {
   int (*produce)(fsh_flight_call *c, grpc_byte_buffer **out, bool *done, fsh_error *err);
 } srv_call_ops;
 
+/* A produce op for calls that answer with at most one queued reply
+ * (c->reply) once the client is done sending: unary methods, PutResult,
+ * Handshake. */
+int srv_reply_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done, fsh_error *err);
+
 struct fsh_flight_call {
   fsh_flight_server *server;
   srv_worker *worker;

@@ -24,7 +24,7 @@ static void srv_bad_request(fsh_flight_call *c, const char *what, int rc, fsh_er
 }
 
 /* One queued reply, then done (unary methods, PutResult, Handshake). */
-static int srv_reply_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done,
+int srv_reply_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done,
                              fsh_error *err) {
   (void)err;
   if (c->reply) {

@@ -134,21 +134,8 @@ static void srv_do_put_end(fsh_flight_call *c) {
   srv_call_pump(c);
 }
 
-static int srv_do_put_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done,
-                              fsh_error *err) {
-  (void)err;
-  if (c->reply) {
-    *out = c->reply;
-    c->reply = NULL;
-    return 0;
-  }
-  if (!c->recv_done) return EAGAIN;
-  *done = true;
-  return 0;
-}
-
 static const srv_call_ops srv_do_put_ops = {srv_do_put_message, srv_do_put_end,
-                                            srv_do_put_produce};
+                                            srv_reply_produce};
 
 void srv_dispatch_do_put(fsh_flight_call *c) {
   c->ops = &srv_do_put_ops;
