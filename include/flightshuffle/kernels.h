@@ -95,6 +95,35 @@ typedef struct fsh_sort_key {
   bool nulls_first;
 } fsh_sort_key;
 
+/* ---- row comparison over key columns -----------------------------------
+ *
+ * fsh_row_keys: key columns of a batch resolved for comparing rows, within
+ * one batch or against the key columns of another batch whose value types
+ * are the same (fsh_row_keys_check_compatible). Orderable types are those
+ * of range partitioning (below); either side may be dictionary-encoded and
+ * is compared by value. The batch is borrowed: it must outlive the keys. */
+typedef struct fsh_row_keys fsh_row_keys;
+
+/* Resolves columns key_cols[0, n_keys) of b; order NULL = all ascending,
+ * nulls last. EINVAL for a column out of range, ENOTSUP for a type that
+ * cannot be ordered (both naming the column). */
+FSH_NODISCARD int fsh_row_keys_new(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                   const fsh_sort_key *order, fsh_row_keys **out,
+                                   fsh_error *err);
+void fsh_row_keys_free(fsh_row_keys *k); /* NULL accepted */
+int fsh_row_keys_count(const fsh_row_keys *k);
+/* 0 when a and b have as many keys, of the same value types; EINVAL naming
+ * the first key that differs otherwise. */
+FSH_NODISCARD int fsh_row_keys_check_compatible(const fsh_row_keys *a, const fsh_row_keys *b,
+                                                fsh_error *err);
+/* Row i of a against row j of b (logical rows, relative to the batches'
+ * offsets): < 0, 0, > 0 under a's order. Nulls compare equal to nulls and
+ * sort by nulls_first; NaN == NaN; -0.0 == +0.0. a and b must be
+ * compatible. */
+int fsh_row_keys_compare(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j);
+/* Row i has a null in at least one key column (joins: never matches). */
+bool fsh_row_keys_any_null(const fsh_row_keys *k, int64_t i);
+
 /* Range partitioning. `boundaries` holds B rows sorted by `order` with
  * n_keys columns: column k has the value type of b's column key_cols[k]
  * (either side may be dictionary-encoded). There are B + 1 partitions:
