@@ -841,6 +841,18 @@ static int cmp_loc_ref(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* protobuf-c allocations through fsh_malloc that note a failure in *ctx
+ * (unpack answers NULL both for bad input and for a lack of memory). */
+static void *pb_alloc_noting(void *ctx, size_t size) {
+  void *p = fsh_malloc(size ? size : 1);
+  if (!p) *(bool *)ctx = true;
+  return p;
+}
+static void pb_free(void *ctx, void *p) {
+  (void)ctx;
+  fsh_free(p);
+}
+
 #define DECODE_FAIL(...)                                        \
   do {                                                          \
     rc = fsh_error_set(err, EINVAL, "ShuffleSources: " __VA_ARGS__); \
@@ -852,8 +864,13 @@ int fsh_shuffle_sources_decode(const void *data, int64_t size, fsh_shuffle_sourc
   fsh_shuffle_sources_reset(out);
   if (size < 0 || (size > 0 && !data))
     return fsh_error_set(err, EINVAL, "ShuffleSources: no data (size %" PRId64 ")", size);
+  bool oom = false;
+  ProtobufCAllocator alloc = {.alloc = pb_alloc_noting, .free = pb_free, .allocator_data = &oom};
   Flightshuffle__Sched__ShuffleSources *msg = flightshuffle__sched__shuffle_sources__unpack(
-      &fsh_sched_pb_allocator, (size_t)size, data);
+      &alloc, (size_t)size, data);
+  if (!msg && oom)
+    return fsh_error_set(err, ENOMEM, "ShuffleSources: out of memory decoding %" PRId64
+                         " bytes", size);
   if (!msg)
     return fsh_error_set(err, EINVAL, "ShuffleSources: not a valid message (%" PRId64
                          " bytes)", size);
@@ -894,7 +911,7 @@ int fsh_shuffle_sources_decode(const void *data, int64_t size, fsh_shuffle_sourc
     }
   }
   for (size_t i = 0; i < n; i++) sorted[i] = msg->map_ids[i];
-  qsort(sorted, n, sizeof *sorted, cmp_i64);
+  if (n) qsort(sorted, n, sizeof *sorted, cmp_i64);
   for (size_t i = 1; i < n; i++)
     if (sorted[i] == sorted[i - 1]) DECODE_FAIL("map %" PRId64 " listed twice", sorted[i]);
   for (size_t i = 0; i < nl; i++) {
@@ -902,7 +919,7 @@ int fsh_shuffle_sources_decode(const void *data, int64_t size, fsh_shuffle_sourc
     if (!l->uri || !l->uri[0]) DECODE_FAIL("location %u has no uri", l->id);
     refs[i] = (loc_ref){l->id, l->uri};
   }
-  qsort(refs, nl, sizeof *refs, cmp_loc_ref);
+  if (nl) qsort(refs, nl, sizeof *refs, cmp_loc_ref);
   for (size_t i = 1; i < nl; i++)
     if (refs[i].id == refs[i - 1].id) DECODE_FAIL("location %u listed twice", refs[i].id);
   for (size_t i = 0; i < n; i++) {
@@ -942,6 +959,6 @@ done:
   if (rc) fsh_shuffle_sources_reset(out);
   fsh_free(sorted);
   fsh_free(refs);
-  flightshuffle__sched__shuffle_sources__free_unpacked(msg, &fsh_sched_pb_allocator);
+  flightshuffle__sched__shuffle_sources__free_unpacked(msg, &alloc);
   return rc;
 }
