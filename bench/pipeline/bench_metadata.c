@@ -15,8 +15,8 @@
  * Baseline, in the same run: filling a naive per-block array (rows and
  * bytes as int64, 16 bytes per block, what fsh_map_output carries) with the
  * same accepted outputs -- one memcpy per output. Memory: our own accounting
- * (fsh_shuffle_meta_memory_bytes) and the process RSS delta over the first
- * run (later runs reuse freed heap, so only the first is meaningful),
+ * (fsh_shuffle_meta_memory_bytes) and the RSS delta of a fresh child process
+ * doing the same adds, loss and re-adds (before the naive arrays exist),
  * against the naive array's size.
  *
  * Verified (not timed): for a sample of 64 partitions, every poll's answer
@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <flightshuffle/sched.h>
@@ -98,8 +99,10 @@ typedef struct sim {
 
 typedef struct run_result {
   double add_s, query_s, lose_s, naive_s;
+  double naive_poll_s;       /* the naive answers of the sampled polls */
+  int64_t naive_polls;
   int64_t adds, polls, entries, lost;
-  int64_t mem, rss_delta;
+  int64_t mem;
   bool verified;
 } run_result;
 
@@ -121,7 +124,8 @@ static int cmp_u64pair(const void *a, const void *b) {
 
 /* The answer for (p, since) against the naive arrays. */
 static bool verify_answer(const sim *s, const fsh_shuffle_meta *meta, int32_t p, uint64_t since,
-                          const fsh_shuffle_sources *a, uint64_t *pairs) {
+                          const fsh_shuffle_sources *a, uint64_t *pairs, run_result *r) {
+  double t0 = bench_now();
   int64_t n = 0;
   for (int64_t m = 0; m < s->n_maps; m++)
     if (s->held[m] && s->version[m] > since &&
@@ -131,6 +135,8 @@ static bool verify_answer(const sim *s, const fsh_shuffle_meta *meta, int32_t p,
       n++;
     }
   qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_u64pair);
+  r->naive_poll_s += bench_now() - t0;
+  r->naive_polls++;
   bool all_held = true;
   for (int64_t m = 0; m < s->n_maps; m++) all_held &= s->held[m];
   if (a->n != n || a->version != s->ver || a->complete != all_held) {
@@ -192,8 +198,10 @@ static void feed(sim *s, fsh_shuffle_meta *meta, int64_t m, int32_t attempt, int
   double t0 = bench_now();
   if (fsh_shuffle_meta_add(meta, &o, &res, &err)) die("add", &err);
   double t1 = bench_now();
-  memcpy(s->naive_rows + m * s->np, s->rows, (size_t)s->np * sizeof(int64_t));
-  memcpy(s->naive_bytes + m * s->np, s->bytes, (size_t)s->np * sizeof(int64_t));
+  if (s->naive_rows) {
+    memcpy(s->naive_rows + m * s->np, s->rows, (size_t)s->np * sizeof(int64_t));
+    memcpy(s->naive_bytes + m * s->np, s->bytes, (size_t)s->np * sizeof(int64_t));
+  }
   double t2 = bench_now();
   r->add_s += t1 - t0;
   r->naive_s += t2 - t1;
@@ -220,7 +228,7 @@ static void poll_round(sim *s, fsh_shuffle_meta *meta, uint64_t *since, vreducer
     r->polls++;
     r->entries += a->n;
     if (is_sampled(s, p)) {
-      r->verified &= verify_answer(s, meta, p, since[p], a, pairs);
+      r->verified &= verify_answer(s, meta, p, since[p], a, pairs, r);
       for (int64_t i = 0; i < a->n; i++) vr[p].seen[a->map_ids[i]] = true;
     }
     since[p] = a->version;
@@ -257,7 +265,6 @@ static run_result run_once(sim *s, int run) {
     if (is_sampled(s, p) && !(vr[p].seen = calloc((size_t)N, 1))) die("out of memory", NULL);
   fsh_shuffle_sources a = {0};
 
-  int64_t rss0 = rss_bytes();
   fsh_shuffle_meta *meta = NULL;
   double t0 = bench_now();
   if (fsh_shuffle_meta_new(s->seed, N, P, &meta, &err)) die("new", &err);
@@ -284,7 +291,6 @@ static run_result run_once(sim *s, int run) {
   fsh_free(lost);
   poll_round(s, meta, since, vr, &a, pairs, &r);
   r.mem = fsh_shuffle_meta_memory_bytes(meta);
-  r.rss_delta = rss_bytes() - rss0;
 
   /* every sampled reducer saw every non-empty source; totals exact */
   if (fsh_shuffle_meta_n_complete(meta) != N) r.verified = false;
@@ -305,6 +311,41 @@ static run_result run_once(sim *s, int run) {
   free(since);
   free(pairs);
   return r;
+}
+
+/* The RSS a shuffle's metadata costs, measured in a fresh child process
+ * (before the naive arrays exist): the same adds, loss and re-adds as a
+ * run, polls left out. Returns the RSS delta in bytes (-1 on failure). */
+static int64_t rss_probe(sim *s) {
+  int fd[2];
+  if (pipe(fd)) return -1;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(fd[0]);
+    fsh_error err;
+    run_result r = {0};
+    int64_t rss0 = rss_bytes();
+    fsh_shuffle_meta *meta = NULL;
+    if (fsh_shuffle_meta_new(s->seed, s->n_maps, s->np, &meta, &err)) die("new", &err);
+    for (int64_t i = 0; i < s->n_maps; i++)
+      feed(s, meta, i, 0, i < s->n_maps / 2 ? (int)(i % s->n_locs) : live_loc(s, i), &r);
+    int64_t *lost = NULL, n = 0;
+    if (fsh_shuffle_meta_lose_location(meta, s->uris[0], &lost, &n, &err)) die("lose", &err);
+    for (int64_t k = 0; k < n; k++) feed(s, meta, lost[k], 1, live_loc(s, k), &r);
+    fsh_free(lost);
+    int64_t delta = rss_bytes() - rss0;
+    if (write(fd[1], &delta, sizeof delta) != (ssize_t)sizeof delta) _exit(1);
+    _exit(0);
+  }
+  close(fd[1]);
+  int64_t delta = -1;
+  if (read(fd[0], &delta, sizeof delta) != (ssize_t)sizeof delta) delta = -1;
+  close(fd[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  return delta;
 }
 
 static void stats3(double *v, int n, double *mn, double *md, double *mx) {
@@ -340,8 +381,6 @@ int main(int argc, char **argv) {
 
   sim s = {.n_maps = n_maps, .np = np, .seed = seed};
   size_t blocks = (size_t)n_maps * (size_t)np;
-  s.naive_rows = malloc(blocks * sizeof(int64_t));
-  s.naive_bytes = malloc(blocks * sizeof(int64_t));
   s.held = calloc((size_t)n_maps, sizeof *s.held);
   s.attempt = calloc((size_t)n_maps, sizeof *s.attempt);
   s.loc = calloc((size_t)n_maps, sizeof *s.loc);
@@ -350,23 +389,33 @@ int main(int argc, char **argv) {
   s.rows = calloc((size_t)np, sizeof *s.rows);
   s.bytes = calloc((size_t)np, sizeof *s.bytes);
   s.uris = calloc(1024, sizeof *s.uris);
-  if (!s.naive_rows || !s.naive_bytes || !s.held || !s.attempt || !s.loc || !s.version ||
+  if (!s.held || !s.attempt || !s.loc || !s.version ||
       !s.order || !s.rows || !s.bytes || !s.uris)
     die("out of memory for the naive per-block arrays", NULL);
-  /* resident before any measurement */
-  memset(s.naive_rows, 0, blocks * sizeof(int64_t));
-  memset(s.naive_bytes, 0, blocks * sizeof(int64_t));
   for (int l = 0; l < 1024; l++) {
     char u[64];
     snprintf(u, sizeof u, "grpc://worker-%04d.cluster.local:7000", l);
     if (!(s.uris[l] = strdup(u))) die("out of memory", NULL);
   }
+  int64_t rss_delta[16];
+  for (int k = 0; k < n_loc_list; k++) {
+    s.n_locs = loc_list[k];
+    rss_delta[k] = rss_probe(&s);
+  }
+  /* the naive arrays, resident (not zero: that could stay unmapped) before
+   * any measurement */
+  s.naive_rows = malloc(blocks * sizeof(int64_t));
+  s.naive_bytes = malloc(blocks * sizeof(int64_t));
+  if (!s.naive_rows || !s.naive_bytes) die("out of memory for the naive per-block arrays", NULL);
+  memset(s.naive_rows, 0xff, blocks * sizeof(int64_t));
+  memset(s.naive_bytes, 0xff, blocks * sizeof(int64_t));
   double naive_mib = (double)blocks * 16 / 1048576.0;
   printf("bench_metadata: %" PRId64 " maps x %d partitions (%.3g blocks), %d runs; per run:"
          " outputs fed, every reducer polls 3 times, location 0 lost half-way and its maps"
          " re-run\n", n_maps, (int)np, (double)blocks, runs);
   printf("  baseline: a naive per-block array (rows + bytes int64 = 16 B/block, %.0f MiB),"
-         " filled with the same outputs\n", naive_mib);
+         " filled with the same outputs; its poll answers computed for the verified sample\n",
+         naive_mib);
 
   bool all_verified = true;
   double worst_mem_mib = 0, worst_book_med = 0;
@@ -375,10 +424,11 @@ int main(int argc, char **argv) {
   for (int k = 0; k < n_loc_list; k++) {
     s.n_locs = loc_list[k];
     double add[64], query[64], lose[64], naive[64], book[64], ratio[64];
-    run_result first = {0}, last = {0};
+    run_result last = {0};
+    bool ok = true;
     for (int r = 0; r < runs; r++) {
       run_result rr = run_once(&s, r);
-      if (r == 0) first = rr;
+      ok &= rr.verified;
       last = rr;
       all_verified &= rr.verified;
       add[r] = rr.add_s;
@@ -395,8 +445,8 @@ int main(int argc, char **argv) {
     printf("  driver memory, accounted        %8.1f MiB  = %.0f B per map output, %.3f B per"
            " block  (%.1fx less than naive)\n", mem_mib, (double)last.mem / (double)n_maps,
            (double)last.mem / (double)blocks, naive_mib / mem_mib);
-    printf("  driver memory, RSS delta (run 1) %7.1f MiB\n",
-           (double)first.rss_delta / 1048576.0);
+    printf("  driver memory, RSS delta         %7.1f MiB  (in a fresh process: new + all adds +"
+           " loss + re-adds)\n", (double)rss_delta[k] / 1048576.0);
     double mn, md, mx, amd, qmd, nmd, rmn, rmd, rmx;
     printf("  %-34s %8s %8s %8s\n", "seconds (min / median / max)", "min", "median", "max");
     stats3(add, runs, &mn, &amd, &mx);
@@ -413,14 +463,19 @@ int main(int argc, char **argv) {
     printf("  %-34s %8.3f %8.3f %8.3f\n", "baseline: fill naive array", mn, nmd, mx);
     stats3(ratio, runs, &rmn, &rmd, &rmx);
     printf("  bookkeeping / naive fill          %8.2fx %8.2fx %8.2fx\n", rmn, rmd, rmx);
-    printf("  verified (64 sampled partitions): %s\n", first.verified && last.verified ? "yes"
+    printf("  add / naive fill (medians)        %8.2fx\n", amd / nmd);
+    double ours_poll = qmd / (double)last.polls * 1e6,
+           naive_poll = last.naive_poll_s / (double)last.naive_polls * 1e6;
+    printf("  one poll: %.1f us; the naive array's answer (sampled polls): %.1f us (%.1fx)\n",
+           ours_poll, naive_poll, naive_poll / ours_poll);
+    printf("  verified (64 sampled partitions): %s\n", ok ? "yes"
                                                                                        : "no");
     if (mem_mib > worst_mem_mib) worst_mem_mib = mem_mib;
     if (md > worst_book_med) worst_book_med = md;
     rlen += snprintf(result + rlen, sizeof result - (size_t)rlen,
                      " mem_mib_%dloc=%.1f rss_mib_%dloc=%.1f bytes_per_block_%dloc=%.3f"
                      " bookkeeping_s_%dloc=%.3f vs_naive_%dloc=%.2f", s.n_locs, mem_mib,
-                     s.n_locs, (double)first.rss_delta / 1048576.0, s.n_locs,
+                     s.n_locs, (double)rss_delta[k] / 1048576.0, s.n_locs,
                      (double)last.mem / (double)blocks, s.n_locs, md, s.n_locs, rmd);
     if (rlen >= (int)sizeof result) rlen = (int)sizeof result - 1;
   }
