@@ -29,11 +29,12 @@ typedef struct meta_map {
   int64_t avg_bytes, avg_rows; /* estimate of a non-huge non-empty block */
   uint64_t version;            /* of the last accepted output; 0 = none */
   huge_block *huge;            /* [n_huge] by increasing partition; owned */
+  uint64_t huge_filter[4];     /* bit huge_slot(p) set for each huge p */
   int32_t attempt;             /* current attempt; -1 = none */
   int32_t output_attempt;      /* of the last accepted output; -1 = none */
   int32_t non_empty;           /* non-empty blocks of the last output */
   int32_t n_huge;
-  uint32_t loc;
+  uint32_t loc = 0;
   uint8_t state;
 } meta_map;
 
@@ -56,7 +57,11 @@ struct fsh_shuffle_meta {
   int64_t mem;
 
   meta_map *maps;          /* [n_maps] */
-  uint64_t *bits;          /* [n_partitions][map_words]: block non-empty */
+  uint64_t *bits;          /* [map_words][n_partitions]: bit map % 64 of word
+                              (map / 64, p) = block (map, p) is non-empty;
+                              one map's bits are one contiguous run of
+                              words, one partition's bits map_words words
+                              n_partitions apart */
   int64_t map_words;
   int64_t *part_rows;      /* [n_partitions] */
   int64_t *part_bytes;     /* [n_partitions] */
@@ -101,7 +106,7 @@ static bool meta_grow(fsh_shuffle_meta *m, void **p, size_t old_size, size_t new
 static inline int64_t words_for(int64_t bits) { return (bits + 63) / 64; }
 
 static inline bool bit_get(const fsh_shuffle_meta *m, int32_t p, int64_t map) {
-  return (m->bits[(int64_t)p * m->map_words + map / 64] >> (map % 64)) & 1;
+  return (m->bits[map / 64 * m->n_partitions + p] >> (map % 64)) & 1;
 }
 
 /* ---- creation ---------------------------------------------------------- */
@@ -287,11 +292,18 @@ bool fsh_shuffle_meta_location_id(const fsh_shuffle_meta *m, const char *uri, ui
 
 /* ---- per-block estimates ----------------------------------------------- */
 
+/* A 256-bit filter slot of partition p (spares most lookups of huge blocks
+ * for blocks that are not). */
+static inline uint32_t huge_slot(int32_t p) {
+  return (uint32_t)(((uint64_t)(uint32_t)p * 0x9E3779B97F4A7C15ull) >> 56);
+}
+
 /* The held output's block p of map mm (bit known set): exact for a huge
  * block (*exact = true), else the map's averages. */
 static void block_estimate(const meta_map *mm, int32_t p, int64_t *rows, int64_t *bytes,
                            bool *exact) {
-  int32_t lo = 0, hi = mm->n_huge;
+  uint32_t slot = huge_slot(p);
+  int32_t lo = 0, hi = (mm->huge_filter[slot / 64] >> (slot % 64)) & 1 ? mm->n_huge : 0;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;
     if (mm->huge[mid].partition < p) lo = mid + 1;
@@ -409,8 +421,8 @@ static void remove_output(fsh_shuffle_meta *m, int64_t map, bool subtract) {
   meta_map *mm = &m->maps[map];
   meta_loc *l = &m->locs[mm->loc];
   uint64_t mask = (uint64_t)1 << (map % 64);
-  uint64_t *word = m->bits + map / 64;
-  for (int32_t p = 0; p < m->n_partitions; p++, word += m->map_words) {
+  uint64_t *word = m->bits + map / 64 * m->n_partitions;
+  for (int32_t p = 0; p < m->n_partitions; p++, word++) {
     if (!(*word & mask)) continue;
     *word &= ~mask;
     m->part_non_empty[p]--;
@@ -433,6 +445,7 @@ static void remove_output(fsh_shuffle_meta *m, int64_t map, bool subtract) {
   meta_release(m, mm->huge, (size_t)mm->n_huge * sizeof(huge_block));
   mm->huge = NULL;
   mm->n_huge = 0;
+  memset(mm->huge_filter, 0, sizeof mm->huge_filter);
   m->n_complete--;
 }
 
@@ -530,7 +543,7 @@ int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const fsh_map_output *o,
     return fsh_error_set(err, ENOMEM, "shuffle %" PRIu64 " map %" PRId64 ": out of memory",
                          m->shuffle_id, o->map_id);
   }
-  uint32_t loc;
+  uint32_t loc = 0;
   int rc = loc_intern(m, o->location, &loc, err);
   if (rc) {
     meta_release(m, huge, huge_size);
@@ -546,7 +559,12 @@ int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const fsh_map_output *o,
     qsort(huge, (size_t)n_huge, sizeof *huge, cmp_huge_partition);
   }
   int64_t hrows = 0, hbytes = 0;
-  for (int32_t i = 0; i < n_huge; i++) hrows += huge[i].rows, hbytes += huge[i].bytes;
+  memset(mm->huge_filter, 0, sizeof mm->huge_filter);
+  for (int32_t i = 0; i < n_huge; i++) {
+    hrows += huge[i].rows, hbytes += huge[i].bytes;
+    uint32_t slot = huge_slot(huge[i].partition);
+    mm->huge_filter[slot / 64] |= (uint64_t)1 << (slot % 64);
+  }
   int32_t small = non_empty - n_huge;
   mm->huge = huge;
   mm->n_huge = n_huge;
@@ -564,8 +582,8 @@ int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const fsh_map_output *o,
   m->stats.accepted++;
   meta_loc *l = &m->locs[loc];
   uint64_t mask = (uint64_t)1 << (o->map_id % 64);
-  uint64_t *word = m->bits + o->map_id / 64;
-  for (int32_t p = 0; p < np; p++, word += m->map_words) {
+  uint64_t *word = m->bits + o->map_id / 64 * np;
+  for (int32_t p = 0; p < np; p++, word++) {
     int64_t r = o->rows[p], b = o->bytes[p];
     if (!r && !b) continue;
     *word |= mask;
@@ -679,10 +697,11 @@ int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t p, uint64_t sinc
     if (m->log_version[mid] <= since) lo = mid + 1;
     else hi = mid;
   }
-  const uint64_t *row = m->bits + (int64_t)p * m->map_words;
+  const uint64_t *col = m->bits + p;
   for (int64_t i = lo; i < m->n_log; i++) {
     int32_t map = m->log_map[i];
-    if (!((row[map / 64] >> (map % 64)) & 1) || !log_entry_live(m, i)) continue;
+    if (!((col[map / 64 * m->n_partitions] >> (map % 64)) & 1) || !log_entry_live(m, i))
+      continue;
     if (out->n == out->capacity && !sources_reserve(out, out->n + 1))
       return fsh_error_set(err, ENOMEM, "shuffle %" PRIu64 " partition %d: out of memory for"
                            " the sources", m->shuffle_id, (int)p);
@@ -714,7 +733,7 @@ int fsh_shuffle_meta_lose_location(fsh_shuffle_meta *m, const char *uri, int64_t
                                    int64_t *n, fsh_error *err) {
   *map_ids = NULL;
   *n = 0;
-  uint32_t loc;
+  uint32_t loc = 0;
   if (!uri || !loc_find(m, uri, &loc)) return 0;
   int64_t count = 0;
   for (int64_t i = 0; i < m->n_maps; i++)
