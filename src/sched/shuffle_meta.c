@@ -34,7 +34,7 @@ typedef struct meta_map {
   int32_t output_attempt;      /* of the last accepted output; -1 = none */
   int32_t non_empty;           /* non-empty blocks of the last output */
   int32_t n_huge;
-  uint32_t loc = 0;
+  uint32_t loc;
   uint8_t state;
 } meta_map;
 
@@ -733,7 +733,7 @@ int fsh_shuffle_meta_lose_location(fsh_shuffle_meta *m, const char *uri, int64_t
                                    int64_t *n, fsh_error *err) {
   *map_ids = NULL;
   *n = 0;
-  uint32_t loc = 0;
+  uint32_t loc;
   if (!uri || !loc_find(m, uri, &loc)) return 0;
   int64_t count = 0;
   for (int64_t i = 0; i < m->n_maps; i++)
