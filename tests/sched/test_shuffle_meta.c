@@ -641,10 +641,10 @@ static snapshot snap(const fsh_shuffle_meta *m) {
 
 /* One scenario, each step checked for "ENOMEM leaves things unchanged".
  * Returns true when it ran to the end without an injected failure. */
-static bool alloc_scenario(int64_t fail_at) {
+static bool alloc_scenario(int64_t fail_at, bool persistent) {
   fsh_error err;
   fsh_shuffle_meta *meta = NULL;
-  fsh_alloc_fail_after(fail_at, false);
+  fsh_alloc_fail_after(fail_at, persistent);
   int rc = fsh_shuffle_meta_new(3, 90, 600, &meta, &err);
   if (rc) {
     fsh_alloc_fail_after(0, false);
@@ -727,10 +727,14 @@ static bool alloc_scenario(int64_t fail_at) {
   return !failed;
 }
 
+/* The Nth allocation fails, once (transient) or from then on (persistent),
+ * for N = 1, 2, ... until the scenario runs through. */
 static void test_alloc_failure(void) {
-  int64_t k = 1;
-  while (!alloc_scenario(k) && k < 100000) k++;
-  CHECK(k > 10 && k < 100000);
+  for (int persistent = 0; persistent < 2; persistent++) {
+    int64_t k = 1;
+    while (!alloc_scenario(k, persistent) && k < 100000) k++;
+    CHECK(k > 10 && k < 100000);
+  }
 }
 
 FSH_TEST_MAIN(TEST(test_random_small), TEST(test_random), TEST(test_exactness),
