@@ -299,7 +299,8 @@ void fsh_shuffle_sources_reset(fsh_shuffle_sources *s);
 /* URI of a location id named by a decoded answer (borrowed); NULL if absent. */
 const char *fsh_shuffle_sources_uri(const fsh_shuffle_sources *s, uint32_t location_id);
 
-/* Fills *out (reusing its arrays). EINVAL on a bad partition; ENOMEM. */
+/* Fills *out (reusing its arrays). EINVAL on a bad partition or a
+ * since_version ahead of the shuffle's version; ENOMEM. */
 FSH_NODISCARD int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t partition,
                                            uint64_t since_version, fsh_shuffle_sources *out,
                                            fsh_error *err);

@@ -470,12 +470,14 @@ static int validate_output(const fsh_shuffle_meta *m, const fsh_map_output *o, f
   const char *what = NULL;
   if (o->attempt < 0) what = "attempt is negative";
   else if (!o->location || !o->location[0]) what = "no location";
-  else if (o->n_partitions != m->n_partitions) what = "wrong number of partitions";
   else if (!o->rows || !o->bytes) what = "no per-partition rows/bytes";
   if (what)
-    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d: %s"
-                         " (n_partitions %d, shuffle has %d)", m->shuffle_id, o->map_id,
-                         (int)o->attempt, what, (int)o->n_partitions, (int)m->n_partitions);
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d: %s",
+                         m->shuffle_id, o->map_id, (int)o->attempt, what);
+  if (o->n_partitions != m->n_partitions)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d: %d"
+                         " partitions, the shuffle has %d", m->shuffle_id, o->map_id,
+                         (int)o->attempt, (int)o->n_partitions, (int)m->n_partitions);
   int64_t rsum = 0, bsum = 0;
   for (int32_t p = 0; p < o->n_partitions; p++) {
     if (o->rows[p] < 0 || o->bytes[p] < 0)
@@ -682,6 +684,10 @@ static void sources_clear_table(fsh_shuffle_sources *s) {
 int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t p, uint64_t since,
                              fsh_shuffle_sources *out, fsh_error *err) {
   if (p < 0 || p >= m->n_partitions) return bad_partition(m, p, err);
+  if (since > m->version)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " partition %d: since_version %" PRIu64
+                         " is ahead of the shuffle's version %" PRIu64, m->shuffle_id, (int)p,
+                         since, m->version);
   sources_clear_table(out);
   out->shuffle_id = m->shuffle_id;
   out->partition = p;

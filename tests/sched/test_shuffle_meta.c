@@ -476,6 +476,14 @@ static void test_bad_arguments(void) {
   fsh_shuffle_sources s = {0};
   CHECK_EQ_INT(fsh_shuffle_meta_sources(meta, 3, 0, &s, &err), EINVAL);
   CHECK(strstr(err.message, "partition 3"));
+  CHECK_EQ_INT(fsh_shuffle_meta_sources(meta, 0, 2, &s, &err), EINVAL);
+  CHECK(strstr(err.message, "since_version 2 is ahead"));
+  CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 1, &s, &err));
+  CHECK_EQ_INT(s.n, 0);
+  CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 0, &s, &err));
+  CHECK_EQ_INT(s.n, 1);
+  CHECK_EQ_INT(s.map_ids[0], 2);
+  CHECK(!s.complete);
   CHECK_EQ_INT(fsh_shuffle_meta_begin_attempt(meta, -1, 0, &err), EINVAL);
   CHECK_EQ_INT(fsh_shuffle_meta_begin_attempt(meta, 0, -2, &err), EINVAL);
   bool lost;
