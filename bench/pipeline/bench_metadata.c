@@ -149,8 +149,9 @@ static bool verify_answer(const sim *s, const fsh_shuffle_meta *meta, int32_t p,
     const char *u = fsh_shuffle_meta_location_uri(meta, a->location_ids[i]);
     if (a->map_ids[i] != m || a->attempts[i] != s->attempt[m] || !u ||
         strcmp(u, s->uris[s->loc[m]]) != 0) {
-      fprintf(stderr, "verify: partition %d entry %" PRId64 ": map %" PRId64 " want %" PRId64
-              "\n", (int)p, i, a->map_ids[i], m);
+      fprintf(stderr, "verify: partition %d entry %" PRId64 ": map %" PRId64 " attempt %d at %s,"
+              " want map %" PRId64 " attempt %d at %s\n", (int)p, i, a->map_ids[i],
+              (int)a->attempts[i], u ? u : "(none)", m, (int)s->attempt[m], s->uris[s->loc[m]]);
       return false;
     }
   }
