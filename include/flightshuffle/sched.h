@@ -205,7 +205,8 @@ FSH_NODISCARD int fsh_shuffle_meta_begin_attempt(fsh_shuffle_meta *m, int64_t ma
 
 /* Records a completed map output (metadata only; `out` is borrowed). EINVAL
  * (naming the map and field) when out->shuffle_id, map_id, n_partitions,
- * rows/bytes (negative, missing) or location (NULL or empty) is wrong;
+ * rows/bytes (negative, missing, a map total over INT64_MAX / n_maps, so
+ * that no aggregate can overflow) or location (NULL or empty) is wrong;
  * ENOMEM. *result says whether it was accepted. */
 FSH_NODISCARD int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const struct fsh_map_output *out,
                                        fsh_shuffle_meta_add_result *result, fsh_error *err);

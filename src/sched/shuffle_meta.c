@@ -491,6 +491,13 @@ static int validate_output(const fsh_shuffle_meta *m, const fsh_map_output *o, f
                            " rows or bytes overflow 64 bits at partition %d", m->shuffle_id,
                            o->map_id, (int)o->attempt, (int)p);
   }
+  /* so that no sum over the held outputs can overflow */
+  int64_t limit = INT64_MAX / m->n_maps;
+  if (rsum > limit || bsum > limit)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d: %"
+                         PRId64 " rows / %" PRId64 " bytes exceed the per-map limit %" PRId64
+                         " (INT64_MAX / n_maps)", m->shuffle_id, o->map_id, (int)o->attempt,
+                         rsum, bsum, limit);
   return 0;
 }
 

@@ -467,6 +467,24 @@ static void test_bad_arguments(void) {
   b.bytes = big;
   CHECK_EQ_INT(fsh_shuffle_meta_add(meta, &b, &r, &err), EINVAL);
   CHECK(strstr(err.message, "overflow"));
+  int64_t over[3] = {INT64_MAX / 4 + 1, 0, 0};
+  b = o;
+  b.bytes = over;
+  CHECK_EQ_INT(fsh_shuffle_meta_add(meta, &b, &r, &err), EINVAL);
+  CHECK(strstr(err.message, "per-map limit"));
+  over[0] = INT64_MAX / 4; /* at the limit: accepted, and 4 of them do not overflow */
+  for (int64_t k = 0; k < 4; k++) {
+    fsh_map_output c = b;
+    c.map_id = k;
+    c.attempt = 7;
+    CHECK_OK(fsh_shuffle_meta_add(meta, &c, &r, &err));
+  }
+  fsh_shuffle_partition_totals t0;
+  CHECK_OK(fsh_shuffle_meta_partition_totals(meta, 0, &t0, &err));
+  CHECK_EQ_INT(t0.bytes, INT64_MAX / 4 * 4);
+  fsh_shuffle_meta_free(meta);
+  meta = NULL;
+  CHECK_OK(fsh_shuffle_meta_new(1, 4, 3, &meta, &err));
   CHECK_EQ_INT(fsh_shuffle_meta_version(meta), 0);
   CHECK_OK(fsh_shuffle_meta_add(meta, &o, &r, &err));
   CHECK_EQ_INT(r, FSH_SHUFFLE_META_ACCEPTED);
