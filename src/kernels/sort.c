@@ -254,9 +254,9 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   }
   bool exact = k.kind != P_NONE && k.kind != P_BINARY;
   cmpctx c = {rk, !exact || n_keys > 1};
-  if (exact && n_keys == 1)
+  if (nn > 1 && exact && n_keys == 1)
     radix_sort(vals, tmp, nn, cnt);
-  else
+  else if (nn > 1)
     merge_sort(&c, vals, tmp, nn);
   if (n_keys > 1 && n_null > 1) {
     cmpctx cn = {rk, true};
