@@ -29,6 +29,7 @@ int fsh_range_boundaries(fsh_batch *sample, const int32_t *key_cols, int n_keys,
   fsh_row_keys *rk = NULL;
   int rc = fsh_kern_sort_check(sample, key_cols, n_keys, order, &rk, err);
   fsh_row_keys_free(rk); /* checked columns; the projection is compared below */
+  rk = NULL;
   if (rc == 0 && (n_partitions < 1 || !out))
     rc = fsh_error_set(err, EINVAL, "%d partitions (need >= 1) or NULL out", (int)n_partitions);
   if (rc != 0) return fsh_error_prefix(err, rc, "range boundaries: ");
