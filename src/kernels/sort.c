@@ -169,33 +169,40 @@ static void merge_sort(const cmpctx *c, fsh_sort_ent *e, fsh_sort_ent *tmp, int6
   if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
 }
 
-/* Stable LSD radix sort of e[0, n) on the whole 64-bit key, 8 bits a pass
- * (cnt: 8 x 256 counters of scratch); passes whose digit is the same in
- * every key are skipped. */
-static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n, int64_t (*cnt)[256]) {
-  memset(cnt, 0, 8 * sizeof *cnt);
+/* Radix digits: RADIX_BITS bits, RADIX_PASSES passes cover 64 bits. */
+#define RADIX_BITS 11
+#define RADIX_BUCKETS (1 << RADIX_BITS)
+#define RADIX_PASSES ((64 + RADIX_BITS - 1) / RADIX_BITS)
+
+/* Stable LSD radix sort of e[0, n) on the whole 64-bit key (cnt:
+ * RADIX_PASSES x RADIX_BUCKETS counters of scratch); passes whose digit is
+ * the same in every key are skipped. */
+static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n,
+                       int64_t (*cnt)[RADIX_BUCKETS]) {
+  const uint64_t mask = RADIX_BUCKETS - 1;
+  memset(cnt, 0, RADIX_PASSES * sizeof *cnt);
   for (int64_t i = 0; i < n; i++) {
     uint64_t k = e[i].key;
-    for (int d = 0; d < 8; d++) cnt[d][(k >> (8 * d)) & 0xFF]++;
+    for (int d = 0; d < RADIX_PASSES; d++) cnt[d][(k >> (RADIX_BITS * d)) & mask]++;
   }
   fsh_sort_ent *src = e, *dst = tmp;
-  for (int d = 0; d < 8; d++) {
+  for (int d = 0; d < RADIX_PASSES; d++) {
     int64_t *c = cnt[d];
     bool trivial = false;
-    for (int v = 0; v < 256; v++)
+    for (int v = 0; v < RADIX_BUCKETS; v++)
       if (c[v] != 0) {
         trivial = c[v] == n;
         break;
       }
     if (trivial) continue;
     int64_t sum = 0;
-    for (int v = 0; v < 256; v++) {
+    for (int v = 0; v < RADIX_BUCKETS; v++) {
       int64_t t = c[v];
       c[v] = sum;
       sum += t;
     }
-    int shift = 8 * d;
-    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & 0xFF]++] = src[i];
+    int shift = RADIX_BITS * d;
+    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & mask]++] = src[i];
     fsh_sort_ent *t = src;
     src = dst;
     dst = t;
@@ -222,11 +229,11 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   }
   int64_t n = b->length;
   fsh_sort_ent *e = NULL, *tmp = NULL;
-  int64_t(*cnt)[256] = NULL;
+  int64_t(*cnt)[RADIX_BUCKETS] = NULL;
   if (n > 0) {
     e = fsh_malloc((size_t)n * sizeof *e);
     tmp = fsh_malloc((size_t)n * sizeof *tmp);
-    cnt = fsh_malloc(8 * sizeof *cnt);
+    cnt = fsh_malloc(RADIX_PASSES * sizeof *cnt);
   }
   if (n > 0 && (!e || !tmp || !cnt)) {
     fsh_free(e);
