@@ -126,11 +126,26 @@ static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
 
 typedef struct cmpctx {
   const fsh_row_keys *rk;
-  bool full; /* prefix ties need the full comparison */
+  bool full;        /* prefix ties need the full comparison */
+  const key0 *bin;  /* a single binary key: ties compared here, bytewise */
 } cmpctx;
+
+/* The single binary key of rows x and y (both valid), bytewise, in the
+ * key's direction. */
+static int bin_cmp(const key0 *k, int64_t x, int64_t y) {
+  int64_t sx = key0_slot(k, x), sy = key0_slot(k, y);
+  const uint8_t *o = kern_buf(k->va, 1), *d = kern_buf(k->va, 2);
+  int64_t bx = kern_read_offset(o, sx, k->width), ex = kern_read_offset(o, sx + 1, k->width);
+  int64_t by = kern_read_offset(o, sy, k->width), ey = kern_read_offset(o, sy + 1, k->width);
+  int64_t lx = ex - bx, ly = ey - by, m = lx < ly ? lx : ly;
+  int c = m > 0 ? memcmp(d + bx, d + by, (size_t)m) : 0;
+  if (c == 0) c = (lx > ly) - (lx < ly);
+  return k->descending ? -c : c;
+}
 
 static inline bool ent_less(const cmpctx *c, const fsh_sort_ent *x, const fsh_sort_ent *y) {
   if (x->key != y->key) return x->key < y->key;
+  if (c->bin) return bin_cmp(c->bin, x->row, y->row) < 0;
   return c->full && fsh_row_keys_compare(c->rk, x->row, c->rk, y->row) < 0;
 }
 
@@ -260,13 +275,13 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
       vals[a++] = (fsh_sort_ent){key0_prefix(&k, s) ^ flip, i};
   }
   bool exact = k.kind != P_NONE && k.kind != P_BINARY;
-  cmpctx c = {rk, !exact || n_keys > 1};
+  cmpctx c = {rk, !exact || n_keys > 1, k.kind == P_BINARY && n_keys == 1 ? &k : NULL};
   if (nn > 1 && exact && n_keys == 1)
     radix_sort(vals, tmp, nn, cnt);
   else if (nn > 1)
     merge_sort(&c, vals, tmp, nn);
   if (n_keys > 1 && n_null > 1) {
-    cmpctx cn = {rk, true};
+    cmpctx cn = {rk, true, NULL};
     merge_sort(&cn, nulls, tmp, n_null);
   }
   for (int64_t i = 0; i < n; i++) indices[i] = e[i].row;
