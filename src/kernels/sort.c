@@ -1,0 +1,308 @@
+/* sort.c -- stable multi-key sort of a batch's rows. Rows null in the first
+ * key are set aside (before or after the rest, per nulls_first); the others
+ * get a 64-bit order-preserving prefix of their first key. A single
+ * fixed-width key is then LSD-radix-sorted on the prefix (exact); any other
+ * key set is merge-sorted comparing prefixes first and the full row
+ * comparison (fsh_row_keys_compare) only when prefixes tie. */
+#include "kernels/sort_internal.h"
+
+#include "arrow/numeric.h"
+
+/* How the first key's prefix is computed. */
+typedef enum pkind { P_NONE, P_SIGNED, P_UNSIGNED, P_FLOAT, P_BOOL, P_BINARY } pkind;
+
+typedef struct key0 {
+  const fsh_field *f, *vf; /* the column's field; its value field */
+  const fsh_array *a, *va; /* the column; its values (a or its dictionary) */
+  pkind kind;
+  int width; /* P_SIGNED / P_UNSIGNED / P_FLOAT: bytes; P_BINARY: offset width */
+  bool descending;
+} key0;
+
+static pkind prefix_kind(const fsh_field *vf, int *width) {
+  if (vf->dictionary) return P_NONE;
+  switch (vf->type) {
+    case FSH_TYPE_INT8: *width = 1; return P_SIGNED;
+    case FSH_TYPE_INT16: *width = 2; return P_SIGNED;
+    case FSH_TYPE_INT32: case FSH_TYPE_DATE32: case FSH_TYPE_TIME32:
+    case FSH_TYPE_INTERVAL_MONTHS: *width = 4; return P_SIGNED;
+    case FSH_TYPE_INT64: case FSH_TYPE_DATE64: case FSH_TYPE_TIME64: case FSH_TYPE_TIMESTAMP:
+    case FSH_TYPE_DURATION: *width = 8; return P_SIGNED;
+    case FSH_TYPE_UINT8: *width = 1; return P_UNSIGNED;
+    case FSH_TYPE_UINT16: *width = 2; return P_UNSIGNED;
+    case FSH_TYPE_UINT32: *width = 4; return P_UNSIGNED;
+    case FSH_TYPE_UINT64: *width = 8; return P_UNSIGNED;
+    case FSH_TYPE_FLOAT16: *width = 2; return P_FLOAT;
+    case FSH_TYPE_FLOAT32: *width = 4; return P_FLOAT;
+    case FSH_TYPE_FLOAT64: *width = 8; return P_FLOAT;
+    case FSH_TYPE_BOOL: return P_BOOL;
+    case FSH_TYPE_BINARY: case FSH_TYPE_STRING: case FSH_TYPE_LARGE_BINARY:
+    case FSH_TYPE_LARGE_STRING: *width = kern_offset_width(vf->type); return P_BINARY;
+    default: return P_NONE;
+  }
+}
+
+static void key0_init(key0 *k, const fsh_batch *b, int32_t col, bool descending) {
+  k->f = &b->schema->fields[col];
+  k->a = b->columns[col];
+  k->vf = k->f->dictionary ? &k->f->dictionary->value : k->f;
+  k->va = k->f->dictionary ? k->a->dictionary : k->a;
+  k->width = 0;
+  k->kind = prefix_kind(k->vf, &k->width);
+  k->descending = descending;
+}
+
+/* Absolute slot of row's value in k->va, or -1 when null. */
+static inline int64_t key0_slot(const key0 *k, int64_t row) {
+  int64_t abs = k->a->offset + row;
+  if (!kern_slot_valid(k->f, k->a, abs)) return -1;
+  if (!k->f->dictionary) return abs;
+  int64_t d = k->va->offset + fsh_kern_read_int(k->f->type, kern_buf(k->a, 1), abs);
+  return kern_slot_valid(k->vf, k->va, d) ? d : -1;
+}
+
+static inline uint64_t float_key(double d) {
+  if (d != d) return UINT64_MAX; /* every NaN, after +inf */
+  if (d == 0) d = 0.0;           /* -0.0 == +0.0 */
+  uint64_t u;
+  memcpy(&u, &d, 8);
+  return u >> 63 ? ~u : u ^ (1ull << 63);
+}
+
+/* The order-preserving prefix of the (valid) value at slot s: x <= y
+ * implies prefix(x) <= prefix(y) in ascending order; exact (x < y iff
+ * prefix(x) < prefix(y)) for every kind but P_BINARY and P_NONE. */
+static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
+  const uint8_t *p = kern_buf(k->va, 1);
+  switch (k->kind) {
+    case P_SIGNED: {
+      int64_t v;
+      switch (k->width) {
+        case 1: v = ((const int8_t *)p)[s]; break;
+        case 2: { int16_t x; memcpy(&x, p + 2 * s, 2); v = x; break; }
+        case 4: { int32_t x; memcpy(&x, p + 4 * s, 4); v = x; break; }
+        default: memcpy(&v, p + 8 * s, 8); break;
+      }
+      return (uint64_t)v ^ (1ull << 63);
+    }
+    case P_UNSIGNED: {
+      switch (k->width) {
+        case 1: return p[s];
+        case 2: { uint16_t x; memcpy(&x, p + 2 * s, 2); return x; }
+        case 4: { uint32_t x; memcpy(&x, p + 4 * s, 4); return x; }
+        default: { uint64_t x; memcpy(&x, p + 8 * s, 8); return x; }
+      }
+    }
+    case P_FLOAT: {
+      if (k->width == 8) {
+        double d;
+        memcpy(&d, p + 8 * s, 8);
+        return float_key(d);
+      }
+      if (k->width == 4) {
+        float x;
+        memcpy(&x, p + 4 * s, 4);
+        return float_key(x);
+      }
+      uint16_t h;
+      memcpy(&h, p + 2 * s, 2);
+      return float_key(fsh_half_to_float(h));
+    }
+    case P_BOOL: return fsh_bit_get(p, s);
+    case P_BINARY: {
+      int64_t st = kern_read_offset(p, s, k->width), en = kern_read_offset(p, s + 1, k->width);
+      int64_t len = en - st < 8 ? en - st : 8;
+      const uint8_t *v = kern_buf(k->va, 2) + st;
+      uint64_t r = 0;
+      for (int64_t i = 0; i < 8; i++) r = (r << 8) | (i < len ? v[i] : 0);
+      return r;
+    }
+    case P_NONE: return 0;
+  }
+  return 0;
+}
+
+/* ---- merge sort of entries ------------------------------------------------ */
+
+typedef struct cmpctx {
+  const fsh_row_keys *rk;
+  bool full;        /* prefix ties need the full comparison */
+  const key0 *bin;  /* a single binary key: ties compared here, bytewise */
+} cmpctx;
+
+/* The single binary key of rows x and y (both valid), bytewise, in the
+ * key's direction. */
+static int bin_cmp(const key0 *k, int64_t x, int64_t y) {
+  int64_t sx = key0_slot(k, x), sy = key0_slot(k, y);
+  const uint8_t *o = kern_buf(k->va, 1), *d = kern_buf(k->va, 2);
+  int64_t bx = kern_read_offset(o, sx, k->width), ex = kern_read_offset(o, sx + 1, k->width);
+  int64_t by = kern_read_offset(o, sy, k->width), ey = kern_read_offset(o, sy + 1, k->width);
+  int64_t lx = ex - bx, ly = ey - by, m = lx < ly ? lx : ly;
+  int c = m > 0 ? memcmp(d + bx, d + by, (size_t)m) : 0;
+  if (c == 0) c = (lx > ly) - (lx < ly);
+  return k->descending ? -c : c;
+}
+
+static inline bool ent_less(const cmpctx *c, const fsh_sort_ent *x, const fsh_sort_ent *y) {
+  if (x->key != y->key) return x->key < y->key;
+  if (c->bin) return bin_cmp(c->bin, x->row, y->row) < 0;
+  return c->full && fsh_row_keys_compare(c->rk, x->row, c->rk, y->row) < 0;
+}
+
+/* Stable merge sort of e[0, n) using tmp[0, n) as scratch. */
+static void merge_sort(const cmpctx *c, fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n) {
+  enum { RUN = 16 };
+  for (int64_t lo = 0; lo < n; lo += RUN) { /* insertion sort of each run */
+    int64_t hi = lo + RUN < n ? lo + RUN : n;
+    for (int64_t i = lo + 1; i < hi; i++) {
+      fsh_sort_ent x = e[i];
+      int64_t j = i;
+      while (j > lo && ent_less(c, &x, &e[j - 1])) {
+        e[j] = e[j - 1];
+        j--;
+      }
+      e[j] = x;
+    }
+  }
+  fsh_sort_ent *src = e, *dst = tmp;
+  for (int64_t w = RUN; w < n; w *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * w) {
+      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int64_t i = lo, j = mid, o = lo;
+      if (mid == hi || !ent_less(c, &src[mid], &src[mid - 1])) { /* already in order */
+        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof *dst);
+        continue;
+      }
+      while (i < mid && j < hi) dst[o++] = ent_less(c, &src[j], &src[i]) ? src[j++] : src[i++];
+      while (i < mid) dst[o++] = src[i++];
+      while (j < hi) dst[o++] = src[j++];
+    }
+    fsh_sort_ent *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
+}
+
+/* Radix digits: RADIX_BITS bits, RADIX_PASSES passes cover 64 bits. */
+#define RADIX_BITS 11
+#define RADIX_BUCKETS (1 << RADIX_BITS)
+#define RADIX_PASSES ((64 + RADIX_BITS - 1) / RADIX_BITS)
+
+/* Stable LSD radix sort of e[0, n) on the whole 64-bit key (cnt:
+ * RADIX_PASSES x RADIX_BUCKETS counters of scratch); passes whose digit is
+ * the same in every key are skipped. */
+static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n,
+                       int64_t (*cnt)[RADIX_BUCKETS]) {
+  const uint64_t mask = RADIX_BUCKETS - 1;
+  memset(cnt, 0, RADIX_PASSES * sizeof *cnt);
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t k = e[i].key;
+    for (int d = 0; d < RADIX_PASSES; d++) cnt[d][(k >> (RADIX_BITS * d)) & mask]++;
+  }
+  fsh_sort_ent *src = e, *dst = tmp;
+  for (int d = 0; d < RADIX_PASSES; d++) {
+    int64_t *c = cnt[d];
+    bool trivial = false;
+    for (int v = 0; v < RADIX_BUCKETS; v++)
+      if (c[v] != 0) {
+        trivial = c[v] == n;
+        break;
+      }
+    if (trivial) continue;
+    int64_t sum = 0;
+    for (int v = 0; v < RADIX_BUCKETS; v++) {
+      int64_t t = c[v];
+      c[v] = sum;
+      sum += t;
+    }
+    int shift = RADIX_BITS * d;
+    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & mask]++] = src[i];
+    fsh_sort_ent *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
+}
+
+int fsh_kern_sort_check(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                        const fsh_sort_key *order, fsh_row_keys **rk, fsh_error *err) {
+  *rk = NULL;
+  if (!b || !key_cols || n_keys < 1)
+    return fsh_error_set(err, EINVAL, "NULL argument or no key column");
+  return fsh_row_keys_new(b, key_cols, n_keys, order, rk, err);
+}
+
+int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                     const fsh_sort_key *order, int64_t *indices, fsh_error *err) {
+  fsh_row_keys *rk = NULL;
+  int rc = fsh_kern_sort_check(b, key_cols, n_keys, order, &rk, err);
+  if (rc == 0 && b->length > 0 && !indices) rc = fsh_error_set(err, EINVAL, "NULL indices");
+  if (rc != 0) {
+    fsh_row_keys_free(rk);
+    return fsh_error_prefix(err, rc, "sort: ");
+  }
+  int64_t n = b->length;
+  fsh_sort_ent *e = NULL, *tmp = NULL;
+  int64_t(*cnt)[RADIX_BUCKETS] = NULL;
+  if (n > 0) {
+    e = fsh_malloc((size_t)n * sizeof *e);
+    tmp = fsh_malloc((size_t)n * sizeof *tmp);
+    cnt = fsh_malloc(RADIX_PASSES * sizeof *cnt);
+  }
+  if (n > 0 && (!e || !tmp || !cnt)) {
+    fsh_free(e);
+    fsh_free(tmp);
+    fsh_free(cnt);
+    fsh_row_keys_free(rk);
+    return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+  }
+  fsh_sort_key o0 = order ? order[0] : (fsh_sort_key){false, false};
+  key0 k;
+  key0_init(&k, b, key_cols[0], o0.descending);
+  int64_t n_null = 0;
+  for (int64_t i = 0; i < n; i++) n_null += key0_slot(&k, i) < 0;
+  int64_t nn = n - n_null;
+  int64_t vi = o0.nulls_first ? n_null : 0, ni = o0.nulls_first ? 0 : nn;
+  fsh_sort_ent *vals = e + vi, *nulls = e + ni;
+  uint64_t flip = o0.descending ? UINT64_MAX : 0;
+  int64_t a = 0, z = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = key0_slot(&k, i);
+    if (s < 0)
+      nulls[z++] = (fsh_sort_ent){0, i};
+    else
+      vals[a++] = (fsh_sort_ent){key0_prefix(&k, s) ^ flip, i};
+  }
+  bool exact = k.kind != P_NONE && k.kind != P_BINARY;
+  cmpctx c = {rk, !exact || n_keys > 1, k.kind == P_BINARY && n_keys == 1 ? &k : NULL};
+  if (nn > 1 && exact && n_keys == 1)
+    radix_sort(vals, tmp, nn, cnt);
+  else if (nn > 1)
+    merge_sort(&c, vals, tmp, nn);
+  if (n_keys > 1 && n_null > 1) {
+    cmpctx cn = {rk, true, NULL};
+    merge_sort(&cn, nulls, tmp, n_null);
+  }
+  for (int64_t i = 0; i < n; i++) indices[i] = e[i].row;
+  fsh_free(cnt);
+  fsh_free(e);
+  fsh_free(tmp);
+  fsh_row_keys_free(rk);
+  return 0;
+}
+
+int fsh_sort_batch(fsh_batch *b, const int32_t *key_cols, int n_keys, const fsh_sort_key *order,
+                   fsh_batch **out, fsh_error *err) {
+  if (out) *out = NULL;
+  if (!b || !out) return fsh_error_set(err, EINVAL, "sort: NULL argument");
+  int64_t *idx = fsh_malloc((size_t)(b->length > 0 ? b->length : 1) * sizeof *idx);
+  if (!idx) return fsh_error_set(err, ENOMEM, "sort: out of memory");
+  int rc = fsh_sort_indices(b, key_cols, n_keys, order, idx, err);
+  if (rc == 0) {
+    rc = fsh_take(b, idx, b->length, out, err);
+    if (rc != 0) fsh_error_prefix(err, rc, "sort: ");
+  }
+  fsh_free(idx);
+  return rc;
+}
