@@ -134,12 +134,18 @@ static int load_numbers(const fsh_expr *e, const fsh_field *f, const uint8_t *va
   return 0;
 }
 
-static int load_column(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err) {
+/* The batch's column e->col has the type e was bound to. */
+static int check_column(const fsh_expr *e, fsh_batch *b, fsh_error *err) {
   if (e->col >= b->n_columns ||
       !fsh_field_type_equals(&b->schema->fields[e->col], &e->col_field, NULL))
     return fsh_error_set(err, EINVAL,
                          "column '%s': the batch's schema is not the one the expression was "
                          "bound to", e->name);
+  return 0;
+}
+
+static int load_column(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err) {
+  FSH_RETURN_NOT_OK(check_column(e, b, err));
   fsh_array *a = b->columns[e->col];
   const fsh_field *f = &e->col_field;
   v->kind = e->kind;
@@ -476,9 +482,7 @@ int fsh_expr_eval(const fsh_expr *e, fsh_batch *b, fsh_array **out, fsh_error *e
   *out = NULL;
   FSH_RETURN_NOT_OK(check_bound(e, b, err));
   if (e->op == FSH_EXPR_COLUMN) {
-    ev_vec v = {0};
-    FSH_RETURN_NOT_OK(load_column(e, b, &v, err)); /* checks the schema */
-    ev_vec_reset(&v);
+    FSH_RETURN_NOT_OK(check_column(e, b, err));
     *out = fsh_array_ref(b->columns[e->col]);
     return 0;
   }
