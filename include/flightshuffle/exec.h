@@ -89,6 +89,10 @@ extern "C" {
  *   "expression JSON $.args[1].args[0]: operator '>': expected 2 args, got 3".
  * Printing writes the same grammar (a typed literal keeps its "type").
  *
+ * A bound expression is only read while evaluating: threads may evaluate
+ * one concurrently (binding again must not overlap them). IN lists are
+ * scanned linearly per row (meant for short lists).
+ *
  * Errors: binding fails with EINVAL naming the expression (in an SQL-like
  * text form, e.g. "(name + 1)") and the column ("unknown column 'x'",
  * "'name' is utf8, 1 is int64"). Evaluation of a bound expression fails
@@ -158,6 +162,9 @@ fsh_expr *fsh_expr_clone(const fsh_expr *e);
 /* Binds e (the whole tree) to schema s: resolves columns, checks types,
  * compiles LIKE patterns. May be called again for another schema. */
 FSH_NODISCARD int fsh_expr_bind(fsh_expr *e, const fsh_schema *s, fsh_error *err);
+/* fsh_expr_bind, and the result must be bool (or null): the check a
+ * filter makes, done before any batch arrives. */
+FSH_NODISCARD int fsh_expr_bind_predicate(fsh_expr *e, const fsh_schema *s, fsh_error *err);
 /* The result type of a bound expression. */
 fsh_type_id fsh_expr_type(const fsh_expr *e);
 /* The field a bound expression's results have, named `name`: for a bare

@@ -230,6 +230,18 @@ int fsh_expr_bind(fsh_expr *e, const fsh_schema *s, fsh_error *err) {
   return rc;
 }
 
+int fsh_expr_bind_predicate(fsh_expr *e, const fsh_schema *s, fsh_error *err) {
+  FSH_RETURN_NOT_OK(fsh_expr_bind(e, s, err));
+  if (e->type == FSH_TYPE_BOOL || e->type == FSH_TYPE_NA) return 0;
+  char text[256], what[300];
+  fsh_expr_format(e, text, sizeof text);
+  if (e->op == FSH_EXPR_COLUMN)
+    snprintf(what, sizeof what, "column '%s'", e->name);
+  else
+    snprintf(what, sizeof what, "%s", text);
+  return fsh_error_set(err, EINVAL, "predicate %s is %s, not bool", what, fsh_type_name(e->type));
+}
+
 int fsh_expr_field(const fsh_expr *e, const char *name, fsh_field *out, fsh_error *err) {
   memset(out, 0, sizeof *out);
   if (!e || !e->bound) return fsh_error_set(err, EINVAL, "expression not bound");

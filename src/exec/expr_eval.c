@@ -498,8 +498,10 @@ int fsh_expr_select(const fsh_expr *pred, fsh_batch *b, uint8_t *sel, int64_t *n
   FSH_RETURN_NOT_OK(check_bound(pred, b, err));
   if (pred->type != FSH_TYPE_BOOL && pred->type != FSH_TYPE_NA) {
     char text[256];
-    return fsh_error_set(err, EINVAL, "filter: predicate %s is %s, not bool",
-                         fsh_expr_format(pred, text, sizeof text), fsh_type_name(pred->type));
+    if (pred->op == FSH_EXPR_COLUMN) snprintf(text, sizeof text, "column '%s'", pred->name);
+    else fsh_expr_format(pred, text, sizeof text);
+    return fsh_error_set(err, EINVAL, "filter: predicate %s is %s, not bool", text,
+                         fsh_type_name(pred->type));
   }
   ev_vec v;
   FSH_RETURN_NOT_OK(ev_eval(pred, b, &v, err));
@@ -558,6 +560,16 @@ int fsh_project(fsh_batch *b, fsh_schema *out_schema, int64_t n, fsh_expr *const
   if (!b || !out_schema || out_schema->n_fields != n)
     return fsh_error_set(err, EINVAL, "project: the output schema has %" PRId64
                          " fields for %" PRId64 " expressions", out_schema ? out_schema->n_fields : -1, n);
+  for (int64_t k = 0; k < n; k++) {
+    const fsh_field *f = &out_schema->fields[k];
+    const fsh_expr *e = exprs[k];
+    FSH_RETURN_NOT_OK(check_bound(e, b, err));
+    bool ok = e->op == FSH_EXPR_COLUMN ? fsh_field_type_equals(f, &e->col_field, NULL)
+                                       : !f->dictionary && f->type == e->type;
+    if (!ok)
+      return fsh_error_set(err, EINVAL, "project column '%s': the output schema's type is not "
+                           "the expression's (schema from other expressions?)", f->name);
+  }
   fsh_batch *r = fsh_batch_new(out_schema, b->length);
   if (!r) return ev_oom(err);
   for (int64_t k = 0; k < n; k++) {

@@ -75,6 +75,16 @@ static void test_bind_errors(void) {
   CHECK_EQ_INT(fsh_expr_filter(e, b, &out, &err), EINVAL);
   CHECK(out == NULL);
   CHECK_MSG(strstr(err.message, "predicate (i32 + 1) is int64, not bool"), "%s", err.message);
+  /* ... and before any batch, through fsh_expr_bind_predicate */
+  CHECK_EQ_INT(fsh_expr_bind_predicate(e, b->schema, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "predicate (i32 + 1) is int64, not bool"), "%s", err.message);
+  fsh_expr_free(e);
+  e = fsh_expr_col("s");
+  CHECK_EQ_INT(fsh_expr_bind_predicate(e, b->schema, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "predicate column 's' is utf8, not bool"), "%s", err.message);
+  fsh_expr_free(e);
+  e = fsh_expr_call1(FSH_EXPR_IS_NULL, fsh_expr_col("s"));
+  CHECK_OK(fsh_expr_bind_predicate(e, b->schema, &err));
   fsh_expr_free(e);
   /* unbound */
   e = fsh_expr_col("i32");
@@ -99,6 +109,18 @@ static void test_bind_errors(void) {
   CHECK_MSG(strstr(err.message, "project column 'x'") && strstr(err.message, "(s - i32)"), "%s",
             err.message);
   fsh_expr_free(ex[0]);
+  /* project with an output schema made for other expressions */
+  ex[0] = fsh_expr_col("i32");
+  CHECK_OK(fsh_project_schema(b->schema, 1, names, ex, &os, &err));
+  fsh_expr *other_ex[1] = {fsh_expr_col("s")};
+  CHECK_OK(fsh_expr_bind(other_ex[0], b->schema, &err));
+  fsh_batch *pb = NULL;
+  CHECK_EQ_INT(fsh_project(b, os, 1, other_ex, &pb, &err), EINVAL);
+  CHECK(pb == NULL);
+  CHECK_MSG(strstr(err.message, "project column 'x'"), "%s", err.message);
+  fsh_expr_free(other_ex[0]);
+  fsh_expr_free(ex[0]);
+  fsh_schema_unref(os);
   fsh_schema_unref(s2);
   fsh_expr_free(e);
   fsh_batch_unref(other);
