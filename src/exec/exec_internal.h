@@ -93,8 +93,8 @@ void ev_vec_reset(ev_vec *v);
 FSH_NODISCARD int ev_eval(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err);
 
 /* Operator kernels: operands evaluated, result into r (zeroed). */
-FSH_NODISCARD int ev_arith(const fsh_expr *e, const ev_vec *a, const ev_vec *b, ev_vec *r,
-                           fsh_error *err);
+/* ev_arith may take over a or b's values buffer (then computes in place). */
+FSH_NODISCARD int ev_arith(const fsh_expr *e, ev_vec *a, ev_vec *b, ev_vec *r, fsh_error *err);
 FSH_NODISCARD int ev_cast(const fsh_expr *e, const ev_vec *a, ev_vec *r, fsh_error *err);
 FSH_NODISCARD int ev_compare(fsh_expr_op op, const ev_vec *a, const ev_vec *b, ev_vec *r,
                              fsh_error *err);

@@ -112,7 +112,22 @@ static int as_f64(const ev_vec *v, const double **out, double *scalar, fsh_buffe
   return 0;
 }
 
-int ev_arith(const fsh_expr *e, const ev_vec *a, const ev_vec *b, ev_vec *r, fsh_error *err) {
+/* An operand's values buffer the result may take over: owned by this
+ * temporary vector alone and of the result's kind. Each row is read before
+ * it is written, at the same index, so computing in place is safe. */
+static fsh_buffer *steal_values(ev_vec *v, ev_kind kind) {
+  if (v->scalar || v->kind != kind || !v->vals_buf || atomic_load(&v->vals_buf->refcount) != 1)
+    return NULL;
+  const void *p = kind == EV_F64 ? (const void *)v->f64 : (const void *)v->i64;
+  if (p != (const void *)v->vals_buf->data) return NULL;
+  fsh_buffer *b = v->vals_buf;
+  v->vals_buf = NULL; /* v still reads it until the caller resets v */
+  return b;
+}
+
+#define ARITH_CHUNK 1024
+
+int ev_arith(const fsh_expr *e, ev_vec *a, ev_vec *b, ev_vec *r, fsh_error *err) {
   int64_t n = a->n;
   r->n = n;
   if (a->kind == EV_NULL || b->kind == EV_NULL) {
@@ -123,7 +138,9 @@ int ev_arith(const fsh_expr *e, const ev_vec *a, const ev_vec *b, ev_vec *r, fsh
   int64_t m = scalar ? 1 : n; /* two scalars: one row, a scalar result */
   r->kind = e->kind;
   FSH_RETURN_NOT_OK(ev_valid_and(a, b, r, err));
-  r->vals_buf = fsh_buffer_new(8 * (m > 0 ? m : 1), false);
+  if (!scalar) r->vals_buf = steal_values(a, e->kind);
+  if (!scalar && !r->vals_buf) r->vals_buf = steal_values(b, e->kind);
+  if (!r->vals_buf) r->vals_buf = fsh_buffer_new(8 * (m > 0 ? m : 1), false);
   if (!r->vals_buf) {
     ev_vec_reset(r);
     return ev_oom(err);
@@ -165,39 +182,38 @@ int ev_arith(const fsh_expr *e, const ev_vec *a, const ev_vec *b, ev_vec *r, fsh
   int64_t xs = a->si, ys = b->si;
   bool xsc = a->scalar && !scalar, ysc = b->scalar && !scalar;
   int64_t *o = (int64_t *)r->vals_buf->data;
-  bool bad = false;
-  switch (op) {
-  case FSH_EXPR_ADD:
-    BIN_LOOP(int64_t, px, xs, xsc, py, ys, ysc, m, bad |= __builtin_add_overflow(x, y, &o[k]));
-    break;
-  case FSH_EXPR_SUB:
-    BIN_LOOP(int64_t, px, xs, xsc, py, ys, ysc, m, bad |= __builtin_sub_overflow(x, y, &o[k]));
-    break;
-  case FSH_EXPR_MUL:
-    BIN_LOOP(int64_t, px, xs, xsc, py, ys, ysc, m, bad |= __builtin_mul_overflow(x, y, &o[k]));
-    break;
-  case FSH_EXPR_DIV:
-    BIN_LOOP(int64_t, px, xs, xsc, py, ys, ysc, m, bad |= i64_op(FSH_EXPR_DIV, x, y, &o[k]));
-    break;
-  default:
-    BIN_LOOP(int64_t, px, xs, xsc, py, ys, ysc, m, bad |= i64_op(FSH_EXPR_MOD, x, y, &o[k]));
-    break;
-  }
-  if (bad) {
-    /* Second pass: only rows holding values count. */
-    if (e->null_on_error && !scalar) {
-      int rc = own_valid(r, n, err);
-      if (rc != 0) {
-        ev_vec_reset(r);
-        return rc;
-      }
+  /* Chunks computed into tmp first: when a row fails, the chunk's inputs
+   * are still intact (the output may be an input's buffer) to find the
+   * rows that hold values. */
+  int64_t tmp[ARITH_CHUNK];
+  for (int64_t base = 0; base < m; base += ARITH_CHUNK) {
+    int64_t len = m - base < ARITH_CHUNK ? m - base : ARITH_CHUNK;
+    const int64_t *cx = xsc ? NULL : px + base, *cy = ysc ? NULL : py + base;
+    bool bad = false;
+    switch (op) {
+    case FSH_EXPR_ADD:
+      BIN_LOOP(int64_t, cx, xs, xsc, cy, ys, ysc, len, bad |= __builtin_add_overflow(x, y, &tmp[k]));
+      break;
+    case FSH_EXPR_SUB:
+      BIN_LOOP(int64_t, cx, xs, xsc, cy, ys, ysc, len, bad |= __builtin_sub_overflow(x, y, &tmp[k]));
+      break;
+    case FSH_EXPR_MUL:
+      BIN_LOOP(int64_t, cx, xs, xsc, cy, ys, ysc, len, bad |= __builtin_mul_overflow(x, y, &tmp[k]));
+      break;
+    case FSH_EXPR_DIV:
+      BIN_LOOP(int64_t, cx, xs, xsc, cy, ys, ysc, len, bad |= i64_op(FSH_EXPR_DIV, x, y, &tmp[k]));
+      break;
+    default:
+      BIN_LOOP(int64_t, cx, xs, xsc, cy, ys, ysc, len, bad |= i64_op(FSH_EXPR_MOD, x, y, &tmp[k]));
+      break;
     }
-    for (int64_t k = 0; k < m; k++) {
-      int64_t xv = xsc ? xs : px[k], yv = ysc ? ys : py[k], dummy;
-      if (!i64_op(op, xv, yv, &dummy) || (!scalar && !ev_valid_at(r, k))) continue;
+    for (int64_t k = 0; bad && k < len; k++) {
+      /* Only rows holding values count. */
+      int64_t row = base + k, xv = xsc ? xs : cx[k], yv = ysc ? ys : cy[k], dummy;
+      if (!i64_op(op, xv, yv, &dummy) || (!scalar && !ev_valid_at(r, row))) continue;
       if (!e->null_on_error) {
         ev_vec_reset(r);
-        return arith_error(e, k, xv, yv, err);
+        return arith_error(e, row, xv, yv, err);
       }
       if (scalar) {
         ev_vec_reset(r);
@@ -205,8 +221,16 @@ int ev_arith(const fsh_expr *e, const ev_vec *a, const ev_vec *b, ev_vec *r, fsh
         r->n = n;
         return 0;
       }
-      fsh_bit_set(r->valid, k, false);
+      if (!r->valid || r->valid == a->valid || r->valid == b->valid) {
+        int rc = own_valid(r, n, err);
+        if (rc != 0) {
+          ev_vec_reset(r);
+          return rc;
+        }
+      }
+      fsh_bit_set(r->valid, row, false);
     }
+    memcpy(o + base, tmp, sizeof *tmp * (size_t)len);
   }
   r->i64 = o;
   if (scalar) {

@@ -149,6 +149,37 @@ static void check_arith(fsh_batch *b, char op, opnd x, opnd y) {
   fsh_array_unref(got);
 }
 
+/* Nested: ((x * 3) - i32) + nn, every node null_on_error, in int64 and
+ * (x = f64) in float64: results of one node feed the next. */
+static void check_nested(fsh_batch *b, const char *xcol) {
+  char json[600];
+  snprintf(json, sizeof json,
+           "{\"op\":\"+\",\"on_error\":\"null\",\"args\":[{\"op\":\"-\",\"on_error\":\"null\","
+           "\"args\":[{\"op\":\"*\",\"on_error\":\"null\",\"args\":[{\"col\":\"%s\"},{\"lit\":3}]},"
+           "{\"col\":\"i32\"}]},{\"col\":\"nn\"}]}", xcol);
+  fsh_type_id t = FSH_TYPE_NA;
+  fsh_array *got = run(b, json, &t);
+  if (!got) return;
+  fsh_field f = {.name = (char *)"r", .type = t};
+  opnd x = OC(xcol), i32 = OC("i32"), nn = OC("nn"), three = OI(3);
+  int bad = 0;
+  for (int64_t k = 0; k < b->length && bad < 3; k++) {
+    val v1 = {0}, v2 = {0}, v3 = {0};
+    arith_ref('*', get(b, &x, k), get(b, &three, k), &v1.valid, &v1.isf, &v1.i, &v1.f);
+    arith_ref('-', v1, get(b, &i32, k), &v2.valid, &v2.isf, &v2.i, &v2.f);
+    arith_ref('+', v2, get(b, &nn, k), &v3.valid, &v3.isf, &v3.i, &v3.f);
+    bool gv = eh_valid(&f, got, k);
+    bool same = gv == v3.valid;
+    if (same && gv) same = v3.isf ? eh_float(&f, got, k) == v3.f || (isnan(v3.f) && isnan(eh_float(&f, got, k)))
+                                  : eh_int(&f, got, k) == v3.i;
+    if (!same) {
+      bad++;
+      CHECK_MSG(same, "%s row %lld", json, (long long)k);
+    }
+  }
+  fsh_array_unref(got);
+}
+
 static void test_arith_random(void) {
   const char ops[] = "+-*/%";
   for (int s = 0; s < 5; s++) {
@@ -168,6 +199,9 @@ static void test_arith_random(void) {
         check_arith(b, ops[o], OI(INT64_MAX), OC("nn"));
         check_arith(b, ops[o], OI(6), OI(4));
       }
+      check_nested(b, "i64");
+      check_nested(b, "f64");
+      check_nested(b, "u8");
       fsh_batch_unref(b);
     }
   }
