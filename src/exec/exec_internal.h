@@ -83,6 +83,8 @@ typedef struct ev_vec {
   int64_t soff;
   const int64_t *idx;
   fsh_buffer *idx_buf;
+  int64_t dict_n;          /* with idx: the dictionary's entries are j in */
+  int64_t dict_off;        /* [dict_off, dict_off + dict_n) */
   const char *ss;          /* scalar string */
   int64_t ss_len;
 } ev_vec;

@@ -171,6 +171,8 @@ static int load_column(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *er
       idx[k] = ev_valid_at(v, k) ? fsh_kern_read_int(f->type, ib, a->offset + k) + va->offset
                                  : va->offset; /* null slots point at a harmless entry */
     v->idx = idx;
+    v->dict_n = va->length;
+    v->dict_off = va->offset;
     /* Null dictionary entries make their rows null. */
     if (fsh_array_null_count(va) > 0 && va->length > 0) {
       if (!v->valid) {
@@ -238,6 +240,63 @@ static int eval_args(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err)
   return 0;
 }
 
+/* A string predicate (LIKE, IN, or a comparison with a string literal) over
+ * a dictionary-encoded operand x with more rows than dictionary entries:
+ * evaluated once per entry, then spread to the rows through the indices.
+ * `other` is the literal operand of a comparison (NULL otherwise), on the
+ * left when x_right. Returns 1 when it does not apply. */
+static int dict_predicate(const fsh_expr *e, const ev_vec *x, const ev_vec *other, bool x_right,
+                          ev_vec *r, fsh_error *err) {
+  if (x->kind != EV_STR || !x->idx || x->scalar || x->n <= x->dict_n) return 1;
+  if (other && (other->kind != EV_STR || !other->scalar)) return 1;
+  ev_vec d = {.kind = EV_STR, .n = x->dict_n, .offsets = x->offsets, .owidth = x->owidth,
+              .data = x->data, .soff = x->dict_off};
+  ev_vec dr = {0}, lit = {0};
+  if (other) {
+    lit = *other; /* a shallow copy sized to the dictionary; never reset */
+    lit.n = x->dict_n;
+    other = &lit;
+  }
+  int rc;
+  if (e->op == FSH_EXPR_LIKE) rc = ev_like(e, &d, &dr, err);
+  else if (e->op == FSH_EXPR_IN) rc = ev_in(e, &d, &dr, err);
+  else rc = x_right ? ev_compare(e->op, other, &d, &dr, err) : ev_compare(e->op, &d, other, &dr, err);
+  if (rc != 0) return rc;
+  /* dr: bits over the entries; nulls only from a null in an IN list. */
+  r->n = x->n;
+  r->kind = EV_BOOL;
+  rc = ev_valid_and(x, NULL, r, err);
+  if (rc == 0) rc = ev_bitmap_new(x->n, &r->bits_buf, &r->bits, err);
+  if (rc == 0 && dr.kind == EV_BOOL && dr.valid && !(r->valid && r->valid != x->valid)) {
+    /* per-entry nulls (IN with a null): the rows' validity must be owned */
+    fsh_buffer *vb;
+    uint8_t *bits;
+    rc = ev_bitmap_new(x->n, &vb, &bits, err);
+    if (rc == 0) {
+      if (r->valid) memcpy(bits, r->valid, (size_t)fsh_bytes_for_bits(x->n));
+      else memset(bits, 0xff, (size_t)fsh_bytes_for_bits(x->n));
+      fsh_buffer_unref(r->valid_buf);
+      r->valid_buf = vb;
+      r->valid = bits;
+    }
+  }
+  if (rc == 0 && dr.kind == EV_NULL) {
+    ev_vec_reset(r);
+    r->kind = EV_NULL;
+    r->n = x->n;
+  } else if (rc == 0) {
+    for (int64_t k = 0; k < x->n; k++) {
+      int64_t j = x->idx[k] - x->dict_off;
+      bool v = dr.scalar ? dr.sbool : fsh_bit_get(dr.bits, j);
+      if (v) fsh_bit_set(r->bits, k, true);
+      if (dr.valid && !fsh_bit_get(dr.valid, j)) fsh_bit_set(r->valid, k, false);
+    }
+  }
+  ev_vec_reset(&dr);
+  if (rc != 0) ev_vec_reset(r);
+  return rc;
+}
+
 static int eval_call(const fsh_expr *e, fsh_batch *b, ev_vec *r, fsh_error *err) {
   ev_vec v[3];
   memset(v, 0, sizeof v);
@@ -261,7 +320,8 @@ static int eval_call(const fsh_expr *e, fsh_batch *b, ev_vec *r, fsh_error *err)
   }
   case FSH_EXPR_IN:
     FSH_RETURN_NOT_OK(ev_eval(e->args[0], b, &v[0], err));
-    rc = ev_in(e, &v[0], r, err);
+    rc = dict_predicate(e, &v[0], NULL, false, r, err);
+    if (rc == 1) rc = ev_in(e, &v[0], r, err);
     ev_vec_reset(&v[0]);
     return rc;
   default:
@@ -274,7 +334,9 @@ static int eval_call(const fsh_expr *e, fsh_batch *b, ev_vec *r, fsh_error *err)
     break;
   case FSH_EXPR_EQ: case FSH_EXPR_NE: case FSH_EXPR_LT: case FSH_EXPR_LE: case FSH_EXPR_GT:
   case FSH_EXPR_GE:
-    rc = ev_compare(e->op, &v[0], &v[1], r, err);
+    rc = dict_predicate(e, &v[0], &v[1], false, r, err);
+    if (rc == 1) rc = dict_predicate(e, &v[1], &v[0], true, r, err);
+    if (rc == 1) rc = ev_compare(e->op, &v[0], &v[1], r, err);
     break;
   case FSH_EXPR_NOT:
     rc = ev_logic(e->op, &v[0], NULL, r, err);
@@ -292,7 +354,8 @@ static int eval_call(const fsh_expr *e, fsh_batch *b, ev_vec *r, fsh_error *err)
     break;
   }
   case FSH_EXPR_LIKE:
-    rc = ev_like(e, &v[0], r, err);
+    rc = dict_predicate(e, &v[0], NULL, false, r, err);
+    if (rc == 1) rc = ev_like(e, &v[0], r, err);
     break;
   case FSH_EXPR_CAST:
     rc = ev_cast(e, &v[0], r, err);
