@@ -734,6 +734,54 @@ static void test_filter_project(void) {
   }
 }
 
-FSH_TEST_MAIN(TEST(test_arith_random), TEST(test_compare_random), TEST(test_logic_random),
+/* Literal and constant roots become full columns of their type. */
+static void test_constant_roots(void) {
+  fsh_error err;
+  fsh_batch *b = eh_random_batch(800, 37, 2, false);
+  struct {
+    const char *json;
+    fsh_type_id t;
+  } cases[] = {{"{\"lit\":\"h\\u00e9\"}", FSH_TYPE_STRING},
+               {"{\"lit\":null}", FSH_TYPE_NA},
+               {"{\"lit\":null,\"type\":\"utf8\"}", FSH_TYPE_STRING},
+               {"{\"lit\":null,\"type\":\"float32\"}", FSH_TYPE_FLOAT32},
+               {"{\"lit\":true}", FSH_TYPE_BOOL},
+               {"{\"lit\":-7,\"type\":\"int16\"}", FSH_TYPE_INT16},
+               {"{\"lit\":2.5,\"type\":\"float32\"}", FSH_TYPE_FLOAT32},
+               {"{\"lit\":\"2000-03-01\",\"type\":\"date32\"}", FSH_TYPE_DATE32},
+               {"{\"op\":\"+\",\"args\":[{\"lit\":2},{\"lit\":3}]}", FSH_TYPE_INT64},
+               {"{\"op\":\"<\",\"args\":[{\"lit\":2},{\"lit\":3.5}]}", FSH_TYPE_BOOL},
+               {"{\"op\":\"+\",\"args\":[{\"col\":\"i32\"},{\"lit\":null}]}", FSH_TYPE_INT64},
+               {"{\"op\":\"cast\",\"type\":\"uint8\",\"args\":[{\"lit\":300}],\"on_error\":\"null\"}",
+                FSH_TYPE_UINT8}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    fsh_type_id t = FSH_TYPE_NA;
+    fsh_array *got = run(b, cases[k].json, &t);
+    if (!got) continue;
+    CHECK_EQ_INT(t, cases[k].t);
+    CHECK_EQ_INT(got->length, b->length);
+    fsh_field f = {.name = (char *)"r", .type = t};
+    bool null_col = k == 1 || k == 2 || k == 3 || k == 10 || k == 11;
+    CHECK_EQ_INT(fsh_array_null_count(got), null_col ? b->length : 0);
+    for (int64_t r = 0; r < b->length && !null_col; r++) {
+      if (t == FSH_TYPE_STRING) {
+        const char *p;
+        int64_t len;
+        eh_str(&f, got, r, &p, &len);
+        CHECK(len == 3 && memcmp(p, "h\xc3\xa9", 3) == 0);
+      } else if (t == FSH_TYPE_FLOAT32) {
+        CHECK(eh_float(&f, got, r) == 2.5);
+      } else {
+        int64_t want = k == 4 ? 1 : k == 5 ? -7 : k == 7 ? 11017 : k == 8 ? 5 : 1;
+        CHECK_EQ_INT(eh_int(&f, got, r), want);
+      }
+    }
+    fsh_array_unref(got);
+  }
+  (void)err;
+  fsh_batch_unref(b);
+}
+
+FSH_TEST_MAIN(TEST(test_constant_roots), TEST(test_arith_random), TEST(test_compare_random), TEST(test_logic_random),
               TEST(test_truth_tables), TEST(test_is_null_in_between), TEST(test_like),
               TEST(test_like_edges), TEST(test_cast), TEST(test_filter_project))
