@@ -47,9 +47,10 @@ extern "C" {
  *                instead. % takes the sign of the dividend (C, SQL). Values
  *                under null slots never raise errors.
  *   = != < <= > >=   numbers with numeric promotion (integers as int64, with
- *                a float as float64), strings bytewise (memcmp, shorter
- *                prefix first), bool (false < true), date32 with date32,
- *                date64 with date64, timestamps of the same unit. Result bool.
+ *                a float as float64; NaN is unequal to everything, IEEE),
+ *                strings bytewise (memcmp, shorter prefix first), bool
+ *                (false < true), date32 with date32, date64 with date64,
+ *                timestamps of the same unit. Result bool.
  *   and or not   bool operands, SQL three-valued logic (false AND null =
  *                false, true OR null = true, NOT null = null).
  *   is_null, is_not_null   any operand; never null.
@@ -59,8 +60,8 @@ extern "C" {
  *   between      args[0] BETWEEN args[1] AND args[2]: x >= lo AND x <= hi
  *                with three-valued AND.
  *   like         args[0] LIKE args[1]: a string operand and a utf8 literal
- *                pattern. '%' matches any run of bytes (also empty), '_'
- *                one UTF-8 character, '\' makes the next character literal
+ *                pattern. '%' matches any run of characters (also none),
+ *                '_' one UTF-8 character, '\' makes the next character literal
  *                ("\%", "\_", "\\"); a trailing lone '\' is EINVAL at bind.
  *                Matching is byte-exact (no case folding). Patterns of the
  *                shapes "abc", "abc%", "%abc", "%abc%" run as equality,
@@ -69,7 +70,8 @@ extern "C" {
  *   cast         args[0] to a numeric or bool type (fsh_expr_cast): between
  *                numeric types and bool; float to integer truncates toward
  *                zero; a value out of the target's range (or NaN) is an
- *                EOVERFLOW error, or null when marked null_on_error; to
+ *                EOVERFLOW error, or null when marked null_on_error (uint64
+ *                targets hold 0..INT64_MAX); float32 targets round; to
  *                bool: x != 0; from bool: 0 or 1.
  *
  * JSON form (fsh_expr_from_json / fsh_expr_to_json), one object per node:
@@ -77,7 +79,7 @@ extern "C" {
  *   {"lit": VALUE [, "type": T [, "unit": "s"|"ms"|"us"|"ns"]]}
  *       VALUE null, true/false, an integer, a real or a string; without
  *       "type" they are null, bool, int64, float64, utf8. T is one of bool,
- *       int8..int64, uint8..uint32, float32, float64, utf8, date32 (integer
+ *       int8..int64, uint8..uint64, float32, float64, utf8, date32 (integer
  *       days or "YYYY-MM-DD"), date64 (integer ms), timestamp (integer in
  *       "unit", default "us"); a null VALUE with a type is a typed null.
  *   {"op": OP, "args": [EXPR, ...] [, "on_error": "error"|"null"]
@@ -91,11 +93,14 @@ extern "C" {
  *
  * A bound expression is only read while evaluating: threads may evaluate
  * one concurrently (binding again must not overlap them). IN lists are
- * scanned linearly per row (meant for short lists).
+ * scanned linearly per row (meant for short lists). LIKE, IN and
+ * comparisons with a string literal on a dictionary-encoded column run once
+ * per dictionary entry when the batch has more rows than entries.
  *
  * Errors: binding fails with EINVAL naming the expression (in an SQL-like
- * text form, e.g. "(name + 1)") and the column ("unknown column 'x'",
- * "'name' is utf8, 1 is int64"). Evaluation of a bound expression fails
+ * text form) and the column: "bind of (name + 1): type mismatch
+ * (arithmetic needs numbers): column 'name' is utf8, 1 is int64",
+ * "unknown column 'x' (the schema has 'a', 'b')". Evaluation of a bound expression fails
  * only on arithmetic/cast errors (EOVERFLOW, EDOM), ENOMEM, or a batch
  * whose schema does not match the one bound (EINVAL). */
 

@@ -223,9 +223,15 @@ static int bind_node(fsh_expr *e, const fsh_schema *s, fsh_error *err) {
 int fsh_expr_bind(fsh_expr *e, const fsh_schema *s, fsh_error *err) {
   if (!e || !s) return fsh_error_set(err, EINVAL, "bind: NULL expression or schema");
   int rc = bind_node(e, s, err);
-  if (rc != 0 && rc != ENOMEM) {
+  if (rc != 0 && rc != ENOMEM && err) {
+    /* Names the root too, unless the node at fault is the root. */
     char text[256];
-    fsh_error_prefix(err, rc, "bind of %s: ", fsh_expr_format(e, text, sizeof text));
+    fsh_expr_format(e, text, sizeof text);
+    size_t len = strlen(text);
+    if (strncmp(err->message, text, len) == 0 && err->message[len] == ':')
+      fsh_error_prefix(err, rc, "bind of ");
+    else
+      fsh_error_prefix(err, rc, "bind of %s: ", text);
   }
   return rc;
 }
