@@ -18,7 +18,200 @@
 extern "C" {
 #endif
 
-/* ---- expressions, filter, project -------------------------------------- */
+/* ---- expressions, filter, project --------------------------------------
+ *
+ * A small vectorized expression library. An expression is a tree of nodes
+ * (fsh_expr): column references (by name), typed literals, and operator
+ * calls. Build it (C constructors or JSON), bind it to a schema
+ * (fsh_expr_bind: names resolve to column indices, types are checked, LIKE
+ * patterns compiled), then evaluate it over whole batches: every operator
+ * runs one tight loop per call over values and validity bitmaps; nothing is
+ * allocated per row.
+ *
+ * Types (the value type of dictionary-encoded columns counts):
+ *   numeric  int8..int64, uint8..uint64, float32, float64
+ *   bool, utf8 / large_utf8 / binary / large_binary ("strings"),
+ *   date32, date64, timestamp (any unit, any timezone)
+ *   null     the type of an untyped null literal; it fits every operand.
+ * Columns of other types may be referenced (and projected, or tested with
+ * IS NULL) but not used as operator operands.
+ *
+ * Operators (SQL semantics; "null" propagates unless said otherwise):
+ *   + - * / %    numeric operands. Integers compute in int64 (uint64 values
+ *                above INT64_MAX are an overflow), a float operand makes it
+ *                float64 (IEEE: x/0 is +-inf or NaN, % is fmod). Result:
+ *                int64 or float64. Integer overflow, division or modulo by
+ *                zero (and INT64_MIN / -1) are EOVERFLOW / EDOM errors by
+ *                default that name the expression and the row; a node
+ *                marked fsh_expr_null_on_error turns such rows into nulls
+ *                instead. % takes the sign of the dividend (C, SQL). Values
+ *                under null slots never raise errors.
+ *   = != < <= > >=   numbers with numeric promotion (integers as int64, with
+ *                a float as float64; NaN is unequal to everything, IEEE),
+ *                strings bytewise (memcmp, shorter prefix first), bool
+ *                (false < true), date32 with date32, date64 with date64,
+ *                timestamps of the same unit. Result bool.
+ *   and or not   bool operands, SQL three-valued logic (false AND null =
+ *                false, true OR null = true, NOT null = null).
+ *   is_null, is_not_null   any operand; never null.
+ *   in           args[0] IN (args[1..]): the list holds literals comparable
+ *                with args[0]; true if equal to one; else null if the value
+ *                or a list element is null; else false.
+ *   between      args[0] BETWEEN args[1] AND args[2]: x >= lo AND x <= hi
+ *                with three-valued AND.
+ *   like         args[0] LIKE args[1]: a string operand and a utf8 literal
+ *                pattern. '%' matches any run of characters (also none),
+ *                '_' one UTF-8 character, '\' makes the next character literal
+ *                ("\%", "\_", "\\"); a trailing lone '\' is EINVAL at bind.
+ *                Matching is byte-exact (no case folding). Patterns of the
+ *                shapes "abc", "abc%", "%abc", "%abc%" run as equality,
+ *                prefix, suffix and substring searches; others through a
+ *                general matcher (greedy with backtracking to the last %).
+ *   cast         args[0] to a numeric or bool type (fsh_expr_cast): between
+ *                numeric types and bool; float to integer truncates toward
+ *                zero; a value out of the target's range (or NaN) is an
+ *                EOVERFLOW error, or null when marked null_on_error (uint64
+ *                targets hold 0..INT64_MAX); float32 targets round; to
+ *                bool: x != 0; from bool: 0 or 1.
+ *
+ * JSON form (fsh_expr_from_json / fsh_expr_to_json), one object per node:
+ *   {"col": NAME}
+ *   {"lit": VALUE [, "type": T [, "unit": "s"|"ms"|"us"|"ns"]]}
+ *       VALUE null, true/false, an integer, a real or a string; without
+ *       "type" they are null, bool, int64, float64, utf8. T is one of bool,
+ *       int8..int64, uint8..uint64, float32, float64, utf8, date32 (integer
+ *       days or "YYYY-MM-DD"), date64 (integer ms), timestamp (integer in
+ *       "unit", default "us"); a null VALUE with a type is a typed null.
+ *   {"op": OP, "args": [EXPR, ...] [, "on_error": "error"|"null"]
+ *              [, "type": T]}     ("type" only, and required, for cast)
+ *       OP: "+", "-", "*", "/", "%", "=", "!=", "<", "<=", ">", ">=",
+ *           "and", "or", "not", "is_null", "is_not_null", "in", "between",
+ *           "like", "cast". and/or take 2 or more args (folded left).
+ * Parse errors name the JSON path of the node and the operator:
+ *   "expression JSON $.args[1].args[0]: operator '>': expected 2 args, got 3".
+ * Printing writes the same grammar (a typed literal keeps its "type").
+ *
+ * A bound expression is only read while evaluating: threads may evaluate
+ * one concurrently (binding again must not overlap them). IN lists are
+ * scanned linearly per row (meant for short lists). LIKE, IN and
+ * comparisons with a string literal on a dictionary-encoded column run once
+ * per dictionary entry when the batch has more rows than entries.
+ *
+ * Errors: binding fails with EINVAL naming the expression (in an SQL-like
+ * text form) and the column: "bind of (name + 1): type mismatch
+ * (arithmetic needs numbers): column 'name' is utf8, 1 is int64",
+ * "unknown column 'x' (the schema has 'a', 'b')". Evaluation of a bound expression fails
+ * only on arithmetic/cast errors (EOVERFLOW, EDOM), ENOMEM, or a batch
+ * whose schema does not match the one bound (EINVAL). */
+
+typedef enum fsh_expr_op {
+  FSH_EXPR_COLUMN = 0,
+  FSH_EXPR_LITERAL,
+  FSH_EXPR_ADD,
+  FSH_EXPR_SUB,
+  FSH_EXPR_MUL,
+  FSH_EXPR_DIV,
+  FSH_EXPR_MOD,
+  FSH_EXPR_EQ,
+  FSH_EXPR_NE,
+  FSH_EXPR_LT,
+  FSH_EXPR_LE,
+  FSH_EXPR_GT,
+  FSH_EXPR_GE,
+  FSH_EXPR_AND,
+  FSH_EXPR_OR,
+  FSH_EXPR_NOT,
+  FSH_EXPR_IS_NULL,
+  FSH_EXPR_IS_NOT_NULL,
+  FSH_EXPR_IN,
+  FSH_EXPR_BETWEEN,
+  FSH_EXPR_LIKE,
+  FSH_EXPR_CAST,
+  FSH_EXPR_OP_COUNT_
+} fsh_expr_op;
+
+typedef struct fsh_expr fsh_expr;
+
+/* Constructors return a new node, or NULL on ENOMEM. Those that take
+ * argument nodes take ownership of them whatever happens (a NULL argument
+ * makes the result NULL and frees the others), so trees nest without
+ * checks: fsh_expr_call2(FSH_EXPR_GT, fsh_expr_col("x"), fsh_expr_int(
+ * FSH_TYPE_INT64, 5)) is NULL only on ENOMEM. */
+fsh_expr *fsh_expr_col(const char *name);
+/* An untyped null (type null), or a null of `type`. */
+fsh_expr *fsh_expr_null(fsh_type_id type);
+fsh_expr *fsh_expr_bool(bool v);
+/* An integer literal of an integer type, date32 (days) or date64 (ms);
+ * a value out of the type's range is EINVAL at bind. */
+fsh_expr *fsh_expr_int(fsh_type_id type, int64_t v);
+/* float32 or float64. */
+fsh_expr *fsh_expr_float(fsh_type_id type, double v);
+/* A utf8 literal of len bytes (len < 0: strlen). */
+fsh_expr *fsh_expr_string(const char *s, int64_t len);
+fsh_expr *fsh_expr_timestamp(fsh_time_unit unit, int64_t v);
+/* An operator node over args[0, n) (owned, see above); the array itself
+ * stays the caller's. */
+fsh_expr *fsh_expr_call(fsh_expr_op op, int n, fsh_expr **args);
+fsh_expr *fsh_expr_call1(fsh_expr_op op, fsh_expr *a);
+fsh_expr *fsh_expr_call2(fsh_expr_op op, fsh_expr *a, fsh_expr *b);
+fsh_expr *fsh_expr_call3(fsh_expr_op op, fsh_expr *a, fsh_expr *b, fsh_expr *c);
+/* CAST(a AS to): `to` a numeric type or bool. */
+fsh_expr *fsh_expr_cast(fsh_expr *a, fsh_type_id to);
+/* Marks an arithmetic or cast node: errors become nulls. Returns e. */
+fsh_expr *fsh_expr_null_on_error(fsh_expr *e);
+/* Frees the tree; NULL accepted. */
+void fsh_expr_free(fsh_expr *e);
+/* Deep copy (unbound), or NULL on ENOMEM. */
+fsh_expr *fsh_expr_clone(const fsh_expr *e);
+
+/* Binds e (the whole tree) to schema s: resolves columns, checks types,
+ * compiles LIKE patterns. May be called again for another schema. */
+FSH_NODISCARD int fsh_expr_bind(fsh_expr *e, const fsh_schema *s, fsh_error *err);
+/* fsh_expr_bind, and the result must be bool (or null): the check a
+ * filter makes, done before any batch arrives. */
+FSH_NODISCARD int fsh_expr_bind_predicate(fsh_expr *e, const fsh_schema *s, fsh_error *err);
+/* The result type of a bound expression. */
+fsh_type_id fsh_expr_type(const fsh_expr *e);
+/* The field a bound expression's results have, named `name`: for a bare
+ * column reference a copy of the column's field (dictionary encoding
+ * included), otherwise a nullable field of the result type. */
+FSH_NODISCARD int fsh_expr_field(const fsh_expr *e, const char *name, fsh_field *out,
+                                 fsh_error *err);
+/* Writes an SQL-like text form ("((a + 1) > 5)") into buf (truncated);
+ * returns buf. */
+const char *fsh_expr_format(const fsh_expr *e, char *buf, size_t size);
+
+/* Evaluates a bound e over b (of the schema it was bound to) into a new
+ * array of b->length rows of fsh_expr_field's type (a bare column
+ * reference returns a new reference to the column). */
+FSH_NODISCARD int fsh_expr_eval(const fsh_expr *e, fsh_batch *b, fsh_array **out,
+                                fsh_error *err);
+
+/* Filter: the rows of b where the bound boolean predicate is true (null
+ * counts as false), through fsh_filter. */
+FSH_NODISCARD int fsh_expr_filter(const fsh_expr *pred, fsh_batch *b, fsh_batch **out,
+                                  fsh_error *err);
+/* The selection bitmap of such a filter, in sel (fsh_bytes_for_bits(b->length)
+ * bytes, caller-owned); *n_selected its count (may be NULL). */
+FSH_NODISCARD int fsh_expr_select(const fsh_expr *pred, fsh_batch *b, uint8_t *sel,
+                                  int64_t *n_selected, fsh_error *err);
+
+/* Project: binds exprs[0, n) to `in` and builds the output schema, field k
+ * named names[k] (fsh_expr_field). */
+FSH_NODISCARD int fsh_project_schema(const fsh_schema *in, int64_t n, const char *const *names,
+                                     fsh_expr *const *exprs, fsh_schema **out, fsh_error *err);
+/* A new batch of schema `out_schema` (from fsh_project_schema with these
+ * exprs; a reference is taken) whose column k is exprs[k] over b. */
+FSH_NODISCARD int fsh_project(fsh_batch *b, fsh_schema *out_schema, int64_t n,
+                              fsh_expr *const *exprs, fsh_batch **out, fsh_error *err);
+
+/* Parses the JSON form (text of len bytes; len < 0: strlen) into a new
+ * unbound tree. */
+FSH_NODISCARD int fsh_expr_from_json(const char *text, int64_t len, fsh_expr **out,
+                                     fsh_error *err);
+/* Writes e's JSON form into a new NUL-terminated string (*out from
+ * fsh_malloc). */
+FSH_NODISCARD int fsh_expr_to_json(const fsh_expr *e, char **out, fsh_error *err);
 
 
 /* ---- hash aggregate ------------------------------------------------------ */
