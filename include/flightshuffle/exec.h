@@ -78,9 +78,8 @@ typedef struct fsh_agg_spec {
  * aggregate. Groups come out in the order they were first seen; rows whose
  * keys are all equal under fsh_row_keys_compare (nulls equal to nulls, NaN
  * to NaN, -0.0 to +0.0, dictionaries by value) form one group. No key
- * columns (n_keys == 0): a global aggregate, one output row even on no
- * input (counts 0, other values null); a PARTIAL global aggregate with no
- * input emits no row. */
+ * columns (n_keys == 0): a global aggregate, one output row in every mode,
+ * even on no input (counts 0, other values null). */
 typedef enum fsh_agg_mode { FSH_AGG_SINGLE = 0, FSH_AGG_PARTIAL, FSH_AGG_FINAL } fsh_agg_mode;
 
 typedef struct fsh_hash_agg fsh_hash_agg;
@@ -142,7 +141,9 @@ typedef struct fsh_hash_join fsh_hash_join;
  * null in any key never match. build_left: the left side is the build
  * (hash table) side, pushed with fsh_hash_join_build; otherwise the right.
  * memory_budget: bytes the build side and its table may hold (0 =
- * unlimited); EFBIG beyond (spilling is not implemented yet).
+ * unlimited; the table is estimated at 40 bytes a build row while the build
+ * side is pushed): fsh_hash_join_build returns EFBIG when a batch takes the
+ * join over it (the batch is kept; spilling is not implemented yet).
  *
  * Output schema: the left fields, then the right fields (not for semi and
  * anti joins); a right field whose name is already taken gets the suffix
@@ -168,7 +169,8 @@ FSH_NODISCARD int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch 
  * keep the build side; the build side's semi/anti rows when it is the
  * left), or NULL when there are none. Once. */
 FSH_NODISCARD int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_error *err);
-/* Bytes the join holds (build batches, table). */
+/* Bytes the join holds (build batches, table; the estimate before the
+ * first probe). */
 int64_t fsh_hash_join_memory(const fsh_hash_join *j);
 
 

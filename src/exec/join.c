@@ -15,7 +15,7 @@ struct fsh_hash_join {
   fsh_schema *build_schema, *probe_schema, *out;
   int n_left; /* output columns from the left */
   fsh_batch **pending; /* build batches until the first probe */
-  int64_t n_pending, pending_cap, pending_bytes;
+  int64_t n_pending, pending_cap, pending_bytes, pending_rows;
   fsh_batch *build;    /* the build side, plus one null row when probe_outer */
   int64_t n_build;     /* rows of the build side proper */
   hs_rowset *keys;
@@ -158,7 +158,8 @@ int fsh_hash_join_new(fsh_schema *left, fsh_schema *right, const int32_t *left_k
 fsh_schema *fsh_hash_join_output_schema(const fsh_hash_join *j) { return j->out; }
 
 int64_t fsh_hash_join_memory(const fsh_hash_join *j) {
-  int64_t t = j->pending_bytes + (j->build ? hs_batch_bytes(j->build) : 0);
+  /* Before the table exists, it is estimated at 40 bytes a build row. */
+  int64_t t = j->pending_bytes + j->pending_rows * 40 + (j->build ? hs_batch_bytes(j->build) : 0);
   t += hs_rowset_memory(j->keys);
   if (j->head) t += hs_rowset_count(j->keys) * 8;
   if (j->next) t += j->n_build * 8;
@@ -200,6 +201,7 @@ int fsh_hash_join_build(fsh_hash_join *j, fsh_batch *b, fsh_error *err) {
   if (rc != 0) return fsh_error_prefix(err, rc, "hash join (%s): ", type_name(j->type));
   j->pending[j->n_pending++] = fsh_batch_ref(b);
   j->pending_bytes += hs_batch_bytes(b);
+  j->pending_rows += b->length;
   return over_budget(j, err);
 }
 
@@ -227,6 +229,7 @@ static int finish_build(fsh_hash_join *j, fsh_error *err) {
   for (int64_t i = 0; i < j->n_pending; i++) fsh_batch_unref(j->pending[i]);
   j->n_pending = 0;
   j->pending_bytes = 0;
+  j->pending_rows = 0;
   int64_t n = j->n_build;
   int64_t *ids = fsh_malloc((size_t)(n ? n : 1) * 8);
   j->next = fsh_malloc((size_t)(n ? n : 1) * 8);
@@ -249,7 +252,7 @@ static int finish_build(fsh_hash_join *j, fsh_error *err) {
     }
   }
   fsh_free(ids);
-  return rc == 0 ? over_budget(j, err) : rc;
+  return rc;
 }
 
 /* The output batch: probe rows pidx and build rows bidx (n pairs); for
@@ -296,19 +299,14 @@ static int probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_error *err
   for (int64_t i = 0; rc == 0 && i < n; i++) {
     int64_t r = ids[i] >= 0 ? j->head[ids[i]] : -1;
     if (filter) {
-      if ((r >= 0) == semi) pidx[m++] = i;
+      if ((r >= 0) == semi) pidx[m++] = i; /* at most one per probe row */
       continue;
     }
-    if (r < 0) {
-      if (j->probe_outer) {
-        pidx[m] = i;
-        bidx[m++] = j->n_build; /* the null row */
-      }
-      continue;
-    }
+    if (r < 0 && !j->probe_outer) continue;
     if ((semi || anti) && fsh_bit_get(j->matched, r)) continue; /* the chain is marked */
-    for (; r >= 0; r = j->next[r]) {
-      if (j->matched) fsh_bit_set(j->matched, r, true);
+    for (bool first = true; rc == 0 && (r >= 0 || first); r = r >= 0 ? j->next[r] : -1) {
+      first = false;
+      if (r >= 0 && j->matched) fsh_bit_set(j->matched, r, true);
       if (semi || anti) continue; /* the build side is the left: finish emits */
       if (m == cap) {
         int64_t c2 = cap;
@@ -317,7 +315,7 @@ static int probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_error *err
         if (rc != 0) break;
       }
       pidx[m] = i;
-      bidx[m++] = r;
+      bidx[m++] = r >= 0 ? r : j->n_build; /* unmatched: the null row */
     }
   }
   if (rc == 0) {
@@ -342,7 +340,6 @@ int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_err
   if (!j->built) {
     j->built = true;
     rc = finish_build(j, err);
-    if (rc == EFBIG) return rc;
   }
   if (rc == 0) rc = probe(j, b, out, err);
   if (rc != 0) {
@@ -362,7 +359,6 @@ int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_error *err) {
   if (!j->built) { /* no probe batch came */
     j->built = true;
     rc = finish_build(j, err);
-    if (rc == EFBIG) rc = 0; /* reported at build time already */
   }
   j->finished = true;
   bool semi = j->type == FSH_JOIN_LEFT_SEMI, anti = j->type == FSH_JOIN_LEFT_ANTI;
