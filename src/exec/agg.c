@@ -497,7 +497,10 @@ static int update_distinct_list(acc *x, const fsh_array *c, const int64_t *gid, 
 static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fsh_error *err) {
   int64_t n = b->length;
   if (x->op == OP_COUNT_ROWS) {
-    for (int64_t i = 0; i < n; i++) x->cnt[gid[i]]++;
+    for (int64_t i = 0; i < n; i++) {
+      if (i + 8 < n) __builtin_prefetch(&x->cnt[gid[i + 8]]);
+      x->cnt[gid[i]]++;
+    }
     return 0;
   }
   fsh_array *c = b->columns[x->col];
@@ -507,8 +510,13 @@ static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fs
   const uint8_t *valid = kern_buf(c, 0), *p = kern_buf(c, 1);
   int64_t off = c->offset;
   fsh_type_id t = f->type, it = int_storage(t);
+  void *vals = x->i64 ? (void *)x->i64 : x->u64 ? (void *)x->u64 : (void *)x->f64;
   for (int64_t i = 0; i < n; i++) {
     int64_t abs = off + i, g = gid[i];
+    if (i + 8 < n) { /* many groups: the states are far apart */
+      __builtin_prefetch(&x->cnt[gid[i + 8]]);
+      if (vals) __builtin_prefetch((char *)vals + 8 * gid[i + 8]);
+    }
     if (x->op == OP_COUNT_VALID) {
       if (value_valid(f, c, abs)) x->cnt[g]++;
       continue;

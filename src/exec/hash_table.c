@@ -7,9 +7,16 @@
 
 #define HS_SEED 0x5eed0f4a5bull
 
+/* One slot, 16 bytes: the high 32 bits of the row hash (the table index
+ * is their low bits, so a rehash needs nothing else), the id, and where
+ * the id's key row lives: owned batch `batch` (-1: the batch being
+ * interned), row `row`. Reading a slot is thus one cache line; comparing
+ * keys touches the key row only when the 32 hash bits agree. */
 typedef struct slot {
-  uint64_t hash;
-  int64_t id; /* -1: empty */
+  uint32_t hash;
+  int32_t id; /* -1: empty */
+  int32_t batch;
+  int32_t row;
 } slot;
 
 struct hs_rowset {
@@ -19,17 +26,14 @@ struct hs_rowset {
   slot *slots;
   int64_t cap; /* power of two */
   int64_t n;   /* ids */
-  /* Where id g's key row lives: owned batch where_batch[g] (-1: the batch
-   * being interned), row where_row[g]. */
-  int32_t *where_batch;
-  int64_t *where_row;
-  int64_t id_cap;
   fsh_batch **owned;
   fsh_row_keys **owned_keys;
   int64_t n_owned, owned_cap;
   int64_t owned_bytes;
   bool poisoned;
 };
+
+static inline uint32_t hash32(uint64_t h) { return (uint32_t)(h >> 32); }
 
 int hs_grow(void **p, int64_t *cap, int64_t need, size_t size, fsh_error *err) {
   if (need <= *cap) return 0;
@@ -72,8 +76,6 @@ void hs_rowset_free(hs_rowset *rs) {
   }
   fsh_free(rs->owned);
   fsh_free(rs->owned_keys);
-  fsh_free(rs->where_batch);
-  fsh_free(rs->where_row);
   fsh_free(rs->slots);
   fsh_free(rs->identity);
   fsh_schema_unref(rs->key_schema);
@@ -83,7 +85,7 @@ void hs_rowset_free(hs_rowset *rs) {
 int64_t hs_rowset_count(const hs_rowset *rs) { return rs->n; }
 
 int64_t hs_rowset_memory(const hs_rowset *rs) {
-  return rs->cap * (int64_t)sizeof(slot) + rs->id_cap * 12 +
+  return rs->cap * (int64_t)sizeof(slot) +
          rs->owned_cap * (int64_t)(2 * sizeof(void *)) + rs->owned_bytes;
 }
 
@@ -106,9 +108,10 @@ static int rehash(hs_rowset *rs, fsh_error *err) {
 }
 
 /* Copies the rows `rows` (ids first_id, first_id + 1, ...) of b's key
- * columns into a new owned batch and points their ids at it. */
+ * columns into a new owned batch and points their slots at it. */
 static int own_new_rows(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols,
-                        const int64_t *rows, int64_t n, int64_t first_id, fsh_error *err) {
+                        const int64_t *rows, int64_t n, int64_t first_id, const uint64_t *hashes,
+                        fsh_error *err) {
   fsh_batch *proj = NULL, *kb = NULL;
   fsh_row_keys *kk = NULL;
   int rc = hs_grow((void **)&rs->owned, &rs->owned_cap, rs->n_owned + 1, sizeof(fsh_batch *), err);
@@ -129,12 +132,19 @@ static int own_new_rows(hs_rowset *rs, const fsh_batch *b, const int32_t *key_co
   rs->owned[bi] = kb;
   rs->owned_keys[bi] = kk;
   rs->owned_bytes += hs_batch_bytes(kb);
-  for (int64_t k = 0; k < n; k++) {
-    rs->where_batch[first_id + k] = bi;
-    rs->where_row[first_id + k] = k;
+  int64_t mask = rs->cap - 1;
+  for (int64_t k = 0; k < n; k++) { /* find each new id's slot again */
+    int64_t p = (int64_t)(hash32(hashes[rows[k]]) & (uint64_t)mask);
+    while (rs->slots[p].id != first_id + k) p = (p + 1) & mask;
+    rs->slots[p].batch = bi;
+    rs->slots[p].row = (int32_t)k;
   }
   return 0;
 }
+
+/* Slots ahead of the current row prefetched (the table is far larger than
+ * the caches when there are many keys). */
+#define HS_PREFETCH 8
 
 static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bool insert,
                   bool skip_null_keys, int64_t *ids, uint64_t *hashes, int64_t *pending,
@@ -143,52 +153,43 @@ static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bo
   int rc = fsh_hash_columns(b, key_cols, rs->n_keys, HS_SEED, hashes, err);
   if (rc == 0) rc = fsh_row_keys_new(b, key_cols, rs->n_keys, NULL, &rk, err);
   if (rc == 0 && rs->n_owned > 0) rc = fsh_row_keys_check_compatible(rs->owned_keys[0], rk, err);
+  if (rc == 0 && insert && rs->n + b->length > INT32_MAX)
+    rc = fsh_error_set(err, EOVERFLOW, "more than 2^31 - 1 distinct keys");
   if (rc != 0) {
     fsh_row_keys_free(rk);
     return rc;
   }
-  if (insert) {
-    int64_t cap = rs->id_cap;
-    rc = hs_grow((void **)&rs->where_row, &cap, rs->n + b->length, sizeof(int64_t), err);
-    if (rc == 0) rc = hs_grow((void **)&rs->where_batch, &rs->id_cap, rs->n + b->length,
-                              sizeof(int32_t), err);
-    if (rc != 0) {
-      fsh_row_keys_free(rk);
-      return rc;
-    }
-  }
   int64_t first_id = rs->n, n_pending = 0;
   for (int64_t i = 0; i < b->length; i++) {
+    if (i + HS_PREFETCH < b->length)
+      __builtin_prefetch(&rs->slots[hash32(hashes[i + HS_PREFETCH]) & (uint64_t)(rs->cap - 1)]);
     if (skip_null_keys && fsh_row_keys_any_null(rk, i)) {
       ids[i] = -1;
       continue;
     }
-    uint64_t h = hashes[i];
+    uint32_t h = hash32(hashes[i]);
     int64_t mask = rs->cap - 1, p = (int64_t)(h & (uint64_t)mask), id = -1;
     for (; rs->slots[p].id >= 0; p = (p + 1) & mask) {
-      if (rs->slots[p].hash != h) continue;
-      int64_t g = rs->slots[p].id;
-      int32_t wb = rs->where_batch[g];
-      int c = wb < 0 ? fsh_row_keys_compare(rk, i, rk, rs->where_row[g])
-                     : fsh_row_keys_compare(rk, i, rs->owned_keys[wb], rs->where_row[g]);
+      const slot *sl = &rs->slots[p];
+      if (sl->hash != h) continue;
+      int c = sl->batch < 0 ? fsh_row_keys_compare(rk, i, rk, sl->row)
+                            : fsh_row_keys_compare(rk, i, rs->owned_keys[sl->batch], sl->row);
       if (c == 0) {
-        id = g;
+        id = sl->id;
         break;
       }
     }
     if (id < 0 && insert) {
       id = rs->n++;
-      rs->where_batch[id] = -1;
-      rs->where_row[id] = i;
       pending[n_pending++] = i;
-      rs->slots[p].hash = h;
-      rs->slots[p].id = id;
+      rs->slots[p] = (slot){h, (int32_t)id, -1, (int32_t)i};
       if (rs->n * 2 > rs->cap && (rc = rehash(rs, err)) != 0) break;
     }
     ids[i] = id;
   }
   fsh_row_keys_free(rk);
-  if (rc == 0 && n_pending > 0) rc = own_new_rows(rs, b, key_cols, pending, n_pending, first_id, err);
+  if (rc == 0 && n_pending > 0)
+    rc = own_new_rows(rs, b, key_cols, pending, n_pending, first_id, hashes, err);
   return rc;
 }
 
@@ -196,6 +197,9 @@ int hs_rowset_intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols,
                      bool skip_null_keys, int64_t *ids, fsh_error *err) {
   if (rs->poisoned) return fsh_error_set(err, EINVAL, "the hash table failed earlier");
   if (b->length == 0) return 0;
+  if (b->length > INT32_MAX)
+    return fsh_error_set(err, EINVAL, "a batch of %lld rows: at most 2^31 - 1",
+                         (long long)b->length);
   uint64_t *hashes = fsh_malloc((size_t)b->length * sizeof(uint64_t));
   int64_t *pending = insert ? fsh_malloc((size_t)b->length * sizeof(int64_t)) : NULL;
   int rc;
