@@ -3,6 +3,8 @@
  * null arrays, projections, memory accounting. */
 #include "exec/hashops_internal.h"
 
+#include "kernels/kernels_internal.h"
+
 #include <string.h>
 
 #define HS_SEED 0x5eed0f4a5bull
@@ -15,9 +17,53 @@
 typedef struct slot {
   uint32_t hash;
   int32_t id; /* -1: empty */
-  int32_t batch;
-  int32_t row;
+  union {
+    struct {
+      int32_t batch;
+      int32_t row;
+    } loc;
+    uint64_t key; /* the fast path: the key's bytes themselves */
+  };
 } slot;
+
+/* The fast path: one key column of an integer-like type of 1, 2, 4 or 8
+ * bytes (integers, dates, times, timestamps, durations, month intervals;
+ * not floats, whose NaN and -0.0 need the comparison) keeps the value in
+ * the slot, so a lookup reads no key row; a null key is one id held aside.
+ * A batch's column is read through its dictionary when it has one. */
+typedef struct fast_col {
+  const uint8_t *valid, *vals; /* of the values (the dictionary's if any) */
+  int64_t off;
+  int width;
+  const uint8_t *ivalid, *idx; /* dictionary indices */
+  int64_t ioff;
+  fsh_type_id itype;
+} fast_col;
+
+static inline bool fast_value(const fast_col *c, int64_t i, uint64_t *v) {
+  int64_t at = i;
+  if (c->idx) {
+    if (c->ivalid && !fsh_bit_get(c->ivalid, c->ioff + i)) return false;
+    at = fsh_kern_read_int(c->itype, c->idx, c->ioff + i);
+  }
+  at += c->off;
+  if (c->valid && !fsh_bit_get(c->valid, at)) return false;
+  uint64_t x = 0;
+  memcpy(&x, c->vals + at * c->width, (size_t)c->width); /* little-endian */
+  *v = x;
+  return true;
+}
+
+static bool fast_type(const fsh_field *f) {
+  switch (f->type) {
+    case FSH_TYPE_INT8: case FSH_TYPE_INT16: case FSH_TYPE_INT32: case FSH_TYPE_INT64:
+    case FSH_TYPE_UINT8: case FSH_TYPE_UINT16: case FSH_TYPE_UINT32: case FSH_TYPE_UINT64:
+    case FSH_TYPE_DATE32: case FSH_TYPE_DATE64: case FSH_TYPE_TIME32: case FSH_TYPE_TIME64:
+    case FSH_TYPE_TIMESTAMP: case FSH_TYPE_DURATION: case FSH_TYPE_INTERVAL_MONTHS:
+      return !f->dictionary;
+    default: return false;
+  }
+}
 
 struct hs_rowset {
   fsh_schema *key_schema;
@@ -30,6 +76,8 @@ struct hs_rowset {
   fsh_row_keys **owned_keys;
   int64_t n_owned, owned_cap;
   int64_t owned_bytes;
+  bool fast;       /* the fast path (above) */
+  int64_t null_id; /* fast path: the id of the null key, or -1 */
   bool poisoned;
 };
 
@@ -62,6 +110,8 @@ int hs_rowset_new(fsh_schema *key_schema, hs_rowset **out, fsh_error *err) {
     return hs_oom(err);
   }
   for (int i = 0; i < rs->n_keys; i++) rs->identity[i] = i;
+  rs->fast = rs->n_keys == 1 && fast_type(&key_schema->fields[0]);
+  rs->null_id = -1;
   for (int64_t i = 0; i < rs->cap; i++) rs->slots[i].id = -1;
   rs->key_schema = fsh_schema_ref(key_schema);
   *out = rs;
@@ -71,7 +121,7 @@ int hs_rowset_new(fsh_schema *key_schema, hs_rowset **out, fsh_error *err) {
 void hs_rowset_free(hs_rowset *rs) {
   if (!rs) return;
   for (int64_t i = 0; i < rs->n_owned; i++) {
-    fsh_row_keys_free(rs->owned_keys[i]);
+    if (rs->owned_keys) fsh_row_keys_free(rs->owned_keys[i]);
     fsh_batch_unref(rs->owned[i]);
   }
   fsh_free(rs->owned);
@@ -136,8 +186,8 @@ static int own_new_rows(hs_rowset *rs, const fsh_batch *b, const int32_t *key_co
   for (int64_t k = 0; k < n; k++) { /* find each new id's slot again */
     int64_t p = (int64_t)(hash32(hashes[rows[k]]) & (uint64_t)mask);
     while (rs->slots[p].id != first_id + k) p = (p + 1) & mask;
-    rs->slots[p].batch = bi;
-    rs->slots[p].row = (int32_t)k;
+    rs->slots[p].loc.batch = bi;
+    rs->slots[p].loc.row = (int32_t)k;
   }
   return 0;
 }
@@ -172,8 +222,9 @@ static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bo
     for (; rs->slots[p].id >= 0; p = (p + 1) & mask) {
       const slot *sl = &rs->slots[p];
       if (sl->hash != h) continue;
-      int c = sl->batch < 0 ? fsh_row_keys_compare(rk, i, rk, sl->row)
-                            : fsh_row_keys_compare(rk, i, rs->owned_keys[sl->batch], sl->row);
+      int c = sl->loc.batch < 0
+                  ? fsh_row_keys_compare(rk, i, rk, sl->loc.row)
+                  : fsh_row_keys_compare(rk, i, rs->owned_keys[sl->loc.batch], sl->loc.row);
       if (c == 0) {
         id = sl->id;
         break;
@@ -182,7 +233,7 @@ static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bo
     if (id < 0 && insert) {
       id = rs->n++;
       pending[n_pending++] = i;
-      rs->slots[p] = (slot){h, (int32_t)id, -1, (int32_t)i};
+      rs->slots[p] = (slot){h, (int32_t)id, .loc = {-1, (int32_t)i}};
       if (rs->n * 2 > rs->cap && (rc = rehash(rs, err)) != 0) break;
     }
     ids[i] = id;
@@ -191,6 +242,75 @@ static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bo
   if (rc == 0 && n_pending > 0)
     rc = own_new_rows(rs, b, key_cols, pending, n_pending, first_id, hashes, err);
   return rc;
+}
+
+/* intern() on the fast path: hashes, then values compared in the slots. */
+static int intern_fast(hs_rowset *rs, const fsh_batch *b, int32_t col, bool insert,
+                       bool skip_null_keys, int64_t *ids, uint64_t *hashes, int64_t *pending,
+                       fsh_error *err) {
+  const fsh_field *f = &b->schema->fields[col];
+  const fsh_field *vf = f->dictionary ? &f->dictionary->value : f;
+  fsh_error diff;
+  if (!fsh_field_type_equals(vf, &rs->key_schema->fields[0], &diff))
+    return fsh_error_set(err, EINVAL, "key column '%s' differs in type: %s", f->name,
+                         diff.message);
+  const fsh_array *a = b->columns[col], *va = f->dictionary ? a->dictionary : a;
+  fast_col c = {kern_buf(va, 0), kern_buf(va, 1), va->offset, (int)(fsh_type_bit_width(vf) / 8),
+                NULL, NULL, 0, f->type};
+  if (f->dictionary) {
+    c.ivalid = kern_buf(a, 0);
+    c.idx = kern_buf(a, 1);
+    c.ioff = a->offset;
+    c.off = va->offset;
+  } else {
+    c.off = a->offset;
+  }
+  int rc = fsh_hash_columns(b, &col, 1, HS_SEED, hashes, err);
+  if (rc != 0) return rc;
+  int64_t n_pending = 0, first_id = rs->n;
+  for (int64_t i = 0; i < b->length; i++) {
+    if (i + HS_PREFETCH < b->length)
+      __builtin_prefetch(&rs->slots[hash32(hashes[i + HS_PREFETCH]) & (uint64_t)(rs->cap - 1)]);
+    uint64_t v;
+    if (!fast_value(&c, i, &v)) {
+      if (skip_null_keys) {
+        ids[i] = -1;
+      } else {
+        if (rs->null_id < 0 && insert) {
+          rs->null_id = rs->n++;
+          pending[n_pending++] = i;
+        }
+        ids[i] = rs->null_id;
+      }
+      continue;
+    }
+    uint32_t h = hash32(hashes[i]);
+    int64_t mask = rs->cap - 1, p = (int64_t)(h & (uint64_t)mask), id = -1;
+    for (; rs->slots[p].id >= 0; p = (p + 1) & mask)
+      if (rs->slots[p].key == v && rs->slots[p].hash == h) {
+        id = rs->slots[p].id;
+        break;
+      }
+    if (id < 0 && insert) {
+      id = rs->n++;
+      pending[n_pending++] = i;
+      rs->slots[p] = (slot){h, (int32_t)id, .key = v};
+      if (rs->n * 2 > rs->cap && (rc = rehash(rs, err)) != 0) return rc;
+    }
+    ids[i] = id;
+  }
+  (void)first_id;
+  if (n_pending == 0) return 0;
+  /* the new keys' rows, copied in id order (hs_rowset_keys) */
+  fsh_batch *proj = NULL, *kb = NULL;
+  rc = hs_grow((void **)&rs->owned, &rs->owned_cap, rs->n_owned + 1, sizeof(fsh_batch *), err);
+  if (rc == 0) rc = hs_project_batch(b, rs->key_schema, &col, &proj, err);
+  if (rc == 0) rc = fsh_take(proj, pending, n_pending, &kb, err);
+  fsh_batch_unref(proj);
+  if (rc != 0) return rc;
+  rs->owned[rs->n_owned++] = kb;
+  rs->owned_bytes += hs_batch_bytes(kb);
+  return 0;
 }
 
 int hs_rowset_intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bool insert,
@@ -204,6 +324,8 @@ int hs_rowset_intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols,
   int64_t *pending = insert ? fsh_malloc((size_t)b->length * sizeof(int64_t)) : NULL;
   int rc;
   if (!hashes || (insert && !pending)) rc = hs_oom(err);
+  else if (rs->fast)
+    rc = intern_fast(rs, b, key_cols[0], insert, skip_null_keys, ids, hashes, pending, err);
   else rc = intern(rs, b, key_cols, insert, skip_null_keys, ids, hashes, pending, err);
   fsh_free(hashes);
   fsh_free(pending);
