@@ -133,7 +133,8 @@ static inline bool td_valid(const fsh_field *f, const fsh_array *a, int64_t i) {
     int64_t d = 0;
     const uint8_t *p = a->buffers[1]->data;
     int64_t at = a->offset + i;
-    if (f->type == FSH_TYPE_INT16) { int16_t x; memcpy(&x, p + 2 * at, 2); d = x; }
+    if (f->type == FSH_TYPE_INT8) { d = (int8_t)p[at]; }
+    else if (f->type == FSH_TYPE_INT16) { int16_t x; memcpy(&x, p + 2 * at, 2); d = x; }
     else if (f->type == FSH_TYPE_INT32) { int32_t x; memcpy(&x, p + 4 * at, 4); d = x; }
     else { memcpy(&d, p + 8 * at, 8); }
     const fsh_array *da = a->dictionary;

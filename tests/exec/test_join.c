@@ -308,6 +308,114 @@ static void test_join_dictionary_against_plain(void) {
   fsh_batch_unref(d);
 }
 
+/* The one-integer-key fast path: a plain int64 key against a dictionary
+ * of int64 (by value), nulls on both sides; and narrow / unsigned widths. */
+static void test_join_integer_keys(void) {
+  fsh_error err;
+  uint64_t st = 31;
+  enum { NL = 300, NR = 120 };
+  int64_t lv[NL], dict_vals[6] = {5, -1, 9, 5, 0, INT64_MIN}; /* 5 twice: by value */
+  int8_t ri[NR];
+  char lvalid[NL + 1], rvalid[NR + 1];
+  for (int i = 0; i < NL; i++) {
+    lv[i] = (int64_t)(kh_rand(&st) % 12) - 2;
+    if (i % 17 == 0) lv[i] = INT64_MIN;
+    lvalid[i] = kh_rand(&st) % 9 ? '1' : '0';
+  }
+  for (int i = 0; i < NR; i++) {
+    ri[i] = (int8_t)(kh_rand(&st) % 6);
+    rvalid[i] = kh_rand(&st) % 7 ? '1' : '0';
+  }
+  lvalid[NL] = rvalid[NR] = 0;
+  sbh_cols c;
+  c.n = 0;
+  sbh_col(&c, "k", FSH_TYPE_INT64, true);
+  SBH_SET(&c, sbh_fixed(lvalid, NL, lv, 8));
+  fsh_batch *l = sbh_finish(&c, NL);
+  c.n = 0;
+  sbh_col(&c, "k", FSH_TYPE_INT64, true);
+  sbh_dict(&c.fields[0], 3, FSH_TYPE_INT8, false);
+  fsh_array *ra = sbh_fixed(rvalid, NR, ri, 1);
+  ra->dictionary = sbh_fixed("111101", 6, dict_vals, 8); /* dictionary slot 4 (0) is null */
+  SBH_SET(&c, ra);
+  fsh_batch *r = sbh_finish(&c, NR);
+  CHECK_OK(fsh_batch_validate(r, true, &err));
+  int64_t want = 0, want_anti = 0;
+  for (int i = 0; i < NL; i++) {
+    int64_t m = 0;
+    for (int k = 0; k < NR; k++)
+      m += lvalid[i] == '1' && rvalid[k] == '1' && ri[k] != 4 && dict_vals[ri[k]] == lv[i];
+    want += m;
+    want_anti += m == 0;
+  }
+  int32_t kc = 0;
+  for (int build_left = 0; build_left <= 1; build_left++) {
+    for (int anti = 0; anti <= 1; anti++) {
+      fsh_hash_join *j = NULL;
+      fsh_batch *o = NULL, *fin = NULL;
+      CHECK_OK(fsh_hash_join_new(l->schema, r->schema, &kc, &kc, 1,
+                                 anti ? FSH_JOIN_LEFT_ANTI : FSH_JOIN_INNER, build_left, 0, &j, &err));
+      if (!j) continue;
+      CHECK_OK(fsh_hash_join_build(j, build_left ? l : r, &err));
+      CHECK_OK(fsh_hash_join_probe(j, build_left ? r : l, &o, &err));
+      CHECK_OK(fsh_hash_join_finish(j, &fin, &err));
+      int64_t got = (o ? o->length : 0) + (fin ? fin->length : 0);
+      CHECK_MSG(got == (anti ? want_anti : want), "build_left %d anti %d: %lld rows, want %lld",
+                build_left, anti, (long long)got, (long long)(anti ? want_anti : want));
+      fsh_batch_unref(o);
+      fsh_batch_unref(fin);
+      fsh_hash_join_free(j);
+    }
+  }
+  /* Aggregates grouped by the dictionary key and by a uint64 key near 2^64. */
+  uint64_t uv[NL];
+  for (int i = 0; i < NL; i++) uv[i] = UINT64_MAX - (kh_rand(&st) % 5) * 0x100000000ull;
+  c.n = 0;
+  sbh_col(&c, "u", FSH_TYPE_UINT64, true);
+  SBH_SET(&c, sbh_fixed(lvalid, NL, uv, 8));
+  fsh_batch *ub = sbh_finish(&c, NL);
+  fsh_batch *in[2] = {r, ub};
+  fsh_agg_spec cnt = {FSH_AGG_COUNT_STAR, -1, NULL};
+  for (int which = 0; which < 2; which++) {
+    fsh_hash_agg *a = NULL;
+    fsh_batch *out = NULL;
+    CHECK_OK(fsh_hash_agg_new(in[which]->schema, &kc, 1, &cnt, 1, FSH_AGG_SINGLE, 0, &a, &err));
+    if (a) CHECK_OK(fsh_hash_agg_push(a, in[which], &err));
+    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    if (!out) {
+      fsh_hash_agg_free(a);
+      continue;
+    }
+    /* each group's count equals the naive count of rows equal to it */
+    int64_t total = 0;
+    for (int64_t g = 0; g < out->length; g++) {
+      bool gv = td_valid(&out->schema->fields[0], out->columns[0], g);
+      int64_t key = 0, naive = 0;
+      if (gv && which == 0) {
+        int64_t d = ((const int8_t *)out->columns[0]->buffers[1]->data)[out->columns[0]->offset + g];
+        key = dict_vals[d];
+      } else if (gv) {
+        key = td_i64(out->columns[0], g);
+      }
+      for (int i = 0; i < (which ? NL : NR); i++) {
+        bool v = which ? lvalid[i] == '1' : rvalid[i] == '1' && ri[i] != 4;
+        int64_t x = which ? (int64_t)uv[i] : dict_vals[ri[i]];
+        naive += v == gv && (!v || x == key);
+      }
+      CHECK_MSG(td_i64(out->columns[1], g) == naive, "group %lld: %lld rows, want %lld",
+                (long long)g, (long long)td_i64(out->columns[1], g), (long long)naive);
+      total += td_i64(out->columns[1], g);
+    }
+    CHECK_EQ_INT(total, which ? NL : NR);
+    CHECK(out->length <= (which ? 6 : 5));
+    fsh_batch_unref(out);
+    fsh_hash_agg_free(a);
+  }
+  fsh_batch_unref(ub);
+  fsh_batch_unref(l);
+  fsh_batch_unref(r);
+}
+
 static void test_join_alloc_failure(void) {
   fsh_error err;
   uint64_t st = 12;
@@ -350,4 +458,5 @@ static void test_join_alloc_failure(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_join_random), TEST(test_join_empty_sides), TEST(test_join_errors),
-              TEST(test_join_dictionary_against_plain), TEST(test_join_alloc_failure))
+              TEST(test_join_dictionary_against_plain), TEST(test_join_integer_keys),
+              TEST(test_join_alloc_failure))
