@@ -126,10 +126,11 @@ typedef enum fsh_join_type {
   FSH_JOIN_LEFT_ANTI
 } fsh_join_type;
 
-/* The planner's default for choosing a broadcast join: a side whose
- * fsh_hash_join_memory-style size is at most this many bytes is built and
- * broadcast; otherwise both sides are repartitioned on the keys. The
- * operator itself builds whichever side the caller gives. */
+/* The planner's default for choosing a broadcast join (64 MiB): a side
+ * whose batches hold at most this many bytes of buffers is the build side
+ * and is broadcast to every task of the other; otherwise both sides are
+ * repartitioned on the keys and the smaller one is built. The operator
+ * itself builds whichever side the caller gives. */
 #define FSH_JOIN_BROADCAST_BYTES ((int64_t)64 << 20)
 
 typedef struct fsh_hash_join fsh_hash_join;

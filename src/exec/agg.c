@@ -472,7 +472,7 @@ static int distinct_insert(acc *x, const int64_t *gid, int64_t n, fsh_array *val
 }
 
 static int update_distinct_list(acc *x, const fsh_array *c, const int64_t *gid, int64_t n,
-                                int64_t *scratch, fsh_error *err) {
+                                fsh_error *err) {
   const uint8_t *offs = kern_buf(c, 1);
   int64_t first = kern_read_i32(offs, c->offset), last = kern_read_i32(offs, c->offset + n);
   int64_t m = last - first;
@@ -487,7 +487,6 @@ static int update_distinct_list(acc *x, const fsh_array *c, const int64_t *gid, 
     for (int64_t k = s; k < e; k++) egid[k - first] = gid[i];
   }
   if (rc == 0) rc = distinct_insert(x, egid, m, vals, escratch, err);
-  (void)scratch;
   fsh_array_unref(vals);
   fsh_free(egid);
   fsh_free(escratch);
@@ -506,7 +505,7 @@ static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fs
   fsh_array *c = b->columns[x->col];
   const fsh_field *f = x->in;
   if (x->op == OP_DISTINCT) return distinct_insert(x, gid, n, c, scratch, err);
-  if (x->op == OP_DISTINCT_LIST) return update_distinct_list(x, c, gid, n, scratch, err);
+  if (x->op == OP_DISTINCT_LIST) return update_distinct_list(x, c, gid, n, err);
   const uint8_t *valid = kern_buf(c, 0), *p = kern_buf(c, 1);
   int64_t off = c->offset;
   fsh_type_id t = f->type, it = int_storage(t);
