@@ -184,45 +184,87 @@ static void merge_sort(const cmpctx *c, fsh_sort_ent *e, fsh_sort_ent *tmp, int6
   if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
 }
 
-/* Radix digits: RADIX_BITS bits, RADIX_PASSES passes cover 64 bits. */
-#define RADIX_BITS 11
-#define RADIX_BUCKETS (1 << RADIX_BITS)
-#define RADIX_PASSES ((64 + RADIX_BITS - 1) / RADIX_BITS)
+/* The radix sort: LSD on 8-bit digits for small inputs; for large ones
+ * one MSD pass on the top MSD_BITS varying bits spreads the entries into
+ * buckets that fit in cache, each then LSD-sorted on the bits below. */
+#define MSD_BITS 11
+#define MSD_MIN_ROWS (1 << 15)
 
-/* Stable LSD radix sort of e[0, n) on the whole 64-bit key (cnt:
- * RADIX_PASSES x RADIX_BUCKETS counters of scratch); passes whose digit is
- * the same in every key are skipped. */
-static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n,
-                       int64_t (*cnt)[RADIX_BUCKETS]) {
-  const uint64_t mask = RADIX_BUCKETS - 1;
-  memset(cnt, 0, RADIX_PASSES * sizeof *cnt);
+typedef struct radix_scratch {
+  int64_t cnt[8][256];         /* LSD histograms */
+  int64_t msd[1 << MSD_BITS];  /* MSD bucket starts */
+} radix_scratch;
+
+/* Stable LSD radix sort of src[0, n) on key bits [0, bits), ping-ponging
+ * with dst[0, n); the result ends in dst. Passes whose digit is the same in
+ * every key are skipped. */
+static void radix_lsd(fsh_sort_ent *src, fsh_sort_ent *dst, int64_t n, int bits,
+                      int64_t (*cnt)[256]) {
+  int passes = (bits + 7) / 8;
+  fsh_sort_ent *const out = dst;
+  memset(cnt, 0, (size_t)passes * sizeof *cnt);
   for (int64_t i = 0; i < n; i++) {
-    uint64_t k = e[i].key;
-    for (int d = 0; d < RADIX_PASSES; d++) cnt[d][(k >> (RADIX_BITS * d)) & mask]++;
+    uint64_t k = src[i].key;
+    for (int d = 0; d < passes; d++) cnt[d][(k >> (8 * d)) & 0xFF]++;
   }
-  fsh_sort_ent *src = e, *dst = tmp;
-  for (int d = 0; d < RADIX_PASSES; d++) {
+  for (int d = 0; d < passes; d++) {
     int64_t *c = cnt[d];
     bool trivial = false;
-    for (int v = 0; v < RADIX_BUCKETS; v++)
+    for (int v = 0; v < 256; v++)
       if (c[v] != 0) {
         trivial = c[v] == n;
         break;
       }
     if (trivial) continue;
     int64_t sum = 0;
-    for (int v = 0; v < RADIX_BUCKETS; v++) {
+    for (int v = 0; v < 256; v++) {
       int64_t t = c[v];
       c[v] = sum;
       sum += t;
     }
-    int shift = RADIX_BITS * d;
-    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & mask]++] = src[i];
+    int shift = 8 * d;
+    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & 0xFF]++] = src[i];
     fsh_sort_ent *t = src;
     src = dst;
     dst = t;
   }
-  if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
+  if (src != out) memcpy(out, src, (size_t)n * sizeof *out);
+}
+
+/* Stable radix sort of e[0, n) on the whole 64-bit key, tmp[0, n) as
+ * scratch; the result ends in e. */
+static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n, radix_scratch *rs) {
+  uint64_t diff = 0, k0 = n > 0 ? e[0].key : 0;
+  for (int64_t i = 0; i < n; i++) diff |= e[i].key ^ k0;
+  if (diff == 0) return; /* every key equal */
+  int bits = 64 - __builtin_clzll(diff); /* keys differ only in bits [0, bits) */
+  if (n < MSD_MIN_ROWS || bits <= 8) {
+    memcpy(tmp, e, (size_t)n * sizeof *e);
+    radix_lsd(tmp, e, n, bits, rs->cnt);
+    return;
+  }
+  int low = bits > MSD_BITS ? bits - MSD_BITS : 0, nb = 1 << (bits - low);
+  uint64_t mask = (uint64_t)nb - 1;
+  int64_t *c = rs->msd;
+  memset(c, 0, (size_t)nb * sizeof *c);
+  for (int64_t i = 0; i < n; i++) c[(e[i].key >> low) & mask]++;
+  int64_t sum = 0;
+  for (int v = 0; v < nb; v++) {
+    int64_t t = c[v];
+    c[v] = sum;
+    sum += t;
+  }
+  for (int64_t i = 0; i < n; i++) tmp[c[(e[i].key >> low) & mask]++] = e[i];
+  /* c[v] is now the end of bucket v */
+  int64_t start = 0;
+  for (int v = 0; v < nb; v++) {
+    int64_t end = c[v], m = end - start;
+    if (m == 1)
+      e[start] = tmp[start];
+    else if (m > 1)
+      radix_lsd(tmp + start, e + start, m, low, rs->cnt);
+    start = end;
+  }
 }
 
 int fsh_kern_sort_check(const fsh_batch *b, const int32_t *key_cols, int n_keys,
@@ -244,11 +286,11 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   }
   int64_t n = b->length;
   fsh_sort_ent *e = NULL, *tmp = NULL;
-  int64_t(*cnt)[RADIX_BUCKETS] = NULL;
+  radix_scratch *cnt = NULL;
   if (n > 0) {
     e = fsh_malloc((size_t)n * sizeof *e);
     tmp = fsh_malloc((size_t)n * sizeof *tmp);
-    cnt = fsh_malloc(RADIX_PASSES * sizeof *cnt);
+    cnt = fsh_malloc(sizeof *cnt);
   }
   if (n > 0 && (!e || !tmp || !cnt)) {
     fsh_free(e);

@@ -154,6 +154,66 @@ static void test_all_types(void) {
   fsh_batch_unref(b);
 }
 
+/* Large inputs take the radix sort's MSD pass (from 32768 rows): int64
+ * keys of 64, 20, 10 and 1 varying bits, and float64, with nulls, against
+ * qsort on (value, row). */
+static const int64_t *g_big;
+static const uint8_t *g_big_valid;
+static bool g_big_desc;
+
+static int big_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  bool vx = g_big_valid[x], vy = g_big_valid[y];
+  int c;
+  if (!vx || !vy)
+    c = vx == vy ? 0 : vx ? -1 : 1; /* nulls last */
+  else {
+    c = (g_big[x] > g_big[y]) - (g_big[x] < g_big[y]);
+    if (g_big_desc) c = -c;
+  }
+  return c ? c : (x > y) - (x < y);
+}
+
+static void test_sort_large(void) {
+  fsh_error err;
+  enum { BIG = 200000 };
+  int64_t *vals = malloc(BIG * sizeof *vals), *got = malloc(BIG * sizeof *got);
+  int64_t *want = malloc(BIG * sizeof *want);
+  uint8_t *valid = malloc(BIG);
+  char *vpat = malloc(BIG + 1);
+  int bits[] = {64, 20, 10, 1};
+  uint64_t st = 99;
+  for (int t = 0; t < 4; t++)
+    for (int desc = 0; desc < 2; desc++) {
+      for (int i = 0; i < BIG; i++) {
+        uint64_t r = kh_rand(&st);
+        vals[i] = bits[t] == 64 ? (int64_t)r : (int64_t)(r >> (64 - bits[t])) - (1 << (bits[t] - 1));
+        valid[i] = kh_rand(&st) % 50 != 0;
+        vpat[i] = valid[i] ? '1' : '0';
+      }
+      vpat[BIG] = '\0';
+      sbh_cols c;
+      c.n = 0;
+      sbh_col(&c, "k", FSH_TYPE_INT64, true);
+      SBH_SET(&c, sbh_fixed(vpat, BIG, vals, 8));
+      fsh_batch *b = sbh_finish(&c, BIG);
+      g_big = vals, g_big_valid = valid, g_big_desc = desc;
+      for (int i = 0; i < BIG; i++) want[i] = i;
+      qsort(want, BIG, sizeof *want, big_cmp);
+      int32_t key = 0;
+      fsh_sort_key order = {desc != 0, false};
+      CHECK_OK(fsh_sort_indices(b, &key, 1, &order, got, &err));
+      CHECK_MSG(memcmp(got, want, BIG * sizeof *got) == 0, "%d varying bits, descending %d",
+                bits[t], desc);
+      fsh_batch_unref(b);
+    }
+  free(vals);
+  free(got);
+  free(want);
+  free(valid);
+  free(vpat);
+}
+
 static void test_all_equal(void) {
   fsh_error err;
   int64_t vals[500], idx[500], top[10];
@@ -230,4 +290,5 @@ static void test_alloc_failure(void) {
 
 FSH_TEST_MAIN(TEST(test_sort_against_reference), TEST(test_sort_skewed_and_small),
               TEST(test_sort_batch), TEST(test_top_n_against_reference), TEST(test_all_types),
-              TEST(test_all_equal), TEST(test_errors), TEST(test_alloc_failure))
+              TEST(test_sort_large), TEST(test_all_equal), TEST(test_errors),
+              TEST(test_alloc_failure))

@@ -204,6 +204,56 @@ static void test_boundaries_skew(void) {
   fsh_batch_unref(data);
 }
 
+/* Every orderable column of the every-type sample: the merge of the two
+ * sorted halves equals the stable sort of the whole (the first half's rows
+ * first on ties), and boundaries strictly increase (fsh_row_keys_compare,
+ * tested against a reference in test_partition.c) and are accepted by
+ * fsh_partition_range. */
+static void test_all_types(void) {
+  fsh_error err;
+  fsh_batch *b = kh_big_batch(8, 2);
+  int64_t half = b->length / 2;
+  fsh_batch *h[2] = {SBH_OK(fsh_batch_slice(b, 0, half)),
+                     SBH_OK(fsh_batch_slice(b, half, b->length - half))};
+  int n_ok = 0;
+  int32_t *part = malloc(sizeof *part * (size_t)b->length);
+  for (int32_t c = 0; c < b->n_columns; c++) {
+    fsh_sort_key order = REF_ORDERS[c % 4][0];
+    fsh_batch *s[2] = {NULL, NULL}, *whole = NULL, *merged = NULL, *bounds = NULL;
+    int rc = fsh_sort_batch(b, &c, 1, &order, &whole, &err);
+    if (rc == ENOTSUP) continue;
+    n_ok++;
+    CHECK_OK(rc);
+    CHECK_OK(fsh_sort_batch(h[0], &c, 1, &order, &s[0], &err));
+    CHECK_OK(fsh_sort_batch(h[1], &c, 1, &order, &s[1], &err));
+    CHECK_OK(fsh_merge_sorted(s, 2, &c, 1, &order, &merged, &err));
+    CHECK_MSG(merged && whole && fsh_batch_equals(whole, merged, &err), "column %s: %s",
+              b->schema->fields[c].name, err.message);
+    CHECK_OK(fsh_range_boundaries(b, &c, 1, &order, 6, &bounds, &err));
+    if (bounds) {
+      int32_t zero = 0;
+      fsh_row_keys *rk = NULL;
+      CHECK_OK(fsh_row_keys_new(bounds, &zero, 1, &order, &rk, &err));
+      for (int64_t i = 1; rk && i < bounds->length; i++)
+        CHECK_MSG(fsh_row_keys_compare(rk, i - 1, rk, i) < 0, "column %s: boundaries %lld, %lld",
+                  b->schema->fields[c].name, (long long)i - 1, (long long)i);
+      CHECK(bounds->length >= 1 && bounds->length <= 5);
+      CHECK_OK(fsh_partition_range(b, &c, 1, bounds, &order, part, &err));
+      fsh_row_keys_free(rk);
+    }
+    fsh_batch_unref(bounds);
+    fsh_batch_unref(merged);
+    fsh_batch_unref(whole);
+    fsh_batch_unref(s[0]);
+    fsh_batch_unref(s[1]);
+  }
+  CHECK_MSG(n_ok >= 33, "only %d orderable columns", n_ok);
+  free(part);
+  fsh_batch_unref(h[0]);
+  fsh_batch_unref(h[1]);
+  fsh_batch_unref(b);
+}
+
 static void test_alloc_failure(void) {
   fsh_error err;
   fsh_batch *data = ref_make_data(8, 0);
@@ -275,5 +325,5 @@ static void test_alloc_failure(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_merge_against_reference), TEST(test_merge_edges),
-              TEST(test_boundaries_against_reference), TEST(test_boundaries_skew),
+              TEST(test_boundaries_against_reference), TEST(test_boundaries_skew), TEST(test_all_types),
               TEST(test_alloc_failure))
