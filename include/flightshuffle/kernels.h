@@ -184,9 +184,11 @@ FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int
 
 /* indices[0, b->length) = the rows of b (relative to its offset) in sorted
  * order, stable. A single fixed-width key (integers, temporal types,
- * floats; not dictionary-encoded) is radix-sorted; other keys are merge-
- * sorted on a 64-bit key prefix, then the full row comparison. order NULL:
- * all ascending, nulls last. Errors as fsh_row_keys_new. */
+ * floats, bool, or a dictionary of those) is radix-sorted; other keys are
+ * merge-sorted on a 64-bit prefix of the first key, then the full row
+ * comparison. order NULL: all ascending, nulls last. Errors as
+ * fsh_row_keys_new. Memory: about 33 bytes a row for the radix sort,
+ * 32 for the merge sort. */
 FSH_NODISCARD int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
                                    const fsh_sort_key *order, int64_t *indices, fsh_error *err);
 /* b's rows in sorted order: fsh_take(b, fsh_sort_indices(...)). */

@@ -1,9 +1,11 @@
 /* sort.c -- stable multi-key sort of a batch's rows. Rows null in the first
  * key are set aside (before or after the rest, per nulls_first); the others
- * get a 64-bit order-preserving prefix of their first key. A single
- * fixed-width key is then LSD-radix-sorted on the prefix (exact); any other
- * key set is merge-sorted comparing prefixes first and the full row
- * comparison (fsh_row_keys_compare) only when prefixes tie. */
+ * get a 64-bit order-preserving prefix of their first key. A single key
+ * whose prefix is exact (integers, temporal types, floats, bool, or a
+ * dictionary of those) is radix-sorted on it: an MSD pass into cache-sized
+ * buckets, then LSD within each. Any other key set is merge-sorted comparing
+ * prefixes first, and rows only when prefixes tie (a single binary key
+ * bytewise, otherwise fsh_row_keys_compare). */
 #include "kernels/sort_internal.h"
 
 #include "arrow/numeric.h"
@@ -184,24 +186,19 @@ static void merge_sort(const cmpctx *c, fsh_sort_ent *e, fsh_sort_ent *tmp, int6
   if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
 }
 
-/* The radix sort: LSD on 8-bit digits for small inputs; for large ones
- * one MSD pass on the top MSD_BITS varying bits spreads the entries into
- * buckets that fit in cache, each then LSD-sorted on the bits below. */
+/* The radix sort of a single fixed-width key: one MSD pass on the top
+ * MSD_BITS varying bits spreads (key, row) entries into buckets that fit
+ * in cache (large inputs only), each then LSD-sorted on 8-bit digits of the
+ * bits below. */
 #define MSD_BITS 11
 #define MSD_MIN_ROWS (1 << 15)
 
-typedef struct radix_scratch {
-  int64_t cnt[8][256];         /* LSD histograms */
-  int64_t msd[1 << MSD_BITS];  /* MSD bucket starts */
-} radix_scratch;
-
 /* Stable LSD radix sort of src[0, n) on key bits [0, bits), ping-ponging
- * with dst[0, n); the result ends in dst. Passes whose digit is the same in
- * every key are skipped. */
-static void radix_lsd(fsh_sort_ent *src, fsh_sort_ent *dst, int64_t n, int bits,
-                      int64_t (*cnt)[256]) {
+ * with dst[0, n); returns the one holding the result. Passes whose digit is
+ * the same in every key are skipped. cnt: 8 x 256 counters of scratch. */
+static fsh_sort_ent *radix_lsd(fsh_sort_ent *src, fsh_sort_ent *dst, int64_t n, int bits,
+                               int64_t (*cnt)[256]) {
   int passes = (bits + 7) / 8;
-  fsh_sort_ent *const out = dst;
   memset(cnt, 0, (size_t)passes * sizeof *cnt);
   for (int64_t i = 0; i < n; i++) {
     uint64_t k = src[i].key;
@@ -228,43 +225,91 @@ static void radix_lsd(fsh_sort_ent *src, fsh_sort_ent *dst, int64_t n, int bits,
     src = dst;
     dst = t;
   }
-  if (src != out) memcpy(out, src, (size_t)n * sizeof *out);
+  return src;
 }
 
-/* Stable radix sort of e[0, n) on the whole 64-bit key, tmp[0, n) as
- * scratch; the result ends in e. */
-static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n, radix_scratch *rs) {
-  uint64_t diff = 0, k0 = n > 0 ? e[0].key : 0;
-  for (int64_t i = 0; i < n; i++) diff |= e[i].key ^ k0;
-  if (diff == 0) return; /* every key equal */
-  int bits = 64 - __builtin_clzll(diff); /* keys differ only in bits [0, bits) */
-  if (n < MSD_MIN_ROWS || bits <= 8) {
-    memcpy(tmp, e, (size_t)n * sizeof *e);
-    radix_lsd(tmp, e, n, bits, rs->cnt);
-    return;
+/* fsh_sort_indices for a single key with an exact prefix. Pass 1 reads the
+ * column once into kv (prefixes, direction applied) and finds the nulls and
+ * the bits that vary; pass 2 counts MSD buckets; pass 3 scatters (key, row)
+ * into them (null rows go straight to indices); then each bucket is
+ * LSD-sorted in a scratch of the largest bucket's size and its rows
+ * written out. */
+static int sort_fixed(const key0 *k, int64_t n, fsh_sort_key o0, int64_t *indices,
+                      fsh_error *err) {
+  uint64_t flip = o0.descending ? UINT64_MAX : 0;
+  uint64_t *kv = fsh_malloc((size_t)n * sizeof *kv);
+  uint8_t *isnull = fsh_malloc((size_t)n);
+  int64_t(*cnt)[256] = fsh_malloc(8 * sizeof *cnt);
+  int64_t *c = fsh_malloc(((size_t)1 << MSD_BITS) * sizeof *c);
+  fsh_sort_ent *tmp = NULL, *scratch = NULL;
+  int rc = 0;
+  if (!kv || !isnull || !cnt || !c) goto oom;
+  int64_t n_null = 0;
+  uint64_t k0 = 0, diff = 0;
+  bool have = false;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = key0_slot(k, i);
+    isnull[i] = s < 0;
+    if (s < 0) {
+      n_null++;
+      continue;
+    }
+    uint64_t key = key0_prefix(k, s) ^ flip;
+    kv[i] = key;
+    if (!have) k0 = key, have = true;
+    diff |= key ^ k0;
   }
-  int low = bits > MSD_BITS ? bits - MSD_BITS : 0, nb = 1 << (bits - low);
+  int64_t nn = n - n_null;
+  int64_t vi = o0.nulls_first ? n_null : 0, ni = o0.nulls_first ? 0 : nn;
+  if (diff == 0) { /* every valid key equal: input order */
+    for (int64_t i = 0, a = vi, z = ni; i < n; i++)
+      indices[isnull[i] ? z++ : a++] = i;
+    goto done;
+  }
+  int bits = 64 - __builtin_clzll(diff); /* keys differ only in bits [0, bits) */
+  int low = bits;                        /* one bucket: LSD on every bit */
+  if (nn >= MSD_MIN_ROWS && bits > 8) low = bits > MSD_BITS ? bits - MSD_BITS : 0;
+  int nb = 1 << (bits - low);
   uint64_t mask = (uint64_t)nb - 1;
-  int64_t *c = rs->msd;
+#define DIGIT(key) (nb == 1 ? 0 : ((key) >> low) & mask)
   memset(c, 0, (size_t)nb * sizeof *c);
-  for (int64_t i = 0; i < n; i++) c[(e[i].key >> low) & mask]++;
-  int64_t sum = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!isnull[i]) c[DIGIT(kv[i])]++;
+  int64_t sum = 0, maxb = 0;
   for (int v = 0; v < nb; v++) {
     int64_t t = c[v];
     c[v] = sum;
     sum += t;
+    maxb = t > maxb ? t : maxb;
   }
-  for (int64_t i = 0; i < n; i++) tmp[c[(e[i].key >> low) & mask]++] = e[i];
+  tmp = fsh_malloc((size_t)nn * sizeof *tmp);
+  scratch = fsh_malloc((size_t)maxb * sizeof *scratch);
+  if (!tmp || !scratch) goto oom;
+  for (int64_t i = 0, z = ni; i < n; i++) {
+    if (isnull[i])
+      indices[z++] = i;
+    else
+      tmp[c[DIGIT(kv[i])]++] = (fsh_sort_ent){kv[i], i};
+  }
+#undef DIGIT
   /* c[v] is now the end of bucket v */
-  int64_t start = 0;
-  for (int v = 0; v < nb; v++) {
+  for (int64_t v = 0, start = 0; v < nb; v++) {
     int64_t end = c[v], m = end - start;
-    if (m == 1)
-      e[start] = tmp[start];
-    else if (m > 1)
-      radix_lsd(tmp + start, e + start, m, low, rs->cnt);
+    const fsh_sort_ent *r = m > 1 ? radix_lsd(tmp + start, scratch, m, low, cnt) : tmp + start;
+    for (int64_t j = 0; j < m; j++) indices[vi + start + j] = r[j].row;
     start = end;
   }
+  goto done;
+oom:
+  rc = fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+done:
+  fsh_free(kv);
+  fsh_free(isnull);
+  fsh_free(cnt);
+  fsh_free(c);
+  fsh_free(tmp);
+  fsh_free(scratch);
+  return rc;
 }
 
 int fsh_kern_sort_check(const fsh_batch *b, const int32_t *key_cols, int n_keys,
@@ -284,24 +329,27 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
     fsh_row_keys_free(rk);
     return fsh_error_prefix(err, rc, "sort: ");
   }
-  int64_t n = b->length;
-  fsh_sort_ent *e = NULL, *tmp = NULL;
-  radix_scratch *cnt = NULL;
-  if (n > 0) {
-    e = fsh_malloc((size_t)n * sizeof *e);
-    tmp = fsh_malloc((size_t)n * sizeof *tmp);
-    cnt = fsh_malloc(sizeof *cnt);
-  }
-  if (n > 0 && (!e || !tmp || !cnt)) {
-    fsh_free(e);
-    fsh_free(tmp);
-    fsh_free(cnt);
-    fsh_row_keys_free(rk);
-    return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
-  }
   fsh_sort_key o0 = order ? order[0] : (fsh_sort_key){false, false};
   key0 k;
   key0_init(&k, b, key_cols[0], o0.descending);
+  int64_t n = b->length;
+  bool exact = k.kind != P_NONE && k.kind != P_BINARY;
+  if (n > 0 && exact && n_keys == 1) {
+    rc = sort_fixed(&k, n, o0, indices, err);
+    fsh_row_keys_free(rk);
+    return rc;
+  }
+  fsh_sort_ent *e = NULL, *tmp = NULL;
+  if (n > 0) {
+    e = fsh_malloc((size_t)n * sizeof *e);
+    tmp = fsh_malloc((size_t)n * sizeof *tmp);
+  }
+  if (n > 0 && (!e || !tmp)) {
+    fsh_free(e);
+    fsh_free(tmp);
+    fsh_row_keys_free(rk);
+    return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+  }
   int64_t n_null = 0;
   for (int64_t i = 0; i < n; i++) n_null += key0_slot(&k, i) < 0;
   int64_t nn = n - n_null;
@@ -316,18 +364,13 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
     else
       vals[a++] = (fsh_sort_ent){key0_prefix(&k, s) ^ flip, i};
   }
-  bool exact = k.kind != P_NONE && k.kind != P_BINARY;
   cmpctx c = {rk, !exact || n_keys > 1, k.kind == P_BINARY && n_keys == 1 ? &k : NULL};
-  if (nn > 1 && exact && n_keys == 1)
-    radix_sort(vals, tmp, nn, cnt);
-  else if (nn > 1)
-    merge_sort(&c, vals, tmp, nn);
+  if (nn > 1) merge_sort(&c, vals, tmp, nn);
   if (n_keys > 1 && n_null > 1) {
     cmpctx cn = {rk, true, NULL};
     merge_sort(&cn, nulls, tmp, n_null);
   }
   for (int64_t i = 0; i < n; i++) indices[i] = e[i].row;
-  fsh_free(cnt);
   fsh_free(e);
   fsh_free(tmp);
   fsh_row_keys_free(rk);
