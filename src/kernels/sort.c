@@ -228,6 +228,38 @@ static fsh_sort_ent *radix_lsd(fsh_sort_ent *src, fsh_sort_ent *dst, int64_t n, 
   return src;
 }
 
+/* Stable radix sort of e[0, n) by key, tmp[0, n) as scratch; the result
+ * ends in e. c: 1 << MSD_BITS counters. */
+static void radix_entries(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n, int64_t (*cnt)[256],
+                          int64_t *c) {
+  uint64_t diff = 0;
+  for (int64_t i = 0; i < n; i++) diff |= e[i].key ^ e[0].key;
+  if (diff == 0) return;
+  int bits = 64 - __builtin_clzll(diff);
+  if (n < MSD_MIN_ROWS || bits <= 8) {
+    fsh_sort_ent *r = radix_lsd(e, tmp, n, bits, cnt);
+    if (r != e) memcpy(e, r, (size_t)n * sizeof *e);
+    return;
+  }
+  int low = bits > MSD_BITS ? bits - MSD_BITS : 0, nb = 1 << (bits - low);
+  uint64_t mask = (uint64_t)nb - 1;
+  memset(c, 0, (size_t)nb * sizeof *c);
+  for (int64_t i = 0; i < n; i++) c[(e[i].key >> low) & mask]++;
+  int64_t sum = 0;
+  for (int v = 0; v < nb; v++) {
+    int64_t t = c[v];
+    c[v] = sum;
+    sum += t;
+  }
+  for (int64_t i = 0; i < n; i++) tmp[c[(e[i].key >> low) & mask]++] = e[i];
+  for (int64_t v = 0, start = 0; v < nb; v++) { /* c[v]: the end of bucket v */
+    int64_t m = c[v] - start;
+    fsh_sort_ent *r = m > 0 ? radix_lsd(tmp + start, e + start, m, low, cnt) : e + start;
+    if (r != e + start) memcpy(e + start, r, (size_t)m * sizeof *e);
+    start = c[v];
+  }
+}
+
 /* fsh_sort_indices for a single key with an exact prefix. Pass 1 reads the
  * column once into kv (prefixes, direction applied) and finds the nulls and
  * the bits that vary; pass 2 counts MSD buckets; pass 3 scatters (key, row)
@@ -365,7 +397,27 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
       vals[a++] = (fsh_sort_ent){key0_prefix(&k, s) ^ flip, i};
   }
   cmpctx c = {rk, !exact || n_keys > 1, k.kind == P_BINARY && n_keys == 1 ? &k : NULL};
-  if (nn > 1) merge_sort(&c, vals, tmp, nn);
+  if (nn > 1 && k.kind != P_NONE) { /* radix by prefix, then each run of equal prefixes */
+    int64_t(*cnt)[256] = fsh_malloc(8 * sizeof *cnt);
+    int64_t *msd = fsh_malloc(((size_t)1 << MSD_BITS) * sizeof *msd);
+    if (!cnt || !msd) {
+      fsh_free(cnt);
+      fsh_free(msd);
+      fsh_free(e);
+      fsh_free(tmp);
+      fsh_row_keys_free(rk);
+      return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+    }
+    radix_entries(vals, tmp, nn, cnt, msd);
+    fsh_free(cnt);
+    fsh_free(msd);
+    for (int64_t i = 0, j; i < nn; i = j) {
+      for (j = i + 1; j < nn && vals[j].key == vals[i].key;) j++;
+      if (j - i > 1) merge_sort(&c, vals + i, tmp, j - i);
+    }
+  } else if (nn > 1) {
+    merge_sort(&c, vals, tmp, nn);
+  }
   if (n_keys > 1 && n_null > 1) {
     cmpctx cn = {rk, true, NULL};
     merge_sort(&cn, nulls, tmp, n_null);

@@ -155,9 +155,10 @@ static void test_all_types(void) {
 }
 
 /* Large inputs take the radix sort's MSD pass (from 32768 rows): int64
- * keys of 64, 20, 10 and 1 varying bits, and float64, with nulls, against
- * qsort on (value, row). */
-static const int64_t *g_big;
+ * keys of 64, 20, 10 and 1 varying bits with nulls, alone (the radix path)
+ * and followed by a second key (radix on the first, then comparisons),
+ * against qsort on (value, value 2, row). */
+static const int64_t *g_big, *g_big2;
 static const uint8_t *g_big_valid;
 static bool g_big_desc;
 
@@ -171,6 +172,7 @@ static int big_cmp(const void *a, const void *b) {
     c = (g_big[x] > g_big[y]) - (g_big[x] < g_big[y]);
     if (g_big_desc) c = -c;
   }
+  if (c == 0 && g_big2) c = (g_big2[x] > g_big2[y]) - (g_big2[x] < g_big2[y]);
   return c ? c : (x > y) - (x < y);
 }
 
@@ -178,16 +180,18 @@ static void test_sort_large(void) {
   fsh_error err;
   enum { BIG = 200000 };
   int64_t *vals = malloc(BIG * sizeof *vals), *got = malloc(BIG * sizeof *got);
-  int64_t *want = malloc(BIG * sizeof *want);
+  int64_t *want = malloc(BIG * sizeof *want), *vals2 = malloc(BIG * sizeof *vals2);
   uint8_t *valid = malloc(BIG);
   char *vpat = malloc(BIG + 1);
   int bits[] = {64, 20, 10, 1};
   uint64_t st = 99;
   for (int t = 0; t < 4; t++)
-    for (int desc = 0; desc < 2; desc++) {
+    for (int desc = 0; desc < 4; desc++) {
+      bool two = desc >= 2;
       for (int i = 0; i < BIG; i++) {
         uint64_t r = kh_rand(&st);
         vals[i] = bits[t] == 64 ? (int64_t)r : (int64_t)(r >> (64 - bits[t])) - (1 << (bits[t] - 1));
+        vals2[i] = (int64_t)(kh_rand(&st) % 7);
         valid[i] = kh_rand(&st) % 50 != 0;
         vpat[i] = valid[i] ? '1' : '0';
       }
@@ -196,18 +200,21 @@ static void test_sort_large(void) {
       c.n = 0;
       sbh_col(&c, "k", FSH_TYPE_INT64, true);
       SBH_SET(&c, sbh_fixed(vpat, BIG, vals, 8));
+      sbh_col(&c, "k2", FSH_TYPE_INT64, false);
+      SBH_SET(&c, sbh_fixed(NULL, BIG, vals2, 8));
       fsh_batch *b = sbh_finish(&c, BIG);
-      g_big = vals, g_big_valid = valid, g_big_desc = desc;
+      g_big = vals, g_big2 = two ? vals2 : NULL, g_big_valid = valid, g_big_desc = desc % 2;
       for (int i = 0; i < BIG; i++) want[i] = i;
       qsort(want, BIG, sizeof *want, big_cmp);
-      int32_t key = 0;
-      fsh_sort_key order = {desc != 0, false};
-      CHECK_OK(fsh_sort_indices(b, &key, 1, &order, got, &err));
-      CHECK_MSG(memcmp(got, want, BIG * sizeof *got) == 0, "%d varying bits, descending %d",
-                bits[t], desc);
+      int32_t keys[] = {0, 1};
+      fsh_sort_key order[] = {{desc % 2 != 0, false}, {false, false}};
+      CHECK_OK(fsh_sort_indices(b, keys, two ? 2 : 1, order, got, &err));
+      CHECK_MSG(memcmp(got, want, BIG * sizeof *got) == 0, "%d varying bits, descending %d, keys %d",
+                bits[t], desc % 2, two ? 2 : 1);
       fsh_batch_unref(b);
     }
   free(vals);
+  free(vals2);
   free(got);
   free(want);
   free(valid);
