@@ -100,7 +100,8 @@ int main(int argc, char **argv) {
   fsh_synthetic_options opts = {.seed = 7, .with_nulls = true, .key_range = key_range};
   fsh_batch *b = NULL;
   if (fsh_synthetic_batch(schema, &opts, 0, rows, &b, &err) != 0) die("data", &err);
-  double key_bytes = batch_bytes(b, 0), name_bytes = batch_bytes(b, 2), all_bytes = batch_bytes(b, -1);
+  double key_bytes = batch_bytes(b, 0), name_bytes = batch_bytes(b, 2);
+  double all_bytes = batch_bytes(b, -1);
   printf("bench_sort: %lld rows (key int64, value float64, name utf8), key %.1f MB, name %.1f MB, "
          "batch %.1f MB, %d runs\n",
          (long long)rows, key_bytes / 1e6, name_bytes / 1e6, all_bytes / 1e6, runs);

@@ -178,11 +178,13 @@ int fsh_merger_next(fsh_merger *m, fsh_batch **out, fsh_error *err) {
 int fsh_merge_sorted(fsh_batch *const *inputs, int64_t n_inputs, const int32_t *key_cols,
                      int n_keys, const fsh_sort_key *order, fsh_batch **out, fsh_error *err) {
   if (out) *out = NULL;
-  if (!inputs || n_inputs < 1 || !out) return fsh_error_set(err, EINVAL, "merge: NULL argument or no input");
+  if (!inputs || n_inputs < 1 || !out)
+    return fsh_error_set(err, EINVAL, "merge: NULL argument or no input");
   int64_t total = 0;
   for (int64_t i = 0; i < n_inputs; i++) total += inputs[i] ? inputs[i]->length : 0;
   fsh_merger *m = NULL;
-  int rc = fsh_merger_new(inputs, n_inputs, key_cols, n_keys, order, total > 0 ? total : 1, &m, err);
+  int64_t target = total > 0 ? total : 1;
+  int rc = fsh_merger_new(inputs, n_inputs, key_cols, n_keys, order, target, &m, err);
   if (rc == 0) rc = fsh_merger_next(m, out, err);
   if (rc == 0 && !*out) { /* no row: an empty batch of the schema */
     *out = fsh_batch_slice(inputs[0], 0, 0);

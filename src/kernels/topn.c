@@ -30,7 +30,8 @@ int fsh_top_n_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   if (n_out) *n_out = 0;
   fsh_row_keys *rk = NULL;
   int rc = fsh_kern_sort_check(b, key_cols, n_keys, order, &rk, err);
-  if (rc == 0 && (n < 0 || !n_out)) rc = fsh_error_set(err, EINVAL, "n %lld < 0 or NULL n_out", (long long)n);
+  if (rc == 0 && (n < 0 || !n_out))
+    rc = fsh_error_set(err, EINVAL, "n %lld < 0 or NULL n_out", (long long)n);
   int64_t m = rc == 0 ? (n < b->length ? n : b->length) : 0;
   if (rc == 0 && m > 0 && !indices) rc = fsh_error_set(err, EINVAL, "NULL indices");
   if (rc != 0) {

@@ -190,7 +190,8 @@ static void test_sort_large(void) {
       bool two = desc >= 2;
       for (int i = 0; i < BIG; i++) {
         uint64_t r = kh_rand(&st);
-        vals[i] = bits[t] == 64 ? (int64_t)r : (int64_t)(r >> (64 - bits[t])) - (1 << (bits[t] - 1));
+        vals[i] = bits[t] == 64 ? (int64_t)r
+                                : (int64_t)(r >> (64 - bits[t])) - (1 << (bits[t] - 1));
         vals2[i] = (int64_t)(kh_rand(&st) % 7);
         valid[i] = kh_rand(&st) % 50 != 0;
         vpat[i] = valid[i] ? '1' : '0';
@@ -209,8 +210,8 @@ static void test_sort_large(void) {
       int32_t keys[] = {0, 1};
       fsh_sort_key order[] = {{desc % 2 != 0, false}, {false, false}};
       CHECK_OK(fsh_sort_indices(b, keys, two ? 2 : 1, order, got, &err));
-      CHECK_MSG(memcmp(got, want, BIG * sizeof *got) == 0, "%d varying bits, descending %d, keys %d",
-                bits[t], desc % 2, two ? 2 : 1);
+      CHECK_MSG(memcmp(got, want, BIG * sizeof *got) == 0,
+                "%d varying bits, descending %d, keys %d", bits[t], desc % 2, two ? 2 : 1);
       fsh_batch_unref(b);
     }
   free(vals);

@@ -83,7 +83,8 @@ static void test_merge_against_reference(void) {
     int ks[] = {1, 2, 3, 9};
     int t = 0;
     for (int s = 0; s < REF_NSETS; s++)
-      for (int o = 0; o < 4; o++, t++) check_merge(data, s, o, ks[t % 4], targets[t % 5], (uint64_t)t);
+      for (int o = 0; o < 4; o++, t++)
+        check_merge(data, s, o, ks[t % 4], targets[t % 5], (uint64_t)t);
     fsh_batch_unref(data);
   }
 }
@@ -259,7 +260,8 @@ static void test_alloc_failure(void) {
   fsh_batch *data = ref_make_data(8, 0);
   int32_t keys[] = {3, 1};
   fsh_batch *a = NULL, *b = NULL;
-  fsh_batch *la = SBH_OK(fsh_batch_slice(data, 0, 200)), *lb = SBH_OK(fsh_batch_slice(data, 200, 150));
+  fsh_batch *la = SBH_OK(fsh_batch_slice(data, 0, 200));
+  fsh_batch *lb = SBH_OK(fsh_batch_slice(data, 200, 150));
   CHECK_OK(fsh_sort_batch(la, keys, 2, NULL, &a, &err));
   CHECK_OK(fsh_sort_batch(lb, keys, 2, NULL, &b, &err));
   fsh_batch *ins[] = {a, b};
@@ -325,5 +327,6 @@ static void test_alloc_failure(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_merge_against_reference), TEST(test_merge_edges),
-              TEST(test_boundaries_against_reference), TEST(test_boundaries_skew), TEST(test_all_types),
+              TEST(test_boundaries_against_reference), TEST(test_boundaries_skew),
+              TEST(test_all_types),
               TEST(test_alloc_failure))
