@@ -255,6 +255,53 @@ static void test_all_types(void) {
   fsh_batch_unref(b);
 }
 
+/* The distributed sort in one process: sample, boundaries, range
+ * partitioning, scatter, local sorts, partitions concatenated in order.
+ * Equal keys land in one partition and local sorts are stable, so the
+ * result must equal the reference stable sort of the whole, for skewed
+ * data and partition counts below and above the sample size. */
+static void test_distributed_sort_pipeline(void) {
+  fsh_error err;
+  static int64_t want[ROWS], sample_rows[ROWS];
+  for (int skew = 0; skew <= 95; skew += 95) {
+    fsh_batch *data = ref_make_data(55 + (uint64_t)skew, skew);
+    int32_t nps[] = {1, 3, 16, 200};
+    for (int s = 0; s < REF_NSETS; s += 2)
+      for (int t = 0; t < 4; t++) {
+        int o = (s + t) % 4;
+        const int32_t *keys = REF_KEYS[s];
+        int nk = REF_NKEYS[s];
+        uint64_t st = (uint64_t)(s * 10 + t);
+        int64_t ns = 100;
+        for (int64_t i = 0; i < ns; i++) sample_rows[i] = (int64_t)(kh_rand(&st) % ROWS);
+        fsh_batch *sample = NULL, *bounds = NULL, *all = NULL;
+        CHECK_OK(fsh_take(data, sample_rows, ns, &sample, &err));
+        CHECK_OK(fsh_range_boundaries(sample, keys, nk, REF_ORDERS[o], nps[t], &bounds, &err));
+        fsh_batch_unref(sample);
+        if (!bounds) continue;
+        int32_t np = (int32_t)bounds->length + 1;
+        static int32_t part[ROWS];
+        fsh_batch **parts = calloc((size_t)np, sizeof *parts);
+        fsh_batch **sorted = calloc((size_t)np, sizeof *sorted);
+        CHECK_OK(fsh_partition_range(data, keys, nk, bounds, REF_ORDERS[o], part, &err));
+        CHECK_OK(fsh_scatter(data, part, np, parts, &err));
+        int64_t n_sorted = 0;
+        for (int32_t p = 0; p < np; p++)
+          if (parts[p])
+            CHECK_OK(fsh_sort_batch(parts[p], keys, nk, REF_ORDERS[o], &sorted[n_sorted++], &err));
+        CHECK_OK(fsh_concat(sorted, n_sorted, &all, &err));
+        ref_sort(keys, nk, REF_ORDERS[o], 0, ROWS, want);
+        if (all) kh_check_equals_take(data, want, ROWS, all, "distributed sort");
+        for (int32_t p = 0; p < np; p++) fsh_batch_unref(parts[p]), fsh_batch_unref(sorted[p]);
+        free(parts);
+        free(sorted);
+        fsh_batch_unref(all);
+        fsh_batch_unref(bounds);
+      }
+    fsh_batch_unref(data);
+  }
+}
+
 static void test_alloc_failure(void) {
   fsh_error err;
   fsh_batch *data = ref_make_data(8, 0);
@@ -328,5 +375,5 @@ static void test_alloc_failure(void) {
 
 FSH_TEST_MAIN(TEST(test_merge_against_reference), TEST(test_merge_edges),
               TEST(test_boundaries_against_reference), TEST(test_boundaries_skew),
-              TEST(test_all_types),
+              TEST(test_all_types), TEST(test_distributed_sort_pipeline),
               TEST(test_alloc_failure))
