@@ -214,15 +214,25 @@ FSH_NODISCARD int fsh_top_n(fsh_batch *b, const int32_t *key_cols, int n_keys,
  * Stable: equal keys come out in input order (input 0's rows first), so the
  * output equals a stable sort of the inputs' concatenation. The merger
  * holds a reference to each input. Each output batch is the concatenation
- * of the slices of the inputs it draws from, gathered in merged order (a
- * zero-copy slice when it draws from one input only). Inputs are whole
- * batches in memory; merging streams (spilled runs) is not covered yet. */
+ * of the slices of the input batches it draws from, gathered in merged
+ * order (a zero-copy slice when it draws from one slice only). */
 typedef struct fsh_merger fsh_merger;
 FSH_NODISCARD int fsh_merger_new(fsh_batch *const *inputs, int64_t n_inputs,
                                  const int32_t *key_cols, int n_keys, const fsh_sort_key *order,
                                  int64_t target_rows, fsh_merger **out, fsh_error *err);
+/* The same over n_inputs streams, each a sorted run cut into any number of
+ * batches (spilled runs read back, say): one batch per input is held at a
+ * time. The streams move into the merger (released by fsh_merger_free, or
+ * here on error; the caller's structs are zeroed); their schemas must be
+ * equal up to metadata. */
+FSH_NODISCARD int fsh_merger_new_streams(fsh_batch_stream *inputs, int64_t n_inputs,
+                                         const int32_t *key_cols, int n_keys,
+                                         const fsh_sort_key *order, int64_t target_rows,
+                                         fsh_merger **out, fsh_error *err);
 /* The next merged batch in *out, or *out = NULL when every row is out. On
- * error the merger is as before the call (the call may be repeated). */
+ * error a merger of batches is as before the call (the call may be
+ * repeated); a merger of streams whose input moved on to its next batch in
+ * the failed call can only be freed (later calls fail with EINVAL). */
 FSH_NODISCARD int fsh_merger_next(fsh_merger *m, fsh_batch **out, fsh_error *err);
 void fsh_merger_free(fsh_merger *m); /* NULL accepted */
 /* Every row of the inputs merged into one batch (n_inputs >= 1). */

@@ -68,6 +68,39 @@ static void check_merge(fsh_batch *data, int s, int o, int k, int64_t target, ui
   if (all) kh_check_equals_take(data, want, n, all, "merged");
   fsh_batch_unref(all);
   for (int64_t i = 0; i < n_out; i++) fsh_batch_unref(outs[i]);
+  /* The same inputs as streams of random pieces (empty ones included). */
+  fsh_batch_stream streams[K];
+  for (int i = 0; i < k; i++) {
+    fsh_batch *cuts[64];
+    int nc = 0;
+    for (int64_t at = 0; at < inputs[i]->length || nc == 0;) {
+      int64_t len = (int64_t)(kh_rand(&st) % 400);
+      if (len > inputs[i]->length - at || nc == 62) len = inputs[i]->length - at;
+      cuts[nc++] = SBH_OK(fsh_batch_slice(inputs[i], at, len));
+      at += len;
+    }
+    CHECK_OK(fsh_batch_stream_from_batches(inputs[i]->schema, cuts, nc, &streams[i], &err));
+    for (int c = 0; c < nc; c++) fsh_batch_unref(cuts[c]);
+  }
+  CHECK_OK(fsh_merger_new_streams(streams, k, REF_KEYS[s], REF_NKEYS[s], REF_ORDERS[o], target, &m,
+                                  &err));
+  n_out = total = 0;
+  for (;;) {
+    fsh_batch *b = NULL;
+    CHECK_OK(fsh_merger_next(m, &b, &err));
+    if (!b) break;
+    total += b->length;
+    CHECK_MSG(b->length == target || total == n, "stream merge: batch of %lld rows, target %lld",
+              (long long)b->length, (long long)target);
+    outs[n_out++] = b;
+  }
+  fsh_merger_free(m);
+  CHECK_EQ_INT(total, n);
+  all = NULL;
+  if (n_out > 0) CHECK_OK(fsh_concat(outs, n_out, &all, &err));
+  if (all) kh_check_equals_take(data, want, n, all, "stream merge");
+  fsh_batch_unref(all);
+  for (int64_t i = 0; i < n_out; i++) fsh_batch_unref(outs[i]);
   /* The one-shot form. */
   fsh_batch *one = NULL;
   CHECK_OK(fsh_merge_sorted(inputs, k, REF_KEYS[s], REF_NKEYS[s], REF_ORDERS[o], &one, &err));
@@ -312,7 +345,7 @@ static void test_alloc_failure(void) {
   CHECK_OK(fsh_sort_batch(la, keys, 2, NULL, &a, &err));
   CHECK_OK(fsh_sort_batch(lb, keys, 2, NULL, &b, &err));
   fsh_batch *ins[] = {a, b};
-  for (int which = 0; which < 3; which++) {
+  for (int which = 0; which < 4; which++) {
     bool done = false;
     for (int64_t n = 1; n < 1000 && !done; n++) {
       fsh_batch *out = NULL;
@@ -351,6 +384,45 @@ static void test_alloc_failure(void) {
         for (int i = 0; i < np; i++) fsh_batch_unref(parts[i]);
         done = rc == 0;
         continue;
+      } else if (which == 3) { /* streams: a failure leaves a merger that can be freed */
+        fsh_alloc_fail_after(0, false);
+        fsh_batch_stream st[2];
+        for (int i = 0; i < 2; i++) {
+          fsh_batch *cuts[3];
+          int64_t third = ins[i]->length / 3;
+          for (int c = 0; c < 3; c++)
+            cuts[c] = SBH_OK(fsh_batch_slice(ins[i], c * third,
+                                             c == 2 ? ins[i]->length - 2 * third : third));
+          CHECK_OK(fsh_batch_stream_from_batches(ins[i]->schema, cuts, 3, &st[i], &err));
+          for (int c = 0; c < 3; c++) fsh_batch_unref(cuts[c]);
+        }
+        fsh_merger *m = NULL;
+        fsh_alloc_fail_after(n, false);
+        rc = fsh_merger_new_streams(st, 2, keys, 2, NULL, 50, &m, &err);
+        CHECK(rc == 0 || (m == NULL && st[0].release == NULL && st[1].release == NULL));
+        fsh_batch *parts[16] = {NULL};
+        int np = 0;
+        while (rc == 0 && np < 16) {
+          rc = fsh_merger_next(m, &parts[np], &err);
+          if (rc != 0 || !parts[np]) break;
+          np++;
+        }
+        fsh_alloc_fail_after(0, false);
+        if (rc == 0) {
+          CHECK_OK(fsh_concat(parts, np, &out, &err));
+          fsh_batch *want = NULL;
+          CHECK_OK(fsh_merge_sorted(ins, 2, keys, 2, NULL, &want, &err));
+          CHECK_MSG(out && want && fsh_batch_equals(want, out, &err), "stream merge: %s",
+                    err.message);
+          fsh_batch_unref(want);
+        } else if (m) {
+          fsh_batch *again = NULL;
+          int rc2 = fsh_merger_next(m, &again, &err); /* broken, or as before the call */
+          CHECK(rc2 == 0 || rc2 == EINVAL);
+          fsh_batch_unref(again);
+        }
+        for (int i = 0; i < np; i++) fsh_batch_unref(parts[i]);
+        fsh_merger_free(m);
       } else {
         rc = fsh_range_boundaries(data, keys, 2, NULL, 10, &out, &err);
       }
