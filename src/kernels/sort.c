@@ -1,11 +1,13 @@
 /* sort.c -- stable multi-key sort of a batch's rows. Rows null in the first
  * key are set aside (before or after the rest, per nulls_first); the others
- * get a 64-bit order-preserving prefix of their first key. A single key
- * whose prefix is exact (integers, temporal types, floats, bool, or a
- * dictionary of those) is radix-sorted on it: an MSD pass into cache-sized
- * buckets, then LSD within each. Any other key set is merge-sorted comparing
- * prefixes first, and rows only when prefixes tie (a single binary key
- * bytewise, otherwise fsh_row_keys_compare). */
+ * get a 64-bit order-preserving prefix of their first key (sort_internal.h).
+ * A single key whose prefix is exact (integers, temporal types, floats,
+ * bool, or a dictionary of those) is radix-sorted on it: an MSD pass into
+ * cache-sized buckets, then LSD within each. Other key sets are radix-sorted
+ * on the prefix too (binary/utf8: the first 8 bytes), then each run of
+ * equal prefixes is merge-sorted comparing rows (a single binary key
+ * bytewise, otherwise fsh_row_keys_compare); first keys without a prefix
+ * (decimals, fixed-size binary) are merge-sorted with row comparisons. */
 #include "kernels/sort_internal.h"
 
 /* ---- merge sort of entries ------------------------------------------------ */
@@ -70,10 +72,9 @@ static void merge_sort(const cmpctx *c, fsh_sort_ent *e, fsh_sort_ent *tmp, int6
   if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
 }
 
-/* The radix sort of a single fixed-width key: one MSD pass on the top
- * MSD_BITS varying bits spreads (key, row) entries into buckets that fit
- * in cache (large inputs only), each then LSD-sorted on 8-bit digits of the
- * bits below. */
+/* The radix sort: one MSD pass on the top MSD_BITS varying bits spreads
+ * (key, row) entries into buckets that fit in cache (large inputs only),
+ * each then LSD-sorted on 8-bit digits of the bits below. */
 #define MSD_BITS 11
 #define MSD_MIN_ROWS (1 << 15)
 
