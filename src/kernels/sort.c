@@ -6,8 +6,8 @@
  * cache-sized buckets, then LSD within each. Other key sets are radix-sorted
  * on the prefix too (binary/utf8: the first 8 bytes), then each run of
  * equal prefixes is merge-sorted comparing rows (a single binary key
- * bytewise, otherwise fsh_row_keys_compare); first keys without a prefix
- * (decimals, fixed-size binary) are merge-sorted with row comparisons. */
+ * bytewise, otherwise fsh_row_keys_compare). Decimals and fixed-size
+ * binary get inexact prefixes too (top 64 bits; first 8 bytes). */
 #include "kernels/sort_internal.h"
 
 /* ---- merge sort of entries ------------------------------------------------ */
@@ -250,7 +250,7 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   key0 k;
   key0_init(&k, b, key_cols[0], o0.descending);
   int64_t n = b->length;
-  bool exact = k.kind != P_NONE && k.kind != P_BINARY;
+  bool exact = key0_exact(&k);
   if (n > 0 && exact && n_keys == 1) {
     rc = sort_fixed(&k, n, o0, indices, err);
     fsh_row_keys_free(rk);

@@ -9,13 +9,23 @@
 #include "arrow/numeric.h"
 
 /* How the first key's prefix is computed. */
-typedef enum pkind { P_NONE, P_SIGNED, P_UNSIGNED, P_FLOAT, P_BOOL, P_BINARY } pkind;
+typedef enum pkind {
+  P_NONE,
+  P_SIGNED,
+  P_UNSIGNED,
+  P_FLOAT,
+  P_BOOL,
+  P_BINARY,  /* first 8 bytes, big-endian, zero-padded */
+  P_FIXED,   /* fixed-size binary: the same */
+  P_DECIMAL  /* the top 64 bits of the two's-complement value */
+} pkind;
 
 typedef struct key0 {
   const fsh_field *f, *vf; /* the column's field; its value field */
   const fsh_array *a, *va; /* the column; its values (a or its dictionary) */
   pkind kind;
-  int width; /* P_SIGNED / P_UNSIGNED / P_FLOAT: bytes; P_BINARY: offset width */
+  int width; /* P_SIGNED / P_UNSIGNED / P_FLOAT / P_FIXED / P_DECIMAL: bytes;
+              * P_BINARY: offset width */
   bool descending;
 } key0;
 
@@ -38,6 +48,9 @@ static inline pkind prefix_kind(const fsh_field *vf, int *width) {
     case FSH_TYPE_BOOL: return P_BOOL;
     case FSH_TYPE_BINARY: case FSH_TYPE_STRING: case FSH_TYPE_LARGE_BINARY:
     case FSH_TYPE_LARGE_STRING: *width = kern_offset_width(vf->type); return P_BINARY;
+    case FSH_TYPE_FIXED_SIZE_BINARY: *width = vf->byte_width; return P_FIXED;
+    case FSH_TYPE_DECIMAL128: *width = 16; return P_DECIMAL;
+    case FSH_TYPE_DECIMAL256: *width = 32; return P_DECIMAL;
     default: return P_NONE;
   }
 }
@@ -71,7 +84,7 @@ static inline uint64_t float_key(double d) {
 
 /* The order-preserving prefix of the (valid) value at slot s: x <= y
  * implies prefix(x) <= prefix(y) in ascending order; exact (x < y iff
- * prefix(x) < prefix(y)) for every kind but P_BINARY and P_NONE. */
+ * prefix(x) < prefix(y)) for the kinds key0_exact accepts. */
 static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
   const uint8_t *p = kern_buf(k->va, 1);
   switch (k->kind) {
@@ -117,11 +130,27 @@ static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
       for (int64_t i = 0; i < 8; i++) r = (r << 8) | (i < len ? v[i] : 0);
       return r;
     }
+    case P_FIXED: {
+      const uint8_t *v = p + (int64_t)k->width * s;
+      uint64_t r = 0;
+      for (int i = 0; i < 8; i++) r = (r << 8) | (i < k->width ? v[i] : 0);
+      return r;
+    }
+    case P_DECIMAL: {
+      int64_t hi;
+      memcpy(&hi, p + (int64_t)k->width * s + k->width - 8, 8);
+      return (uint64_t)hi ^ (1ull << 63);
+    }
     case P_NONE: return 0;
   }
   return 0;
 }
 
+
+/* The prefix alone orders valid values. */
+static inline bool key0_exact(const key0 *k) {
+  return k->kind == P_SIGNED || k->kind == P_UNSIGNED || k->kind == P_FLOAT || k->kind == P_BOOL;
+}
 
 /* A row and the order-preserving 64-bit prefix of its first key. */
 typedef struct fsh_sort_ent {
