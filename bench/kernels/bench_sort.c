@@ -8,10 +8,14 @@
  *
  *   build/bench_sort [--rows N] [--runs R] [--key-range K]
  *
+ * Also top-1000 by the int64 key, and the k-way merge of 8 sorted runs
+ * (the batch's eighths, sorted untimed) into 64Ki-row batches.
+ *
  * Verification (untimed, once per key): the indices are a permutation,
  * the keys they visit are non-decreasing with equal keys in row order
  * (stable) and nulls last, and the int64 keys in sorted order equal
- * qsort's. Ends with one machine-readable `result:` line. */
+ * qsort's; top-1000 is the sort's prefix; the merge keeps every row in
+ * order. Ends with one machine-readable `result:` line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +104,8 @@ int main(int argc, char **argv) {
   fsh_synthetic_options opts = {.seed = 7, .with_nulls = true, .key_range = key_range};
   fsh_batch *b = NULL;
   if (fsh_synthetic_batch(schema, &opts, 0, rows, &b, &err) != 0) die("data", &err);
-  double key_bytes = batch_bytes(b, 0), name_bytes = batch_bytes(b, 2), all_bytes = batch_bytes(b, -1);
+  double key_bytes = batch_bytes(b, 0), name_bytes = batch_bytes(b, 2);
+  double all_bytes = batch_bytes(b, -1);
   printf("bench_sort: %lld rows (key int64, value float64, name utf8), key %.1f MB, name %.1f MB, "
          "batch %.1f MB, %d runs\n",
          (long long)rows, key_bytes / 1e6, name_bytes / 1e6, all_bytes / 1e6, runs);
@@ -164,11 +169,70 @@ int main(int argc, char **argv) {
   }
   bench_stats sb = bench_summarize(secs, runs, all_bytes);
   bench_print("sort batch (int64 key, all columns)", sb, mc.med, "memcpy");
+
+  /* Top-1000 by the int64 key: must be the sort's prefix. */
+  if (fsh_sort_indices(b, &cols[0], 1, NULL, idx, &err) != 0) die("sort", &err);
+  int64_t top[1000], m = 0;
+  for (int r = 0; r < runs; r++) {
+    double t0 = bench_now();
+    if (fsh_top_n_indices(b, &cols[0], 1, NULL, 1000, top, &m, &err) != 0) die("top-n", &err);
+    secs[r] = bench_now() - t0;
+  }
+  bench_stats tn = bench_summarize(secs, runs, key_bytes);
+  bench_print("top-1000 indices (int64 key)", tn, mc.med, "memcpy");
+  bool top_ok = m == (rows < 1000 ? rows : 1000) && memcmp(top, idx, sizeof *top * (size_t)m) == 0;
+  if (!top_ok) fprintf(stderr, "bench_sort: top-1000 is not the sort's prefix\n");
+  verified &= top_ok;
+
+  /* Merge of 8 sorted runs (slices of the batch sorted untimed) into
+   * batches of 64Ki rows: must be non-decreasing and keep every row. */
+  enum { RUNS8 = 8 };
+  fsh_batch *sorted_runs[RUNS8];
+  for (int i = 0; i < RUNS8; i++) {
+    int64_t lo = rows * i / RUNS8, hi = rows * (i + 1) / RUNS8;
+    fsh_batch *sl = fsh_batch_slice(b, lo, hi - lo);
+    if (!sl || fsh_sort_batch(sl, &cols[0], 1, NULL, &sorted_runs[i], &err) != 0) die("runs", &err);
+    fsh_batch_unref(sl);
+  }
+  bool merge_ok = true;
+  for (int r = 0; r < runs; r++) {
+    fsh_merger *mg = NULL;
+    int64_t got = 0, prev = INT64_MIN;
+    bool prev_null = false;
+    double t0 = bench_now(), inside = 0;
+    if (fsh_merger_new(sorted_runs, RUNS8, &cols[0], 1, NULL, 65536, &mg, &err) != 0)
+      die("merger", &err);
+    for (;;) {
+      fsh_batch *o = NULL;
+      if (fsh_merger_next(mg, &o, &err) != 0) die("merge", &err);
+      if (!o) break;
+      double t1 = bench_now(); /* the check is not timed */
+      const fsh_array *a = o->columns[0];
+      const int64_t *kv = (const int64_t *)a->buffers[1]->data + a->offset;
+      for (int64_t i = 0; i < o->length && r == 0; i++) {
+        bool null = !valid_at(a, i);
+        merge_ok &= !prev_null && (null || kv[i] >= prev);
+        if (!null) prev = kv[i];
+        prev_null = null;
+      }
+      got += o->length;
+      fsh_batch_unref(o);
+      inside += bench_now() - t1;
+    }
+    fsh_merger_free(mg);
+    secs[r] = bench_now() - t0 - inside;
+    merge_ok &= got == rows;
+  }
+  for (int i = 0; i < RUNS8; i++) fsh_batch_unref(sorted_runs[i]);
+  bench_stats mg = bench_summarize(secs, runs, all_bytes);
+  bench_print("merge 8 runs (int64 key, all cols)", mg, mc.med, "memcpy");
+  if (!merge_ok) fprintf(stderr, "bench_sort: the merge is out of order or lost rows\n");
+  verified &= merge_ok;
   printf("result: name=bench_sort verified=%s rows=%lld sort_int64_gbps=%.3f sort_utf8_gbps=%.3f "
-         "sort_batch_int64_gbps=%.3f qsort_int64_gbps=%.3f vs_qsort=%.2f memcpy_gbps=%.2f "
-         "vs_memcpy=%.4f\n",
-         verified ? "yes" : "no", (long long)rows, med[0], med[1], sb.med, qs.med, med[0] / qs.med,
-         mc.med, med[0] / mc.med);
+         "sort_batch_int64_gbps=%.3f top1000_int64_gbps=%.3f merge8_gbps=%.3f "
+         "qsort_int64_gbps=%.3f vs_qsort=%.2f memcpy_gbps=%.2f vs_memcpy=%.4f\n",
+         verified ? "yes" : "no", (long long)rows, med[0], med[1], sb.med, tn.med, mg.med, qs.med,
+         med[0] / qs.med, mc.med, med[0] / mc.med);
   free(idx);
   free(keys);
   free(copy);

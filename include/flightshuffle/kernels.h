@@ -184,9 +184,13 @@ FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int
 
 /* indices[0, b->length) = the rows of b (relative to its offset) in sorted
  * order, stable. A single fixed-width key (integers, temporal types,
- * floats; not dictionary-encoded) is radix-sorted; other keys are merge-
- * sorted on a 64-bit key prefix, then the full row comparison. order NULL:
- * all ascending, nulls last. Errors as fsh_row_keys_new. */
+ * floats, bool, or a dictionary of those) is radix-sorted; otherwise rows
+ * are radix-sorted on a 64-bit order-preserving prefix of the first key
+ * (binary/utf8: its first 8 bytes) and each run of equal prefixes is
+ * merge-sorted with the full row comparison. order NULL: all ascending,
+ * nulls last. Errors as fsh_row_keys_new. Scratch memory: 25 bytes a row
+ * plus 16 per row of the largest radix bucket for a single fixed-width key,
+ * 32 bytes a row otherwise. */
 FSH_NODISCARD int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
                                    const fsh_sort_key *order, int64_t *indices, fsh_error *err);
 /* b's rows in sorted order: fsh_take(b, fsh_sort_indices(...)). */
@@ -195,8 +199,9 @@ FSH_NODISCARD int fsh_sort_batch(fsh_batch *b, const int32_t *key_cols, int n_ke
 
 /* The first min(n, b->length) rows of the sorted order (ties by input
  * order: equal to fsh_sort_indices followed by a slice), without sorting
- * every row: a bounded heap, O(length log n). indices has room for
- * min(n, b->length) rows; the count is stored in *n_out. n >= 0. */
+ * every row: a bounded heap, O(length log n), most rows settled by the
+ * first key's prefix alone. indices has room for min(n, b->length) rows;
+ * the count is stored in *n_out. n >= 0. */
 FSH_NODISCARD int fsh_top_n_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
                                     const fsh_sort_key *order, int64_t n, int64_t *indices,
                                     int64_t *n_out, fsh_error *err);
@@ -209,12 +214,25 @@ FSH_NODISCARD int fsh_top_n(fsh_batch *b, const int32_t *key_cols, int n_keys,
  * Stable: equal keys come out in input order (input 0's rows first), so the
  * output equals a stable sort of the inputs' concatenation. The merger
  * holds a reference to each input. Each output batch is the concatenation
- * of the slices of the inputs it draws from, gathered in merged order. */
+ * of the slices of the input batches it draws from, gathered in merged
+ * order (a zero-copy slice when it draws from one slice only). */
 typedef struct fsh_merger fsh_merger;
 FSH_NODISCARD int fsh_merger_new(fsh_batch *const *inputs, int64_t n_inputs,
                                  const int32_t *key_cols, int n_keys, const fsh_sort_key *order,
                                  int64_t target_rows, fsh_merger **out, fsh_error *err);
-/* The next merged batch in *out, or *out = NULL when every row is out. */
+/* The same over n_inputs streams, each a sorted run cut into any number of
+ * batches (spilled runs read back, say): one batch per input is held at a
+ * time. The streams move into the merger (released by fsh_merger_free, or
+ * here on error; the caller's structs are zeroed); their schemas must be
+ * equal up to metadata. */
+FSH_NODISCARD int fsh_merger_new_streams(fsh_batch_stream *inputs, int64_t n_inputs,
+                                         const int32_t *key_cols, int n_keys,
+                                         const fsh_sort_key *order, int64_t target_rows,
+                                         fsh_merger **out, fsh_error *err);
+/* The next merged batch in *out, or *out = NULL when every row is out. On
+ * error a merger of batches is as before the call (the call may be
+ * repeated); a merger of streams whose input moved on to its next batch in
+ * the failed call can only be freed (later calls fail with EINVAL). */
 FSH_NODISCARD int fsh_merger_next(fsh_merger *m, fsh_batch **out, fsh_error *err);
 void fsh_merger_free(fsh_merger *m); /* NULL accepted */
 /* Every row of the inputs merged into one batch (n_inputs >= 1). */
@@ -247,7 +265,8 @@ FSH_NODISCARD int fsh_rechunker_push(fsh_rechunker *r, fsh_batch *b, fsh_error *
 /* No more input: the remaining rows become the last (short) batch. */
 void fsh_rechunker_finish(fsh_rechunker *r);
 /* A ready batch in *out (the caller owns it), or *out = NULL when fewer
- * than target_rows rows wait (before finish) or none (after). */
+ * than target_rows rows wait (before finish) or none (after). On error
+ * nothing is consumed. */
 FSH_NODISCARD int fsh_rechunker_pop(fsh_rechunker *r, fsh_batch **out, fsh_error *err);
 void fsh_rechunker_free(fsh_rechunker *r); /* NULL accepted */
 

@@ -1,5 +1,6 @@
 """sort.py -- the sorting kernels from Python: stable multi-key sort
-(indices or the sorted batch), top-N and range boundaries from a sample,
+(indices or the sorted batch), top-N, the merge of sorted batches and range
+boundaries from a sample,
 over record batches passed through the Arrow C Data Interface (zero-copy in,
 the result handed back the same way).
 
@@ -37,6 +38,8 @@ _PROTOS = {
                           POINTER(c_void_p), _E]),
     "fsh_range_boundaries": (c_int, [_P, POINTER(c_int32), c_int, POINTER(_SortKey), c_int32,
                                      POINTER(c_void_p), _E]),
+    "fsh_merge_sorted": (c_int, [POINTER(c_void_p), c_int64, POINTER(c_int32), c_int,
+                                 POINTER(_SortKey), POINTER(c_void_p), _E]),
 }
 
 
@@ -128,4 +131,20 @@ def range_boundaries(sample, n_partitions: int, sort_keys,
     return RecordBatch(out.value)
 
 
-__all__ = ["sort_indices", "sort_batch", "top_n_indices", "top_n", "range_boundaries"]
+def merge_sorted(batches, sort_keys, null_placement: str = "at_end") -> RecordBatch:
+    """One batch of the rows of `batches` (one schema, each already sorted
+    by sort_keys) in sorted order; equal keys in input order (a stable sort
+    of their concatenation)."""
+    bs = [RecordBatch.from_arrow(b) for b in batches]
+    if not bs:
+        raise ValueError("no batch to merge")
+    cols, order, nk = _keys(bs[0], sort_keys, null_placement)
+    ptrs = (c_void_p * len(bs))(*[b._ptr for b in bs])
+    out, err = c_void_p(), FshError()
+    check(_fn("fsh_merge_sorted")(ptrs, len(bs), cols, nk, order, byref(out), byref(err)), err,
+          "merge")
+    return RecordBatch(out.value)
+
+
+__all__ = ["sort_indices", "sort_batch", "top_n_indices", "top_n", "range_boundaries",
+           "merge_sorted"]

@@ -1,126 +1,14 @@
 /* sort.c -- stable multi-key sort of a batch's rows. Rows null in the first
  * key are set aside (before or after the rest, per nulls_first); the others
- * get a 64-bit order-preserving prefix of their first key. A single
- * fixed-width key is then LSD-radix-sorted on the prefix (exact); any other
- * key set is merge-sorted comparing prefixes first and the full row
- * comparison (fsh_row_keys_compare) only when prefixes tie. */
+ * get a 64-bit order-preserving prefix of their first key (sort_internal.h).
+ * A single key whose prefix is exact (integers, temporal types, floats,
+ * bool, or a dictionary of those) is radix-sorted on it: an MSD pass into
+ * cache-sized buckets, then LSD within each. Other key sets are radix-sorted
+ * on the prefix too (binary/utf8: the first 8 bytes), then each run of
+ * equal prefixes is merge-sorted comparing rows (a single binary key
+ * bytewise, otherwise fsh_row_keys_compare). Decimals and fixed-size
+ * binary get inexact prefixes too (top 64 bits; first 8 bytes). */
 #include "kernels/sort_internal.h"
-
-#include "arrow/numeric.h"
-
-/* How the first key's prefix is computed. */
-typedef enum pkind { P_NONE, P_SIGNED, P_UNSIGNED, P_FLOAT, P_BOOL, P_BINARY } pkind;
-
-typedef struct key0 {
-  const fsh_field *f, *vf; /* the column's field; its value field */
-  const fsh_array *a, *va; /* the column; its values (a or its dictionary) */
-  pkind kind;
-  int width; /* P_SIGNED / P_UNSIGNED / P_FLOAT: bytes; P_BINARY: offset width */
-  bool descending;
-} key0;
-
-static pkind prefix_kind(const fsh_field *vf, int *width) {
-  if (vf->dictionary) return P_NONE;
-  switch (vf->type) {
-    case FSH_TYPE_INT8: *width = 1; return P_SIGNED;
-    case FSH_TYPE_INT16: *width = 2; return P_SIGNED;
-    case FSH_TYPE_INT32: case FSH_TYPE_DATE32: case FSH_TYPE_TIME32:
-    case FSH_TYPE_INTERVAL_MONTHS: *width = 4; return P_SIGNED;
-    case FSH_TYPE_INT64: case FSH_TYPE_DATE64: case FSH_TYPE_TIME64: case FSH_TYPE_TIMESTAMP:
-    case FSH_TYPE_DURATION: *width = 8; return P_SIGNED;
-    case FSH_TYPE_UINT8: *width = 1; return P_UNSIGNED;
-    case FSH_TYPE_UINT16: *width = 2; return P_UNSIGNED;
-    case FSH_TYPE_UINT32: *width = 4; return P_UNSIGNED;
-    case FSH_TYPE_UINT64: *width = 8; return P_UNSIGNED;
-    case FSH_TYPE_FLOAT16: *width = 2; return P_FLOAT;
-    case FSH_TYPE_FLOAT32: *width = 4; return P_FLOAT;
-    case FSH_TYPE_FLOAT64: *width = 8; return P_FLOAT;
-    case FSH_TYPE_BOOL: return P_BOOL;
-    case FSH_TYPE_BINARY: case FSH_TYPE_STRING: case FSH_TYPE_LARGE_BINARY:
-    case FSH_TYPE_LARGE_STRING: *width = kern_offset_width(vf->type); return P_BINARY;
-    default: return P_NONE;
-  }
-}
-
-static void key0_init(key0 *k, const fsh_batch *b, int32_t col, bool descending) {
-  k->f = &b->schema->fields[col];
-  k->a = b->columns[col];
-  k->vf = k->f->dictionary ? &k->f->dictionary->value : k->f;
-  k->va = k->f->dictionary ? k->a->dictionary : k->a;
-  k->width = 0;
-  k->kind = prefix_kind(k->vf, &k->width);
-  k->descending = descending;
-}
-
-/* Absolute slot of row's value in k->va, or -1 when null. */
-static inline int64_t key0_slot(const key0 *k, int64_t row) {
-  int64_t abs = k->a->offset + row;
-  if (!kern_slot_valid(k->f, k->a, abs)) return -1;
-  if (!k->f->dictionary) return abs;
-  int64_t d = k->va->offset + fsh_kern_read_int(k->f->type, kern_buf(k->a, 1), abs);
-  return kern_slot_valid(k->vf, k->va, d) ? d : -1;
-}
-
-static inline uint64_t float_key(double d) {
-  if (d != d) return UINT64_MAX; /* every NaN, after +inf */
-  if (d == 0) d = 0.0;           /* -0.0 == +0.0 */
-  uint64_t u;
-  memcpy(&u, &d, 8);
-  return u >> 63 ? ~u : u ^ (1ull << 63);
-}
-
-/* The order-preserving prefix of the (valid) value at slot s: x <= y
- * implies prefix(x) <= prefix(y) in ascending order; exact (x < y iff
- * prefix(x) < prefix(y)) for every kind but P_BINARY and P_NONE. */
-static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
-  const uint8_t *p = kern_buf(k->va, 1);
-  switch (k->kind) {
-    case P_SIGNED: {
-      int64_t v;
-      switch (k->width) {
-        case 1: v = ((const int8_t *)p)[s]; break;
-        case 2: { int16_t x; memcpy(&x, p + 2 * s, 2); v = x; break; }
-        case 4: { int32_t x; memcpy(&x, p + 4 * s, 4); v = x; break; }
-        default: memcpy(&v, p + 8 * s, 8); break;
-      }
-      return (uint64_t)v ^ (1ull << 63);
-    }
-    case P_UNSIGNED: {
-      switch (k->width) {
-        case 1: return p[s];
-        case 2: { uint16_t x; memcpy(&x, p + 2 * s, 2); return x; }
-        case 4: { uint32_t x; memcpy(&x, p + 4 * s, 4); return x; }
-        default: { uint64_t x; memcpy(&x, p + 8 * s, 8); return x; }
-      }
-    }
-    case P_FLOAT: {
-      if (k->width == 8) {
-        double d;
-        memcpy(&d, p + 8 * s, 8);
-        return float_key(d);
-      }
-      if (k->width == 4) {
-        float x;
-        memcpy(&x, p + 4 * s, 4);
-        return float_key(x);
-      }
-      uint16_t h;
-      memcpy(&h, p + 2 * s, 2);
-      return float_key(fsh_half_to_float(h));
-    }
-    case P_BOOL: return fsh_bit_get(p, s);
-    case P_BINARY: {
-      int64_t st = kern_read_offset(p, s, k->width), en = kern_read_offset(p, s + 1, k->width);
-      int64_t len = en - st < 8 ? en - st : 8;
-      const uint8_t *v = kern_buf(k->va, 2) + st;
-      uint64_t r = 0;
-      for (int64_t i = 0; i < 8; i++) r = (r << 8) | (i < len ? v[i] : 0);
-      return r;
-    }
-    case P_NONE: return 0;
-  }
-  return 0;
-}
 
 /* ---- merge sort of entries ------------------------------------------------ */
 
@@ -184,45 +72,161 @@ static void merge_sort(const cmpctx *c, fsh_sort_ent *e, fsh_sort_ent *tmp, int6
   if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
 }
 
-/* Radix digits: RADIX_BITS bits, RADIX_PASSES passes cover 64 bits. */
-#define RADIX_BITS 11
-#define RADIX_BUCKETS (1 << RADIX_BITS)
-#define RADIX_PASSES ((64 + RADIX_BITS - 1) / RADIX_BITS)
+/* The radix sort: one MSD pass on the top MSD_BITS varying bits spreads
+ * (key, row) entries into buckets that fit in cache (large inputs only),
+ * each then LSD-sorted on 8-bit digits of the bits below. */
+#define MSD_BITS 11
+#define MSD_MIN_ROWS (1 << 15)
 
-/* Stable LSD radix sort of e[0, n) on the whole 64-bit key (cnt:
- * RADIX_PASSES x RADIX_BUCKETS counters of scratch); passes whose digit is
- * the same in every key are skipped. */
-static void radix_sort(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n,
-                       int64_t (*cnt)[RADIX_BUCKETS]) {
-  const uint64_t mask = RADIX_BUCKETS - 1;
-  memset(cnt, 0, RADIX_PASSES * sizeof *cnt);
+/* Stable LSD radix sort of src[0, n) on key bits [0, bits), ping-ponging
+ * with dst[0, n); returns the one holding the result. Passes whose digit is
+ * the same in every key are skipped. cnt: 8 x 256 counters of scratch. */
+static fsh_sort_ent *radix_lsd(fsh_sort_ent *src, fsh_sort_ent *dst, int64_t n, int bits,
+                               int64_t (*cnt)[256]) {
+  int passes = (bits + 7) / 8;
+  memset(cnt, 0, (size_t)passes * sizeof *cnt);
   for (int64_t i = 0; i < n; i++) {
-    uint64_t k = e[i].key;
-    for (int d = 0; d < RADIX_PASSES; d++) cnt[d][(k >> (RADIX_BITS * d)) & mask]++;
+    uint64_t k = src[i].key;
+    for (int d = 0; d < passes; d++) cnt[d][(k >> (8 * d)) & 0xFF]++;
   }
-  fsh_sort_ent *src = e, *dst = tmp;
-  for (int d = 0; d < RADIX_PASSES; d++) {
+  for (int d = 0; d < passes; d++) {
     int64_t *c = cnt[d];
     bool trivial = false;
-    for (int v = 0; v < RADIX_BUCKETS; v++)
+    for (int v = 0; v < 256; v++)
       if (c[v] != 0) {
         trivial = c[v] == n;
         break;
       }
     if (trivial) continue;
     int64_t sum = 0;
-    for (int v = 0; v < RADIX_BUCKETS; v++) {
+    for (int v = 0; v < 256; v++) {
       int64_t t = c[v];
       c[v] = sum;
       sum += t;
     }
-    int shift = RADIX_BITS * d;
-    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & mask]++] = src[i];
+    int shift = 8 * d;
+    for (int64_t i = 0; i < n; i++) dst[c[(src[i].key >> shift) & 0xFF]++] = src[i];
     fsh_sort_ent *t = src;
     src = dst;
     dst = t;
   }
-  if (src != e) memcpy(e, src, (size_t)n * sizeof *e);
+  return src;
+}
+
+/* Stable radix sort of e[0, n) by key, tmp[0, n) as scratch; the result
+ * ends in e. c: 1 << MSD_BITS counters. */
+static void radix_entries(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n, int64_t (*cnt)[256],
+                          int64_t *c) {
+  uint64_t diff = 0;
+  for (int64_t i = 0; i < n; i++) diff |= e[i].key ^ e[0].key;
+  if (diff == 0) return;
+  int bits = 64 - __builtin_clzll(diff);
+  if (n < MSD_MIN_ROWS || bits <= 8) {
+    fsh_sort_ent *r = radix_lsd(e, tmp, n, bits, cnt);
+    if (r != e) memcpy(e, r, (size_t)n * sizeof *e);
+    return;
+  }
+  int low = bits > MSD_BITS ? bits - MSD_BITS : 0, nb = 1 << (bits - low);
+  uint64_t mask = (uint64_t)nb - 1;
+  memset(c, 0, (size_t)nb * sizeof *c);
+  for (int64_t i = 0; i < n; i++) c[(e[i].key >> low) & mask]++;
+  int64_t sum = 0;
+  for (int v = 0; v < nb; v++) {
+    int64_t t = c[v];
+    c[v] = sum;
+    sum += t;
+  }
+  for (int64_t i = 0; i < n; i++) tmp[c[(e[i].key >> low) & mask]++] = e[i];
+  for (int64_t v = 0, start = 0; v < nb; v++) { /* c[v]: the end of bucket v */
+    int64_t m = c[v] - start;
+    fsh_sort_ent *r = m > 0 ? radix_lsd(tmp + start, e + start, m, low, cnt) : e + start;
+    if (r != e + start) memcpy(e + start, r, (size_t)m * sizeof *e);
+    start = c[v];
+  }
+}
+
+/* fsh_sort_indices for a single key with an exact prefix. Pass 1 reads the
+ * column once into kv (prefixes, direction applied) and finds the nulls and
+ * the bits that vary; pass 2 counts MSD buckets; pass 3 scatters (key, row)
+ * into them (null rows go straight to indices); then each bucket is
+ * LSD-sorted in a scratch of the largest bucket's size and its rows
+ * written out. */
+static int sort_fixed(const key0 *k, int64_t n, fsh_sort_key o0, int64_t *indices,
+                      fsh_error *err) {
+  uint64_t flip = o0.descending ? UINT64_MAX : 0;
+  uint64_t *kv = fsh_malloc((size_t)n * sizeof *kv);
+  uint8_t *isnull = fsh_malloc((size_t)n);
+  int64_t(*cnt)[256] = fsh_malloc(8 * sizeof *cnt);
+  int64_t *c = fsh_malloc(((size_t)1 << MSD_BITS) * sizeof *c);
+  fsh_sort_ent *tmp = NULL, *scratch = NULL;
+  int rc = 0;
+  if (!kv || !isnull || !cnt || !c) goto oom;
+  int64_t n_null = 0;
+  uint64_t k0 = 0, diff = 0;
+  bool have = false;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = key0_slot(k, i);
+    isnull[i] = s < 0;
+    if (s < 0) {
+      n_null++;
+      continue;
+    }
+    uint64_t key = key0_prefix(k, s) ^ flip;
+    kv[i] = key;
+    if (!have) k0 = key, have = true;
+    diff |= key ^ k0;
+  }
+  int64_t nn = n - n_null;
+  int64_t vi = o0.nulls_first ? n_null : 0, ni = o0.nulls_first ? 0 : nn;
+  if (diff == 0) { /* every valid key equal: input order */
+    for (int64_t i = 0, a = vi, z = ni; i < n; i++)
+      indices[isnull[i] ? z++ : a++] = i;
+    goto done;
+  }
+  int bits = 64 - __builtin_clzll(diff); /* keys differ only in bits [0, bits) */
+  int low = bits;                        /* one bucket: LSD on every bit */
+  if (nn >= MSD_MIN_ROWS && bits > 8) low = bits > MSD_BITS ? bits - MSD_BITS : 0;
+  int nb = 1 << (bits - low);
+  uint64_t mask = (uint64_t)nb - 1;
+#define DIGIT(key) (nb == 1 ? 0 : ((key) >> low) & mask)
+  memset(c, 0, (size_t)nb * sizeof *c);
+  for (int64_t i = 0; i < n; i++)
+    if (!isnull[i]) c[DIGIT(kv[i])]++;
+  int64_t sum = 0, maxb = 0;
+  for (int v = 0; v < nb; v++) {
+    int64_t t = c[v];
+    c[v] = sum;
+    sum += t;
+    maxb = t > maxb ? t : maxb;
+  }
+  tmp = fsh_malloc((size_t)nn * sizeof *tmp);
+  scratch = fsh_malloc((size_t)maxb * sizeof *scratch);
+  if (!tmp || !scratch) goto oom;
+  for (int64_t i = 0, z = ni; i < n; i++) {
+    if (isnull[i])
+      indices[z++] = i;
+    else
+      tmp[c[DIGIT(kv[i])]++] = (fsh_sort_ent){kv[i], i};
+  }
+#undef DIGIT
+  /* c[v] is now the end of bucket v */
+  for (int64_t v = 0, start = 0; v < nb; v++) {
+    int64_t end = c[v], m = end - start;
+    const fsh_sort_ent *r = m > 1 ? radix_lsd(tmp + start, scratch, m, low, cnt) : tmp + start;
+    for (int64_t j = 0; j < m; j++) indices[vi + start + j] = r[j].row;
+    start = end;
+  }
+  goto done;
+oom:
+  rc = fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+done:
+  fsh_free(kv);
+  fsh_free(isnull);
+  fsh_free(cnt);
+  fsh_free(c);
+  fsh_free(tmp);
+  fsh_free(scratch);
+  return rc;
 }
 
 int fsh_kern_sort_check(const fsh_batch *b, const int32_t *key_cols, int n_keys,
@@ -242,24 +246,27 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
     fsh_row_keys_free(rk);
     return fsh_error_prefix(err, rc, "sort: ");
   }
-  int64_t n = b->length;
-  fsh_sort_ent *e = NULL, *tmp = NULL;
-  int64_t(*cnt)[RADIX_BUCKETS] = NULL;
-  if (n > 0) {
-    e = fsh_malloc((size_t)n * sizeof *e);
-    tmp = fsh_malloc((size_t)n * sizeof *tmp);
-    cnt = fsh_malloc(RADIX_PASSES * sizeof *cnt);
-  }
-  if (n > 0 && (!e || !tmp || !cnt)) {
-    fsh_free(e);
-    fsh_free(tmp);
-    fsh_free(cnt);
-    fsh_row_keys_free(rk);
-    return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
-  }
   fsh_sort_key o0 = order ? order[0] : (fsh_sort_key){false, false};
   key0 k;
   key0_init(&k, b, key_cols[0], o0.descending);
+  int64_t n = b->length;
+  bool exact = key0_exact(&k);
+  if (n > 0 && exact && n_keys == 1) {
+    rc = sort_fixed(&k, n, o0, indices, err);
+    fsh_row_keys_free(rk);
+    return rc;
+  }
+  fsh_sort_ent *e = NULL, *tmp = NULL;
+  if (n > 0) {
+    e = fsh_malloc((size_t)n * sizeof *e);
+    tmp = fsh_malloc((size_t)n * sizeof *tmp);
+  }
+  if (n > 0 && (!e || !tmp)) {
+    fsh_free(e);
+    fsh_free(tmp);
+    fsh_row_keys_free(rk);
+    return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+  }
   int64_t n_null = 0;
   for (int64_t i = 0; i < n; i++) n_null += key0_slot(&k, i) < 0;
   int64_t nn = n - n_null;
@@ -274,18 +281,33 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
     else
       vals[a++] = (fsh_sort_ent){key0_prefix(&k, s) ^ flip, i};
   }
-  bool exact = k.kind != P_NONE && k.kind != P_BINARY;
   cmpctx c = {rk, !exact || n_keys > 1, k.kind == P_BINARY && n_keys == 1 ? &k : NULL};
-  if (nn > 1 && exact && n_keys == 1)
-    radix_sort(vals, tmp, nn, cnt);
-  else if (nn > 1)
+  if (nn > 1 && k.kind != P_NONE) { /* radix by prefix, then each run of equal prefixes */
+    int64_t(*cnt)[256] = fsh_malloc(8 * sizeof *cnt);
+    int64_t *msd = fsh_malloc(((size_t)1 << MSD_BITS) * sizeof *msd);
+    if (!cnt || !msd) {
+      fsh_free(cnt);
+      fsh_free(msd);
+      fsh_free(e);
+      fsh_free(tmp);
+      fsh_row_keys_free(rk);
+      return fsh_error_set(err, ENOMEM, "sort: out of memory for %lld rows", (long long)n);
+    }
+    radix_entries(vals, tmp, nn, cnt, msd);
+    fsh_free(cnt);
+    fsh_free(msd);
+    for (int64_t i = 0, j; i < nn; i = j) {
+      for (j = i + 1; j < nn && vals[j].key == vals[i].key;) j++;
+      if (j - i > 1) merge_sort(&c, vals + i, tmp, j - i);
+    }
+  } else if (nn > 1) {
     merge_sort(&c, vals, tmp, nn);
+  }
   if (n_keys > 1 && n_null > 1) {
     cmpctx cn = {rk, true, NULL};
     merge_sort(&cn, nulls, tmp, n_null);
   }
   for (int64_t i = 0; i < n; i++) indices[i] = e[i].row;
-  fsh_free(cnt);
   fsh_free(e);
   fsh_free(tmp);
   fsh_row_keys_free(rk);

@@ -43,7 +43,8 @@ static inline int ref_cmp_col(int c, int x, int y, fsh_sort_key o) {
   switch (c) {
     case 0: r = (R.i[x] > R.i[y]) - (R.i[x] < R.i[y]); break;
     case 1:
-      r = isnan(R.d[x]) || isnan(R.d[y]) ? isnan(R.d[x]) - isnan(R.d[y]) : ref_cmp3d(R.d[x], R.d[y]);
+      r = isnan(R.d[x]) || isnan(R.d[y]) ? isnan(R.d[x]) - isnan(R.d[y])
+                                         : ref_cmp3d(R.d[x], R.d[y]);
       break;
     case 2: case 3: {
       int s = strcmp(R.s[x], R.s[y]);
@@ -53,7 +54,8 @@ static inline int ref_cmp_col(int c, int x, int y, fsh_sort_key o) {
     case 4: r = (R.small[x] > R.small[y]) - (R.small[x] < R.small[y]); break;
     case 5: r = (R.u[x] > R.u[y]) - (R.u[x] < R.u[y]); break;
     case 6:
-      r = isnan(R.f[x]) || isnan(R.f[y]) ? isnan(R.f[x]) - isnan(R.f[y]) : ref_cmp3d(R.f[x], R.f[y]);
+      r = isnan(R.f[x]) || isnan(R.f[y]) ? isnan(R.f[x]) - isnan(R.f[y])
+                                         : ref_cmp3d(R.f[x], R.f[y]);
       break;
     case 7: r = (R.bo[x] > R.bo[y]) - (R.bo[x] < R.bo[y]); break;
   }

@@ -218,7 +218,8 @@ static void test_plan_partitions(void) {
       uint64_t x = kh_rand(&st) % 10;
       rows[i] = x < 3 ? 0 : x < 6 ? (int64_t)(kh_rand(&st) % 5) : (int64_t)(kh_rand(&st) % 1000);
     }
-    int32_t ns[] = {1, 2, (int32_t)(n_in > 1 ? n_in - 1 : 1), (int32_t)(n_in + 1), (int32_t)(3 * n_in + 7), 1000};
+    int32_t ns[] = {1,    2, (int32_t)(n_in > 1 ? n_in - 1 : 1), (int32_t)(n_in + 1),
+                    (int32_t)(3 * n_in + 7), 1000};
     for (int k = 0; k < 6; k++) check_plan(rows, n_in, ns[k]);
   }
   /* A worked example: 3 inputs of 10, 0 and 5 rows into 4 outputs of 4,

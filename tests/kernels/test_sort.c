@@ -154,6 +154,74 @@ static void test_all_types(void) {
   fsh_batch_unref(b);
 }
 
+/* Large inputs (100K rows) take the radix sort's MSD pass (from 32768
+ * rows): int64 keys of 64, 20, 10 and 1 varying bits with nulls, alone
+ * (the radix path) and followed by a second key (radix on the first, then
+ * comparisons), against qsort on (value, value 2, row). */
+static const int64_t *g_big, *g_big2;
+static const uint8_t *g_big_valid;
+static bool g_big_desc;
+
+static int big_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  bool vx = g_big_valid[x], vy = g_big_valid[y];
+  int c;
+  if (!vx || !vy)
+    c = vx == vy ? 0 : vx ? -1 : 1; /* nulls last */
+  else {
+    c = (g_big[x] > g_big[y]) - (g_big[x] < g_big[y]);
+    if (g_big_desc) c = -c;
+  }
+  if (c == 0 && g_big2) c = (g_big2[x] > g_big2[y]) - (g_big2[x] < g_big2[y]);
+  return c ? c : (x > y) - (x < y);
+}
+
+static void test_sort_large(void) {
+  fsh_error err;
+  enum { BIG = 100000 };
+  int64_t *vals = malloc(BIG * sizeof *vals), *got = malloc(BIG * sizeof *got);
+  int64_t *want = malloc(BIG * sizeof *want), *vals2 = malloc(BIG * sizeof *vals2);
+  uint8_t *valid = malloc(BIG);
+  char *vpat = malloc(BIG + 1);
+  int bits[] = {64, 20, 10, 1};
+  uint64_t st = 99;
+  for (int t = 0; t < 4; t++)
+    for (int desc = 0; desc < 4; desc++) {
+      bool two = desc >= 2;
+      for (int i = 0; i < BIG; i++) {
+        uint64_t r = kh_rand(&st);
+        vals[i] = bits[t] == 64 ? (int64_t)r
+                                : (int64_t)(r >> (64 - bits[t])) - (1 << (bits[t] - 1));
+        vals2[i] = (int64_t)(kh_rand(&st) % 7);
+        valid[i] = kh_rand(&st) % 50 != 0;
+        vpat[i] = valid[i] ? '1' : '0';
+      }
+      vpat[BIG] = '\0';
+      sbh_cols c;
+      c.n = 0;
+      sbh_col(&c, "k", FSH_TYPE_INT64, true);
+      SBH_SET(&c, sbh_fixed(vpat, BIG, vals, 8));
+      sbh_col(&c, "k2", FSH_TYPE_INT64, false);
+      SBH_SET(&c, sbh_fixed(NULL, BIG, vals2, 8));
+      fsh_batch *b = sbh_finish(&c, BIG);
+      g_big = vals, g_big2 = two ? vals2 : NULL, g_big_valid = valid, g_big_desc = desc % 2;
+      for (int i = 0; i < BIG; i++) want[i] = i;
+      qsort(want, BIG, sizeof *want, big_cmp);
+      int32_t keys[] = {0, 1};
+      fsh_sort_key order[] = {{desc % 2 != 0, false}, {false, false}};
+      CHECK_OK(fsh_sort_indices(b, keys, two ? 2 : 1, order, got, &err));
+      CHECK_MSG(memcmp(got, want, BIG * sizeof *got) == 0,
+                "%d varying bits, descending %d, keys %d", bits[t], desc % 2, two ? 2 : 1);
+      fsh_batch_unref(b);
+    }
+  free(vals);
+  free(vals2);
+  free(got);
+  free(want);
+  free(valid);
+  free(vpat);
+}
+
 static void test_all_equal(void) {
   fsh_error err;
   int64_t vals[500], idx[500], top[10];
@@ -230,4 +298,5 @@ static void test_alloc_failure(void) {
 
 FSH_TEST_MAIN(TEST(test_sort_against_reference), TEST(test_sort_skewed_and_small),
               TEST(test_sort_batch), TEST(test_top_n_against_reference), TEST(test_all_types),
-              TEST(test_all_equal), TEST(test_errors), TEST(test_alloc_failure))
+              TEST(test_sort_large), TEST(test_all_equal), TEST(test_errors),
+              TEST(test_alloc_failure))
