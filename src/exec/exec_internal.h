@@ -112,6 +112,17 @@ bool expr_like_match(const char *p, int64_t pn, const char *s, int64_t sn);
 /* Compiles e->args[1]'s pattern into e->like / like_lit. */
 FSH_NODISCARD int expr_like_compile(fsh_expr *e, fsh_error *err);
 
+/* ---- the JSON form, for formats that embed it (plans) --------------------- */
+
+struct json_t; /* jansson's */
+/* Parses a node of an already parsed JSON document; `path` names it in
+ * messages ("$.stages[2].predicate"). */
+FSH_NODISCARD int fsh_expr_from_json_node(struct json_t *j, const char *path, fsh_expr **out,
+                                          fsh_error *err);
+/* A new JSON value (one reference, the caller's) holding e's form; NULL on
+ * ENOMEM. */
+struct json_t *fsh_expr_to_json_node(const fsh_expr *e);
+
 /* ---- helpers ----------------------------------------------------------- */
 
 static inline int ev_oom(fsh_error *err) { return fsh_error_set(err, ENOMEM, "out of memory"); }
