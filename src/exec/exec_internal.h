@@ -61,6 +61,7 @@ struct fsh_expr {
 typedef struct ev_vec {
   ev_kind kind;
   int64_t n;
+  int64_t row0; /* the batch row of row 0 (error messages) */
   bool scalar;
   bool snull;
   uint8_t *valid;
@@ -91,8 +92,22 @@ typedef struct ev_vec {
 
 void ev_vec_reset(ev_vec *v);
 
-/* Evaluates a bound node over b into v (zeroed on entry, reset on error). */
-FSH_NODISCARD int ev_eval(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err);
+/* The rows an evaluation covers: [row0, row0 + n) of batch b. */
+typedef struct ev_rows {
+  fsh_batch *b;
+  int64_t row0, n;
+} ev_rows;
+
+/* Evaluates a bound node over rows into v (zeroed on entry, reset on
+ * error). v's rows are numbered from 0; v->row0 says where they start. */
+FSH_NODISCARD int ev_eval(const fsh_expr *e, const ev_rows *rows, ev_vec *v, fsh_error *err);
+
+/* Rows per slice when a predicate is evaluated for a selection (a multiple
+ * of 64; tests lower it to cross slice boundaries often). It bounds the
+ * memory of intermediate vectors (8 bytes a row per live node) on huge
+ * batches; smaller slices measured no faster (allocation per slice costs
+ * what cache residency saves). */
+extern int64_t fsh_expr_select_rows;
 
 /* Operator kernels: operands evaluated, result into r (zeroed). */
 /* ev_arith may take over a or b's values buffer (then computes in place). */

@@ -59,11 +59,11 @@ int ev_valid_and(const ev_vec *a, const ev_vec *b, ev_vec *r, fsh_error *err) {
 
 /* ---- loading ------------------------------------------------------------ */
 
-/* Validity of slots [off, off + n) of a into v (NULL when no nulls). */
-static int load_validity(fsh_array *a, int64_t n, ev_vec *v, fsh_error *err) {
+/* Validity of slots [row0, row0 + n) of a into v (NULL when no nulls). */
+static int load_validity(fsh_array *a, int64_t row0, int64_t n, ev_vec *v, fsh_error *err) {
   if (a->n_buffers < 1 || !a->buffers[0] || fsh_array_null_count(a) == 0) return 0;
   FSH_RETURN_NOT_OK(ev_bitmap_new(n, &v->valid_buf, &v->valid, err));
-  ev_bitmap_copy(v->valid, a->buffers[0]->data, a->offset, n);
+  ev_bitmap_copy(v->valid, a->buffers[0]->data, a->offset + row0, n);
   return 0;
 }
 
@@ -125,7 +125,7 @@ static int load_numbers(const fsh_expr *e, const fsh_field *f, const uint8_t *va
         return fsh_error_set(err, EOVERFLOW,
                              "column '%s' row %" PRId64 ": uint64 value %" PRIu64
                              " exceeds the int64 range expressions compute in",
-                             e->name, k, u[k]);
+                             e->name, v->row0 + k, u[k]);
     break;
   }
   default: LOAD(int64_t, d); break;
@@ -144,22 +144,24 @@ static int check_column(const fsh_expr *e, fsh_batch *b, fsh_error *err) {
   return 0;
 }
 
-static int load_column(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err) {
+static int load_column(const fsh_expr *e, const ev_rows *rows, ev_vec *v, fsh_error *err) {
+  fsh_batch *b = rows->b;
   FSH_RETURN_NOT_OK(check_column(e, b, err));
   fsh_array *a = b->columns[e->col];
   const fsh_field *f = &e->col_field;
   v->kind = e->kind;
-  v->n = b->length;
+  v->n = rows->n;
+  v->row0 = rows->row0;
   if (f->type == FSH_TYPE_NA || e->kind == EV_NULL) {
     v->kind = EV_NULL;
     return 0;
   }
   if (fsh_type_is_union(f->type) && !f->dictionary) return 0;
-  FSH_RETURN_NOT_OK(load_validity(a, v->n, v, err));
+  FSH_RETURN_NOT_OK(load_validity(a, rows->row0, v->n, v, err));
   if (e->kind == EV_OTHER) return 0;
   const fsh_field *vf = f;
   fsh_array *va = a;
-  int64_t base = a->offset;
+  int64_t base = a->offset + rows->row0;
   if (f->dictionary) {
     vf = &f->dictionary->value;
     va = a->dictionary;
@@ -168,7 +170,7 @@ static int load_column(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *er
     int64_t *idx = (int64_t *)v->idx_buf->data;
     const uint8_t *ib = kern_buf(a, 1);
     for (int64_t k = 0; k < v->n; k++)
-      idx[k] = ev_valid_at(v, k) ? fsh_kern_read_int(f->type, ib, a->offset + k) + va->offset
+      idx[k] = ev_valid_at(v, k) ? fsh_kern_read_int(f->type, ib, base + k) + va->offset
                                  : va->offset; /* null slots point at a harmless entry */
     v->idx = idx;
     v->dict_n = va->length;
@@ -229,7 +231,7 @@ static void load_literal(const fsh_expr *e, int64_t n, ev_vec *v) {
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-static int eval_args(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err) {
+static int eval_args(const fsh_expr *e, const ev_rows *b, ev_vec *v, fsh_error *err) {
   for (int k = 0; k < e->n_args; k++) {
     int rc = ev_eval(e->args[k], b, &v[k], err);
     if (rc != 0) {
@@ -297,7 +299,7 @@ static int dict_predicate(const fsh_expr *e, const ev_vec *x, const ev_vec *othe
   return rc;
 }
 
-static int eval_call(const fsh_expr *e, fsh_batch *b, ev_vec *r, fsh_error *err) {
+static int eval_call(const fsh_expr *e, const ev_rows *b, ev_vec *r, fsh_error *err) {
   ev_vec v[3];
   memset(v, 0, sizeof v);
   int rc;
@@ -367,19 +369,20 @@ static int eval_call(const fsh_expr *e, fsh_batch *b, ev_vec *r, fsh_error *err)
   return rc;
 }
 
-int ev_eval(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err) {
+int ev_eval(const fsh_expr *e, const ev_rows *rows, ev_vec *v, fsh_error *err) {
   memset(v, 0, sizeof *v);
   int rc;
   if (e->op == FSH_EXPR_COLUMN) {
-    rc = load_column(e, b, v, err);
+    rc = load_column(e, rows, v, err);
   } else if (e->op == FSH_EXPR_LITERAL) {
-    load_literal(e, b->length, v);
+    load_literal(e, rows->n, v);
     rc = 0;
   } else {
-    rc = eval_call(e, b, v, err);
-    v->n = b->length;
+    rc = eval_call(e, rows, v, err);
+    v->n = rows->n;
   }
   if (rc != 0) ev_vec_reset(v);
+  else v->row0 = rows->row0;
   return rc;
 }
 
@@ -531,6 +534,8 @@ static int vec_to_array(const ev_vec *v, fsh_type_id t, fsh_array **out, fsh_err
 
 /* ---- public entry points ------------------------------------------------ */
 
+int64_t fsh_expr_select_rows = 1 << 20;
+
 static int check_bound(const fsh_expr *e, fsh_batch *b, fsh_error *err) {
   if (!e || !b) return fsh_error_set(err, EINVAL, "NULL expression or batch");
   if (!e->bound) {
@@ -550,7 +555,8 @@ int fsh_expr_eval(const fsh_expr *e, fsh_batch *b, fsh_array **out, fsh_error *e
     return 0;
   }
   ev_vec v;
-  FSH_RETURN_NOT_OK(ev_eval(e, b, &v, err));
+  ev_rows rows = {b, 0, b->length};
+  FSH_RETURN_NOT_OK(ev_eval(e, &rows, &v, err));
   int rc = vec_to_array(&v, e->type, out, err);
   ev_vec_reset(&v);
   return rc;
@@ -566,19 +572,28 @@ int fsh_expr_select(const fsh_expr *pred, fsh_batch *b, uint8_t *sel, int64_t *n
     return fsh_error_set(err, EINVAL, "filter: predicate %s is %s, not bool", text,
                          fsh_type_name(pred->type));
   }
-  ev_vec v;
-  FSH_RETURN_NOT_OK(ev_eval(pred, b, &v, err));
-  int64_t n = b->length, nb = fsh_bytes_for_bits(n);
-  if (v.kind == EV_NULL || (v.scalar && !v.sbool)) {
-    memset(sel, 0, (size_t)nb);
-  } else if (v.scalar) {
-    memset(sel, 0xff, (size_t)nb);
-  } else {
-    for (int64_t i = 0; i < nb; i++) sel[i] = v.bits[i] & (v.valid ? v.valid[i] : 0xff);
+  /* Slice by slice (a multiple of 64 rows, so each lands on whole bytes of
+   * sel): intermediates stay bounded however long the batch. */
+  int64_t n = b->length, step = fsh_expr_select_rows & ~(int64_t)63;
+  if (step < 64) step = 64;
+  for (int64_t row0 = 0; row0 < n || row0 == 0; row0 += step) {
+    ev_rows rows = {b, row0, n - row0 < step ? n - row0 : step};
+    ev_vec v;
+    FSH_RETURN_NOT_OK(ev_eval(pred, &rows, &v, err));
+    uint8_t *out = sel + row0 / 8;
+    int64_t nb = fsh_bytes_for_bits(rows.n);
+    if (v.kind == EV_NULL || (v.scalar && !v.sbool))
+      memset(out, 0, (size_t)nb);
+    else if (v.scalar)
+      memset(out, 0xff, (size_t)nb);
+    else
+      for (int64_t i = 0; i < nb; i++) out[i] = v.bits[i] & (v.valid ? v.valid[i] : 0xff);
+    ev_vec_reset(&v);
+    if (n == 0) break;
   }
+  int64_t nb = fsh_bytes_for_bits(n);
   if (n & 7) sel[nb - 1] &= (uint8_t)((1u << (n & 7)) - 1);
   if (n_selected) *n_selected = fsh_bitmap_count(sel, 0, n);
-  ev_vec_reset(&v);
   return 0;
 }
 
