@@ -109,6 +109,18 @@ FSH_NODISCARD int ev_eval(const fsh_expr *e, const ev_rows *rows, ev_vec *v, fsh
  * what cache residency saves). */
 extern int64_t fsh_expr_select_rows;
 
+/* Vectors from a batch and back (expr_vec.c). */
+/* EINVAL unless b's column e->col has the type COLUMN node e was bound to. */
+FSH_NODISCARD int ev_check_column(const fsh_expr *e, fsh_batch *b, fsh_error *err);
+/* The rows of a bound COLUMN node's column into v (zeroed on entry). */
+FSH_NODISCARD int ev_load_column(const fsh_expr *e, const ev_rows *rows, ev_vec *v,
+                                 fsh_error *err);
+/* A LITERAL node as a scalar vector of n rows. */
+void ev_load_literal(const fsh_expr *e, int64_t n, ev_vec *v);
+/* A new array of type t (offset 0) holding v's rows. */
+FSH_NODISCARD int ev_vec_to_array(const ev_vec *v, fsh_type_id t, fsh_array **out,
+                                  fsh_error *err);
+
 /* Operator kernels: operands evaluated, result into r (zeroed). */
 /* ev_arith may take over a or b's values buffer (then computes in place). */
 FSH_NODISCARD int ev_arith(const fsh_expr *e, ev_vec *a, ev_vec *b, ev_vec *r, fsh_error *err);
