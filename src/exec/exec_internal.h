@@ -54,8 +54,9 @@ struct fsh_expr {
   int64_t like_len;
 };
 
-/* A column of values during evaluation. Bitmaps are offset-0 and cover n
- * bits; `valid` NULL means no nulls. Numeric values may point into an input
+/* A column of values during evaluation. Bitmaps are offset-0, cover n bits
+ * and are always this layer's own buffers (padded to 64 bytes: whole-word
+ * reads stay in bounds); `valid` NULL means no nulls. Numeric values may point into an input
  * array (views) or into owned buffers. A scalar (literal) holds one value
  * broadcast to n rows (then valid is NULL and `snull` says if it is null). */
 typedef struct ev_vec {
