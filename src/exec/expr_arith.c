@@ -211,7 +211,7 @@ int ev_arith(const fsh_expr *e, ev_vec *a, ev_vec *b, ev_vec *r, fsh_error *err)
       /* Only rows holding values count. */
       int64_t row = base + k, xv = xsc ? xs : cx[k], yv = ysc ? ys : cy[k], dummy;
       if (!i64_op(op, xv, yv, &dummy) || (!scalar && !ev_valid_at(r, row))) continue;
-      if (!e->null_on_error) {
+      if (!e->null_on_error && !(scalar && n == 0)) { /* no row, no error */
         ev_vec_reset(r);
         return arith_error(e, a->row0 + row, xv, yv, err);
       }
@@ -314,7 +314,7 @@ int ev_cast(const fsh_expr *e, const ev_vec *a, ev_vec *r, fsh_error *err) {
     bool vb = false;
     bool bad = cast_one(a, k, to, lo, hi, &vi, &vf, &vb);
     if (bad && (a->scalar || ev_valid_at(a, k))) {
-      if (!e->null_on_error) {
+      if (!e->null_on_error && !(a->scalar && n == 0)) { /* no row, no error */
         char text[256], val[64];
         if (a->kind == EV_F64) snprintf(val, sizeof val, "%.17g", a->scalar ? a->sf : a->f64[k]);
         else snprintf(val, sizeof val, "%" PRId64, a->scalar ? a->si : a->i64[k]);
