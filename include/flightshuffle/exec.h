@@ -45,7 +45,8 @@ extern "C" {
  *                default that name the expression and the row; a node
  *                marked fsh_expr_null_on_error turns such rows into nulls
  *                instead. % takes the sign of the dividend (C, SQL). Values
- *                under null slots never raise errors.
+ *                under null slots never raise errors (nor constants over a
+ *                batch of no rows).
  *   = != < <= > >=   numbers with numeric promotion (integers as int64, with
  *                a float as float64; NaN is unequal to everything, IEEE),
  *                strings bytewise (memcmp, shorter prefix first), bool

@@ -35,13 +35,18 @@ _DECLS = {
 }
 
 
-def _fn(name):
-    f = getattr(lib, name)
-    f.restype, f.argtypes = _DECLS[name]
-    return f
+class _Lazy(dict):
+    """The C functions, declared on first use (as _lib does: a library
+    built without src/exec still loads the package)."""
+
+    def __missing__(self, name):
+        f = getattr(lib, name)
+        f.restype, f.argtypes = _DECLS[name]
+        self[name] = f
+        return f
 
 
-_C = {name: _fn(name) for name in _DECLS}
+_C = _Lazy()
 
 Spec = Union[str, dict, "Expression"]
 

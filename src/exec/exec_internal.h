@@ -54,13 +54,15 @@ struct fsh_expr {
   int64_t like_len;
 };
 
-/* A column of values during evaluation. Bitmaps are offset-0 and cover n
- * bits; `valid` NULL means no nulls. Numeric values may point into an input
+/* A column of values during evaluation. Bitmaps are offset-0, cover n bits
+ * and are always this layer's own buffers (padded to 64 bytes: whole-word
+ * reads stay in bounds); `valid` NULL means no nulls. Numeric values may point into an input
  * array (views) or into owned buffers. A scalar (literal) holds one value
  * broadcast to n rows (then valid is NULL and `snull` says if it is null). */
 typedef struct ev_vec {
   ev_kind kind;
   int64_t n;
+  int64_t row0; /* the batch row of row 0 (error messages) */
   bool scalar;
   bool snull;
   uint8_t *valid;
@@ -91,8 +93,34 @@ typedef struct ev_vec {
 
 void ev_vec_reset(ev_vec *v);
 
-/* Evaluates a bound node over b into v (zeroed on entry, reset on error). */
-FSH_NODISCARD int ev_eval(const fsh_expr *e, fsh_batch *b, ev_vec *v, fsh_error *err);
+/* The rows an evaluation covers: [row0, row0 + n) of batch b. */
+typedef struct ev_rows {
+  fsh_batch *b;
+  int64_t row0, n;
+} ev_rows;
+
+/* Evaluates a bound node over rows into v (zeroed on entry, reset on
+ * error). v's rows are numbered from 0; v->row0 says where they start. */
+FSH_NODISCARD int ev_eval(const fsh_expr *e, const ev_rows *rows, ev_vec *v, fsh_error *err);
+
+/* Rows per slice when a predicate is evaluated for a selection (a multiple
+ * of 64; tests lower it to cross slice boundaries often). It bounds the
+ * memory of intermediate vectors (8 bytes a row per live node) on huge
+ * batches; smaller slices measured no faster (allocation per slice costs
+ * what cache residency saves). */
+extern int64_t fsh_expr_select_rows;
+
+/* Vectors from a batch and back (expr_vec.c). */
+/* EINVAL unless b's column e->col has the type COLUMN node e was bound to. */
+FSH_NODISCARD int ev_check_column(const fsh_expr *e, fsh_batch *b, fsh_error *err);
+/* The rows of a bound COLUMN node's column into v (zeroed on entry). */
+FSH_NODISCARD int ev_load_column(const fsh_expr *e, const ev_rows *rows, ev_vec *v,
+                                 fsh_error *err);
+/* A LITERAL node as a scalar vector of n rows. */
+void ev_load_literal(const fsh_expr *e, int64_t n, ev_vec *v);
+/* A new array of type t (offset 0) holding v's rows. */
+FSH_NODISCARD int ev_vec_to_array(const ev_vec *v, fsh_type_id t, fsh_array **out,
+                                  fsh_error *err);
 
 /* Operator kernels: operands evaluated, result into r (zeroed). */
 /* ev_arith may take over a or b's values buffer (then computes in place). */
@@ -111,6 +139,17 @@ FSH_NODISCARD int ev_is_null(bool negate, const ev_vec *a, ev_vec *r, fsh_error 
 bool expr_like_match(const char *p, int64_t pn, const char *s, int64_t sn);
 /* Compiles e->args[1]'s pattern into e->like / like_lit. */
 FSH_NODISCARD int expr_like_compile(fsh_expr *e, fsh_error *err);
+
+/* ---- the JSON form, for formats that embed it (plans) --------------------- */
+
+struct json_t; /* jansson's */
+/* Parses a node of an already parsed JSON document; `path` names it in
+ * messages ("$.stages[2].predicate"). */
+FSH_NODISCARD int fsh_expr_from_json_node(struct json_t *j, const char *path, fsh_expr **out,
+                                          fsh_error *err);
+/* A new JSON value (one reference, the caller's) holding e's form; NULL on
+ * ENOMEM. */
+struct json_t *fsh_expr_to_json_node(const fsh_expr *e);
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -211,9 +211,9 @@ int ev_arith(const fsh_expr *e, ev_vec *a, ev_vec *b, ev_vec *r, fsh_error *err)
       /* Only rows holding values count. */
       int64_t row = base + k, xv = xsc ? xs : cx[k], yv = ysc ? ys : cy[k], dummy;
       if (!i64_op(op, xv, yv, &dummy) || (!scalar && !ev_valid_at(r, row))) continue;
-      if (!e->null_on_error) {
+      if (!e->null_on_error && !(scalar && n == 0)) { /* no row, no error */
         ev_vec_reset(r);
-        return arith_error(e, row, xv, yv, err);
+        return arith_error(e, a->row0 + row, xv, yv, err);
       }
       if (scalar) {
         ev_vec_reset(r);
@@ -314,13 +314,13 @@ int ev_cast(const fsh_expr *e, const ev_vec *a, ev_vec *r, fsh_error *err) {
     bool vb = false;
     bool bad = cast_one(a, k, to, lo, hi, &vi, &vf, &vb);
     if (bad && (a->scalar || ev_valid_at(a, k))) {
-      if (!e->null_on_error) {
+      if (!e->null_on_error && !(a->scalar && n == 0)) { /* no row, no error */
         char text[256], val[64];
         if (a->kind == EV_F64) snprintf(val, sizeof val, "%.17g", a->scalar ? a->sf : a->f64[k]);
         else snprintf(val, sizeof val, "%" PRId64, a->scalar ? a->si : a->i64[k]);
         rc = fsh_error_set(err, EOVERFLOW, "%s: value %s at row %" PRId64 " is out of the range "
                            "of %s; mark the expression null_on_error (\"on_error\": \"null\") to "
-                           "get nulls instead", fsh_expr_format(e, text, sizeof text), val, k,
+                           "get nulls instead", fsh_expr_format(e, text, sizeof text), val, a->row0 + k,
                            fsh_type_name(to));
         break;
       }

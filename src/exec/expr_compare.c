@@ -3,25 +3,28 @@
  * compared bytewise; results packed eight rows per byte. */
 #include "exec/exec_internal.h"
 
-/* OUT gets bit k = COND (which reads k) for k in [0, M). */
+/* Eight 0/1 bytes (t[0] first) as one bitmap byte, LSB first. */
+static inline uint8_t pack8(const uint8_t *t) {
+  uint64_t v;
+  memcpy(&v, t, 8);
+  return (uint8_t)((v * 0x0102040810204080ull) >> 56);
+}
+
+/* OUT gets bit k = COND (which reads k) for k in [0, M): 64 rows at a time
+ * as bytes (a loop compilers vectorize), then packed eight to a byte. */
 #define PACK_LOOP(M, OUT, COND)                                         \
   do {                                                                  \
-    int64_t full_ = (M) / 8;                                            \
-    for (int64_t q_ = 0; q_ < full_; q_++) {                            \
-      uint8_t byte_ = 0;                                                \
-      for (int j_ = 0; j_ < 8; j_++) {                                  \
-        int64_t k = q_ * 8 + j_;                                        \
-        byte_ |= (uint8_t)((COND) ? 1u : 0u) << j_;                     \
+    uint8_t t_[64];                                                     \
+    int64_t m_ = (M);                                                   \
+    for (int64_t b_ = 0; b_ < m_; b_ += 64) {                           \
+      int64_t l_ = m_ - b_ < 64 ? m_ - b_ : 64;                         \
+      for (int64_t j_ = 0; j_ < l_; j_++) {                             \
+        int64_t k = b_ + j_;                                            \
+        t_[j_] = (COND) ? 1 : 0;                                        \
       }                                                                 \
-      (OUT)[q_] = byte_;                                                \
-    }                                                                   \
-    if ((M) & 7) {                                                      \
-      uint8_t byte_ = 0;                                                \
-      for (int j_ = 0; j_ < (int)((M) & 7); j_++) {                     \
-        int64_t k = full_ * 8 + j_;                                     \
-        byte_ |= (uint8_t)((COND) ? 1u : 0u) << j_;                     \
-      }                                                                 \
-      (OUT)[full_] = byte_;                                             \
+      for (int64_t j_ = l_; j_ < ((l_ + 7) & ~7); j_++) t_[j_] = 0;     \
+      for (int64_t q_ = 0; q_ < (l_ + 7) / 8; q_++)                     \
+        (OUT)[b_ / 8 + q_] = pack8(t_ + 8 * q_);                        \
     }                                                                   \
   } while (0)
 

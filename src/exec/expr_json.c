@@ -231,6 +231,11 @@ static int parse_node(json_t *j, const char *path, int depth, fsh_expr **out, fs
   return *out ? 0 : ev_oom(err);
 }
 
+int fsh_expr_from_json_node(json_t *j, const char *path, fsh_expr **out, fsh_error *err) {
+  *out = NULL;
+  return parse_node(j, path ? path : "$", 0, out, err);
+}
+
 int fsh_expr_from_json(const char *text, int64_t len, fsh_expr **out, fsh_error *err) {
   *out = NULL;
   if (!text) return fsh_error_set(err, EINVAL, "expression JSON: NULL text");
@@ -317,6 +322,8 @@ static json_t *node_json(const fsh_expr *e) {
   }
   return j;
 }
+
+json_t *fsh_expr_to_json_node(const fsh_expr *e) { return e ? node_json(e) : NULL; }
 
 int fsh_expr_to_json(const fsh_expr *e, char **out, fsh_error *err) {
   *out = NULL;

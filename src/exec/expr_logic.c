@@ -2,17 +2,25 @@
  * NULL, a byte (eight rows) at a time over value and validity bitmaps. */
 #include "exec/exec_internal.h"
 
-/* Byte i of an operand as two masks: rows known true, rows known false. */
-static inline void tf_byte(const ev_vec *v, int64_t i, uint8_t *t, uint8_t *f) {
+/* Word i (64 rows) of an operand as two masks: rows known true, rows
+ * known false. Bitmaps are read a word at a time: their buffers are padded
+ * to 64 bytes, so the last partial word is in bounds. */
+static inline uint64_t word_at(const uint8_t *p, int64_t i) {
+  uint64_t w;
+  memcpy(&w, p + 8 * i, 8);
+  return w;
+}
+
+static inline void tf_word(const ev_vec *v, int64_t i, uint64_t *t, uint64_t *f) {
   if (v->kind == EV_NULL) {
     *t = *f = 0;
   } else if (v->scalar) {
-    *t = v->sbool ? 0xff : 0;
-    *f = v->sbool ? 0 : 0xff;
+    *t = v->sbool ? ~0ull : 0;
+    *f = v->sbool ? 0 : ~0ull;
   } else {
-    uint8_t vb = v->valid ? v->valid[i] : 0xff;
-    *t = v->bits[i] & vb;
-    *f = (uint8_t)~v->bits[i] & vb;
+    uint64_t vb = v->valid ? word_at(v->valid, i) : ~0ull, b = word_at(v->bits, i);
+    *t = b & vb;
+    *f = ~b & vb;
   }
 }
 
@@ -21,12 +29,12 @@ int ev_logic(fsh_expr_op op, const ev_vec *a, const ev_vec *b, ev_vec *r, fsh_er
   r->n = n;
   bool scalar = (a->kind == EV_NULL || a->scalar) && (!b || b->kind == EV_NULL || b->scalar);
   if (scalar) {
-    /* Constant result: one byte of masks decides it. */
-    uint8_t ta, fa, tb = 0, fb = 0;
-    tf_byte(a, 0, &ta, &fa);
-    if (b) tf_byte(b, 0, &tb, &fb);
-    uint8_t t = op == FSH_EXPR_NOT ? fa : op == FSH_EXPR_AND ? ta & tb : ta | tb;
-    uint8_t f = op == FSH_EXPR_NOT ? ta : op == FSH_EXPR_AND ? fa | fb : fa & fb;
+    /* Constant result: one word of masks decides it. */
+    uint64_t ta, fa, tb = 0, fb = 0;
+    tf_word(a, 0, &ta, &fa);
+    if (b) tf_word(b, 0, &tb, &fb);
+    uint64_t t = op == FSH_EXPR_NOT ? fa : op == FSH_EXPR_AND ? ta & tb : ta | tb;
+    uint64_t f = op == FSH_EXPR_NOT ? ta : op == FSH_EXPR_AND ? fa | fb : fa & fb;
     r->scalar = true;
     r->kind = (t | f) & 1 ? EV_BOOL : EV_NULL;
     r->sbool = t & 1;
@@ -39,37 +47,22 @@ int ev_logic(fsh_expr_op op, const ev_vec *a, const ev_vec *b, ev_vec *r, fsh_er
     ev_vec_reset(r);
     return rc;
   }
-  int64_t nb = fsh_bytes_for_bits(n);
-  switch (op) {
-  case FSH_EXPR_NOT:
-    for (int64_t i = 0; i < nb; i++) {
-      uint8_t t, f;
-      tf_byte(a, i, &t, &f);
-      r->bits[i] = f;
-      r->valid[i] = t | f;
-    }
-    break;
-  case FSH_EXPR_AND:
-    for (int64_t i = 0; i < nb; i++) {
-      uint8_t ta, fa, tb, fb;
-      tf_byte(a, i, &ta, &fa);
-      tf_byte(b, i, &tb, &fb);
-      uint8_t t = ta & tb, f = fa | fb;
-      r->bits[i] = t;
-      r->valid[i] = t | f;
-    }
-    break;
-  default: /* OR */
-    for (int64_t i = 0; i < nb; i++) {
-      uint8_t ta, fa, tb, fb;
-      tf_byte(a, i, &ta, &fa);
-      tf_byte(b, i, &tb, &fb);
-      uint8_t t = ta | tb, f = fa & fb;
-      r->bits[i] = t;
-      r->valid[i] = t | f;
-    }
-    break;
+  int64_t nw = (n + 63) / 64;
+  for (int64_t i = 0; i < nw; i++) {
+    uint64_t ta, fa, tb = 0, fb = 0, t, f;
+    tf_word(a, i, &ta, &fa);
+    if (b) tf_word(b, i, &tb, &fb);
+    if (op == FSH_EXPR_NOT) t = fa, f = ta;
+    else if (op == FSH_EXPR_AND) t = ta & tb, f = fa | fb;
+    else t = ta | tb, f = fa & fb;
+    uint64_t valid = t | f;
+    memcpy(r->bits + 8 * i, &t, 8);
+    memcpy(r->valid + 8 * i, &valid, 8);
   }
+  /* Rows past n were written as garbage into the padding: clear them. */
+  int64_t nb = fsh_bytes_for_bits(n);
+  memset(r->bits + nb, 0, (size_t)(8 * nw - nb));
+  memset(r->valid + nb, 0, (size_t)(8 * nw - nb));
   if (n & 7) {
     r->bits[nb - 1] &= (uint8_t)((1u << (n & 7)) - 1);
     r->valid[nb - 1] &= (uint8_t)((1u << (n & 7)) - 1);

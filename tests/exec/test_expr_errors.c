@@ -3,6 +3,7 @@
  * bad IN lists and LIKE patterns), integer overflow and division by zero as
  * errors by default and as nulls on request, and evaluation against a
  * batch of another schema. */
+#include "exec/exec_internal.h"
 #include "exec/expr_helpers.h"
 
 #include <errno.h>
@@ -228,6 +229,30 @@ static void test_overflow_div0(void) {
                         "\"on_error\":\"null\"}", &out, &err));
   if (out) CHECK_EQ_INT(out->null_count, 3);
   fsh_array_unref(out);
+  /* a filter evaluates its predicate in slices: the row named is the
+   * batch's */
+  {
+    int64_t vals[300];
+    uint8_t oks[300];
+    for (int k = 0; k < 300; k++) vals[k] = k + 1, oks[k] = 1;
+    vals[211] = 0;
+    fsh_batch *big = int_batch(vals, oks, 300, "x");
+    fsh_batch *sl = eh_ok(fsh_batch_slice(big, 3, 290)); /* row 208 of the slice */
+    int64_t saved = fsh_expr_select_rows;
+    fsh_expr_select_rows = 64;
+    fsh_expr *e = NULL;
+    CHECK_OK(fsh_expr_from_json("{\"op\":\">\",\"args\":[{\"op\":\"/\",\"args\":[{\"lit\":"
+                                "100},{\"col\":\"x\"}]},{\"lit\":1}]}", -1, &e, &err));
+    if (e) CHECK_OK(fsh_expr_bind(e, sl->schema, &err));
+    fsh_batch *got = NULL;
+    if (e) CHECK_EQ_INT(fsh_expr_filter(e, sl, &got, &err), EDOM);
+    CHECK(got == NULL);
+    CHECK_MSG(strstr(err.message, "division by zero at row 208 "), "%s", err.message);
+    fsh_expr_free(e);
+    fsh_expr_select_rows = saved;
+    fsh_batch_unref(sl);
+    fsh_batch_unref(big);
+  }
   /* uint64 above INT64_MAX in a valid row */
   fsh_schema *s = eh_ok(fsh_schema_new(1));
   CHECK(fsh_field_init(&s->fields[0], "u", FSH_TYPE_UINT64, true) == 0);
@@ -255,7 +280,9 @@ static void test_alloc_failure(void) {
       "{\"op\":\"like\",\"args\":[{\"col\":\"d\"},{\"lit\":\"%b_\"}]}]},{\"op\":\"in\",\"args\":"
       "[{\"col\":\"s\"},{\"lit\":\"ab\"},{\"lit\":null}]},{\"op\":\"between\",\"args\":[{\"col\":"
       "\"f64\"},{\"lit\":1},{\"op\":\"cast\",\"type\":\"float64\",\"args\":[{\"col\":\"u8\"}]}]}]}";
+  int64_t saved = fsh_expr_select_rows;
   for (int persistent = 0; persistent < 2; persistent++) {
+    fsh_expr_select_rows = persistent ? 64 : saved; /* one slice, then four */
     bool done = false;
     for (int64_t nth = 1; nth < 10000 && !done; nth++) {
       fsh_error err;
@@ -293,6 +320,7 @@ static void test_alloc_failure(void) {
     }
     CHECK(done);
   }
+  fsh_expr_select_rows = saved;
   fsh_batch_unref(b);
 }
 

@@ -2,6 +2,7 @@
  * reference written here, on random sliced batches with nulls (dictionary
  * utf8 included): arithmetic, comparisons, AND/OR/NOT, IS NULL, IN,
  * BETWEEN, LIKE, CAST, then filter and project. */
+#include "exec/exec_internal.h"
 #include "exec/expr_helpers.h"
 
 #include <inttypes.h>
@@ -664,8 +665,12 @@ static void test_cast(void) {
 
 static void test_filter_project(void) {
   fsh_error err;
-  for (int s = 0; s < 5; s++) {
-    fsh_batch *b = eh_random_batch(700 + (uint64_t)s, sizes[s], cuts[s], false);
+  int64_t saved = fsh_expr_select_rows;
+  for (int s = 0; s < 15; s++) {
+    /* predicates run in slices: the default, and slices of 64 and 128 rows
+     * so that batches cross slice boundaries */
+    fsh_expr_select_rows = s < 5 ? saved : s < 10 ? 64 : 130;
+    fsh_batch *b = eh_random_batch(700 + (uint64_t)s, sizes[s % 5], cuts[s % 5], false);
     int64_t n = b->length;
     const char *pred_json =
         "{\"op\":\"or\",\"args\":[{\"op\":\"and\",\"args\":[{\"op\":\">\",\"args\":[{\"col\":\"i32\"},"
@@ -732,6 +737,7 @@ static void test_filter_project(void) {
     for (int k = 0; k < 4; k++) fsh_expr_free(ex[k]);
     fsh_batch_unref(b);
   }
+  fsh_expr_select_rows = saved;
 }
 
 /* Literal and constant roots become full columns of their type. */

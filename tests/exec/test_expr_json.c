@@ -4,7 +4,10 @@
  * name the JSON path and the operator. */
 #include "exec/expr_helpers.h"
 
+#include "exec/exec_internal.h"
+
 #include <errno.h>
+#include <jansson.h>
 
 static char *print(const fsh_expr *e) {
   fsh_error err;
@@ -166,4 +169,30 @@ static void test_parse_errors(void) {
   CHECK_MSG(strstr(err.message, "deeper than 200"), "%s", err.message);
 }
 
-FSH_TEST_MAIN(TEST(test_round_trip), TEST(test_c_tree), TEST(test_parse_errors))
+/* The node-level entry points a plan parser uses: an expression inside a
+ * larger document, errors under the document's path. */
+static void test_embedded(void) {
+  fsh_error err;
+  json_error_t je;
+  json_t *doc = json_loads("{\"stages\":[{\"filter\":{\"op\":\"not\",\"args\":[{\"col\":\"b\"}]}},"
+                           "{\"filter\":{\"op\":\"nand\",\"args\":[]}}]}", 0, &je);
+  CHECK(doc != NULL);
+  if (!doc) return;
+  json_t *stages = json_object_get(doc, "stages");
+  fsh_expr *e = NULL;
+  CHECK_OK(fsh_expr_from_json_node(json_object_get(json_array_get(stages, 0), "filter"),
+                                   "$.stages[0].filter", &e, &err));
+  json_t *back = e ? fsh_expr_to_json_node(e) : NULL;
+  CHECK(back && json_equal(back, json_object_get(json_array_get(stages, 0), "filter")));
+  json_decref(back);
+  fsh_expr_free(e);
+  e = NULL;
+  CHECK_EQ_INT(fsh_expr_from_json_node(json_object_get(json_array_get(stages, 1), "filter"),
+                                       "$.stages[1].filter", &e, &err), EINVAL);
+  CHECK(e == NULL);
+  CHECK_MSG(strstr(err.message, "$.stages[1].filter: unknown operator 'nand'"), "%s", err.message);
+  json_decref(doc);
+}
+
+FSH_TEST_MAIN(TEST(test_round_trip), TEST(test_c_tree), TEST(test_parse_errors),
+              TEST(test_embedded))
