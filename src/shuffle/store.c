@@ -162,7 +162,8 @@ typedef struct spill_out {
   fsh_shuffle_store *s;
   char what[128]; /* "shuffle 1 map 2 attempt 0" */
   char file_name[SPILL_NAME_MAX];
-  fsh_buffer *buf; /* memory mode */
+  uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd), */
+  int64_t img_size, img_cap; /* its bytes and capacity */
   int64_t charged;
   fsh_output *file; /* file mode: writes to path.tmp */
   char *path, *tmp;
@@ -331,63 +332,95 @@ static int spill_now(spill_out *o, const char *why, fsh_error *err) {
   int rc = open_next_dir(o, err);
   if (rc != 0)
     return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "store %s: %s: ", s->name, why);
-  if (o->buf && o->buf->size > 0) {
-    struct iovec v = {o->buf->data, (size_t)o->buf->size};
+  if (o->img_size > 0) {
+    struct iovec v = {o->img, (size_t)o->img_size};
     rc = file_write(o, &v, 1, err);
   }
-  fsh_buffer_unref(o->buf);
-  o->buf = NULL;
+  fsh_free(o->img);
+  o->img = NULL;
+  o->img_size = o->img_cap = 0;
   if (o->charged) uncharge(s, o->charged);
   o->charged = 0;
   return rc;
 }
 
+/* The image's next capacity for `need` bytes: doubling up to 8 MiB, then
+ * growing by half (fewer bytes charged beyond what the image holds). */
+static int64_t image_grow(int64_t cap, int64_t need) {
+  int64_t want = cap ? cap : 64 << 10;
+  while (want < need) want = want < (8 << 20) ? want * 2 : want + want / 2;
+  return want;
+}
+
+/* Memory mode grows the image with fsh_realloc, never a fresh buffer and
+ * a copy: a large image is its own mapping that the default allocator
+ * grows in place (mremap), and bytes past the end are neither copied nor
+ * zeroed -- the old fsh_buffer_resize growth copied and zero-filled every
+ * doubling, page-faulting (huge pages past 32 MiB) more than it stored. */
 static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_error *err) {
   spill_out *o = out->ctx;
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
-  if (!o->file) {
-    int64_t at = o->buf ? o->buf->size : 0, cap = o->buf ? o->buf->capacity : 0;
-    if (at + total > cap) {
-      int64_t want = cap ? cap : 64 << 10;
-      while (want < at + total) want *= 2;
-      const char *why = NULL;
-      if (!charge(o->s, want - o->charged)) {
-        why = "the memory budget is exhausted";
+  if (!o->file && o->img_size + total > o->img_cap) {
+    int64_t want = image_grow(o->img_cap, o->img_size + total);
+    const char *why = NULL;
+    if (!charge(o->s, want - o->charged)) {
+      why = "the memory budget is exhausted";
+    } else {
+      uint8_t *grown = fsh_realloc(o->img, (size_t)want);
+      if (!grown) {
+        uncharge(o->s, want - o->charged);
+        why = "out of memory";
       } else {
-        int64_t extra = want - o->charged;
-        fsh_error ignored;
-        if (!o->buf && !(o->buf = fsh_buffer_new(0, false))) {
-          why = "out of memory";
-        } else if (fsh_buffer_resize(o->buf, want, &ignored) != 0) {
-          why = "out of memory";
-        } else {
-          o->buf->size = at;
-          o->charged += extra;
-          extra = 0;
-        }
-        if (extra) uncharge(o->s, extra);
+        o->img = grown;
+        o->img_cap = want;
+        o->charged = want;
       }
-      if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
     }
+    if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
   }
   if (o->file) {
     int rc = file_write(o, iov, n, err);
     if (rc != 0) return rc;
   } else {
-    int64_t at = o->buf->size;
     for (int i = 0; i < n; i++) {
-      if (iov[i].iov_len) memcpy(o->buf->data + at, iov[i].iov_base, iov[i].iov_len);
-      at += (int64_t)iov[i].iov_len;
+      if (iov[i].iov_len) memcpy(o->img + o->img_size, iov[i].iov_base, iov[i].iov_len);
+      o->img_size += (int64_t)iov[i].iov_len;
     }
-    o->buf->size = at;
   }
   out->position += total;
   return 0;
 }
 
+static void image_release(void *ctx) { fsh_free(ctx); }
+
+/* Hands the image over as a buffer, shrunk to its size (the budget then
+ * holds only that). */
+static int image_finish(spill_out *o, fsh_error *err) {
+  int64_t size = o->img_size;
+  if (!o->img || size < o->img_cap) {
+    uint8_t *shrunk = fsh_realloc(o->img, (size_t)(size > 0 ? size : 1));
+    if (!shrunk) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+    o->img = shrunk;
+    int64_t keep = size > 0 ? size : 1;
+    if (o->charged > keep) { /* (an empty image was never charged) */
+      uncharge(o->s, o->charged - keep);
+      o->charged = keep;
+    }
+    o->img_cap = keep;
+  }
+  fsh_buffer *b = fsh_buffer_wrap(o->img, size, image_release, o->img);
+  if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+  o->img = NULL;
+  o->img_size = o->img_cap = 0;
+  o->result->image = b;
+  o->result->charged = o->charged;
+  o->charged = 0;
+  return 0;
+}
+
 static void spill_out_free(spill_out *o) {
-  fsh_buffer_unref(o->buf);
+  fsh_free(o->img);
   if (o->charged) uncharge(o->s, o->charged);
   fsh_free(o->path);
   fsh_free(o->tmp);
@@ -410,14 +443,7 @@ static int spill_close(fsh_output *out, bool abort, fsh_error *err) {
       o->path = NULL;
     }
   } else if (!abort) {
-    if (!o->buf && !(o->buf = fsh_buffer_new(0, false))) {
-      rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
-    } else {
-      o->result->image = o->buf;
-      o->result->charged = o->charged;
-      o->buf = NULL;
-      o->charged = 0;
-    }
+    rc = image_finish(o, err);
   }
   spill_out_free(o);
   return rc;
