@@ -617,17 +617,38 @@ void fsh_store_items_free(fsh_store_item *items, int64_t n) {
   fsh_free(items);
 }
 
+/* A spilled map output whose file is gone from disk (deleted behind the
+ * store's back) is lost: it is not listed (a DoGet of it still says which
+ * file is missing). The files are checked outside the lock. */
 int fsh_store_list(fsh_shuffle_store *s, fsh_store_item **out, int64_t *n_out, fsh_error *err) {
   pthread_mutex_lock(&s->mu);
   int64_t n = s->n_entries, k = 0;
   fsh_store_item *items = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *items);
-  int rc = items ? 0 : ENOMEM;
+  char **paths = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *paths);
+  int rc = items && paths ? 0 : ENOMEM;
   for (int64_t i = 0; rc == 0 && i < s->n_buckets; i++)
     for (entry *e = s->buckets[i]; rc == 0 && e; e = e->next) {
       rc = fsh_map_output_copy(&items[k].meta, &e->meta);
+      if (rc == 0 && e->path && !(paths[k] = fsh_strdup(e->path))) {
+        fsh_map_output_reset(&items[k].meta);
+        rc = ENOMEM;
+      }
       if (rc == 0) items[k++].schema = fsh_schema_ref(e->schema);
     }
   pthread_mutex_unlock(&s->mu);
+  int64_t kept = 0;
+  for (int64_t i = 0; rc == 0 && i < k; i++) {
+    struct stat st;
+    if (paths[i] && stat(paths[i], &st) != 0 && errno == ENOENT) {
+      fsh_map_output_reset(&items[i].meta);
+      fsh_schema_unref(items[i].schema);
+      continue;
+    }
+    items[kept++] = items[i];
+  }
+  if (rc == 0) k = kept;
+  for (int64_t i = 0; paths && i < n; i++) fsh_free(paths[i]);
+  fsh_free(paths);
   if (rc != 0) {
     fsh_store_items_free(items, k);
     return fsh_error_set(err, ENOMEM, "store %s: out of memory listing %" PRId64 " map outputs",
