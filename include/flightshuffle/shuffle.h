@@ -126,8 +126,10 @@ FSH_NODISCARD int fsh_shuffle_fs_new(const char *dir, fsh_shuffle_backend **out,
  * file image (the fs format). Images live in memory while the store's
  * memory budget allows; past it a map output goes to a spill file in one
  * of the spill directories (round-robin), written temp-then-rename -- a
- * writer that meets the budget mid-way moves what it wrote so far to its
- * spill file and continues there. A spill directory that is full (ENOSPC)
+ * writer that meets the budget mid-way first moves the oldest completed
+ * map outputs still in memory to spill files (readers holding them go on
+ * unharmed), and only when none is left moves what it wrote so far to its
+ * own spill file and continues there. A spill directory that is full (ENOSPC)
  * hands over to the next one (what was written moves along); only when
  * every directory is full does the write fail, naming them. Spill files
  * are named

@@ -4,9 +4,10 @@
  * release, and the removal of a crashed run's leftovers at start.
  *
  * Memory accounting: an image is charged to the budget by its capacity as
- * it grows; a writer whose next growth the budget refuses (or whose growth
- * fails for lack of memory) writes what it has to a spill file and goes on
- * there. Spill files hold nothing that must outlive the worker (a restart
+ * it grows, and by its size once complete; a writer whose next growth the
+ * budget refuses first evicts the oldest completed in-memory images to
+ * spill files (evict_one), and when none is left (or its growth fails for
+ * lack of memory) writes what it has to a spill file and goes on there. Spill files hold nothing that must outlive the worker (a restart
  * deletes them), so they are not fsync'd: written to "<name>.tmp", renamed
  * on close, published in the index only then -- a reader never sees a
  * partial map output.
@@ -42,6 +43,8 @@ typedef struct entry {
   int64_t charged;    /* bytes of the budget it holds */
   char *path;         /* spill file, or NULL */
   int64_t file_bytes;
+  uint64_t published; /* order of publication: the oldest image spills first */
+  bool evicting;      /* its image is being written to a spill file */
   struct entry *next; /* hash chain */
 } entry;
 
@@ -344,6 +347,78 @@ static int spill_now(spill_out *o, const char *why, fsh_error *err) {
   return rc;
 }
 
+/* Moves the oldest completed map output still in memory to a spill file
+ * (temp then rename, the directories round-robin like a writer's), so
+ * that a writer meeting the budget can stay in memory: outputs held in
+ * memory do not keep the budget forever. Readers that hold the image go
+ * on reading it; new readers open the file. The image is written outside
+ * the lock; if the output was released or replaced meanwhile the file is
+ * deleted. True if memory was given back. A failure (no directory, disk
+ * full, out of memory) only means nothing moved: the caller spills its
+ * own output instead, and reports that error if it fails too. */
+static bool evict_one(fsh_shuffle_store *s) {
+  if (s->n_dirs == 0) return false;
+  pthread_mutex_lock(&s->mu);
+  entry *victim = NULL;
+  for (int64_t i = 0; i < s->n_buckets; i++)
+    for (entry *e = s->buckets[i]; e; e = e->next)
+      if (e->image && !e->evicting && (!victim || e->published < victim->published)) victim = e;
+  if (!victim) {
+    pthread_mutex_unlock(&s->mu);
+    return false;
+  }
+  victim->evicting = true;
+  fsh_buffer *image = fsh_buffer_ref(victim->image);
+  uint64_t shuffle_id = victim->meta.shuffle_id;
+  int64_t map_id = victim->meta.map_id;
+  int32_t attempt = victim->meta.attempt;
+  pthread_mutex_unlock(&s->mu);
+
+  spill_out o = {.s = s};
+  snprintf(o.what, sizeof o.what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
+           shuffle_id, map_id, attempt);
+  spill_name(o.file_name, s->tag, shuffle_id, map_id, attempt, atomic_fetch_add(&s->seq, 1u));
+  o.first_dir = (int)(atomic_fetch_add(&s->next_dir, 1u) % (unsigned)s->n_dirs);
+  fsh_error e = {{0}};
+  int rc = open_next_dir(&o, &e);
+  if (rc == 0 && image->size > 0) {
+    struct iovec v = {image->data, (size_t)image->size};
+    rc = file_write(&o, &v, 1, &e);
+  }
+  if (rc == 0) {
+    rc = o.file->close(o.file, false, &e);
+    o.file = NULL;
+    if (rc == 0 && rename(o.tmp, o.path) != 0) rc = EIO;
+  }
+  if (rc != 0) drop_file(&o);
+
+  int64_t freed = 0;
+  fsh_buffer *old = NULL;
+  pthread_mutex_lock(&s->mu);
+  entry *e2 = *find_link(s, shuffle_id, map_id, attempt);
+  bool same = e2 == victim && e2->image == image; /* not released nor replaced */
+  if (same) e2->evicting = false;
+  if (same && rc == 0) {
+    old = e2->image;
+    e2->image = NULL;
+    freed = e2->charged;
+    e2->charged = 0;
+    e2->path = o.path;
+    e2->file_bytes = image->size;
+    o.path = NULL;
+    s->spilled_outputs++;
+    s->spilled_bytes += image->size;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (o.path) unlink(o.path); /* written for an output that went meanwhile */
+  fsh_free(o.path);
+  fsh_free(o.tmp);
+  if (freed) uncharge(s, freed);
+  fsh_buffer_unref(old);
+  fsh_buffer_unref(image);
+  return freed > 0;
+}
+
 /* The image's next capacity for `need` bytes: doubling up to 8 MiB, then
  * growing by half (fewer bytes charged beyond what the image holds). */
 static int64_t image_grow(int64_t cap, int64_t need) {
@@ -364,7 +439,9 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
   if (!o->file && o->img_size + total > o->img_cap) {
     int64_t want = image_grow(o->img_cap, o->img_size + total);
     const char *why = NULL;
-    if (!charge(o->s, want - o->charged)) {
+    bool room = charge(o->s, want - o->charged);
+    while (!room && evict_one(o->s)) room = charge(o->s, want - o->charged);
+    if (!room) {
       why = "the memory budget is exhausted";
     } else {
       uint8_t *grown = fsh_realloc(o->img, (size_t)want);
@@ -542,6 +619,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   e->charged = w->res.charged;
   e->path = w->res.path;
   e->file_bytes = w->res.file_bytes;
+  e->published = atomic_fetch_add(&s->seq, 1u);
   memset(&w->res, 0, sizeof w->res);
   pthread_mutex_lock(&s->mu);
   entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);

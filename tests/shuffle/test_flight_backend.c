@@ -89,6 +89,61 @@ static void spill_round_robin(void) {
   for (int d = 0; d < 3; d++) stu_rmdir(dirs[d]);
 }
 
+/* Outputs already in memory do not hold the budget forever: a writer that
+ * meets the budget first moves the oldest completed in-memory output to a
+ * spill file (here map 0's) and stays in memory itself; everything reads
+ * back identical, and release removes the file. */
+static void oldest_output_spills_first(void) {
+  char *dir = stu_mkdtemp("evict");
+  const char *d = dir;
+  fsh_shuffle_worker *w = start_worker(&d, 1, 3 << 19); /* 1.5 MiB */
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 9, 4, 2, 25000);
+  p.spec.compression = FSH_COMPRESSION_NONE;
+  fsh_error err = {{0}};
+  fsh_shuffle_store_stats st;
+  CHECK_OK(stu_run_map(local, &p.spec, &p.maps[0], &err));
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  int64_t first = st.memory_bytes;
+  printf("  map 0: %lld bytes in memory\n", (long long)first);
+  /* map 0 is between 512 KiB and 1 MiB: map 1's image grows to 1 MiB of
+   * capacity, which fits only once map 0 is out of memory */
+  CHECK_MSG(st.spilled_outputs == 0 && first > (512 << 10) && first <= (1 << 20),
+            "%lld spilled, %lld bytes in memory", (long long)st.spilled_outputs,
+            (long long)first);
+  CHECK_OK(stu_run_map(local, &p.spec, &p.maps[1], &err));
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.map_outputs, 2);
+  CHECK_EQ_INT(st.spilled_outputs, 1);
+  CHECK_MSG(st.memory_bytes > (512 << 10) && st.memory_bytes <= (1 << 20),
+            "%lld bytes in memory", (long long)st.memory_bytes);
+  CHECK_EQ_INT(st.spilled_bytes, first);
+  char name[256] = "";
+  DIR *dd = opendir(dir);
+  struct dirent *e;
+  while (dd && (e = readdir(dd)) != NULL)
+    if (strncmp(e->d_name, "fshspill-", 9) == 0) snprintf(name, sizeof name, "%s", e->d_name);
+  if (dd) closedir(dd);
+  CHECK_MSG(strstr(name, "-s9-m0-a0-") && !strstr(name, ".tmp"), "spill file '%s'", name);
+  CHECK_EQ_INT(stu_count_files(dir), 1);
+  for (int32_t q = 0; q < 4; q++) {
+    stu_check_partition(remote, &p, q, NULL, 0, "flight remote");
+    stu_check_partition(local, &p, q, NULL, 0, "flight local");
+  }
+  CHECK_OK(fsh_shuffle_release(remote, 9, &err));
+  CHECK_EQ_INT(stu_count_files(dir), 0);
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.memory_bytes, 0);
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+  stu_rmdir(dir);
+}
+
 static void touch(const char *dir, const char *name) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -258,6 +313,7 @@ static void ticket_codec(void) {
   CHECK(!fsh_block_header_decode(raw, sizeof raw - 1, &g));
 }
 
-FSH_TEST_MAIN(TEST(spill_round_robin), TEST(leftovers_removed_at_start),
+FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
+              TEST(leftovers_removed_at_start),
               TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(ticket_codec))
