@@ -629,18 +629,15 @@ int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_
     rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first,
                        FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks, &bl, err);
   if (rc == 0) {
-    XXH3_state_t *s = hash_state_new();
-    if (!s) rc = fsh_error_set(err, ENOMEM, "out of memory");
-    if (s) {
-      XXH3_64bits_update(s, e->data, 40);
-      if (bl) XXH3_64bits_update(s, bl->data, (size_t)bl->size);
-      if (XXH3_64bits_digest(s) != get_u64(e->data + 40))
-        rc = fsh_error_set(err, EINVAL,
-                           "%s: not a valid map-output file: %s partition %d: index entry "
-                           "checksum mismatch",
-                           f->in->name, f->what, partition);
-      fsh_aligned_free(s, sizeof(XXH3_state_t));
-    }
+    XXH3_state_t s; /* on the stack: its type carries its alignment */
+    XXH3_64bits_reset(&s);
+    XXH3_64bits_update(&s, e->data, 40);
+    if (bl) XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
+    if (XXH3_64bits_digest(&s) != get_u64(e->data + 40))
+      rc = fsh_error_set(err, EINVAL,
+                         "%s: not a valid map-output file: %s partition %d: index entry "
+                         "checksum mismatch",
+                         f->in->name, f->what, partition);
   }
   if (rc == 0 && p.n_blocks > 0 && !(p.blocks = fsh_malloc(sizeof *p.blocks * (size_t)p.n_blocks)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
