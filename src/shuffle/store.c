@@ -471,20 +471,23 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
 
 static void image_release(void *ctx) { fsh_free(ctx); }
 
-/* Hands the image over as a buffer, shrunk to its size (the budget then
- * holds only that). */
+/* Hands the image over as a buffer, shrunk to its size: the budget then
+ * holds only that (when shrinking fails, the image keeps its capacity and
+ * its charge). */
 static int image_finish(spill_out *o, fsh_error *err) {
-  int64_t size = o->img_size;
-  if (!o->img || size < o->img_cap) {
-    uint8_t *shrunk = fsh_realloc(o->img, (size_t)(size > 0 ? size : 1));
-    if (!shrunk) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
-    o->img = shrunk;
-    int64_t keep = size > 0 ? size : 1;
-    if (o->charged > keep) { /* (an empty image was never charged) */
-      uncharge(o->s, o->charged - keep);
-      o->charged = keep;
+  int64_t size = o->img_size, keep = size > 0 ? size : 1;
+  if (!o->img || keep < o->img_cap) {
+    uint8_t *shrunk = fsh_realloc(o->img, (size_t)keep);
+    if (!shrunk && !o->img)
+      return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+    if (shrunk) {
+      o->img = shrunk;
+      o->img_cap = keep;
+      if (o->charged > keep) { /* (an empty image was never charged) */
+        uncharge(o->s, o->charged - keep);
+        o->charged = keep;
+      }
     }
-    o->img_cap = keep;
   }
   fsh_buffer *b = fsh_buffer_wrap(o->img, size, image_release, o->img);
   if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
