@@ -126,8 +126,10 @@ FSH_NODISCARD int fsh_shuffle_fs_new(const char *dir, fsh_shuffle_backend **out,
  * file image (the fs format). Images live in memory while the store's
  * memory budget allows; past it a map output goes to a spill file in one
  * of the spill directories (round-robin), written temp-then-rename -- a
- * writer that meets the budget mid-way moves what it wrote so far to its
- * spill file and continues there. A spill directory that is full (ENOSPC)
+ * writer that meets the budget mid-way first moves the oldest completed
+ * map outputs still in memory to spill files (readers holding them go on
+ * unharmed), and only when none is left moves what it wrote so far to its
+ * own spill file and continues there. A spill directory that is full (ENOSPC)
  * hands over to the next one (what was written moves along); only when
  * every directory is full does the write fail, naming them. Spill files
  * are named
@@ -195,10 +197,11 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    nothing.
  *
  * Wire formats (all integers little-endian):
- *  ticket:  "FSHT", u8 version 1, 3 zero bytes, u64 shuffle_id,
+ *  ticket:  "FSHT", u8 version 1, u8 flags, 2 zero bytes, u64 shuffle_id,
  *           i32 partition, u32 n, then n x (i64 map_id, i32 attempt,
  *           u32 0). Never a path: the server looks map outputs up in its
- *           store by (shuffle, map, attempt) only.
+ *           store by (shuffle, map, attempt) only. flags: 0 (the tickets
+ *           ListFlights hands out), or 1 = bundles (below; our reader).
  *  DoGet stream: the schema message, then for each named map output (in
  *           ticket order) its stored blocks of the partition, each block's
  *           messages as stored (dictionary batches, record batch). The
@@ -216,6 +219,15 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           each block's checksum before sending it (a damaged spill file
  *           is an error naming it, never rows to a client that does not
  *           check); our reader checks again, for damage in transit. A
+ *           With the bundle flag, whole blocks of at most 64 KiB go out
+ *           gathered (across the ticket's map outputs, in order) into one
+ *           FlightData of about 1 MiB that carries only app_metadata:
+ *           "FSHU", u8 version 1, 3 zero bytes, u32 n_blocks, u32 0, then
+ *           n_blocks x (the 88-byte block header above, the block's framed
+ *           bytes) -- one message instead of one per block, which is what
+ *           a shuffle of many tiny blocks (1000 x 1000) pays for. Larger
+ *           blocks still go message by message. The reader verifies each
+ *           bundled block's checksum before parsing it. A
  *           failed fetch names what is lost, for the scheduler:
  *           "worker <uri>: lost map outputs [map/attempt 1/0 3/0] (why): ..."
  *           -- every map output wanted from that worker when the worker is

@@ -65,8 +65,7 @@ static inline __attribute__((always_inline)) void push_binary_w(
     int64_t s = kern_read_offset(offs, off + i, w), len = kern_read_offset(offs, off + i + 1, w) - s;
     uint8_t *d = data_dst[p] + pos[p];
     if (len <= 32 && s + 32 <= data_size) { /* 32 spare bytes at the end of each destination */
-      memcpy(d, data + s, 16);
-      if (len > 16) memcpy(d + 16, data + s + 16, 16);
+      memcpy(d, data + s, 32); /* unconditionally: no branch on the random length */
     } else if (len > 0) {
       memcpy(d, data + s, (size_t)len);
     }

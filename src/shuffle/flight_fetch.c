@@ -195,8 +195,84 @@ static int end_block(fetch *f, fsh_error *err) {
   return 0;
 }
 
+static int push_msg(fetch *f, fsh_flight_message *m, fsh_error *err) {
+  if (f->n_msgs == f->cap_msgs) {
+    int64_t cap = f->cap_msgs ? f->cap_msgs * 2 : 8;
+    fsh_flight_message *n = fsh_realloc(f->msgs, sizeof *n * (size_t)cap);
+    if (!n) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+    f->msgs = n;
+    f->cap_msgs = cap;
+  }
+  f->msgs[f->n_msgs++] = *m;
+  memset(m, 0, sizeof *m);
+  return 0;
+}
+
+static int bad_bundle(fetch *f, int64_t at, const char *why, fsh_error *err) {
+  return fsh_error_set(err, EIO, "%s: a malformed block bundle (at byte %" PRId64 "): %s",
+                       f->prefix, at, why);
+}
+
+/* A bundle of whole blocks (layout in shuffle_internal.h): each block is
+ * checked against its header's checksum before anything in it is parsed,
+ * then split into its framed messages (slices of the bundle) and decoded
+ * like a block that came message by message. */
+static int on_bundle(fetch *f, fsh_buffer *b, fsh_error *err) {
+  const uint8_t *p = b->data;
+  int64_t size = b->size, at = FSH_BUNDLE_HEADER_BYTES;
+  if (p[4] != 1 || p[5] || p[6] || p[7] || fsh_le_get32(p + 12) != 0)
+    return bad_bundle(f, 0, "unknown version or reserved bytes", err);
+  int64_t n = fsh_le_get32(p + 8);
+  for (int64_t i = 0; i < n; i++) {
+    fsh_block_header h;
+    if (size - at < FSH_BLOCK_HEADER_BYTES ||
+        !fsh_block_header_decode(p + at, FSH_BLOCK_HEADER_BYTES, &h))
+      return bad_bundle(f, at, "no block header where one is due", err);
+    at += FSH_BLOCK_HEADER_BYTES;
+    FSH_RETURN_NOT_OK(start_block(f, &h, err));
+    if (h.length > size - at || h.length % 8)
+      return bad_bundle(f, at, "a block longer than the bundle", err);
+    const uint8_t *blk = p + at;
+    if (XXH3_64bits(blk, (size_t)h.length) != h.checksum)
+      return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
+                           "mismatch in block %" PRId64 " (%" PRId64 " bytes): the stored map "
+                           "output is corrupt (or was damaged in transit)", f->prefix, h.map_id,
+                           h.attempt, h.partition, h.index, h.length);
+    XXH3_64bits_update(&f->block_hash, blk, (size_t)h.length); /* end_block checks it again */
+    XXH3_64bits_update(&f->part_hash, blk, (size_t)h.length);
+    for (int64_t pos = 0; pos < h.length;) {
+      int64_t left = h.length - pos;
+      int64_t len = left >= 8 ? (int64_t)fsh_le_get32(blk + pos + 4) : -1;
+      if (len <= 0 || fsh_le_get32(blk + pos) != 0xFFFFFFFFu || len % 8 || len > left - 8)
+        return bad_bundle(f, at + pos, "bad message framing", err);
+      fsh_flight_message m = {0};
+      fsh_ipc_message_type type = FSH_IPC_NONE;
+      int64_t body = 0;
+      int rc = (m.metadata = fsh_buffer_slice(b, at + pos + 8, len)) ? 0 : ENOMEM;
+      if (rc == 0) rc = fsh_ipc_peek_message(m.metadata, &type, &body, err);
+      if (rc == 0 && (body < 0 || body % 8 || body > left - 8 - len))
+        rc = bad_bundle(f, at + pos, "a message body past its block", err);
+      if (rc == 0 && body > 0 && !(m.body = fsh_buffer_slice(b, at + pos + 8 + len, body)))
+        rc = ENOMEM;
+      if (rc == 0) rc = push_msg(f, &m, err);
+      fsh_flight_message_reset(&m);
+      if (rc == ENOMEM) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+      if (rc != 0) return rc;
+      pos += 8 + len + body;
+    }
+    f->acc = h.length;
+    at += h.length;
+    FSH_RETURN_NOT_OK(end_block(f, err));
+  }
+  if (at != size) return bad_bundle(f, at, "bytes after the last block", err);
+  return 0;
+}
+
 /* One received message (references moved out of *m). */
 static int on_message(fetch *f, fsh_flight_message *m, fsh_error *err) {
+  if (!m->metadata && m->app_metadata && m->app_metadata->size >= FSH_BUNDLE_HEADER_BYTES &&
+      memcmp(m->app_metadata->data, FSH_BUNDLE_MAGIC, 4) == 0)
+    return on_bundle(f, m->app_metadata, err);
   fsh_block_header h;
   if (m->app_metadata &&
       fsh_block_header_decode(m->app_metadata->data, m->app_metadata->size, &h))
@@ -219,15 +295,7 @@ static int on_message(fetch *f, fsh_flight_message *m, fsh_error *err) {
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: block %" PRId64 " overruns "
                          "its %" PRId64 " bytes", f->prefix, f->h.map_id, f->h.attempt,
                          f->h.index, f->h.length);
-  if (f->n_msgs == f->cap_msgs) {
-    int64_t cap = f->cap_msgs ? f->cap_msgs * 2 : 8;
-    fsh_flight_message *n = fsh_realloc(f->msgs, sizeof *n * (size_t)cap);
-    if (!n) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
-    f->msgs = n;
-    f->cap_msgs = cap;
-  }
-  f->msgs[f->n_msgs++] = *m;
-  memset(m, 0, sizeof *m);
+  FSH_RETURN_NOT_OK(push_msg(f, m, err));
   if (f->acc == f->h.length) return end_block(f, err);
   return 0;
 }
@@ -239,7 +307,7 @@ static int fetch_stream(fetch *f, fsh_error *err) {
   f->transport = true;
   FSH_RETURN_NOT_OK(fb_client(r->st, job->uri, &client, err));
   fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
-                          .n_sources = job->n_slots};
+                          .flags = FSH_TICKET_BUNDLE, .n_sources = job->n_slots};
   t.sources = fsh_malloc(sizeof *t.sources * (size_t)job->n_slots);
   if (!t.sources) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
   for (int64_t i = 0; i < job->n_slots; i++)

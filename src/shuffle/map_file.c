@@ -47,7 +47,9 @@ typedef struct part_buf {
   int32_t n, cap;
   int64_t buffered;      /* fsh_shuffle_batch_bytes of the buffered batches */
   int64_t rows, bytes;   /* written so far (blocks) */
-  XXH3_state_t *hash;    /* over the partition's blocks; NULL until the first */
+  XXH3_state_t *hash;    /* over the partition's blocks; NULL until needed */
+  bool single;           /* one block, written at close: its checksum is the */
+  uint64_t single_sum;   /* partition's (the same bytes), hashed once */
   fsh_map_file_block *blocks;
   int64_t n_blocks, cap_blocks;
 } part_buf;
@@ -66,6 +68,9 @@ struct fsh_map_file_writer {
   int64_t n_blocks;
   part_buf *parts;
   XXH3_state_t *block_hash; /* scratch, reset per block */
+  fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
+                               dictionaries (then it holds no state); else
+                               NULL: a fresh encoder per block */
   int failed;               /* error code once a block write failed */
   char failure[sizeof(fsh_error)]; /* and its message */
   char what[96];            /* "shuffle 7 map 3 attempt 0" */
@@ -107,12 +112,28 @@ static int writer_fail(fsh_map_file_writer *w, int rc, fsh_error *err) {
   return rc;
 }
 
-/* Encodes partition pi's buffered batches with a fresh encoder as one
- * block and appends it. The buffer is emptied either way. */
-static int flush_partition(fsh_map_file_writer *w, int32_t pi, fsh_error *err) {
+/* The partition's checksum: of all its blocks' bytes, in order. */
+static uint64_t part_checksum(const part_buf *p) {
+  return p->hash ? XXH3_64bits_digest(p->hash) : p->single ? p->single_sum : XXH3_64bits(NULL, 0);
+}
+
+static bool has_dictionaries(const fsh_field *f, int depth) {
+  if (f->dictionary || depth > 64) return true;
+  for (int64_t i = 0; i < f->n_children; i++)
+    if (has_dictionaries(&f->children[i], depth + 1)) return true;
+  return false;
+}
+
+/* Encodes partition pi's buffered batches (with a fresh encoder when the
+ * schema has dictionaries: every block carries its own) as one block and
+ * appends it. The buffer is emptied either way. `last`: no block of the
+ * partition follows (close) -- a partition of one block is then hashed
+ * once, its checksum being the block's. */
+static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_error *err) {
   part_buf *p = &w->parts[pi];
   if (p->n == 0) return 0;
   int rc = 0;
+  bool single = last && p->n_blocks == 0;
   if (p->n_blocks == p->cap_blocks) {
     int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
     fsh_map_file_block *nb = fsh_realloc(p->blocks, sizeof *nb * (size_t)cap);
@@ -122,15 +143,15 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, fsh_error *err) {
       p->cap_blocks = cap;
     }
   }
-  if (rc == 0 && !p->hash && !(p->hash = hash_state_new()))
+  if (rc == 0 && !single && !p->hash && !(p->hash = hash_state_new()))
     rc = fsh_error_set(err, ENOMEM, "out of memory for a checksum state");
-  fsh_ipc_encoder *enc = NULL;
-  if (rc == 0) rc = fsh_ipc_encoder_new(w->schema, &w->wopts, &enc, err);
+  fsh_ipc_encoder *enc = w->enc;
+  if (rc == 0 && !enc) rc = fsh_ipc_encoder_new(w->schema, &w->wopts, &enc, err);
   /* The bytes are hashed as they are written, into the block's state and
    * the partition's (a failed block kills the writer, so a half-hashed
    * partition state is never used). */
   XXH3_64bits_reset(w->block_hash);
-  tee_ctx t = {w->out, w->block_hash, p->hash};
+  tee_ctx t = {w->out, w->block_hash, single ? NULL : p->hash};
   fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = w->out->name};
   int64_t start = w->out->position, rows = 0;
   /* The block is one record batch (after its dictionaries) when its
@@ -157,12 +178,14 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, fsh_error *err) {
     rows += items[i]->length;
   }
   fsh_batch_unref(merged);
-  fsh_ipc_encoder_free(enc);
+  if (enc != w->enc) fsh_ipc_encoder_free(enc);
   part_clear_buffer(w, p);
   if (rc != 0) return writer_fail(w, rc, err);
   int64_t len = w->out->position - start;
+  uint64_t sum = XXH3_64bits_digest(w->block_hash);
   p->blocks[p->n_blocks++] = (fsh_map_file_block){
-      .offset = start, .length = len, .rows = rows, .checksum = XXH3_64bits_digest(w->block_hash)};
+      .offset = start, .length = len, .rows = rows, .checksum = sum};
+  if (single) p->single = true, p->single_sum = sum;
   p->rows += rows;
   p->bytes += len;
   w->n_blocks++;
@@ -212,7 +235,10 @@ int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec, int6
     w->schema_hash = XXH3_64bits_digest(w->block_hash);
   }
   fsh_ipc_payload_reset(&p);
-  fsh_ipc_encoder_free(enc);
+  bool dicts = false;
+  for (int64_t i = 0; i < w->schema->n_fields; i++) dicts |= has_dictionaries(&w->schema->fields[i], 0);
+  if (rc == 0 && !dicts) w->enc = enc; /* kept for the blocks */
+  else fsh_ipc_encoder_free(enc);
   if (rc != 0) {
     if (rc != ENOMEM) rc = fsh_error_prefix(err, rc, "%s: ", w->what);
     fsh_map_file_writer_abort(w);
@@ -242,10 +268,10 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
   p->batches[p->n++] = fsh_batch_ref(batch);
   p->buffered += bytes;
   w->buffered += bytes;
-  if (p->buffered >= w->target) return flush_partition(w, partition, err);
+  if (p->buffered >= w->target) return flush_partition(w, partition, false, err);
   if (w->buffered > w->max_buffered)
     for (int32_t i = 0; i < w->n_partitions; i++)
-      FSH_RETURN_NOT_OK(flush_partition(w, i, err));
+      FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
   return 0;
 }
 
@@ -261,6 +287,7 @@ static void free_writer(fsh_map_file_writer *w) {
     fsh_free(w->parts);
   }
   if (w->block_hash) fsh_aligned_free(w->block_hash, sizeof(XXH3_state_t));
+  fsh_ipc_encoder_free(w->enc);
   fsh_schema_unref(w->schema);
   fsh_free(w);
 }
@@ -299,7 +326,7 @@ static int build_index(fsh_map_file_writer *w, int64_t data_end, fsh_buffer **ou
     uint8_t *b0 = blocks + FSH_MAP_FILE_BLOCK_BYTES * first;
     put_u64(e, (uint64_t)p->rows);
     put_u64(e + 8, (uint64_t)p->bytes);
-    put_u64(e + 16, p->hash ? XXH3_64bits_digest(p->hash) : XXH3_64bits(NULL, 0));
+    put_u64(e + 16, part_checksum(p));
     put_u64(e + 24, (uint64_t)first);
     put_u64(e + 32, (uint64_t)p->n_blocks);
     for (int64_t k = 0; k < p->n_blocks; k++) {
@@ -332,7 +359,7 @@ int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_e
   }
   fsh_map_output m = {0};
   int rc = fsh_map_output_alloc(&m, w->shuffle_id, w->map_id, w->attempt, w->n_partitions, err);
-  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) rc = flush_partition(w, i, err);
+  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) rc = flush_partition(w, i, true, err);
   int64_t data_end = w->out->position;
   if (rc == 0) {
     struct iovec v = {(void *)k_eos, sizeof k_eos};
@@ -363,7 +390,7 @@ int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_e
     const part_buf *p = &w->parts[i];
     m.rows[i] = p->rows;
     m.bytes[i] = p->bytes;
-    m.checksums[i] = p->hash ? XXH3_64bits_digest(p->hash) : XXH3_64bits(NULL, 0);
+    m.checksums[i] = part_checksum(p);
   }
   free_writer(w);
   *out = m;
@@ -602,18 +629,15 @@ int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_
     rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first,
                        FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks, &bl, err);
   if (rc == 0) {
-    XXH3_state_t *s = hash_state_new();
-    if (!s) rc = fsh_error_set(err, ENOMEM, "out of memory");
-    if (s) {
-      XXH3_64bits_update(s, e->data, 40);
-      if (bl) XXH3_64bits_update(s, bl->data, (size_t)bl->size);
-      if (XXH3_64bits_digest(s) != get_u64(e->data + 40))
-        rc = fsh_error_set(err, EINVAL,
-                           "%s: not a valid map-output file: %s partition %d: index entry "
-                           "checksum mismatch",
-                           f->in->name, f->what, partition);
-      fsh_aligned_free(s, sizeof(XXH3_state_t));
-    }
+    XXH3_state_t s; /* on the stack: its type carries its alignment */
+    XXH3_64bits_reset(&s);
+    XXH3_64bits_update(&s, e->data, 40);
+    if (bl) XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
+    if (XXH3_64bits_digest(&s) != get_u64(e->data + 40))
+      rc = fsh_error_set(err, EINVAL,
+                         "%s: not a valid map-output file: %s partition %d: index entry "
+                         "checksum mismatch",
+                         f->in->name, f->what, partition);
   }
   if (rc == 0 && p.n_blocks > 0 && !(p.blocks = fsh_malloc(sizeof *p.blocks * (size_t)p.n_blocks)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");

@@ -223,9 +223,15 @@ typedef struct fsh_ticket_source {
 typedef struct fsh_shuffle_ticket {
   uint64_t shuffle_id;
   int32_t partition;
+  uint8_t flags; /* FSH_TICKET_BUNDLE */
   int64_t n_sources;
   fsh_ticket_source *sources; /* owned (fsh_malloc) */
 } fsh_shuffle_ticket;
+
+/* Ticket flag: the client reads block bundles (small blocks gathered into
+ * one FlightData, layout in shuffle.h); without it the stream is plain
+ * record batches any Flight client reads. */
+#define FSH_TICKET_BUNDLE 0x01
 
 #define FSH_TICKET_MAGIC "FSHT"
 #define FSH_TICKET_HEADER_BYTES 24
@@ -256,6 +262,16 @@ typedef struct fsh_block_header {
 void fsh_block_header_encode(const fsh_block_header *h, uint8_t out[FSH_BLOCK_HEADER_BYTES]);
 /* false if data is not a block header (wrong size, magic or version). */
 bool fsh_block_header_decode(const uint8_t *data, int64_t size, fsh_block_header *out);
+
+/* A bundle of whole small blocks in one FlightData's app_metadata (no
+ * IPC message of its own): "FSHU", u8 version 1, 3 zero bytes, u32
+ * n_blocks, u32 0, then n_blocks x (block header, the block's framed
+ * bytes as stored -- header.length bytes, a multiple of 8). */
+#define FSH_BUNDLE_MAGIC "FSHU"
+#define FSH_BUNDLE_HEADER_BYTES 16
+/* Blocks up to this size are bundled, into bundles of about the target. */
+#define FSH_BUNDLE_MAX_BLOCK ((int64_t)64 << 10)
+#define FSH_BUNDLE_TARGET ((int64_t)1 << 20)
 
 #define FSH_PUT_RESULT_MAGIC "FSHP"
 FSH_NODISCARD int fsh_put_result_encode(const fsh_map_output *m, fsh_buffer **out,

@@ -4,9 +4,10 @@
  * release, and the removal of a crashed run's leftovers at start.
  *
  * Memory accounting: an image is charged to the budget by its capacity as
- * it grows; a writer whose next growth the budget refuses (or whose growth
- * fails for lack of memory) writes what it has to a spill file and goes on
- * there. Spill files hold nothing that must outlive the worker (a restart
+ * it grows, and by its size once complete; a writer whose next growth the
+ * budget refuses first evicts the oldest completed in-memory images to
+ * spill files (evict_one), and when none is left (or its growth fails for
+ * lack of memory) writes what it has to a spill file and goes on there. Spill files hold nothing that must outlive the worker (a restart
  * deletes them), so they are not fsync'd: written to "<name>.tmp", renamed
  * on close, published in the index only then -- a reader never sees a
  * partial map output.
@@ -42,6 +43,8 @@ typedef struct entry {
   int64_t charged;    /* bytes of the budget it holds */
   char *path;         /* spill file, or NULL */
   int64_t file_bytes;
+  uint64_t published; /* order of publication: the oldest image spills first */
+  bool evicting;      /* its image is being written to a spill file */
   struct entry *next; /* hash chain */
 } entry;
 
@@ -162,7 +165,8 @@ typedef struct spill_out {
   fsh_shuffle_store *s;
   char what[128]; /* "shuffle 1 map 2 attempt 0" */
   char file_name[SPILL_NAME_MAX];
-  fsh_buffer *buf; /* memory mode */
+  uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd), */
+  int64_t img_size, img_cap; /* its bytes and capacity */
   int64_t charged;
   fsh_output *file; /* file mode: writes to path.tmp */
   char *path, *tmp;
@@ -331,63 +335,172 @@ static int spill_now(spill_out *o, const char *why, fsh_error *err) {
   int rc = open_next_dir(o, err);
   if (rc != 0)
     return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "store %s: %s: ", s->name, why);
-  if (o->buf && o->buf->size > 0) {
-    struct iovec v = {o->buf->data, (size_t)o->buf->size};
+  if (o->img_size > 0) {
+    struct iovec v = {o->img, (size_t)o->img_size};
     rc = file_write(o, &v, 1, err);
   }
-  fsh_buffer_unref(o->buf);
-  o->buf = NULL;
+  fsh_free(o->img);
+  o->img = NULL;
+  o->img_size = o->img_cap = 0;
   if (o->charged) uncharge(s, o->charged);
   o->charged = 0;
   return rc;
 }
 
+/* Moves the oldest completed map output still in memory to a spill file
+ * (temp then rename, the directories round-robin like a writer's), so
+ * that a writer meeting the budget can stay in memory: outputs held in
+ * memory do not keep the budget forever. Readers that hold the image go
+ * on reading it; new readers open the file. The image is written outside
+ * the lock; if the output was released or replaced meanwhile the file is
+ * deleted. True if memory was given back. A failure (no directory, disk
+ * full, out of memory) only means nothing moved: the caller spills its
+ * own output instead, and reports that error if it fails too. */
+static bool evict_one(fsh_shuffle_store *s) {
+  if (s->n_dirs == 0) return false;
+  pthread_mutex_lock(&s->mu);
+  entry *victim = NULL;
+  for (int64_t i = 0; i < s->n_buckets; i++)
+    for (entry *e = s->buckets[i]; e; e = e->next)
+      if (e->image && !e->evicting && (!victim || e->published < victim->published)) victim = e;
+  if (!victim) {
+    pthread_mutex_unlock(&s->mu);
+    return false;
+  }
+  victim->evicting = true;
+  fsh_buffer *image = fsh_buffer_ref(victim->image);
+  uint64_t shuffle_id = victim->meta.shuffle_id;
+  int64_t map_id = victim->meta.map_id;
+  int32_t attempt = victim->meta.attempt;
+  pthread_mutex_unlock(&s->mu);
+
+  spill_out o = {.s = s};
+  snprintf(o.what, sizeof o.what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
+           shuffle_id, map_id, attempt);
+  spill_name(o.file_name, s->tag, shuffle_id, map_id, attempt, atomic_fetch_add(&s->seq, 1u));
+  o.first_dir = (int)(atomic_fetch_add(&s->next_dir, 1u) % (unsigned)s->n_dirs);
+  fsh_error e = {{0}};
+  int rc = open_next_dir(&o, &e);
+  if (rc == 0 && image->size > 0) {
+    struct iovec v = {image->data, (size_t)image->size};
+    rc = file_write(&o, &v, 1, &e);
+  }
+  if (rc == 0) {
+    rc = o.file->close(o.file, false, &e);
+    o.file = NULL;
+    if (rc == 0 && rename(o.tmp, o.path) != 0) rc = EIO;
+  }
+  if (rc != 0) drop_file(&o);
+
+  int64_t freed = 0;
+  fsh_buffer *old = NULL;
+  pthread_mutex_lock(&s->mu);
+  entry *e2 = *find_link(s, shuffle_id, map_id, attempt);
+  bool same = e2 == victim && e2->image == image; /* not released nor replaced */
+  if (same) e2->evicting = false;
+  if (same && rc == 0) {
+    old = e2->image;
+    e2->image = NULL;
+    freed = e2->charged;
+    e2->charged = 0;
+    e2->path = o.path;
+    e2->file_bytes = image->size;
+    o.path = NULL;
+    s->spilled_outputs++;
+    s->spilled_bytes += image->size;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (o.path) unlink(o.path); /* written for an output that went meanwhile */
+  fsh_free(o.path);
+  fsh_free(o.tmp);
+  if (freed) uncharge(s, freed);
+  fsh_buffer_unref(old);
+  fsh_buffer_unref(image);
+  return freed > 0;
+}
+
+/* The image's next capacity for `need` bytes: doubling up to 8 MiB, then
+ * growing by half (fewer bytes charged beyond what the image holds). */
+static int64_t image_grow(int64_t cap, int64_t need) {
+  int64_t want = cap ? cap : 64 << 10;
+  while (want < need) want = want < (8 << 20) ? want * 2 : want + want / 2;
+  return want;
+}
+
+/* Memory mode grows the image with fsh_realloc, never a fresh buffer and
+ * a copy: a large image is its own mapping that the default allocator
+ * grows in place (mremap), and bytes past the end are neither copied nor
+ * zeroed -- the old fsh_buffer_resize growth copied and zero-filled every
+ * doubling, page-faulting (huge pages past 32 MiB) more than it stored. */
 static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_error *err) {
   spill_out *o = out->ctx;
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
-  if (!o->file) {
-    int64_t at = o->buf ? o->buf->size : 0, cap = o->buf ? o->buf->capacity : 0;
-    if (at + total > cap) {
-      int64_t want = cap ? cap : 64 << 10;
-      while (want < at + total) want *= 2;
-      const char *why = NULL;
-      if (!charge(o->s, want - o->charged)) {
-        why = "the memory budget is exhausted";
+  if (!o->file && o->img_size + total > o->img_cap) {
+    int64_t want = image_grow(o->img_cap, o->img_size + total);
+    const char *why = NULL;
+    bool room = charge(o->s, want - o->charged);
+    while (!room && evict_one(o->s)) room = charge(o->s, want - o->charged);
+    if (!room) {
+      why = "the memory budget is exhausted";
+    } else {
+      uint8_t *grown = fsh_realloc(o->img, (size_t)want);
+      if (!grown) {
+        uncharge(o->s, want - o->charged);
+        why = "out of memory";
       } else {
-        int64_t extra = want - o->charged;
-        fsh_error ignored;
-        if (!o->buf && !(o->buf = fsh_buffer_new(0, false))) {
-          why = "out of memory";
-        } else if (fsh_buffer_resize(o->buf, want, &ignored) != 0) {
-          why = "out of memory";
-        } else {
-          o->buf->size = at;
-          o->charged += extra;
-          extra = 0;
-        }
-        if (extra) uncharge(o->s, extra);
+        o->img = grown;
+        o->img_cap = want;
+        o->charged = want;
       }
-      if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
     }
+    if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
   }
   if (o->file) {
     int rc = file_write(o, iov, n, err);
     if (rc != 0) return rc;
   } else {
-    int64_t at = o->buf->size;
     for (int i = 0; i < n; i++) {
-      if (iov[i].iov_len) memcpy(o->buf->data + at, iov[i].iov_base, iov[i].iov_len);
-      at += (int64_t)iov[i].iov_len;
+      if (iov[i].iov_len) memcpy(o->img + o->img_size, iov[i].iov_base, iov[i].iov_len);
+      o->img_size += (int64_t)iov[i].iov_len;
     }
-    o->buf->size = at;
   }
   out->position += total;
   return 0;
 }
 
+static void image_release(void *ctx) { fsh_free(ctx); }
+
+/* Hands the image over as a buffer, shrunk to its size: the budget then
+ * holds only that (when shrinking fails, the image keeps its capacity and
+ * its charge). */
+static int image_finish(spill_out *o, fsh_error *err) {
+  int64_t size = o->img_size, keep = size > 0 ? size : 1;
+  if (!o->img || keep < o->img_cap) {
+    uint8_t *shrunk = fsh_realloc(o->img, (size_t)keep);
+    if (!shrunk && !o->img)
+      return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+    if (shrunk) {
+      o->img = shrunk;
+      o->img_cap = keep;
+      if (o->charged > keep) { /* (an empty image was never charged) */
+        uncharge(o->s, o->charged - keep);
+        o->charged = keep;
+      }
+    }
+  }
+  fsh_buffer *b = fsh_buffer_wrap(o->img, size, image_release, o->img);
+  if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+  o->img = NULL;
+  o->img_size = o->img_cap = 0;
+  o->result->image = b;
+  o->result->charged = o->charged;
+  o->charged = 0;
+  return 0;
+}
+
 static void spill_out_free(spill_out *o) {
-  fsh_buffer_unref(o->buf);
+  fsh_free(o->img);
   if (o->charged) uncharge(o->s, o->charged);
   fsh_free(o->path);
   fsh_free(o->tmp);
@@ -410,14 +523,7 @@ static int spill_close(fsh_output *out, bool abort, fsh_error *err) {
       o->path = NULL;
     }
   } else if (!abort) {
-    if (!o->buf && !(o->buf = fsh_buffer_new(0, false))) {
-      rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
-    } else {
-      o->result->image = o->buf;
-      o->result->charged = o->charged;
-      o->buf = NULL;
-      o->charged = 0;
-    }
+    rc = image_finish(o, err);
   }
   spill_out_free(o);
   return rc;
@@ -516,6 +622,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   e->charged = w->res.charged;
   e->path = w->res.path;
   e->file_bytes = w->res.file_bytes;
+  e->published = atomic_fetch_add(&s->seq, 1u);
   memset(&w->res, 0, sizeof w->res);
   pthread_mutex_lock(&s->mu);
   entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);
@@ -591,17 +698,38 @@ void fsh_store_items_free(fsh_store_item *items, int64_t n) {
   fsh_free(items);
 }
 
+/* A spilled map output whose file is gone from disk (deleted behind the
+ * store's back) is lost: it is not listed (a DoGet of it still says which
+ * file is missing). The files are checked outside the lock. */
 int fsh_store_list(fsh_shuffle_store *s, fsh_store_item **out, int64_t *n_out, fsh_error *err) {
   pthread_mutex_lock(&s->mu);
   int64_t n = s->n_entries, k = 0;
   fsh_store_item *items = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *items);
-  int rc = items ? 0 : ENOMEM;
+  char **paths = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *paths);
+  int rc = items && paths ? 0 : ENOMEM;
   for (int64_t i = 0; rc == 0 && i < s->n_buckets; i++)
     for (entry *e = s->buckets[i]; rc == 0 && e; e = e->next) {
       rc = fsh_map_output_copy(&items[k].meta, &e->meta);
+      if (rc == 0 && e->path && !(paths[k] = fsh_strdup(e->path))) {
+        fsh_map_output_reset(&items[k].meta);
+        rc = ENOMEM;
+      }
       if (rc == 0) items[k++].schema = fsh_schema_ref(e->schema);
     }
   pthread_mutex_unlock(&s->mu);
+  int64_t kept = 0;
+  for (int64_t i = 0; rc == 0 && i < k; i++) {
+    struct stat st;
+    if (paths[i] && stat(paths[i], &st) != 0 && errno == ENOENT) {
+      fsh_map_output_reset(&items[i].meta);
+      fsh_schema_unref(items[i].schema);
+      continue;
+    }
+    items[kept++] = items[i];
+  }
+  if (rc == 0) k = kept;
+  for (int64_t i = 0; paths && i < n; i++) fsh_free(paths[i]);
+  fsh_free(paths);
   if (rc != 0) {
     fsh_store_items_free(items, k);
     return fsh_error_set(err, ENOMEM, "store %s: out of memory listing %" PRId64 " map outputs",

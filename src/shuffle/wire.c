@@ -27,6 +27,7 @@ int fsh_shuffle_ticket_encode(const fsh_shuffle_ticket *t, fsh_buffer **out, fsh
   uint8_t *p = b->data;
   memcpy(p, FSH_TICKET_MAGIC, 4);
   p[4] = 1;
+  p[5] = t->flags;
   fsh_le_put64(p + 8, t->shuffle_id);
   fsh_le_put32(p + 16, (uint32_t)t->partition);
   fsh_le_put32(p + 20, (uint32_t)t->n_sources);
@@ -44,9 +45,11 @@ int fsh_shuffle_ticket_decode(const uint8_t *p, int64_t size, fsh_shuffle_ticket
   if (size < FSH_TICKET_HEADER_BYTES || memcmp(p, FSH_TICKET_MAGIC, 4) != 0)
     return fsh_error_set(err, EINVAL, "not a shuffle ticket (%" PRId64 " bytes, no " FSH_TICKET_MAGIC
                          " header)", size);
-  if (p[4] != 1 || p[5] || p[6] || p[7])
-    return fsh_error_set(err, EINVAL, "shuffle ticket version %u is not supported (1 is)", p[4]);
+  if (p[4] != 1 || (p[5] & ~FSH_TICKET_BUNDLE) || p[6] || p[7])
+    return fsh_error_set(err, EINVAL, "shuffle ticket version %u flags %#x is not supported "
+                         "(version 1, flags 0 or 1)", p[4], p[5]);
   fsh_shuffle_ticket t = {0};
+  t.flags = p[5];
   t.shuffle_id = fsh_le_get64(p + 8);
   t.partition = (int32_t)fsh_le_get32(p + 16);
   int64_t n = fsh_le_get32(p + 20);

@@ -32,6 +32,12 @@ typedef struct get_source {
   fsh_buffer *block; /* current block's bytes */
   int64_t pos;       /* next message in block */
   char what[160];    /* "shuffle 1 partition 2 map 3 attempt 0" */
+  /* bundles (FSH_TICKET_BUNDLE): the blocks gathered for the next one */
+  fsh_buffer **bundle;
+  fsh_block_header *bundle_h;
+  int64_t n_bundle, cap_bundle;
+  int pending_rc; /* an error met after gathering: returned next time */
+  fsh_error pending_err;
 } get_source;
 
 static void close_current(get_source *g) {
@@ -105,6 +111,85 @@ static int next_block(get_source *g, bool *done, fsh_error *err) {
   return 0;
 }
 
+/* The header of the current block (g->block). */
+static fsh_block_header current_header(const get_source *g) {
+  const fsh_map_file_block *bl = &g->part.blocks[g->next_block];
+  return (fsh_block_header){
+      .map_id = g->t.sources[g->next_src - 1].map_id,
+      .attempt = g->t.sources[g->next_src - 1].attempt,
+      .partition = g->t.partition, .index = g->next_block, .n_blocks = g->part.n_blocks,
+      .length = bl->length, .rows = bl->rows, .checksum = bl->checksum,
+      .part_checksum = g->part.checksum, .part_rows = g->part.rows,
+      .part_bytes = g->part.bytes};
+}
+
+static void drop_bundle(get_source *g) {
+  for (int64_t i = 0; i < g->n_bundle; i++) fsh_buffer_unref(g->bundle[i]);
+  g->n_bundle = 0;
+}
+
+/* Gathers whole small blocks, from g->block on (at its start), across the
+ * ticket's map outputs, into one bundle of about FSH_BUNDLE_TARGET bytes
+ * (layout in shuffle_internal.h): one FlightData instead of one per block
+ * -- the per-message cost is what stalls a shuffle of many tiny blocks.
+ * The blocks were verified as they were read. An error met after some
+ * blocks were gathered is kept for the next call (those go out first). */
+static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err) {
+  int64_t total = FSH_BUNDLE_HEADER_BYTES;
+  bool end = false;
+  while (!end) {
+    if (g->n_bundle == g->cap_bundle) {
+      int64_t cap = g->cap_bundle ? 2 * g->cap_bundle : 64;
+      fsh_buffer **nb = fsh_realloc(g->bundle, sizeof *nb * (size_t)cap);
+      if (nb) g->bundle = nb;
+      fsh_block_header *nh = nb ? fsh_realloc(g->bundle_h, sizeof *nh * (size_t)cap) : NULL;
+      if (nh) g->bundle_h = nh;
+      if (!nb || !nh) {
+        drop_bundle(g);
+        return fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory",
+                             fsh_store_name(g->store), g->what);
+      }
+      g->cap_bundle = cap;
+    }
+    g->bundle_h[g->n_bundle] = current_header(g);
+    g->bundle[g->n_bundle++] = g->block;
+    total += FSH_BLOCK_HEADER_BYTES + g->block->size;
+    g->block = NULL;
+    g->next_block++;
+    if (total >= FSH_BUNDLE_TARGET) break;
+    int rc = next_block(g, &end, err);
+    if (rc != 0) {
+      g->pending_rc = rc;
+      if (err) g->pending_err = *err;
+      break;
+    }
+    if (!end && (g->block->size > FSH_BUNDLE_MAX_BLOCK ||
+                 total + FSH_BLOCK_HEADER_BYTES + g->block->size > FSH_BUNDLE_TARGET))
+      break; /* goes out next time */
+  }
+  fsh_buffer *b = fsh_buffer_new(total, false);
+  if (!b) {
+    drop_bundle(g);
+    return fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory", fsh_store_name(g->store),
+                         g->what);
+  }
+  uint8_t *p = b->data;
+  memset(p, 0, FSH_BUNDLE_HEADER_BYTES);
+  memcpy(p, FSH_BUNDLE_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put32(p + 8, (uint32_t)g->n_bundle);
+  int64_t at = FSH_BUNDLE_HEADER_BYTES;
+  for (int64_t i = 0; i < g->n_bundle; i++) {
+    fsh_block_header_encode(&g->bundle_h[i], p + at);
+    at += FSH_BLOCK_HEADER_BYTES;
+    memcpy(p + at, g->bundle[i]->data, (size_t)g->bundle[i]->size);
+    at += g->bundle[i]->size;
+  }
+  drop_bundle(g);
+  *app_metadata = b;
+  return 0;
+}
+
 static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **app_metadata,
                     bool *done, fsh_error *err) {
   get_source *g = base->ctx;
@@ -116,8 +201,14 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
     g->schema_sent = true;
     return 0;
   }
+  if (g->pending_rc) {
+    if (err) *err = g->pending_err;
+    return g->pending_rc;
+  }
   FSH_RETURN_NOT_OK(next_block(g, done, err));
   if (*done) return 0;
+  if ((g->t.flags & FSH_TICKET_BUNDLE) && g->pos == 0 && g->block->size <= FSH_BUNDLE_MAX_BLOCK)
+    return next_bundle(g, app_metadata, err); /* a message of app_metadata only */
   /* One framed message of the block: FFFFFFFF, length, metadata, body. */
   fsh_buffer *b = g->block;
   int64_t at = g->pos, left = b->size - at;
@@ -143,14 +234,7 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
     }
   }
   if (rc == 0 && at == 0) {
-    const fsh_map_file_block *bl = &g->part.blocks[g->next_block];
-    fsh_block_header h = {
-        .map_id = g->t.sources[g->next_src - 1].map_id,
-        .attempt = g->t.sources[g->next_src - 1].attempt,
-        .partition = g->t.partition, .index = g->next_block, .n_blocks = g->part.n_blocks,
-        .length = bl->length, .rows = bl->rows, .checksum = bl->checksum,
-        .part_checksum = g->part.checksum, .part_rows = g->part.rows,
-        .part_bytes = g->part.bytes};
+    fsh_block_header h = current_header(g);
     fsh_buffer *hb = fsh_buffer_new(FSH_BLOCK_HEADER_BYTES, false);
     if (!hb) rc = ENOMEM;
     else fsh_block_header_encode(&h, hb->data), *app_metadata = hb;
@@ -172,6 +256,9 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
 
 static void get_release(fsh_flight_source *base) {
   get_source *g = base->ctx;
+  drop_bundle(g);
+  fsh_free(g->bundle);
+  fsh_free(g->bundle_h);
   close_current(g);
   fsh_schema_unref(g->schema);
   fsh_shuffle_ticket_reset(&g->t);

@@ -25,16 +25,21 @@ fsh_schema *fsh_synthetic_schema(void) {
   return s;
 }
 
-/* A validity bitmap with ~1% nulls drawn from the row's random bits. */
+/* A validity bitmap with ~1% nulls drawn from the row's random bits (built
+ * a byte at a time; the trailing bits of the last byte stay zero). */
 static fsh_buffer *make_validity(uint64_t seed, int64_t first_row, int64_t rows, int64_t *nulls) {
   fsh_buffer *v = fsh_buffer_new(fsh_bytes_for_bits(rows), true);
   if (!v) return NULL;
-  *nulls = 0;
-  for (int64_t i = 0; i < rows; i++) {
-    bool valid = mix(seed ^ (uint64_t)(first_row + i)) % 100 != 0;
-    fsh_bit_set(v->data, i, valid);
-    *nulls += !valid;
+  int64_t valid_count = 0;
+  for (int64_t i = 0; i < rows; i += 8) {
+    uint8_t byte = 0;
+    int64_t end = rows - i < 8 ? rows - i : 8;
+    for (int64_t k = 0; k < end; k++)
+      byte |= (uint8_t)((mix(seed ^ (uint64_t)(first_row + i + k)) % 100 != 0) << k);
+    v->data[i >> 3] = byte;
+    for (uint8_t b = byte; b; b &= (uint8_t)(b - 1)) valid_count++;
   }
+  *nulls = rows - valid_count;
   return v;
 }
 
@@ -58,23 +63,50 @@ static int fill_value(fsh_array *a, const fsh_synthetic_options *o, int64_t firs
   return 0;
 }
 
+/* The name characters: from r, the sequence r, A r + 1, A (A r + 1) + 1,
+ * ... (an LCG), one letter (r >> 33) % 26 per step. Step j is
+ * A^j r + C_j, so every letter is computed independently from r (no chain
+ * of dependent multiplies), and short names (the default) are written a
+ * fixed `span` letters at a time -- the next name overwrites the excess --
+ * so the loop does not mispredict its random trip count on every row. */
+#define LCG_A 6364136223846793005ull
+#define FIXED_SPAN_MAX 64
+
+static inline uint8_t letter(uint64_t s) { return (uint8_t)('a' + (uint32_t)(s >> 33) % 26); }
+
 static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
-  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz";
   int32_t avg = o->avg_str_len > 0 ? o->avg_str_len : 12;
+  uint64_t span = (uint64_t)(2 * avg - 1); /* lengths 1 .. span */
   if (!(a->buffers[1] = fsh_buffer_new((rows + 1) * 4, false))) return ENOMEM;
   int32_t *offsets = (int32_t *)a->buffers[1]->data;
   offsets[0] = 0;
   for (int64_t i = 0; i < rows; i++) {
-    int64_t len = 1 + (int64_t)(mix(o->seed * 11 + (uint64_t)(first + i)) % (uint64_t)(2 * avg - 1));
+    uint64_t r = mix(o->seed * 11 + (uint64_t)(first + i));
+    int64_t len = 1 + (int64_t)(span == 23 ? r % 23 : r % span); /* 23: the default's, fast */
     if ((int64_t)offsets[i] + len > INT32_MAX) return EOVERFLOW;
     offsets[i + 1] = offsets[i] + (int32_t)len;
   }
-  if (!(a->buffers[2] = fsh_buffer_new(offsets[rows], false))) return ENOMEM;
-  uint8_t *data = a->buffers[2]->data;
-  for (int64_t i = 0; i < rows; i++) {
-    uint64_t r = mix(o->seed * 13 + (uint64_t)(first + i));
-    for (int32_t j = offsets[i]; j < offsets[i + 1]; j++, r = r * 6364136223846793005ull + 1)
-      data[j] = (uint8_t)alphabet[(r >> 33) % 26];
+  int64_t total = offsets[rows];
+  bool fixed = span <= FIXED_SPAN_MAX;
+  fsh_buffer *chars = a->buffers[2] = fsh_buffer_new(total + (fixed ? (int64_t)span : 0), false);
+  if (!chars) return ENOMEM;
+  uint8_t *data = chars->data;
+  if (fixed) {
+    uint64_t mul[FIXED_SPAN_MAX], add[FIXED_SPAN_MAX];
+    mul[0] = 1, add[0] = 0;
+    for (uint64_t j = 1; j < span; j++) mul[j] = mul[j - 1] * LCG_A, add[j] = add[j - 1] * LCG_A + 1;
+    for (int64_t i = 0; i < rows; i++) {
+      uint64_t r = mix(o->seed * 13 + (uint64_t)(first + i));
+      uint8_t *d = data + offsets[i];
+      for (uint64_t j = 0; j < span; j++) d[j] = letter(mul[j] * r + add[j]);
+    }
+    chars->size = total; /* the padding past the names is zero again */
+    memset(data + total, 0, (size_t)(chars->capacity - total));
+  } else {
+    for (int64_t i = 0; i < rows; i++) {
+      uint64_t r = mix(o->seed * 13 + (uint64_t)(first + i));
+      for (int32_t j = offsets[i]; j < offsets[i + 1]; j++, r = r * LCG_A + 1) data[j] = letter(r);
+    }
   }
   if (o->with_nulls && !(a->buffers[0] = make_validity(o->seed * 17, first, rows, &a->null_count)))
     return ENOMEM;

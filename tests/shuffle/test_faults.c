@@ -268,6 +268,7 @@ static void missing_spill_file(void) {
   make_plan(&other, 32, 2, 1, 3000, 101);
   fsh_error err = {{0}};
   CHECK_OK(stu_run_map(local, &p.spec, &p.maps[0], &err));
+  CHECK_EQ_INT(listed_partitions(uri, 31), 2);
   /* delete the one spill file there is */
   char path[600] = "";
   DIR *dd = opendir(dir);
@@ -281,6 +282,8 @@ static void missing_spill_file(void) {
                 strstr(err.message, path) && strstr(err.message, "lost map outputs [map/attempt 0/0]"),
             "over Flight: rc %d: %s", rc, err.message);
   printf("  missing, over Flight: %s\n", err.message);
+  /* a lost map output is no longer listed (nothing else of shuffle 31 is held) */
+  CHECK_EQ_INT(listed_partitions(uri, 31), 0);
   rc = stu_read_rc(local, &p.spec, 0, &p.maps[0].out, 1, NULL, &err);
   CHECK_MSG(rc == ENOENT && strstr(err.message, path), "in-process: rc %d: %s", rc, err.message);
   /* the worker goes on serving */

@@ -7,6 +7,8 @@
  * directory that vanished (a clean task error), and the ticket codec. */
 #include <sys/stat.h>
 
+#include <flightshuffle/flight.h>
+
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
 
@@ -87,6 +89,61 @@ static void spill_round_robin(void) {
   fsh_shuffle_backend_destroy(remote);
   fsh_shuffle_worker_stop(w, 1000);
   for (int d = 0; d < 3; d++) stu_rmdir(dirs[d]);
+}
+
+/* Outputs already in memory do not hold the budget forever: a writer that
+ * meets the budget first moves the oldest completed in-memory output to a
+ * spill file (here map 0's) and stays in memory itself; everything reads
+ * back identical, and release removes the file. */
+static void oldest_output_spills_first(void) {
+  char *dir = stu_mkdtemp("evict");
+  const char *d = dir;
+  fsh_shuffle_worker *w = start_worker(&d, 1, 3 << 19); /* 1.5 MiB */
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 9, 4, 2, 25000);
+  p.spec.compression = FSH_COMPRESSION_NONE;
+  fsh_error err = {{0}};
+  fsh_shuffle_store_stats st;
+  CHECK_OK(stu_run_map(local, &p.spec, &p.maps[0], &err));
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  int64_t first = st.memory_bytes;
+  printf("  map 0: %lld bytes in memory\n", (long long)first);
+  /* map 0 is between 512 KiB and 1 MiB: map 1's image grows to 1 MiB of
+   * capacity, which fits only once map 0 is out of memory */
+  CHECK_MSG(st.spilled_outputs == 0 && first > (512 << 10) && first <= (1 << 20),
+            "%lld spilled, %lld bytes in memory", (long long)st.spilled_outputs,
+            (long long)first);
+  CHECK_OK(stu_run_map(local, &p.spec, &p.maps[1], &err));
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.map_outputs, 2);
+  CHECK_EQ_INT(st.spilled_outputs, 1);
+  CHECK_MSG(st.memory_bytes > (512 << 10) && st.memory_bytes <= (1 << 20),
+            "%lld bytes in memory", (long long)st.memory_bytes);
+  CHECK_EQ_INT(st.spilled_bytes, first);
+  char name[256] = "";
+  DIR *dd = opendir(dir);
+  struct dirent *e;
+  while (dd && (e = readdir(dd)) != NULL)
+    if (strncmp(e->d_name, "fshspill-", 9) == 0) snprintf(name, sizeof name, "%s", e->d_name);
+  if (dd) closedir(dd);
+  CHECK_MSG(strstr(name, "-s9-m0-a0-") && !strstr(name, ".tmp"), "spill file '%s'", name);
+  CHECK_EQ_INT(stu_count_files(dir), 1);
+  for (int32_t q = 0; q < 4; q++) {
+    stu_check_partition(remote, &p, q, NULL, 0, "flight remote");
+    stu_check_partition(local, &p, q, NULL, 0, "flight local");
+  }
+  CHECK_OK(fsh_shuffle_release(remote, 9, &err));
+  CHECK_EQ_INT(stu_count_files(dir), 0);
+  fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(w), &st);
+  CHECK_EQ_INT(st.memory_bytes, 0);
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+  stu_rmdir(dir);
 }
 
 static void touch(const char *dir, const char *name) {
@@ -227,6 +284,100 @@ static void spill_dir_gone(void) {
   stu_rmdir(dir);
 }
 
+/* A raw DoGet of one partition of several map outputs, drained: the
+ * messages with an IPC message (record batches, dictionaries) and those
+ * with app_metadata only, and the block headers seen (per block, in a
+ * bundle or on a block's first message). */
+typedef struct raw_get {
+  int64_t ipc_messages, bundles, blocks, block_bytes;
+} raw_get;
+
+static raw_get raw_do_get(const char *uri, uint64_t id, int32_t q, int n_maps, uint8_t flags) {
+  raw_get g = {0};
+  fsh_error err = {{0}};
+  fsh_flight_client *c = NULL;
+  fsh_flight_client_options o = {.uri = uri, .timeout_ms = 10000};
+  CHECK_OK(fsh_flight_client_open(&o, &c, &err));
+  fsh_ticket_source srcs[8];
+  for (int m = 0; m < n_maps; m++) srcs[m] = (fsh_ticket_source){m, 0};
+  fsh_shuffle_ticket t = {.shuffle_id = id, .partition = q, .flags = flags,
+                          .n_sources = n_maps, .sources = srcs};
+  fsh_buffer *tb = NULL;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+  fsh_flight_reader *rd = NULL;
+  if (c && tb) CHECK_OK(fsh_flight_do_get(c, &(fsh_bytes){tb->data, tb->size}, &rd, &err));
+  for (bool done = false; rd && !done;) {
+    fsh_flight_message m;
+    if (fsh_flight_reader_next_raw(rd, &m, &done, &err) != 0) {
+      CHECK_MSG(false, "DoGet: %s", err.message);
+      break;
+    }
+    if (done) break;
+    fsh_block_header h;
+    if (m.metadata) {
+      g.ipc_messages++;
+      if (m.app_metadata &&
+          fsh_block_header_decode(m.app_metadata->data, m.app_metadata->size, &h))
+        g.blocks++, g.block_bytes += h.length;
+    } else if (m.app_metadata && m.app_metadata->size >= FSH_BUNDLE_HEADER_BYTES &&
+               memcmp(m.app_metadata->data, FSH_BUNDLE_MAGIC, 4) == 0) {
+      g.bundles++;
+      const uint8_t *p = m.app_metadata->data;
+      int64_t n = fsh_le_get32(p + 8), at = FSH_BUNDLE_HEADER_BYTES;
+      for (int64_t i = 0; i < n && at + FSH_BLOCK_HEADER_BYTES <= m.app_metadata->size; i++) {
+        CHECK(fsh_block_header_decode(p + at, FSH_BLOCK_HEADER_BYTES, &h));
+        at += FSH_BLOCK_HEADER_BYTES + h.length;
+        g.blocks++, g.block_bytes += h.length;
+      }
+      CHECK_EQ_INT(at, m.app_metadata->size);
+    }
+    fsh_flight_message_reset(&m);
+  }
+  fsh_flight_reader_free(rd);
+  fsh_buffer_unref(tb);
+  fsh_flight_client_close(c);
+  return g;
+}
+
+/* Small blocks: with the bundle flag they come gathered (fewer messages,
+ * every block exactly once, the stored bytes); without it (what any
+ * Flight client gets) one record batch message per block. Our reader,
+ * which asks for bundles, reads the rows back exactly. */
+static void small_blocks_bundled(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 12, 3, 4, 6000);
+  p.spec.target_block_bytes = 8 << 10; /* several blocks per partition */
+  run_maps(local, &p);
+  for (int32_t q = 0; q < 3; q++) {
+    int64_t want_blocks = 0, want_bytes = 0;
+    for (int m = 0; m < 4; m++) want_bytes += p.maps[m].out.bytes[q];
+    raw_get plain = raw_do_get(uri, 12, q, 4, 0), bundled = raw_do_get(uri, 12, q, 4, FSH_TICKET_BUNDLE);
+    want_blocks = plain.blocks;
+    printf("  partition %d: %lld blocks; plain: %lld messages, bundled: %lld bundles, %lld "
+           "messages\n", q, (long long)want_blocks, (long long)plain.ipc_messages,
+           (long long)bundled.bundles, (long long)bundled.ipc_messages);
+    CHECK(want_blocks > 4);
+    CHECK_EQ_INT(plain.bundles, 0);
+    CHECK_EQ_INT(plain.block_bytes, want_bytes);
+    CHECK_EQ_INT(plain.ipc_messages, 1 + want_blocks); /* the schema, a batch per block */
+    CHECK_EQ_INT(bundled.ipc_messages, 1);              /* the schema only */
+    CHECK(bundled.bundles >= 1 && bundled.bundles < want_blocks);
+    CHECK_EQ_INT(bundled.blocks, want_blocks);
+    CHECK_EQ_INT(bundled.block_bytes, want_bytes);
+    stu_check_partition(remote, &p, q, NULL, 0, "flight remote, bundled");
+  }
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_release(remote, 12, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+}
+
 static void ticket_codec(void) {
   fsh_error err = {{0}};
   fsh_ticket_source srcs[3] = {{0, 0}, {7, 2}, {INT64_MAX, 5}};
@@ -245,6 +396,14 @@ static void ticket_codec(void) {
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size - 1, &d, &err), EINVAL);
   CHECK_EQ_INT(fsh_shuffle_ticket_decode((const uint8_t *)"../../etc/passwd", 16, &d, &err),
                EINVAL);
+  CHECK_EQ_INT(d.flags, 0);
+  b->data[5] = FSH_TICKET_BUNDLE;
+  CHECK_OK(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err));
+  CHECK_EQ_INT(d.flags, FSH_TICKET_BUNDLE);
+  fsh_shuffle_ticket_reset(&d);
+  b->data[5] = 2; /* an unknown flag */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  b->data[5] = 0;
   b->data[4] = 2;
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
   CHECK_MSG(strstr(err.message, "version 2"), "%s", err.message);
@@ -258,6 +417,7 @@ static void ticket_codec(void) {
   CHECK(!fsh_block_header_decode(raw, sizeof raw - 1, &g));
 }
 
-FSH_TEST_MAIN(TEST(spill_round_robin), TEST(leftovers_removed_at_start),
+FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
+              TEST(leftovers_removed_at_start),
               TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
-              TEST(ticket_codec))
+              TEST(small_blocks_bundled), TEST(ticket_codec))
