@@ -556,6 +556,8 @@ typedef struct fsh_plan_result {
   int64_t n_batches;
   fsh_batch **batches;   /* the output, partition after partition */
   int64_t rows;
+  int32_t n_partitions;
+  int64_t *partition_batches; /* [n_partitions]: batches of each partition */
   int64_t exchanges;     /* exchanges run */
   int64_t map_outputs;   /* map outputs written */
   int64_t map_tasks;     /* map tasks run (a merged output counts its tasks) */

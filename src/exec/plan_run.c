@@ -640,6 +640,7 @@ void fsh_plan_result_reset(fsh_plan_result *r) {
   if (!r) return;
   for (int64_t i = 0; i < r->n_batches; i++) fsh_batch_unref(r->batches[i]);
   fsh_free(r->batches);
+  fsh_free(r->partition_batches);
   fsh_schema_unref(r->schema);
   memset(r, 0, sizeof *r);
 }
@@ -666,6 +667,9 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   const plan_node *root = p->nodes[p->n_nodes - 1];
   int64_t cap = 0;
   int32_t np = parts_of(&c, root);
+  out->n_partitions = np;
+  if (!rc && !(out->partition_batches = fsh_calloc((size_t)np, sizeof *out->partition_batches)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
   for (int32_t part = 0; part < np && !rc; part++) {
     fsh_batch_stream st;
     if ((rc = open_stream(&c, root->id, part, &st, err)) != 0) break;
@@ -687,6 +691,7 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
         out->batches = v, cap = nc;
       }
       out->batches[out->n_batches++] = b;
+      out->partition_batches[part]++;
       out->rows += b->length;
     }
     st.release(&st);
