@@ -413,7 +413,10 @@ int fsh_plan_fragment_decode(const uint8_t *data, int64_t size, fsh_plan_fragmen
         rc = fsh_error_set(err, EINVAL, "plan fragment operator %zu: id %d repeats", k,
                            m->operators[k]->id);
     if (!rc && (rc = check_op(m, k, schemas, err)) != 0)
-      rc = fsh_error_prefix(err, rc, "plan fragment operator %zu (node %d): ", k,
+      /* whatever the check met (an unsupported schema, a type the
+       * expression rejects) the fragment is what is wrong */
+      rc = fsh_error_prefix(err, rc == ENOMEM ? ENOMEM : EINVAL,
+                            "plan fragment operator %zu (node %d): ", k,
                             m->operators[k] ? m->operators[k]->id : -1);
   }
   for (size_t i = 0; !rc && i < m->n_input_exchanges; i++) {
