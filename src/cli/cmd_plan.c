@@ -65,7 +65,8 @@ static int usage_plan(void) {
           "usage: flightshuffle explain PLAN.json [--partitions N]\n"
           "       flightshuffle run PLAN.json [--backend memory|fs] [--fs-dir DIR]\n"
           "                 [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
-          "                 [--merge-threshold T] [--verify] [--workers N]\n");
+          "                 [--merge-threshold T] [--verify] [--output OUT.arrow]\n"
+          "                 [--workers N]\n");
   return 2;
 }
 
@@ -121,7 +122,7 @@ static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
 }
 
 int cmd_run(int argc, char **argv) {
-  const char *path = NULL, *backend_name = "memory", *fs_dir = NULL;
+  const char *path = NULL, *backend_name = "memory", *fs_dir = NULL, *output = NULL;
   int64_t parts = 0, workers = 0, threshold = 0;
   bool verify = false;
   fsh_plan_merge merge = FSH_PLAN_MERGE_AUTO;
@@ -130,6 +131,8 @@ int cmd_run(int argc, char **argv) {
     bool has = i + 1 < argc;
     if (strcmp(a, "--backend") == 0 && has) {
       backend_name = argv[++i];
+    } else if ((strcmp(a, "--output") == 0 || strcmp(a, "-o") == 0) && has) {
+      output = argv[++i];
     } else if (strcmp(a, "--fs-dir") == 0 && has) {
       fs_dir = argv[++i];
     } else if (strcmp(a, "--partitions") == 0 && has) {
@@ -207,6 +210,14 @@ int cmd_run(int argc, char **argv) {
          " maps_skipped=%" PRId64 " seconds=%.3f\n",
          res.rows, res.n_batches, (int)fsh_plan_output_partitions(p), sum, res.exchanges,
          res.map_tasks, res.map_outputs, res.maps_skipped, secs);
+  if (output && !status) {
+    /* the result as an IPC file: the batches, partition after partition */
+    cli_table t = {.schema = res.schema, .n_batches = res.n_batches, .batches = res.batches};
+    fsh_ipc_write_options wo;
+    fsh_ipc_write_options_init(&wo);
+    if (cli_table_write(&t, output, true, &wo, &err) != 0)
+      status = cli_fail(1, "run: writing %s: %s", output, err.message);
+  }
   const char *verified = "no";
   if (verify && !status) {
     fsh_plan_run_options ro = {.reference = true};
