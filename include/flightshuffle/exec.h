@@ -577,7 +577,9 @@ FSH_NODISCARD int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int
 /* Compares two results of the same plan (a run and a reference run) under
  * the plan's output order: equal row counts; equal row multisets (unless
  * rows are not determined); equal row sequences (EXACT) or sort-key
- * sequences (KEYS). 0 if they agree, EINVAL naming the first difference. */
+ * sequences (KEYS). Float values are compared rounded to 12 significant
+ * digits (a sum or average computed in another order differs in its last
+ * bits). 0 if they agree, EINVAL naming the first difference. */
 FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a,
                                           const fsh_plan_result *b, fsh_error *err);
 

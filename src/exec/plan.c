@@ -883,6 +883,17 @@ int fsh_plan_into_partitions(fsh_plan *p, const char *label, int input, int32_t 
   return b_done(&b, id);
 }
 
+int64_t plan_merge_group(fsh_plan_merge pol, int64_t threshold, int64_t m, int64_t r) {
+  double t = (double)threshold;
+  bool on = pol == FSH_PLAN_MERGE_ON ||
+            (pol == FSH_PLAN_MERGE_AUTO && sqrt((double)m * (double)r) > t);
+  if (!on || m <= 1) return 1;
+  int64_t max_outputs = (int64_t)(t * t / (double)r);
+  if (pol == FSH_PLAN_MERGE_ON && max_outputs >= m) max_outputs = (m + 1) / 2; /* forced */
+  if (max_outputs < 1) max_outputs = 1;
+  return (m + max_outputs - 1) / max_outputs;
+}
+
 /* ---- stages and explain ---------------------------------------------------------- */
 
 int plan_stage_roots(const fsh_plan *p, int *roots) {
@@ -1062,15 +1073,18 @@ int fsh_plan_explain(const fsh_plan *p, char **out, fsh_error *err) {
         sb_printf(&b, "%s #%d", any ? "," : " reading exchange(s)", i);
         any = true;
       }
-    if (r->kind == PN_EXCHANGE && root != p->n_nodes - 1)
-      sb_printf(&b, "; writes exchange #%d %s into %d partition(s) (M=%d x R=%d map outputs "
-                    "before pre-shuffle merge)\n",
-                root, plan_exchange_name(r->xkind), (int)r->n_partitions, (int)top->n_partitions,
-                (int)r->n_partitions);
-    else if (r->kind == PN_EXCHANGE)
-      sb_printf(&b, "; writes exchange #%d %s into %d partition(s), read as the result\n", root,
-                plan_exchange_name(r->xkind), (int)r->n_partitions);
-    else
+    if (r->kind == PN_EXCHANGE) {
+      fsh_plan_merge pol = r->merge != FSH_PLAN_MERGE_AUTO ? r->merge : p->merge;
+      int64_t g = plan_merge_group(pol, p->merge_threshold, top->n_partitions, r->n_partitions);
+      int64_t outs = (top->n_partitions + g - 1) / g;
+      sb_printf(&b, "; writes exchange #%d %s into %d partition(s)%s: M=%d map task(s) x R=%d, "
+                    "pre-shuffle merge %s (%s, threshold %lld) -> %lld map output(s)\n",
+                root, plan_exchange_name(r->xkind), (int)r->n_partitions,
+                root == p->n_nodes - 1 ? ", read as the result" : "", (int)top->n_partitions,
+                (int)r->n_partitions, g > 1 ? "on" : "off",
+                pol == FSH_PLAN_MERGE_AUTO ? "auto" : pol == FSH_PLAN_MERGE_ON ? "forced" : "disabled",
+                (long long)p->merge_threshold, (long long)outs);
+    } else
       sb_printf(&b, "; produces the result\n");
     for (int i = 0; i < p->n_nodes; i++)
       if (member[i] && (i == root || p->nodes[i]->kind != PN_EXCHANGE)) sb_node(&b, p, p->nodes[i]);

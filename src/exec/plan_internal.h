@@ -95,6 +95,11 @@ struct fsh_plan {
 };
 
 const char *plan_exchange_name(px_kind k);
+/* Map tasks per map output of an exchange of m map tasks into r
+ * partitions under a pre-shuffle merge policy: 1 when off (or auto with
+ * sqrt(m * r) <= threshold); otherwise enough for at most threshold^2 / r
+ * map outputs (on: at least 2 tasks per output when m > 1). */
+int64_t plan_merge_group(fsh_plan_merge policy, int64_t threshold, int64_t m, int64_t r);
 /* "plan operator 3 (filter 'f')" into buf. */
 const char *plan_node_name(const plan_node *n, char *buf, size_t size);
 /* The stages: roots[] gets each stage's root node -- every exchange (the

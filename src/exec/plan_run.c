@@ -320,18 +320,8 @@ static fsh_plan_merge merge_policy(const run_ctx *c, const plan_node *x) {
   return c->p->merge;
 }
 
-/* Map tasks per map output: 1 without pre-shuffle merge; with it, enough
- * to keep sqrt(outputs * R) <= threshold. */
 static int64_t merge_group(const run_ctx *c, const plan_node *x, int64_t m, int64_t r) {
-  fsh_plan_merge pol = merge_policy(c, x);
-  double t = (double)c->merge_threshold;
-  bool on = pol == FSH_PLAN_MERGE_ON || (pol == FSH_PLAN_MERGE_AUTO && sqrt((double)m * (double)r) > t);
-  if (!on) return 1;
-  int64_t max_outputs = (int64_t)(t * t / (double)r);
-  if (max_outputs < 1) max_outputs = 1;
-  if (pol == FSH_PLAN_MERGE_ON && max_outputs >= m) max_outputs = (m + 1) / 2; /* forced: merge */
-  if (max_outputs < 1) max_outputs = 1;
-  return (m + max_outputs - 1) / max_outputs;
+  return plan_merge_group(merge_policy(c, x), c->merge_threshold, m, r);
 }
 
 /* One map output being written: a writer for a group of map tasks. */
@@ -721,8 +711,45 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
 
 /* ---- comparing results ------------------------------------------------------------------ */
 
-int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int32_t *key_cols, int32_t n_keys,
-                               uint64_t **out, int64_t *n, fsh_error *err) {
+/* A float column's values rounded to 12 significant digits (nulls kept):
+ * sums and averages computed in another order differ in their last bits. */
+static int round_floats(const fsh_field *f, fsh_array *a, fsh_array **out, fsh_error *err) {
+  bool f32 = f->type == FSH_TYPE_FLOAT32;
+  int64_t w = f32 ? 4 : 8;
+  fsh_array *r = fsh_array_new(2, 0);
+  if (!r) return fsh_error_set(err, ENOMEM, "out of memory");
+  r->length = a->length;
+  r->null_count = a->null_count;
+  r->offset = 0;
+  if (a->buffers[0]) {
+    r->buffers[0] = fsh_buffer_new(fsh_bytes_for_bits(a->length), true);
+    if (r->buffers[0])
+      for (int64_t i = 0; i < a->length; i++)
+        fsh_bit_set(r->buffers[0]->data, i, fsh_array_is_valid(a, i));
+  }
+  r->buffers[1] = fsh_buffer_new(a->length * w, true);
+  if ((a->buffers[0] && !r->buffers[0]) || !r->buffers[1]) {
+    fsh_array_unref(r);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  for (int64_t i = 0; i < a->length; i++) {
+    if (!fsh_array_is_valid(a, i)) continue;
+    double v = f32 ? (double)((const float *)(const void *)a->buffers[1]->data)[a->offset + i]
+                   : ((const double *)(const void *)a->buffers[1]->data)[a->offset + i];
+    char text[40];
+    snprintf(text, sizeof text, "%.12g", v);
+    double rv = strtod(text, NULL);
+    if (f32) ((float *)(void *)r->buffers[1]->data)[i] = (float)rv;
+    else ((double *)(void *)r->buffers[1]->data)[i] = rv;
+  }
+  *out = r;
+  return 0;
+}
+
+/* Hashes of keys[0, n_keys) of every row (all columns when keys is NULL),
+ * float columns rounded when `round`. */
+static int row_hashes(const fsh_plan_result *r, const int32_t *key_cols, int32_t n_keys,
+                      bool round, uint64_t **out, int64_t *n, fsh_error *err) {
   *out = NULL;
   *n = 0;
   uint64_t *h = fsh_malloc((size_t)(r->rows ? r->rows : 1) * sizeof *h);
@@ -741,11 +768,28 @@ int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int32_t *key_cols
   int64_t at = 0;
   int rc = 0;
   for (int64_t i = 0; i < r->n_batches && !rc; i++) {
-    if (n_keys > 0)
-      rc = fsh_hash_columns(r->batches[i], key_cols, n_keys, 0, h + at, err);
-    else
-      memset(h + at, 0, (size_t)r->batches[i]->length * sizeof *h);
-    at += r->batches[i]->length;
+    fsh_batch *b = r->batches[i], *rb = NULL;
+    for (int64_t c = 0; round && c < b->n_columns && !rc; c++) {
+      const fsh_field *f = &b->schema->fields[c];
+      if (f->dictionary || (f->type != FSH_TYPE_FLOAT32 && f->type != FSH_TYPE_FLOAT64)) continue;
+      if (!rb) {
+        if (!(rb = fsh_batch_new(b->schema, b->length))) {
+          rc = fsh_error_set(err, ENOMEM, "out of memory");
+          break;
+        }
+        for (int64_t k = 0; k < b->n_columns; k++) rb->columns[k] = fsh_array_ref(b->columns[k]);
+      }
+      fsh_array *rounded = NULL;
+      if ((rc = round_floats(f, b->columns[c], &rounded, err)) != 0) break;
+      fsh_array_unref(rb->columns[c]);
+      rb->columns[c] = rounded;
+    }
+    if (!rc && n_keys > 0)
+      rc = fsh_hash_columns(rb ? rb : b, key_cols, n_keys, 0, h + at, err);
+    else if (!rc)
+      memset(h + at, 0, (size_t)b->length * sizeof *h);
+    fsh_batch_unref(rb);
+    at += b->length;
   }
   fsh_free(all);
   if (rc) {
@@ -755,6 +799,11 @@ int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int32_t *key_cols
   *out = h;
   *n = at;
   return 0;
+}
+
+int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int32_t *key_cols, int32_t n_keys,
+                               uint64_t **out, int64_t *n, fsh_error *err) {
+  return row_hashes(r, key_cols, n_keys, false, out, n, err);
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -774,8 +823,8 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
   uint64_t *ha = NULL, *hb = NULL;
   int64_t na, nb;
   int rc = 0;
-  if ((rc = fsh_plan_result_row_hashes(a, NULL, 0, &ha, &na, err)) != 0) return rc;
-  if ((rc = fsh_plan_result_row_hashes(b, NULL, 0, &hb, &nb, err)) != 0) {
+  if ((rc = row_hashes(a, NULL, 0, true, &ha, &na, err)) != 0) return rc;
+  if ((rc = row_hashes(b, NULL, 0, true, &hb, &nb, err)) != 0) {
     fsh_free(ha);
     return rc;
   }
@@ -795,8 +844,8 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
   fsh_free(ha);
   fsh_free(hb);
   if (rc || order != FSH_PLAN_ORDER_KEYS) return rc;
-  if ((rc = fsh_plan_result_row_hashes(a, keys, n_keys, &ha, &na, err)) != 0) return rc;
-  if ((rc = fsh_plan_result_row_hashes(b, keys, n_keys, &hb, &nb, err)) != 0) {
+  if ((rc = row_hashes(a, keys, n_keys, true, &ha, &na, err)) != 0) return rc;
+  if ((rc = row_hashes(b, keys, n_keys, true, &hb, &nb, err)) != 0) {
     fsh_free(ha);
     return rc;
   }
