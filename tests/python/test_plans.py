@@ -178,3 +178,49 @@ def test_invalid_plans_fail_before_running(tmp_path, nodes, needles):
 def test_workers_flag_says_not_yet_available():
     r = run("run", EXAMPLES[0], "--workers", "2", check=2)
     assert "not available yet" in r.stderr
+
+
+def write_table_dir(path, table, n_files):
+    path.mkdir()
+    step = (table.num_rows + n_files - 1) // n_files
+    for i in range(n_files):
+        part = table.slice(i * step, step)
+        with ipc.new_file(str(path / f"f{i}.arrow"), table.schema) as w:
+            w.write_table(part, max_chunksize=97)
+
+
+@pytest.mark.parametrize("strategy", ["partitioned", "broadcast"])
+@pytest.mark.parametrize("jtype,pa_type", [
+    ("inner", "inner"), ("left", "left outer"), ("right", "right outer"),
+    ("full", "full outer"), ("left_semi", "left semi"), ("left_anti", "left anti")])
+def test_joins_match_pyarrow(tmp_path, jtype, pa_type, strategy):
+    if strategy == "broadcast" and jtype in ("right", "full"):
+        pytest.skip("a broadcast right side cannot keep its unmatched rows")
+    left = pa.table({"lid": pa.array(range(1500), pa.int64()),
+                     "k": pa.array([None if i % 11 == 0 else (i * 37) % 90 for i in range(1500)],
+                                   pa.int64())})
+    right = pa.table({"rid": pa.array(range(400), pa.int64()),
+                      "k2": pa.array([None if i % 7 == 0 else (i * 13) % 120 for i in range(400)],
+                                     pa.int64())})
+    write_table_dir(tmp_path / "l", left, 3)
+    write_table_dir(tmp_path / "r", right, 2)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"partitions": 4, "nodes": [
+        {"id": "l", "op": "scan", "ipc": str(tmp_path / "l")},
+        {"id": "r", "op": "scan", "ipc": str(tmp_path / "r")},
+        {"op": "join", "left": "l", "right": "r", "left_keys": ["k"], "right_keys": ["k2"],
+         "type": jtype, "strategy": strategy},
+    ]}))
+    out = tmp_path / "out.arrow"
+    r = run("run", plan, "--verify", "--output", out, check=0)
+    assert result_line(r.stdout)["verified"] == "yes"
+    got = read_arrow(out)
+    want = left.join(right, keys="k", right_keys="k2", join_type=pa_type)
+    if jtype in ("left_semi", "left_anti"):
+        assert got.schema.names == ["lid", "k"]
+        assert sorted(got.column("lid").to_pylist()) == sorted(want.column("lid").to_pylist())
+    else:
+        assert got.schema.names == ["lid", "k", "rid", "k2"]
+        pairs = lambda t: sorted(zip(t.column("lid").to_pylist(), t.column("rid").to_pylist()),
+                                 key=lambda p: (p[0] is None, p[0] or 0, p[1] is None, p[1] or 0))
+        assert pairs(got) == pairs(want)
