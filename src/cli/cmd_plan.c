@@ -43,8 +43,8 @@ static int read_file(const char *path, char **out, size_t *len) {
 }
 
 static int load_plan(const char *path, int32_t partitions, fsh_plan **out) {
-  char *text;
-  size_t len;
+  char *text = NULL;
+  size_t len = 0;
   int rc = read_file(path, &text, &len);
   if (rc) return rc;
   fsh_error err;
@@ -96,7 +96,7 @@ int cmd_explain(int argc, char **argv) {
   fsh_plan *p;
   int rc = load_plan(path, (int32_t)parts, &p);
   if (rc) return rc;
-  char *text;
+  char *text = NULL;
   fsh_error err;
   if ((rc = fsh_plan_explain(p, &text, &err)) != 0) {
     fsh_plan_free(p);

@@ -408,7 +408,7 @@ int fsh_plan_filter(fsh_plan *p, const char *label, int input, fsh_expr *predica
                     fsh_error *err) {
   builder b;
   b_begin(&b, p, "filter", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc) {
     fsh_expr_free(predicate);
@@ -495,7 +495,7 @@ int fsh_plan_into_batches(fsh_plan *p, const char *label, int input, int64_t row
                           fsh_error *err) {
   builder b;
   b_begin(&b, p, "into_batches", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc) return rc;
   if (rows < 1) return b_fail(&b, EINVAL, "rows must be >= 1, got %lld", (long long)rows);
@@ -545,7 +545,7 @@ int fsh_plan_aggregate(fsh_plan *p, const char *label, int input, const char *co
                        fsh_error *err) {
   builder b;
   b_begin(&b, p, "aggregate", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc) return rc;
   if (n_keys < 0 || n_aggs < 0 || n_keys + n_aggs == 0 || n_keys > 64 || n_aggs > 256)
@@ -612,7 +612,7 @@ int fsh_plan_join(fsh_plan *p, const char *label, int left, int right,
                   fsh_join_type type, fsh_plan_join_strategy strategy, int *id, fsh_error *err) {
   builder b;
   b_begin(&b, p, "join", label, err);
-  plan_node *l, *r;
+  plan_node *l = NULL, *r = NULL;
   int rc = b_input(&b, left, "left input", &l);
   if (rc || (rc = b_input(&b, right, "right input", &r)) != 0) return rc;
   if (n_keys < 1 || n_keys > 64)
@@ -741,7 +741,7 @@ int fsh_plan_sort(fsh_plan *p, const char *label, int input, const fsh_plan_sort
                   int n_keys, bool local, int64_t sample_rows, int *id, fsh_error *err) {
   builder b;
   b_begin(&b, p, "sort", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int32_t cols[64];
   fsh_sort_key order[64];
   int rc = b_input(&b, input, "input", &in);
@@ -768,7 +768,7 @@ int fsh_plan_top_n(fsh_plan *p, const char *label, int input, const fsh_plan_sor
                    int n_keys, int64_t n, bool local, int *id, fsh_error *err) {
   builder b;
   b_begin(&b, p, "top_n", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int32_t cols[64];
   fsh_sort_key order[64];
   int rc = b_input(&b, input, "input", &in);
@@ -805,7 +805,7 @@ int fsh_plan_limit(fsh_plan *p, const char *label, int input, int64_t n, bool lo
                    fsh_error *err) {
   builder b;
   b_begin(&b, p, "limit", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc) return rc;
   if (n < 0) return b_fail(&b, EINVAL, "n must be >= 0, got %lld", (long long)n);
@@ -827,7 +827,7 @@ int fsh_plan_repartition(fsh_plan *p, const char *label, int input, fsh_plan_par
                          int64_t sample_rows, fsh_plan_merge merge, int *id, fsh_error *err) {
   builder b;
   b_begin(&b, p, "repartition", label, err);
-  plan_node *in;
+  plan_node *in = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc) return rc;
   if (n < 0 || sample_rows < 0 || (unsigned)merge > FSH_PLAN_MERGE_OFF)
@@ -865,7 +865,7 @@ int fsh_plan_repartition(fsh_plan *p, const char *label, int input, fsh_plan_par
 int fsh_plan_gather(fsh_plan *p, const char *label, int input, int *id, fsh_error *err) {
   builder b;
   b_begin(&b, p, "gather", label, err);
-  plan_node *in, *x;
+  plan_node *in = NULL, *x = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc || (rc = b_exchange(&b, in, PX_GATHER, 1, NULL, NULL, 0, &x)) != 0) return rc;
   return b_done(&b, id);
@@ -875,7 +875,7 @@ int fsh_plan_into_partitions(fsh_plan *p, const char *label, int input, int32_t 
                              fsh_error *err) {
   builder b;
   b_begin(&b, p, "into_partitions", label, err);
-  plan_node *in, *x;
+  plan_node *in = NULL, *x = NULL;
   int rc = b_input(&b, input, "input", &in);
   if (rc) return rc;
   if (n < 1) return b_fail(&b, EINVAL, "partitions must be >= 1, got %d", (int)n);

@@ -199,7 +199,7 @@ static int parse_scan(jctx *c, json_t *o, int *id) {
                                         "null_fraction", "skew", "groups", "partitions", NULL};
   int rc = check_members(c, o, allowed);
   if (rc) return rc;
-  int64_t parts;
+  int64_t parts = 0;
   if ((rc = get_int(c, o, "partitions", 0, 0, 1 << 20, &parts)) != 0) return rc;
   const char *gen, *ipc;
   if ((rc = get_str(c, o, "generate", &gen)) != 0 || (rc = get_str(c, o, "ipc", &ipc)) != 0)
@@ -282,7 +282,7 @@ static int parse_aggregate(jctx *c, json_t *o, int input, int *id) {
   if (rc) return rc;
   const char *keys[64];
   int n_keys;
-  bool local;
+  bool local = false;
   if ((rc = get_names(c, o, "keys", false, keys, 64, &n_keys)) != 0 ||
       (rc = get_bool(c, o, "local", &local)) != 0)
     return rc;
@@ -297,7 +297,7 @@ static int parse_aggregate(jctx *c, json_t *o, int input, int *id) {
     json_t *a = json_array_get(aggs, (size_t)i);
     static const char *const ok[] = {"fn", "column", "name", NULL};
     const char *fn;
-    int f;
+    int f = 0;
     if (!json_is_object(a)) return jfail(c, EINVAL, "'aggs'[%d] must be an object", i);
     if ((rc = check_members(c, a, ok)) != 0 || (rc = get_str(c, a, "fn", &fn)) != 0 ||
         (rc = get_str(c, a, "column", &specs[i].column)) != 0 ||
@@ -381,8 +381,8 @@ static int parse_node(jctx *c, json_t *o, int *id) {
                                           NULL};
     fsh_plan_sort_key keys[64];
     int n_keys;
-    bool local;
-    int64_t n, sample;
+    bool local = false;
+    int64_t n = 0, sample = 0;
     if ((rc = check_members(c, o, allowed)) != 0 ||
         (rc = get_sort_keys(c, o, "keys", true, keys, &n_keys)) != 0 ||
         (rc = get_bool(c, o, "local", &local)) != 0 ||
@@ -398,8 +398,8 @@ static int parse_node(jctx *c, json_t *o, int *id) {
   }
   if (k == 7) {
     static const char *const allowed[] = {"op", "id", "input", "n", "local", NULL};
-    int64_t n;
-    bool local;
+    int64_t n = 0;
+    bool local = false;
     if ((rc = check_members(c, o, allowed)) != 0 ||
         (rc = get_int(c, o, "n", -1, 0, INT64_MAX, &n)) != 0 ||
         (rc = get_bool(c, o, "local", &local)) != 0)
@@ -409,7 +409,7 @@ static int parse_node(jctx *c, json_t *o, int *id) {
   }
   if (k == 8) {
     static const char *const allowed[] = {"op", "id", "input", "rows", NULL};
-    int64_t rows;
+    int64_t rows = 0;
     if ((rc = check_members(c, o, allowed)) != 0 ||
         (rc = get_int(c, o, "rows", -1, 1, INT64_MAX, &rows)) != 0)
       return rc;
@@ -421,10 +421,10 @@ static int parse_node(jctx *c, json_t *o, int *id) {
                                           "sample_rows", "pre_shuffle_merge", NULL};
     static const char *const bys[] = {"hash", "random", "range"};
     const char *by, *merge;
-    int b, m;
+    int b = 0, m = 0;
     fsh_plan_sort_key keys[64];
     int n_keys;
-    int64_t parts, seed, sample;
+    int64_t parts = 0, seed = 0, sample = 0;
     if ((rc = check_members(c, o, allowed)) != 0 || (rc = get_str(c, o, "by", &by)) != 0 ||
         (rc = get_str(c, o, "pre_shuffle_merge", &merge)) != 0)
       return rc;
@@ -446,7 +446,7 @@ static int parse_node(jctx *c, json_t *o, int *id) {
     return fsh_plan_gather(c->p, c->label, input, id, c->err);
   }
   static const char *const allowed[] = {"op", "id", "input", "partitions", NULL};
-  int64_t parts;
+  int64_t parts = 0;
   if ((rc = check_members(c, o, allowed)) != 0 ||
       (rc = get_int(c, o, "partitions", -1, 1, 1 << 20, &parts)) != 0)
     return rc;
