@@ -442,10 +442,12 @@ typedef struct fsh_plan_gen_options {
   int32_t groups;      /* keyed: distinct values of "grp"; 0 = 16 */
 } fsh_plan_gen_options;
 
-/* Every builder returns the new node's id in *id (ids are the node's
- * position among the nodes added, 0-based); `label` (may be NULL) names
- * the node in messages. Inputs are ids of earlier nodes. Expressions are
- * owned by the plan from the call on, whatever happens. */
+/* Every builder adds one plan operator (its position among the operators
+ * added, 0-based, names it in messages, with `label` when not NULL) as one
+ * or more physical nodes, and returns in *id the node producing its
+ * output: the id later calls take as an input. On error the plan is left
+ * as it was. Expressions are owned by the plan from the call on, whatever
+ * happens. */
 FSH_NODISCARD int fsh_plan_scan_generated(fsh_plan *p, const char *label,
                                           const fsh_plan_gen_options *o, int32_t partitions,
                                           int *id, fsh_error *err);
