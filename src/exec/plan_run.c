@@ -252,7 +252,10 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
       /* bounded: the best n so far, merged with each new batch */
       fsh_batch *best = NULL;
       for (;;) {
-        FSH_RETURN_NOT_OK(s->in.get_next(&s->in, &b, err));
+        if ((rc = s->in.get_next(&s->in, &b, err)) != 0) {
+          fsh_batch_unref(best);
+          return rc;
+        }
         if (!b) break;
         fsh_batch *pair[2] = {best, b}, *both = b;
         rc = 0;
