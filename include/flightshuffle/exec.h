@@ -407,7 +407,8 @@ int64_t fsh_hash_join_memory(const fsh_hash_join *j);
  * Running (fsh_plan_run): every exchange runs through a shuffle backend
  * (shuffle.h) as M map tasks -- one per input partition, each writing one
  * map output -- and R reduce streams opened over every map output. Map
- * tasks run one after another in this process. Pre-shuffle merge: when on,
+ * tasks run one after another in this process, or those of hash, random
+ * and gather exchanges on a few threads (fsh_plan_run_options.n_threads). Pre-shuffle merge: when on,
  * consecutive map tasks share one writer so that at most
  * merge_threshold^2 / R map outputs exist (every block of a partition is
  * coalesced by the backend); "auto" turns it on when sqrt(M * R) exceeds
@@ -551,6 +552,9 @@ typedef struct fsh_plan_run_options {
   fsh_plan_merge merge;         /* overrides every exchange unless AUTO */
   int64_t merge_threshold;      /* sqrt(M*R) above it merges; 0 = 200 */
   uint64_t first_shuffle_id;    /* shuffle ids start here (0 = 1) */
+  int n_threads;                /* map tasks of hash / random / gather exchanges
+                                   run on up to this many threads (<= 1: one
+                                   after another; at most 64) */
 } fsh_plan_run_options;
 
 typedef struct fsh_plan_result {

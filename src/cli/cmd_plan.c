@@ -65,7 +65,7 @@ static int usage_plan(void) {
           "usage: flightshuffle explain PLAN.json [--partitions N]\n"
           "       flightshuffle run PLAN.json [--backend memory|fs] [--fs-dir DIR]\n"
           "                 [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
-          "                 [--merge-threshold T] [--verify] [--output OUT.arrow]\n"
+          "                 [--merge-threshold T] [--threads N] [--verify] [--output OUT.arrow]\n"
           "                 [--workers N]\n");
   return 2;
 }
@@ -123,7 +123,7 @@ static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
 
 int cmd_run(int argc, char **argv) {
   const char *path = NULL, *backend_name = "memory", *fs_dir = NULL, *output = NULL;
-  int64_t parts = 0, workers = 0, threshold = 0;
+  int64_t parts = 0, workers = 0, threshold = 0, threads = 1;
   bool verify = false;
   fsh_plan_merge merge = FSH_PLAN_MERGE_AUTO;
   for (int i = 1; i < argc; i++) {
@@ -141,6 +141,9 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--workers") == 0 && has) {
       if (!parse_int(argv[++i], 0, 4096, &workers))
         return cli_fail(2, "run: --workers must be a count");
+    } else if (strcmp(a, "--threads") == 0 && has) {
+      if (!parse_int(argv[++i], 1, 64, &threads))
+        return cli_fail(2, "run: --threads must be in [1, 64]");
     } else if (strcmp(a, "--merge-threshold") == 0 && has) {
       if (!parse_int(argv[++i], 1, INT32_MAX, &threshold))
         return cli_fail(2, "run: --merge-threshold must be >= 1");
@@ -190,7 +193,8 @@ int cmd_run(int argc, char **argv) {
     if (tmpdir[0]) rmdir(tmpdir);
     return cli_fail(1, "run: %s backend: %s", backend_name, err.message);
   }
-  fsh_plan_run_options o = {.backend = backend, .merge = merge, .merge_threshold = threshold};
+  fsh_plan_run_options o = {.backend = backend, .merge = merge, .merge_threshold = threshold,
+                            .n_threads = (int)threads};
   fsh_plan_result res, ref;
   memset(&ref, 0, sizeof ref);
   double t0 = now_s();

@@ -8,6 +8,8 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -27,9 +29,12 @@ typedef struct run_ctx {
   fsh_shuffle_backend *backend;
   xstate *x; /* [n_nodes] */
   fsh_plan_result *res;
+  int n_threads;      /* map tasks at once */
+  pthread_mutex_t mu; /* guards res's counters */
 } run_ctx;
 
 static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
+static int run_exchange(run_ctx *c, const plan_node *x, fsh_error *err);
 
 static int32_t parts_of(const run_ctx *c, const plan_node *n) {
   return c->reference ? 1 : n->n_partitions;
@@ -448,127 +453,230 @@ static int range_bounds(const plan_node *x, const held_maps *h, int32_t n_out, f
   return rc;
 }
 
+/* What an exchange's map tasks share (read-only while they run, but for
+ * total and global_row, which only the sequential path uses). */
+typedef struct xshared {
+  int64_t m, group, n_groups;
+  int32_t r;
+  bool holds;
+  held_maps h;
+  fsh_batch *bounds;
+  int64_t *starts;
+  int64_t total, global_row;
+} xshared;
+
+/* A map task's scratch space. */
+typedef struct xscratch {
+  int32_t *pids;
+  int64_t pid_cap;
+  fsh_batch **parts; /* [r] */
+} xscratch;
+
+static void stat_add(run_ctx *c, int64_t *field, int64_t n) {
+  pthread_mutex_lock(&c->mu);
+  *field += n;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Map tasks [g * group, (g + 1) * group) into one map output (*out). */
+static int run_group(run_ctx *c, const plan_node *x, xstate *xs, xshared *sh, xscratch *sc,
+                     int64_t g, fsh_map_output *out, fsh_error *err) {
+  int64_t m = sh->m, group = sh->group;
+  int32_t r = sh->r;
+  mapw mw = {.map_id = g};
+  int rc = fsh_shuffle_open_writer(c->backend, &xs->spec, g, 0, &mw.w, err);
+  if (rc) return rc;
+  for (int64_t i = g * group; i < m && i < (g + 1) * group && !rc; i++) {
+    if (x->limit_hint >= 0 && sh->total >= x->limit_hint) {
+      stat_add(c, &c->res->maps_skipped, 1);
+      continue;
+    }
+    stat_add(c, &c->res->map_tasks, 1);
+    fsh_batch_stream st;
+    bool st_open = false;
+    int64_t k = 0, row0 = 0;
+    if (!sh->holds) {
+      if ((rc = open_stream(c, x->inputs[0], (int32_t)i, &st, err)) != 0) break;
+      st_open = true;
+    }
+    for (;;) {
+      fsh_batch *b = NULL;
+      if (sh->holds) {
+        if (k < sh->h.n[i]) b = fsh_batch_ref(sh->h.batches[i][k++]);
+      } else if ((rc = st.get_next(&st, &b, err)) != 0) {
+        break;
+      }
+      if (!b) break;
+      if (x->limit_hint >= 0 && sh->total + b->length > x->limit_hint) {
+        fsh_batch *cut = fsh_batch_slice(b, 0, x->limit_hint - sh->total);
+        fsh_batch_unref(b);
+        if (!(b = cut)) {
+          rc = fsh_error_set(err, ENOMEM, "out of memory");
+          break;
+        }
+      }
+      if (b->length > sc->pid_cap) {
+        fsh_free(sc->pids);
+        sc->pid_cap = b->length;
+        if (!(sc->pids = fsh_malloc((size_t)sc->pid_cap * sizeof *sc->pids))) {
+          sc->pid_cap = 0;
+          fsh_batch_unref(b);
+          rc = fsh_error_set(err, ENOMEM, "out of memory");
+          break;
+        }
+      }
+      if (x->xkind == PX_INTO_PARTITIONS) {
+        /* split at output boundaries: rows [global_row, global_row + len) */
+        int64_t at = 0;
+        while (!rc && at < b->length) {
+          int64_t gr = sh->global_row + at;
+          int32_t p = 0;
+          while (p + 1 < r && sh->starts[p + 1] <= gr) p++;
+          int64_t take = sh->starts[p + 1] - gr;
+          if (take > b->length - at) take = b->length - at;
+          fsh_batch *piece = fsh_batch_slice(b, at, take);
+          rc = piece ? write_part(&mw, p, piece, err) : fsh_error_set(err, ENOMEM, "oom");
+          fsh_batch_unref(piece);
+          at += take;
+        }
+        sh->global_row += b->length;
+      } else {
+        rc = map_batch(x, &mw, b, i, row0, r, sh->bounds, sc->pids, sc->parts, err);
+      }
+      row0 += b->length;
+      sh->total += b->length;
+      fsh_batch_unref(b);
+      if (rc) break;
+      if (x->limit_hint >= 0 && sh->total >= x->limit_hint) break;
+    }
+    if (st_open) st.release(&st);
+  }
+  if (rc) {
+    mw.w->abort(mw.w);
+    return rc;
+  }
+  return mw.w->close(mw.w, out, err);
+}
+
+/* Parallel map tasks: threads claim groups in turn. */
+typedef struct xpool {
+  run_ctx *c;
+  const plan_node *x;
+  xstate *xs;
+  xshared *sh;
+  atomic_long next;
+  atomic_int failed;
+  pthread_mutex_t mu;
+  int rc;
+  fsh_error err;
+} xpool;
+
+static void *pool_main(void *arg) {
+  xpool *pl = arg;
+  xscratch sc = {0};
+  fsh_error err;
+  int rc = 0;
+  if (!(sc.parts = fsh_calloc((size_t)pl->sh->r, sizeof *sc.parts)))
+    rc = fsh_error_set(&err, ENOMEM, "out of memory");
+  while (!rc && !atomic_load(&pl->failed)) {
+    long g = atomic_fetch_add(&pl->next, 1);
+    if (g >= pl->sh->n_groups) break;
+    rc = run_group(pl->c, pl->x, pl->xs, pl->sh, &sc, g, &pl->xs->outputs[g], &err);
+  }
+  if (rc) {
+    pthread_mutex_lock(&pl->mu);
+    if (!pl->rc) pl->rc = rc, pl->err = err;
+    pthread_mutex_unlock(&pl->mu);
+    atomic_store(&pl->failed, 1);
+  }
+  fsh_free(sc.pids);
+  fsh_free(sc.parts);
+  return NULL;
+}
+
+/* Runs every exchange the stage of x reads that has not run yet (so that
+ * parallel map tasks only read). */
+static int run_inputs(run_ctx *c, const plan_node *x, fsh_error *err) {
+  bool *member = fsh_malloc((size_t)c->p->n_nodes * sizeof *member);
+  if (!member) return fsh_error_set(err, ENOMEM, "out of memory");
+  plan_stage_members(c->p, x->id, member);
+  int rc = 0;
+  for (int i = 0; i < c->p->n_nodes && !rc; i++)
+    if (member[i] && i != x->id && c->p->nodes[i]->kind == PN_EXCHANGE && !c->x[i].done)
+      rc = run_exchange(c, c->p->nodes[i], err);
+  fsh_free(member);
+  return rc;
+}
+
 static int run_exchange(run_ctx *c, const plan_node *x, fsh_error *err) {
   xstate *xs = &c->x[x->id];
   const plan_node *in = c->p->nodes[x->inputs[0]];
-  int64_t m = parts_of(c, in);
-  int32_t r = x->n_partitions;
-  int64_t group = merge_group(c, x, m, r);
+  xshared sh = {.m = parts_of(c, in), .r = x->n_partitions};
+  sh.group = merge_group(c, x, sh.m, sh.r);
+  sh.n_groups = (sh.m + sh.group - 1) / sh.group;
+  sh.holds = x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS;
   xs->spec.shuffle_id = c->first_shuffle_id + (uint64_t)x->id;
-  xs->spec.n_partitions = r;
+  xs->spec.n_partitions = sh.r;
   xs->spec.schema = x->schema;
   xs->spec.compression = FSH_COMPRESSION_NONE;
-  int64_t n_groups = (m + group - 1) / group;
-  xs->outputs = fsh_calloc((size_t)n_groups, sizeof *xs->outputs);
-  int32_t *pids = NULL;
-  fsh_batch **parts = fsh_calloc((size_t)r, sizeof *parts);
+  xs->outputs = fsh_calloc((size_t)sh.n_groups, sizeof *xs->outputs);
+  xscratch sc = {.parts = fsh_calloc((size_t)sh.r, sizeof *sc.parts)};
   fsh_part_slice *slices = NULL;
-  int64_t *starts = NULL;
-  fsh_batch *bounds = NULL;
-  held_maps h = {0};
   int rc = 0;
-  if (!xs->outputs || !parts) rc = fsh_error_set(err, ENOMEM, "out of memory");
-  bool holds = x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS;
-  if (!rc && holds) rc = held_fill(c, x, m, &h, err);
-  if (!rc && x->xkind == PX_RANGE) rc = range_bounds(x, &h, r, &bounds, err);
+  if (!xs->outputs || !sc.parts) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc && sh.holds) rc = held_fill(c, x, sh.m, &sh.h, err);
+  if (!rc && x->xkind == PX_RANGE) rc = range_bounds(x, &sh.h, sh.r, &sh.bounds, err);
   if (!rc && x->xkind == PX_INTO_PARTITIONS) {
-    slices = fsh_calloc((size_t)r, sizeof *slices);
-    starts = fsh_calloc((size_t)r + 1, sizeof *starts);
-    if (!slices || !starts) rc = fsh_error_set(err, ENOMEM, "out of memory");
-    if (!rc) rc = fsh_plan_partitions(h.rows, m, r, slices, err);
+    slices = fsh_calloc((size_t)sh.r, sizeof *slices);
+    sh.starts = fsh_calloc((size_t)sh.r + 1, sizeof *sh.starts);
+    if (!slices || !sh.starts) rc = fsh_error_set(err, ENOMEM, "out of memory");
+    if (!rc) rc = fsh_plan_partitions(sh.h.rows, sh.m, sh.r, slices, err);
     /* output p covers global rows [starts[p], starts[p + 1]) */
-    for (int32_t p = 0; !rc && p < r; p++) starts[p + 1] = starts[p] + slices[p].n_rows;
+    for (int32_t p = 0; !rc && p < sh.r; p++) sh.starts[p + 1] = sh.starts[p] + slices[p].n_rows;
   }
-  int64_t total = 0, global_row = 0;
-  int64_t pid_cap = 0;
-  for (int64_t g = 0; g < n_groups && !rc; g++) {
-    if (x->limit_hint >= 0 && total >= x->limit_hint) {
-      c->res->maps_skipped += m - g * group;
-      break;
-    }
-    mapw mw = {.map_id = g};
-    if ((rc = fsh_shuffle_open_writer(c->backend, &xs->spec, g, 0, &mw.w, err)) != 0) break;
-    for (int64_t i = g * group; i < m && i < (g + 1) * group && !rc; i++) {
-      if (x->limit_hint >= 0 && total >= x->limit_hint) {
-        c->res->maps_skipped++;
-        continue;
+  /* map tasks of streaming exchanges may run on threads; a limit's maps
+   * run in order (one stops those after it) */
+  int threads = c->n_threads;
+  if (threads > sh.n_groups) threads = (int)sh.n_groups;
+  if (!rc && threads > 1 && !sh.holds && x->limit_hint < 0) {
+    if ((rc = run_inputs(c, x, err)) == 0) {
+      xpool pl = {.c = c, .x = x, .xs = xs, .sh = &sh};
+      pthread_mutex_init(&pl.mu, NULL);
+      pthread_t tids[64];
+      int started = 0;
+      for (; started < threads && started < 64; started++)
+        if (pthread_create(&tids[started], NULL, pool_main, &pl) != 0) break;
+      if (started == 0) pool_main(&pl);
+      for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+      pthread_mutex_destroy(&pl.mu);
+      xs->n_outputs = sh.n_groups; /* zeroed slots reset fine */
+      if (pl.rc) {
+        rc = pl.rc;
+        if (err) *err = pl.err;
+      } else {
+        stat_add(c, &c->res->map_outputs, sh.n_groups);
       }
-      c->res->map_tasks++;
-      fsh_batch_stream st;
-      bool st_open = false;
-      int64_t k = 0, row0 = 0;
-      if (!holds) {
-        if ((rc = open_stream(c, x->inputs[0], (int32_t)i, &st, err)) != 0) break;
-        st_open = true;
-      }
-      for (;;) {
-        fsh_batch *b = NULL;
-        if (holds) {
-          if (k < h.n[i]) b = fsh_batch_ref(h.batches[i][k++]);
-        } else if ((rc = st.get_next(&st, &b, err)) != 0) {
-          break;
-        }
-        if (!b) break;
-        if (x->limit_hint >= 0 && total + b->length > x->limit_hint) {
-          fsh_batch *cut = fsh_batch_slice(b, 0, x->limit_hint - total);
-          fsh_batch_unref(b);
-          if (!(b = cut)) {
-            rc = fsh_error_set(err, ENOMEM, "out of memory");
-            break;
-          }
-        }
-        if (b->length > pid_cap) {
-          fsh_free(pids);
-          pid_cap = b->length;
-          if (!(pids = fsh_malloc((size_t)pid_cap * sizeof *pids))) {
-            fsh_batch_unref(b);
-            rc = fsh_error_set(err, ENOMEM, "out of memory");
-            break;
-          }
-        }
-        if (x->xkind == PX_INTO_PARTITIONS) {
-          /* split at output boundaries: rows [global_row, global_row + len) */
-          int64_t at = 0;
-          while (!rc && at < b->length) {
-            int64_t gr = global_row + at;
-            int32_t p = 0;
-            while (p + 1 < r && starts[p + 1] <= gr) p++;
-            int64_t take = starts[p + 1] - gr;
-            if (take > b->length - at) take = b->length - at;
-            fsh_batch *piece = fsh_batch_slice(b, at, take);
-            rc = piece ? write_part(&mw, p, piece, err) : fsh_error_set(err, ENOMEM, "oom");
-            fsh_batch_unref(piece);
-            at += take;
-          }
-          global_row += b->length;
-        } else {
-          rc = map_batch(x, &mw, b, i, row0, r, bounds, pids, parts, err);
-        }
-        row0 += b->length;
-        total += b->length;
-        fsh_batch_unref(b);
-        if (rc) break;
-        if (x->limit_hint >= 0 && total >= x->limit_hint) break;
-      }
-      if (st_open) st.release(&st);
     }
-    if (rc) {
-      mw.w->abort(mw.w);
-      break;
+  } else {
+    for (int64_t g = 0; g < sh.n_groups && !rc; g++) {
+      if (x->limit_hint >= 0 && sh.total >= x->limit_hint) {
+        stat_add(c, &c->res->maps_skipped, sh.m - g * sh.group);
+        break;
+      }
+      if ((rc = run_group(c, x, xs, &sh, &sc, g, &xs->outputs[xs->n_outputs], err)) != 0) break;
+      xs->n_outputs++;
+      stat_add(c, &c->res->map_outputs, 1);
     }
-    if ((rc = mw.w->close(mw.w, &xs->outputs[xs->n_outputs], err)) != 0) break;
-    xs->n_outputs++;
-    c->res->map_outputs++;
   }
-  held_reset(&h);
-  fsh_batch_unref(bounds);
+  held_reset(&sh.h);
+  fsh_batch_unref(sh.bounds);
   fsh_free(slices);
-  fsh_free(starts);
-  fsh_free(pids);
-  fsh_free(parts);
+  fsh_free(sh.starts);
+  fsh_free(sc.pids);
+  fsh_free(sc.parts);
   if (rc) return name_fail(x, rc, err);
   xs->done = true;
-  c->res->exchanges++;
+  stat_add(c, &c->res->exchanges, 1);
   return 0;
 }
 
@@ -649,6 +757,8 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
                .first_shuffle_id = o->first_shuffle_id ? o->first_shuffle_id : 1,
                .backend = o->backend, .res = out};
   if (c.merge_threshold < 1) c.merge_threshold = 200;
+  c.n_threads = o->n_threads < 1 ? 1 : o->n_threads > 64 ? 64 : o->n_threads;
+  pthread_mutex_init(&c.mu, NULL);
   fsh_shuffle_backend *own = NULL;
   int rc = 0;
   if (!c.backend && !c.reference) {
@@ -703,6 +813,7 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
     }
   }
   fsh_free(c.x);
+  pthread_mutex_destroy(&c.mu);
   fsh_shuffle_backend_destroy(own);
   if (rc) {
     fsh_plan_result_reset(out);
