@@ -13,6 +13,7 @@
 #define FLIGHTSHUFFLE_EXEC_H
 
 #include <flightshuffle/kernels.h>
+#include <flightshuffle/shuffle.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -367,6 +368,243 @@ FSH_NODISCARD int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_er
 /* Bytes the join holds (build batches, table; the estimate before the
  * first probe). */
 int64_t fsh_hash_join_memory(const fsh_hash_join *j);
+
+
+/* ---- operators and plans -------------------------------------------------
+ *
+ * A plan is a DAG of operator nodes, built through the C calls below or
+ * parsed from JSON (fsh_plan_from_json), checked as it is built: every node
+ * derives its output schema from its inputs' at plan time, so an unknown
+ * column, a type mismatch or an unknown operator is EINVAL before anything
+ * runs, with a message naming the operator by its position in the plan
+ * (0-based, and its id when it has one) and the column:
+ *   "plan operator 2 (filter 'f'): bind of (nme = 'x'): unknown column
+ *    'nme' (the schema has 'key', 'value', 'name')".
+ *
+ * Operators run as pull-based batch streams (fsh_batch_stream), one stream
+ * per partition. Every node has a partition count fixed at plan time:
+ * a scan's `partitions`, an exchange's output count, the input's for the
+ * narrow operators. The logical operators expand into physical ones:
+ *   aggregate     partial aggregate, hash repartition on the keys (gather
+ *                 when there are none), final aggregate
+ *   join          partitioned: both sides hash-repartitioned on their keys
+ *                 into the same count; broadcast: the right (build) side
+ *                 gathered to one partition that every left partition reads
+ *                 (not for RIGHT/FULL joins); auto: broadcast when the right
+ *                 side is a generated scan of at most FSH_JOIN_BROADCAST_BYTES
+ *   sort          distributed: sample, range repartition (boundaries from
+ *                 the sample), local sort, gather in partition order
+ *   top_n         local top-N, gather, top-N
+ *   limit         local limit, gather (its map tasks stop once n rows
+ *                 exist), limit: the first n rows in partition order
+ * and the shuffling operators are exchanges: repartition (hash / random /
+ * range), gather, into_partitions (exactly N outputs, contiguous, order
+ * kept); into_batches re-chunks each partition's stream (fsh_rechunker).
+ *
+ * Stages: the plan is cut at every exchange; a stage is the operators
+ * between exchanges (or scans) and the exchange it writes, or the final
+ * stage producing the result. fsh_plan_explain prints them.
+ *
+ * Running (fsh_plan_run): every exchange runs through a shuffle backend
+ * (shuffle.h) as M map tasks -- one per input partition, each writing one
+ * map output -- and R reduce streams opened over every map output. Map
+ * tasks run one after another in this process, or those of hash, random
+ * and gather exchanges on a few threads (fsh_plan_run_options.n_threads). Pre-shuffle merge: when on,
+ * consecutive map tasks share one writer so that at most
+ * merge_threshold^2 / R map outputs exist (every block of a partition is
+ * coalesced by the backend); "auto" turns it on when sqrt(M * R) exceeds
+ * merge_threshold (default 200, Daft's rule). The reference mode runs the
+ * same plan in one partition without exchanges: what --verify compares
+ * with. */
+
+typedef struct fsh_plan fsh_plan;
+
+/* Pre-shuffle merge policy. */
+typedef enum fsh_plan_merge { FSH_PLAN_MERGE_AUTO = 0, FSH_PLAN_MERGE_ON, FSH_PLAN_MERGE_OFF } fsh_plan_merge;
+
+/* An empty plan; exchanges without an explicit count produce
+ * default_partitions (>= 1) partitions. */
+FSH_NODISCARD int fsh_plan_new(int32_t default_partitions, fsh_plan **out, fsh_error *err);
+void fsh_plan_free(fsh_plan *p); /* NULL accepted */
+/* Overrides the default partition count of exchanges added from now on. */
+void fsh_plan_set_default_partitions(fsh_plan *p, int32_t n);
+
+/* The keyed table generator (workloads.h: fsh_keyed_*) or the synthetic
+ * one, as a scan source. */
+typedef enum fsh_plan_generator { FSH_PLAN_GEN_SYNTHETIC = 0, FSH_PLAN_GEN_KEYED } fsh_plan_generator;
+typedef struct fsh_plan_gen_options {
+  fsh_plan_generator generator;
+  int64_t rows;        /* >= 0 */
+  int32_t batch_rows;  /* >= 1 */
+  uint64_t seed;
+  int64_t key_range;   /* keys in [0, key_range); 0: generator default */
+  bool with_nulls;     /* synthetic: ~1% nulls in value and name */
+  double null_fraction; /* keyed: fraction of null keys */
+  double skew;         /* keyed: fraction of rows whose key is 0 */
+  int32_t groups;      /* keyed: distinct values of "grp"; 0 = 16 */
+} fsh_plan_gen_options;
+
+/* Every builder adds one plan operator (its position among the operators
+ * added, 0-based, names it in messages, with `label` when not NULL) as one
+ * or more physical nodes, and returns in *id the node producing its
+ * output: the id later calls take as an input. On error the plan is left
+ * as it was. Expressions are owned by the plan from the call on, whatever
+ * happens. */
+FSH_NODISCARD int fsh_plan_scan_generated(fsh_plan *p, const char *label,
+                                          const fsh_plan_gen_options *o, int32_t partitions,
+                                          int *id, fsh_error *err);
+/* An IPC file (file or stream format) or a directory of them (its regular
+ * files, by name); columns[0, n_columns) are kept (n_columns 0: all).
+ * partitions 0: one per file; otherwise files are dealt in contiguous runs. */
+FSH_NODISCARD int fsh_plan_scan_ipc(fsh_plan *p, const char *label, const char *path,
+                                    const char *const *columns, int n_columns, int32_t partitions,
+                                    int *id, fsh_error *err);
+FSH_NODISCARD int fsh_plan_filter(fsh_plan *p, const char *label, int input, fsh_expr *predicate,
+                                  int *id, fsh_error *err);
+FSH_NODISCARD int fsh_plan_project(fsh_plan *p, const char *label, int input, int n,
+                                   const char *const *names, fsh_expr *const *exprs, int *id,
+                                   fsh_error *err);
+/* One aggregate by column name (NULL for COUNT_STAR); name NULL: "fn(col)". */
+typedef struct fsh_plan_agg {
+  fsh_agg_fn fn;
+  const char *column;
+  const char *name;
+} fsh_plan_agg;
+/* local: a single-phase aggregate per partition, no exchange. */
+FSH_NODISCARD int fsh_plan_aggregate(fsh_plan *p, const char *label, int input,
+                                     const char *const *keys, int n_keys, const fsh_plan_agg *aggs,
+                                     int n_aggs, bool local, int *id, fsh_error *err);
+typedef enum fsh_plan_join_strategy {
+  FSH_PLAN_JOIN_AUTO = 0,
+  FSH_PLAN_JOIN_PARTITIONED,
+  FSH_PLAN_JOIN_BROADCAST
+} fsh_plan_join_strategy;
+FSH_NODISCARD int fsh_plan_join(fsh_plan *p, const char *label, int left, int right,
+                                const char *const *left_keys, const char *const *right_keys,
+                                int n_keys, fsh_join_type type, fsh_plan_join_strategy strategy,
+                                int *id, fsh_error *err);
+typedef struct fsh_plan_sort_key {
+  const char *column;
+  bool descending;
+  bool nulls_first;
+} fsh_plan_sort_key;
+/* local: sort / top-N / limit within each partition only. sample_rows: per
+ * map task, for the range boundaries of a distributed sort (0 = 1000). */
+FSH_NODISCARD int fsh_plan_sort(fsh_plan *p, const char *label, int input,
+                                const fsh_plan_sort_key *keys, int n_keys, bool local,
+                                int64_t sample_rows, int *id, fsh_error *err);
+FSH_NODISCARD int fsh_plan_top_n(fsh_plan *p, const char *label, int input,
+                                 const fsh_plan_sort_key *keys, int n_keys, int64_t n, bool local,
+                                 int *id, fsh_error *err);
+FSH_NODISCARD int fsh_plan_limit(fsh_plan *p, const char *label, int input, int64_t n, bool local,
+                                 int *id, fsh_error *err);
+FSH_NODISCARD int fsh_plan_into_batches(fsh_plan *p, const char *label, int input, int64_t rows,
+                                        int *id, fsh_error *err);
+
+typedef enum fsh_plan_partitioning {
+  FSH_PLAN_PART_HASH = 0,
+  FSH_PLAN_PART_RANDOM,
+  FSH_PLAN_PART_RANGE
+} fsh_plan_partitioning;
+/* Repartition into n partitions (0: the plan default) by hash of the keys,
+ * at random (reproducible from seed), or by range of the keys with
+ * boundaries from a sample of sample_rows rows per map task (0 = 1000).
+ * merge: the pre-shuffle merge policy of this exchange. */
+FSH_NODISCARD int fsh_plan_repartition(fsh_plan *p, const char *label, int input,
+                                       fsh_plan_partitioning by, const fsh_plan_sort_key *keys,
+                                       int n_keys, int32_t n, uint64_t seed, int64_t sample_rows,
+                                       fsh_plan_merge merge, int *id, fsh_error *err);
+/* Every partition to one, in partition order. */
+FSH_NODISCARD int fsh_plan_gather(fsh_plan *p, const char *label, int input, int *id,
+                                  fsh_error *err);
+/* Exactly n partitions (n >= 1), contiguous runs of the input in order,
+ * sizes differing by at most one row (fsh_plan_partitions). */
+FSH_NODISCARD int fsh_plan_into_partitions(fsh_plan *p, const char *label, int input, int32_t n,
+                                           int *id, fsh_error *err);
+
+/* Parses the JSON plan format (see examples/plans/README.md):
+ *   {"partitions": N, "pre_shuffle_merge": "auto"|"on"|"off",
+ *    "merge_threshold": T, "nodes": [NODE, ...]}
+ * each NODE {"op": OP, "id": NAME, "input": NAME | "left"/"right": NAME,
+ * ...}; a missing input is the previous node; the last node is the
+ * output. Expressions are exec.h's JSON form. Every error names the
+ * operator ("plan operator 3 (join 'j'): ..."). default_partitions > 0
+ * overrides the plan's "partitions". */
+FSH_NODISCARD int fsh_plan_from_json(const char *text, int64_t len, int32_t default_partitions,
+                                     fsh_plan **out, fsh_error *err);
+
+/* The output schema and partition count of the plan (its last node). */
+fsh_schema *fsh_plan_schema(const fsh_plan *p);
+int32_t fsh_plan_output_partitions(const fsh_plan *p);
+/* The stages and exchanges as text (a new NUL-terminated string, fsh_malloc). */
+FSH_NODISCARD int fsh_plan_explain(const fsh_plan *p, char **out, fsh_error *err);
+
+/* How the plan's output is ordered, for comparing two runs: EXACT (a
+ * deterministic row sequence), KEYS (sorted by the columns
+ * order_columns), or NONE. rows_determined is false when a limit picked
+ * rows out of an unordered input (only the count is then defined). */
+typedef enum fsh_plan_order { FSH_PLAN_ORDER_NONE = 0, FSH_PLAN_ORDER_EXACT, FSH_PLAN_ORDER_KEYS } fsh_plan_order;
+fsh_plan_order fsh_plan_output_order(const fsh_plan *p, int32_t *n_keys, const int32_t **key_cols,
+                                     bool *rows_determined);
+
+typedef struct fsh_plan_run_options {
+  fsh_shuffle_backend *backend; /* NULL: a memory backend of the run's own */
+  bool reference;               /* one partition, no exchange */
+  fsh_plan_merge merge;         /* overrides every exchange unless AUTO */
+  int64_t merge_threshold;      /* sqrt(M*R) above it merges; 0 = 200 */
+  uint64_t first_shuffle_id;    /* shuffle ids start here (0 = 1) */
+  int n_threads;                /* map tasks of hash / random / gather exchanges
+                                   run on up to this many threads (<= 1: one
+                                   after another; at most 64) */
+} fsh_plan_run_options;
+
+typedef struct fsh_plan_result {
+  fsh_schema *schema;    /* one reference */
+  int64_t n_batches;
+  fsh_batch **batches;   /* the output, partition after partition */
+  int64_t rows;
+  int32_t n_partitions;
+  int64_t *partition_batches; /* [n_partitions]: batches of each partition */
+  int64_t exchanges;     /* exchanges run */
+  int64_t map_outputs;   /* map outputs written */
+  int64_t map_tasks;     /* map tasks run (a merged output counts its tasks) */
+  int64_t maps_skipped;  /* map tasks a global limit made unnecessary */
+} fsh_plan_result;
+void fsh_plan_result_reset(fsh_plan_result *r);
+
+FSH_NODISCARD int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o,
+                               fsh_plan_result *out, fsh_error *err);
+
+/* Per-row content hashes of a result (fsh_hash_columns over every column,
+ * seed 0, in output order; fsh_malloc'd, *n rows) and, with key_cols, of
+ * those columns only. */
+FSH_NODISCARD int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int32_t *key_cols,
+                                             int32_t n_keys, uint64_t **out, int64_t *n,
+                                             fsh_error *err);
+/* Compares two results of the same plan (a run and a reference run) under
+ * the plan's output order: equal row counts; equal row multisets (unless
+ * rows are not determined); equal row sequences (EXACT) or sort-key
+ * sequences (KEYS). Float values are compared rounded to 12 significant
+ * digits (a sum or average computed in another order differs in its last
+ * bits). 0 if they agree, EINVAL naming the first difference. */
+FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a,
+                                          const fsh_plan_result *b, fsh_error *err);
+
+/* One stage's fragment as protobuf (proto/Plan.proto, flightshuffle.plan):
+ * the stage's operators, its input exchanges and the exchange it writes.
+ * fsh_plan_stage_count: stages of the plan (the last one produces the
+ * result). Decode checks every field and answers EINVAL naming what is
+ * wrong; a decoded fragment re-encodes to the same bytes. */
+int fsh_plan_stage_count(const fsh_plan *p);
+FSH_NODISCARD int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out,
+                                        fsh_error *err);
+typedef struct fsh_plan_fragment fsh_plan_fragment;
+FSH_NODISCARD int fsh_plan_fragment_decode(const uint8_t *data, int64_t size,
+                                           fsh_plan_fragment **out, fsh_error *err);
+FSH_NODISCARD int fsh_plan_fragment_encode(const fsh_plan_fragment *f, fsh_buffer **out,
+                                           fsh_error *err);
+int fsh_plan_fragment_operators(const fsh_plan_fragment *f);
+void fsh_plan_fragment_free(fsh_plan_fragment *f); /* NULL accepted */
 
 
 #ifdef __cplusplus

@@ -25,6 +25,25 @@ FSH_NODISCARD int fsh_synthetic_batch(fsh_schema *schema, const fsh_synthetic_op
                                       int64_t index, int64_t rows, fsh_batch **out,
                                       fsh_error *err);
 
+/* The keyed table (keyed.c), for joins, group-bys and the shuffle property
+ * tests: id int64 (the row number, never null), key int64 (nullable:
+ * uniform in [0, key_range) but 0 for a `skew` fraction of rows and null
+ * for a `null_fraction` of them), grp utf8 ("g0" .. "g<groups-1>"),
+ * amount int64 (in [-1000, 1000]). Row r of the table is the same whatever
+ * the batching: batch `index` of `rows` rows holds rows index * rows .. */
+typedef struct fsh_keyed_options {
+  uint64_t seed;
+  int64_t key_range;    /* 0 = 1000 */
+  double skew;          /* 0 .. 1 */
+  double null_fraction; /* 0 .. 1 */
+  int32_t groups;       /* 0 = 16 */
+} fsh_keyed_options;
+
+FSH_NODISCARD fsh_schema *fsh_keyed_schema(void);
+FSH_NODISCARD int fsh_keyed_batch(fsh_schema *schema, const fsh_keyed_options *opts,
+                                  int64_t first_row, int64_t rows, fsh_batch **out,
+                                  fsh_error *err);
+
 #ifdef __cplusplus
 }
 #endif

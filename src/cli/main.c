@@ -36,7 +36,11 @@ static void usage(FILE *f) {
           "  local --workers N [--spill-dir DIR] [--memory-limit BYTES] [--run-seconds S]\n"
           "                                 a driver and N workers on loopback until Ctrl-C\n"
           "  bench shuffle --workers N --maps M --reduces R --bytes S --backend flight|memory|fs\n"
-          "         [...]                   a verified, timed shuffle on a local cluster\n");
+          "         [...]                   a verified, timed shuffle on a local cluster\n"
+          "  explain PLAN.json [--partitions N]  the stages and exchanges of a plan\n"
+          "  run PLAN.json [--backend memory|fs] [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
+          "      [--verify]                 runs a plan in this process; --verify compares it\n"
+          "                                 with a single-process run without exchanges\n");
 }
 
 int cli_fail(int status, const char *fmt, ...) {
@@ -83,6 +87,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "driver") == 0) return cmd_driver(argc - 1, argv + 1);
   if (strcmp(argv[1], "local") == 0) return cmd_local(argc - 1, argv + 1);
   if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+  if (strcmp(argv[1], "explain") == 0) return cmd_explain(argc - 1, argv + 1);
+  if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 1, argv + 1);
   usage(stderr);
   return cli_fail(2, "unknown command '%s'", argv[1]);
 }

@@ -1,0 +1,256 @@
+/* cmd_plan.c -- `flightshuffle explain PLAN.json` (the stages and exchanges
+ * of a plan) and `flightshuffle run PLAN.json` (runs it in this process
+ * through a shuffle backend; --verify compares with a single-process run of
+ * the same plan without exchanges). */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <flightshuffle/exec.h>
+
+static int read_file(const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return cli_fail(1, "%s: %s", path, strerror(errno));
+  size_t cap = 4096, n = 0;
+  char *buf = fsh_malloc(cap);
+  while (buf) {
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (n < cap) break;
+    char *nb = fsh_realloc(buf, cap * 2);
+    if (!nb) {
+      fsh_free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = nb, cap *= 2;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (!buf || bad) {
+    fsh_free(buf);
+    return cli_fail(1, "%s: cannot read", path);
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+static int load_plan(const char *path, int32_t partitions, fsh_plan **out) {
+  char *text = NULL;
+  size_t len = 0;
+  int rc = read_file(path, &text, &len);
+  if (rc) return rc;
+  fsh_error err;
+  rc = fsh_plan_from_json(text, (int64_t)len, partitions, out, &err);
+  fsh_free(text);
+  if (rc) return cli_fail(1, "%s: %s", path, err.message);
+  return 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int usage_plan(void) {
+  fprintf(stderr,
+          "usage: flightshuffle explain PLAN.json [--partitions N]\n"
+          "       flightshuffle run PLAN.json [--backend memory|fs] [--fs-dir DIR]\n"
+          "                 [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
+          "                 [--merge-threshold T] [--threads N] [--verify] [--output OUT.arrow]\n"
+          "                 [--workers N]\n");
+  return 2;
+}
+
+static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int cmd_explain(int argc, char **argv) {
+  const char *path = NULL;
+  int64_t parts = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc) {
+      if (!parse_int(argv[++i], 1, 1 << 20, &parts))
+        return cli_fail(2, "explain: --partitions must be in [1, 2^20]");
+    } else if (argv[i][0] == '-' || path) {
+      return usage_plan();
+    } else {
+      path = argv[i];
+    }
+  }
+  if (!path) return usage_plan();
+  fsh_plan *p;
+  int rc = load_plan(path, (int32_t)parts, &p);
+  if (rc) return rc;
+  char *text = NULL;
+  fsh_error err;
+  if ((rc = fsh_plan_explain(p, &text, &err)) != 0) {
+    fsh_plan_free(p);
+    return cli_fail(1, "explain: %s", err.message);
+  }
+  fputs(text, stdout);
+  fsh_free(text);
+  fsh_plan_free(p);
+  return 0;
+}
+
+/* The order-independent checksum of a result: the sum of its row hashes. */
+static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
+  uint64_t *h;
+  int64_t n;
+  int rc = fsh_plan_result_row_hashes(r, NULL, 0, &h, &n, err);
+  if (rc) return rc;
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += h[i];
+  fsh_free(h);
+  *out = sum;
+  return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+  const char *path = NULL, *backend_name = "memory", *fs_dir = NULL, *output = NULL;
+  int64_t parts = 0, workers = 0, threshold = 0, threads = 1;
+  bool verify = false;
+  fsh_plan_merge merge = FSH_PLAN_MERGE_AUTO;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has = i + 1 < argc;
+    if (strcmp(a, "--backend") == 0 && has) {
+      backend_name = argv[++i];
+    } else if ((strcmp(a, "--output") == 0 || strcmp(a, "-o") == 0) && has) {
+      output = argv[++i];
+    } else if (strcmp(a, "--fs-dir") == 0 && has) {
+      fs_dir = argv[++i];
+    } else if (strcmp(a, "--partitions") == 0 && has) {
+      if (!parse_int(argv[++i], 1, 1 << 20, &parts))
+        return cli_fail(2, "run: --partitions must be in [1, 2^20]");
+    } else if (strcmp(a, "--workers") == 0 && has) {
+      if (!parse_int(argv[++i], 0, 4096, &workers))
+        return cli_fail(2, "run: --workers must be a count");
+    } else if (strcmp(a, "--threads") == 0 && has) {
+      if (!parse_int(argv[++i], 1, 64, &threads))
+        return cli_fail(2, "run: --threads must be in [1, 64]");
+    } else if (strcmp(a, "--merge-threshold") == 0 && has) {
+      if (!parse_int(argv[++i], 1, INT32_MAX, &threshold))
+        return cli_fail(2, "run: --merge-threshold must be >= 1");
+    } else if (strcmp(a, "--pre-shuffle-merge") == 0 && has) {
+      const char *m = argv[++i];
+      if (strcmp(m, "auto") == 0) merge = FSH_PLAN_MERGE_AUTO;
+      else if (strcmp(m, "on") == 0) merge = FSH_PLAN_MERGE_ON;
+      else if (strcmp(m, "off") == 0) merge = FSH_PLAN_MERGE_OFF;
+      else return cli_fail(2, "run: --pre-shuffle-merge must be auto, on or off");
+    } else if (strcmp(a, "--verify") == 0) {
+      verify = true;
+    } else if (a[0] == '-' || path) {
+      return usage_plan();
+    } else {
+      path = a;
+    }
+  }
+  if (!path) return usage_plan();
+  if (workers > 0)
+    return cli_fail(2, "run: --workers %lld: running a plan on a local cluster is not available "
+                       "yet (the distributed runtime has not landed); omit --workers to run it "
+                       "in this process", (long long)workers);
+  if (strcmp(backend_name, "memory") && strcmp(backend_name, "fs"))
+    return cli_fail(2, "run: --backend must be memory or fs (flight needs --workers, not yet "
+                       "available), got '%s'", backend_name);
+  fsh_plan *p;
+  int rc = load_plan(path, (int32_t)parts, &p);
+  if (rc) return rc;
+  fsh_error err;
+  fsh_shuffle_backend *backend = NULL;
+  char tmpdir[64] = "";
+  if (strcmp(backend_name, "fs") == 0) {
+    if (!fs_dir) {
+      snprintf(tmpdir, sizeof tmpdir, "/tmp/fsh-plan-XXXXXX");
+      if (!mkdtemp(tmpdir)) {
+        fsh_plan_free(p);
+        return cli_fail(1, "run: mkdtemp: %s", strerror(errno));
+      }
+      fs_dir = tmpdir;
+    }
+    rc = fsh_shuffle_fs_new(fs_dir, &backend, &err);
+  } else {
+    rc = fsh_shuffle_memory_new(&backend, &err);
+  }
+  if (rc) {
+    fsh_plan_free(p);
+    if (tmpdir[0]) rmdir(tmpdir);
+    return cli_fail(1, "run: %s backend: %s", backend_name, err.message);
+  }
+  fsh_plan_run_options o = {.backend = backend, .merge = merge, .merge_threshold = threshold,
+                            .n_threads = (int)threads};
+  fsh_plan_result res, ref;
+  memset(&ref, 0, sizeof ref);
+  double t0 = now_s();
+  rc = fsh_plan_run(p, &o, &res, &err);
+  double secs = now_s() - t0;
+  fsh_shuffle_backend_destroy(backend);
+  if (tmpdir[0]) rmdir(tmpdir);
+  if (rc) {
+    fsh_plan_free(p);
+    return cli_fail(1, "run: %s: %s", path, err.message);
+  }
+  uint64_t sum = 0, ref_sum = 0;
+  int status = 0;
+  if ((rc = checksum(&res, &sum, &err)) != 0) status = cli_fail(1, "run: checksum: %s", err.message);
+  printf("output: rows=%" PRId64 " batches=%" PRId64 " partitions=%d checksum=%016" PRIx64
+         " exchanges=%" PRId64 " map_tasks=%" PRId64 " map_outputs=%" PRId64
+         " maps_skipped=%" PRId64 " seconds=%.3f\n",
+         res.rows, res.n_batches, (int)fsh_plan_output_partitions(p), sum, res.exchanges,
+         res.map_tasks, res.map_outputs, res.maps_skipped, secs);
+  if (output && !status) {
+    /* the result as an IPC file: the batches, partition after partition */
+    cli_table t = {.schema = res.schema, .n_batches = res.n_batches, .batches = res.batches};
+    fsh_ipc_write_options wo;
+    fsh_ipc_write_options_init(&wo);
+    if (cli_table_write(&t, output, true, &wo, &err) != 0)
+      status = cli_fail(1, "run: writing %s: %s", output, err.message);
+  }
+  const char *verified = "no";
+  if (verify && !status) {
+    fsh_plan_run_options ro = {.reference = true};
+    t0 = now_s();
+    rc = fsh_plan_run(p, &ro, &ref, &err);
+    double rsecs = now_s() - t0;
+    if (rc) {
+      status = cli_fail(1, "run: reference run: %s", err.message);
+    } else if ((rc = checksum(&ref, &ref_sum, &err)) != 0) {
+      status = cli_fail(1, "run: reference checksum: %s", err.message);
+    } else {
+      printf("reference: rows=%" PRId64 " checksum=%016" PRIx64 " seconds=%.3f\n", ref.rows,
+             ref_sum, rsecs);
+      if ((rc = fsh_plan_result_compare(p, &res, &ref, &err)) != 0) {
+        printf("verify: FAILED: %s\n", err.message);
+        status = 1;
+      } else {
+        printf("verify: the output equals the single-process run's\n");
+        verified = "yes";
+      }
+    }
+  }
+  const char *name = strrchr(path, '/');
+  printf("result: plan=%s backend=%s partitions=%d rows=%" PRId64 " checksum=%016" PRIx64
+         " seconds=%.3f verified=%s\n",
+         name ? name + 1 : path, backend_name, (int)fsh_plan_output_partitions(p), res.rows, sum,
+         secs, verified);
+  fsh_plan_result_reset(&res);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+  return status;
+}
