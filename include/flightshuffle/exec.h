@@ -28,13 +28,15 @@ extern "C" {
  *   COUNT           non-null values                       -> int64, never null
  *   COUNT_DISTINCT  distinct non-null values (any type fsh_row_keys orders,
  *                   dictionaries compared by value)       -> int64, never null
- *   SUM             signed integers -> int64, unsigned -> uint64 (EOVERFLOW,
- *                   naming the column, when the sum overflows); float16/32/64
- *                   -> float64; null when the group has no non-null value
- *   AVG             integers and floats -> float64 (summed as float64);
- *                   null when the group has no non-null value
- *   MIN, MAX        integers, floats, date/time/timestamp/duration, (large)
- *                   binary and utf8 (bytewise) -> the input's type; NaN is
+ *   SUM             signed integers -> int64, unsigned -> uint64,
+ *                   decimal128(p, s) -> decimal128(38, s) (EOVERFLOW, naming
+ *                   the column, when the sum overflows); float16/32/64 ->
+ *                   float64; null when the group has no non-null value
+ *   AVG             integers, floats and decimal128 -> float64 (summed as
+ *                   float64); null when the group has no non-null value
+ *   MIN, MAX        integers, floats, decimal128, date/time/timestamp/
+ *                   duration, (large) binary and utf8 (bytewise) -> the
+ *                   input's type; NaN is
  *                   skipped unless every value is NaN (as Arrow's min_max);
  *                   null when the group has no non-null value
  * A null in a row's value column counts for COUNT_STAR only. Dictionary-

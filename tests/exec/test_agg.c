@@ -393,6 +393,107 @@ static void test_agg_nan_and_zero(void) {
   fsh_batch_unref(b);
 }
 
+/* decimal128(10, 2): sum -> decimal128(38, 2), min, max, avg, one and two
+ * phases, against a naive per-group reference; an overflowing sum. */
+static fsh_batch *dec_batch(const __int128 *v, const char *valid, const int64_t *g, int64_t n) {
+  sbh_cols c;
+  c.n = 0;
+  sbh_col(&c, "g", FSH_TYPE_INT64, false);
+  SBH_SET(&c, sbh_fixed(NULL, n, g, 8));
+  fsh_field *f = sbh_col(&c, "d", FSH_TYPE_DECIMAL128, true);
+  f->precision = 10;
+  f->scale = 2;
+  SBH_SET(&c, sbh_fixed(valid, n, v, 16));
+  return sbh_finish(&c, n);
+}
+
+static void test_agg_decimal(void) {
+  fsh_error err;
+  enum { N = 400, G = 7 };
+  __int128 v[N], sum[G] = {0}, mn[G] = {0}, mx[G] = {0};
+  int64_t g[N], cnt[G] = {0};
+  char valid[N + 1];
+  uint64_t st = 77;
+  for (int i = 0; i < N; i++) {
+    g[i] = (int64_t)(kh_rand(&st) % G);
+    v[i] = (__int128)(int64_t)(kh_rand(&st) % 2000000000) - 1000000000;
+    valid[i] = g[i] == 6 || kh_rand(&st) % 6 == 0 ? '0' : '1'; /* group 6: all null */
+    if (valid[i] == '0') continue;
+    if (!cnt[g[i]] || v[i] < mn[g[i]]) mn[g[i]] = v[i];
+    if (!cnt[g[i]] || v[i] > mx[g[i]]) mx[g[i]] = v[i];
+    sum[g[i]] += v[i];
+    cnt[g[i]]++;
+  }
+  valid[N] = 0;
+  fsh_batch *b = dec_batch(v, valid, g, N);
+  CHECK_OK(fsh_batch_validate(b, true, &err));
+  fsh_agg_spec specs[4] = {{FSH_AGG_SUM, 1, NULL}, {FSH_AGG_MIN, 1, NULL},
+                           {FSH_AGG_MAX, 1, NULL}, {FSH_AGG_AVG, 1, NULL}};
+  int32_t kc = 0;
+  for (int two = 0; two <= 1; two++) {
+    fsh_hash_agg *a = NULL, *p1 = NULL, *p2 = NULL;
+    fsh_batch *out = NULL, *q1 = NULL, *q2 = NULL;
+    if (!two) {
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_SINGLE, 0, &a, &err));
+      if (a) CHECK_OK(fsh_hash_agg_push(a, b, &err));
+    } else {
+      fsh_batch *h1 = SBH_OK(fsh_batch_slice(b, 0, 150)), *h2 = SBH_OK(fsh_batch_slice(b, 150, N - 150));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p1, &err));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p2, &err));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_FINAL, 0, &a, &err));
+      if (p1 && p2 && a) {
+        CHECK_OK(fsh_hash_agg_push(p1, h1, &err));
+        CHECK_OK(fsh_hash_agg_push(p2, h2, &err));
+        CHECK_OK(fsh_hash_agg_finish(p1, &q1, &err));
+        CHECK_OK(fsh_hash_agg_finish(p2, &q2, &err));
+        if (q1) CHECK_OK(fsh_hash_agg_push(a, q1, &err));
+        if (q2) CHECK_OK(fsh_hash_agg_push(a, q2, &err));
+      }
+      fsh_batch_unref(h1);
+      fsh_batch_unref(h2);
+    }
+    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    CHECK(out && out->length == G);
+    if (out && out->length == G) {
+      const fsh_field *sf = &out->schema->fields[1];
+      CHECK(sf->type == FSH_TYPE_DECIMAL128 && sf->precision == 38 && sf->scale == 2);
+      CHECK(out->schema->fields[2].precision == 10 && out->schema->fields[2].scale == 2);
+      CHECK_OK(fsh_batch_validate(out, true, &err));
+      for (int64_t r = 0; r < G; r++) {
+        int64_t k = td_i64(out->columns[0], r);
+        __int128 got[3];
+        for (int c = 0; c < 3; c++)
+          memcpy(&got[c], out->columns[1 + c]->buffers[1]->data + 16 * r, 16);
+        bool has = cnt[k] > 0;
+        for (int c = 1; c <= 4; c++) CHECK(td_valid(&out->schema->fields[c], out->columns[c], r) == has);
+        if (!has) continue;
+        CHECK_MSG(got[0] == sum[k] && got[1] == mn[k] && got[2] == mx[k], "group %lld", (long long)k);
+        CHECK(td_close(td_f64(out->columns[4], r), (double)sum[k] / 100.0 / (double)cnt[k]));
+      }
+    }
+    fsh_batch_unref(out);
+    fsh_batch_unref(q1);
+    fsh_batch_unref(q2);
+    fsh_hash_agg_free(a);
+    fsh_hash_agg_free(p1);
+    fsh_hash_agg_free(p2);
+  }
+  fsh_batch_unref(b);
+  /* 20 values of 9 * 10^36: past 38 digits. */
+  __int128 big[20];
+  int64_t zg[20] = {0};
+  for (int i = 0; i < 20; i++) big[i] = (__int128)9000000000000000000ll * 1000000000000000000ll;
+  fsh_batch *ob = dec_batch(big, NULL, zg, 20);
+  fsh_hash_agg *a = NULL;
+  CHECK_OK(fsh_hash_agg_new(ob->schema, &kc, 1, specs, 1, FSH_AGG_SINGLE, 0, &a, &err));
+  if (a) {
+    CHECK_EQ_INT(fsh_hash_agg_push(a, ob, &err), EOVERFLOW);
+    CHECK(strstr(err.message, "'d'") && strstr(err.message, "decimal128(38)"));
+  }
+  fsh_hash_agg_free(a);
+  fsh_batch_unref(ob);
+}
+
 /* Every allocation of new, push and finish fails in turn: ENOMEM, nothing
  * leaks (ASan), and the run that succeeds is right. */
 static void test_agg_alloc_failure(void) {
@@ -438,4 +539,5 @@ static void test_agg_alloc_failure(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_agg_random), TEST(test_agg_one_key_and_nulls), TEST(test_agg_empty),
-              TEST(test_agg_errors), TEST(test_agg_nan_and_zero), TEST(test_agg_alloc_failure))
+              TEST(test_agg_errors), TEST(test_agg_nan_and_zero), TEST(test_agg_decimal),
+              TEST(test_agg_alloc_failure))
