@@ -167,6 +167,13 @@ FSH_NODISCARD int fsh_hash_join_build(fsh_hash_join *j, fsh_batch *b, fsh_error 
  * build phase. */
 FSH_NODISCARD int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out,
                                       fsh_error *err);
+/* The same in bounded pieces (a skewed key can make one probe batch's
+ * output arbitrarily large): probe_begin takes batch b (EINVAL while the
+ * previous one is not drained), then each probe_next gives at most
+ * max_rows joined rows of it (never 0 rows), *out NULL when b is drained. */
+FSH_NODISCARD int fsh_hash_join_probe_begin(fsh_hash_join *j, fsh_batch *b, fsh_error *err);
+FSH_NODISCARD int fsh_hash_join_probe_next(fsh_hash_join *j, int64_t max_rows, fsh_batch **out,
+                                           fsh_error *err);
 /* After the last probe: the rows only the build side can produce (build
  * rows never matched, null-filled on the probe side, for outer joins that
  * keep the build side; the build side's semi/anti rows when it is the
