@@ -382,8 +382,19 @@ int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
   }
   if (rc == 0 && n_keys > 0) {
     fsh_schema *ks = NULL;
+    fsh_batch *empty = NULL;
+    fsh_row_keys *rk = NULL;
     rc = hs_project_schema(a->in_schema, a->keys, n_keys, &ks, err);
+    /* every key type must be comparable: tried on an empty batch */
+    if (rc == 0) rc = hs_null_batch(ks, 0, &empty, err);
+    int32_t *ident = rc == 0 ? fsh_malloc((size_t)n_keys * sizeof(int32_t)) : NULL;
+    if (rc == 0 && !ident) rc = hs_oom(err);
+    for (int k = 0; rc == 0 && k < n_keys; k++) ident[k] = k;
+    if (rc == 0) rc = fsh_row_keys_new(empty, ident, n_keys, NULL, &rk, err);
+    fsh_free(ident);
     if (rc == 0) rc = hs_rowset_new(ks, &a->groups, err);
+    fsh_row_keys_free(rk);
+    fsh_batch_unref(empty);
     fsh_schema_unref(ks);
   }
   if (rc != 0) {

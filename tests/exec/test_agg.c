@@ -301,6 +301,19 @@ static void test_agg_errors(void) {
   CHECK(a == NULL && strstr(err.message, "'vs'") && strstr(err.message, "sum"));
   CHECK_EQ_INT(fsh_hash_agg_new(b->schema, &bad, 1, SPECS, 1, FSH_AGG_SINGLE, 0, &a, &err), EINVAL);
   CHECK(strstr(err.message, "column 99") != NULL);
+  /* A key type rows cannot be compared on (a list) is refused up front. */
+  fsh_batch *all = fsh_sample_all_types();
+  int32_t list_col = -1;
+  for (int64_t c = 0; c < all->n_columns; c++)
+    if (all->schema->fields[c].type == FSH_TYPE_LIST && list_col < 0) list_col = (int32_t)c;
+  CHECK(list_col >= 0);
+  a = (fsh_hash_agg *)1;
+  if (list_col >= 0) {
+    CHECK_EQ_INT(fsh_hash_agg_new(all->schema, &list_col, 1, SPECS, 1, FSH_AGG_SINGLE, 0, &a, &err),
+                 ENOTSUP);
+    CHECK(a == NULL && strstr(err.message, all->schema->fields[list_col].name) != NULL);
+  }
+  fsh_batch_unref(all);
   /* Overflow of an int64 sum names the column. */
   int64_t big[2] = {INT64_MAX, 5};
   sbh_cols c;
