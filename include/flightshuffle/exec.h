@@ -142,8 +142,9 @@ typedef struct fsh_hash_join fsh_hash_join;
  * dictionary column joins its value type): EINVAL naming both columns
  * otherwise, ENOTSUP for a type fsh_row_keys cannot compare. Rows with a
  * null in any key never match. Float keys compare as fsh_row_keys does
- * (NaN matches NaN and -0.0 matches +0.0, as Spark's joins). build_left: the left side is the build
- * (hash table) side, pushed with fsh_hash_join_build; otherwise the right.
+ * (NaN matches NaN and -0.0 matches +0.0, as Spark's joins). build_left:
+ * the left side is the build (hash table) side, pushed with
+ * fsh_hash_join_build; otherwise the right.
  * memory_budget: bytes the build side and its table may hold (0 =
  * unlimited; the table is estimated at 40 bytes a build row while the build
  * side is pushed): fsh_hash_join_build returns EFBIG when a batch takes the
