@@ -507,6 +507,79 @@ static void test_agg_decimal(void) {
   fsh_batch_unref(ob);
 }
 
+/* Many groups over many batches: the table doubles many times in the
+ * middle of batches, on the general path (int64 + utf8 keys) and on the
+ * one-integer-key fast path; counts and sums against arithmetic. */
+static void test_agg_many_groups(void) {
+  fsh_error err;
+  enum { NB = 16, ROWS = 5000, A = 20011, B = 7 };
+  static int64_t cnt[A * B], sum[A * B];
+  memset(cnt, 0, sizeof cnt);
+  memset(sum, 0, sizeof sum);
+  fsh_batch *batches[NB];
+  for (int bi = 0; bi < NB; bi++) {
+    int64_t ka[ROWS], v[ROWS];
+    static char kb[ROWS][8];
+    const char *kp[ROWS];
+    for (int i = 0; i < ROWS; i++) {
+      int64_t r = (int64_t)bi * ROWS + i;
+      ka[i] = (r * 7919) % A;
+      snprintf(kb[i], sizeof kb[i], "s%d", (int)(r % B));
+      kp[i] = kb[i];
+      v[i] = r % 1000;
+      cnt[ka[i] * B + r % B]++;
+      sum[ka[i] * B + r % B] += v[i];
+    }
+    sbh_cols c;
+    c.n = 0;
+    sbh_col(&c, "a", FSH_TYPE_INT64, false);
+    SBH_SET(&c, sbh_fixed(NULL, ROWS, ka, 8));
+    sbh_col(&c, "b", FSH_TYPE_STRING, false);
+    SBH_SET(&c, sbh_strings(NULL, ROWS, kp));
+    sbh_col(&c, "v", FSH_TYPE_INT64, false);
+    SBH_SET(&c, sbh_fixed(NULL, ROWS, v, 8));
+    batches[bi] = sbh_finish(&c, ROWS);
+  }
+  fsh_agg_spec specs[2] = {{FSH_AGG_COUNT_STAR, -1, NULL}, {FSH_AGG_SUM, 2, NULL}};
+  for (int fast = 0; fast <= 1; fast++) {
+    int32_t kc[2] = {0, 1};
+    fsh_hash_agg *a = NULL;
+    fsh_batch *out = NULL;
+    CHECK_OK(fsh_hash_agg_new(batches[0]->schema, kc, fast ? 1 : 2, specs, 2, FSH_AGG_SINGLE, 0,
+                              &a, &err));
+    for (int bi = 0; a && bi < NB; bi++) CHECK_OK(fsh_hash_agg_push(a, batches[bi], &err));
+    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    int64_t want_groups = 0;
+    for (int64_t k = 0; k < A; k++) {
+      int64_t any = 0;
+      for (int64_t j = 0; j < B; j++) {
+        want_groups += !fast && cnt[k * B + j] > 0;
+        any += cnt[k * B + j];
+      }
+      want_groups += fast && any > 0;
+    }
+    CHECK(out && out->length == want_groups);
+    int nk = fast ? 1 : 2;
+    int64_t bad = 0;
+    char buf[16];
+    for (int64_t g = 0; out && out->length == want_groups && g < out->length; g++) {
+      int64_t k = td_i64(out->columns[0], g), wc = 0, ws = 0;
+      for (int64_t j = 0; j < B; j++) {
+        if (!fast && j != td_num_after(td_str(&out->schema->fields[1], out->columns[1], g, buf,
+                                                 sizeof buf), 's'))
+          continue;
+        wc += cnt[k * B + j];
+        ws += sum[k * B + j];
+      }
+      bad += td_i64(out->columns[nk], g) != wc || td_i64(out->columns[nk + 1], g) != ws;
+    }
+    CHECK_EQ_INT(bad, 0);
+    fsh_batch_unref(out);
+    fsh_hash_agg_free(a);
+  }
+  for (int bi = 0; bi < NB; bi++) fsh_batch_unref(batches[bi]);
+}
+
 /* Every allocation of new, push and finish fails in turn: ENOMEM, nothing
  * leaks (ASan), and the run that succeeds is right. */
 static void test_agg_alloc_failure(void) {
@@ -553,4 +626,4 @@ static void test_agg_alloc_failure(void) {
 
 FSH_TEST_MAIN(TEST(test_agg_random), TEST(test_agg_one_key_and_nulls), TEST(test_agg_empty),
               TEST(test_agg_errors), TEST(test_agg_nan_and_zero), TEST(test_agg_decimal),
-              TEST(test_agg_alloc_failure))
+              TEST(test_agg_many_groups), TEST(test_agg_alloc_failure))
