@@ -36,9 +36,9 @@ extern "C" {
  *                   float64); null when the group has no non-null value
  *   MIN, MAX        integers, floats, decimal128, date/time/timestamp/
  *                   duration, (large) binary and utf8 (bytewise) -> the
- *                   input's type; NaN is
- *                   skipped unless every value is NaN (as Arrow's min_max);
- *                   null when the group has no non-null value
+ *                   input's type; NaN is skipped unless every value is
+ *                   NaN (as Arrow's min_max); null when the group has no
+ *                   non-null value
  * A null in a row's value column counts for COUNT_STAR only. Dictionary-
  * encoded value columns are accepted by COUNT and COUNT_DISTINCT. */
 typedef enum fsh_agg_fn {
@@ -91,7 +91,8 @@ typedef struct fsh_hash_agg fsh_hash_agg;
  * operator may hold (hash table, key copies, states; 0 = unlimited); a push
  * that leaves it holding more returns EFBIG (spilling to disk is not
  * implemented yet). EINVAL (column out of range, bad function) or ENOTSUP
- * (a function on a type it does not support), naming the column. */
+ * (a function on a type it does not support, a key type fsh_row_keys
+ * cannot compare), naming the column. */
 FSH_NODISCARD int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
                                    const fsh_agg_spec *aggs, int n_aggs, fsh_agg_mode mode,
                                    int64_t memory_budget, fsh_hash_agg **out, fsh_error *err);
