@@ -9,6 +9,9 @@
  *   build/bench_hashops [--rows R] [--groups G] [--build-rows B]
  *                       [--batch-rows N] [--runs K]
  *
+ * The group-by runs twice: on the key (the one-integer-key fast path) and
+ * on the key twice (the general path, comparing rows).
+ *
  * Verification (every run, untimed): the group-by's group count, sum of
  * counts and sum of sums against the input; every join output row has
  * equal keys on both sides and the build payload of its key, and the
@@ -106,16 +109,19 @@ static double hash_run(fsh_batch **b, int nb, uint64_t *h) {
   return bench_now() - t0;
 }
 
-/* One group-by; returns seconds; verifies against the input. */
-static double groupby_run(fsh_batch **b, int nb, int64_t rows, int64_t groups, int64_t value_sum,
-                          bool *ok) {
+/* One group-by; returns seconds; verifies against the input. n_keys 2
+ * groups by the key column twice: the same groups through the general
+ * path of the hash table (row comparison) instead of the one-integer-key
+ * fast path. */
+static double groupby_run(fsh_batch **b, int nb, int n_keys, int64_t rows, int64_t groups,
+                          int64_t value_sum, bool *ok) {
   fsh_error err;
-  int32_t key = 0;
+  int32_t key[2] = {0, 0};
   fsh_agg_spec specs[2] = {{FSH_AGG_SUM, 1, NULL}, {FSH_AGG_COUNT_STAR, -1, NULL}};
   fsh_hash_agg *a = NULL;
   fsh_batch *out = NULL;
   double t0 = bench_now();
-  if (fsh_hash_agg_new(b[0]->schema, &key, 1, specs, 2, FSH_AGG_SINGLE, 0, &a, &err) != 0)
+  if (fsh_hash_agg_new(b[0]->schema, key, n_keys, specs, 2, FSH_AGG_SINGLE, 0, &a, &err) != 0)
     die("aggregate", &err);
   for (int i = 0; i < nb; i++)
     if (fsh_hash_agg_push(a, b[i], &err) != 0) die("aggregate push", &err);
@@ -129,8 +135,9 @@ static double groupby_run(fsh_batch **b, int nb, int64_t rows, int64_t groups, i
     int64_t k = rd(out->columns[0], g);
     good = k >= 0 && k < groups && !seen[k];
     if (good) seen[k] = 1;
-    sum += rd(out->columns[1], g);
-    cnt += rd(out->columns[2], g);
+    if (n_keys == 2) good = good && rd(out->columns[1], g) == k;
+    sum += rd(out->columns[n_keys], g);
+    cnt += rd(out->columns[n_keys + 1], g);
   }
   int64_t distinct = 0;
   for (int64_t k = 0; good && k < groups; k++) distinct += seen[k];
@@ -202,35 +209,43 @@ int main(int argc, char **argv) {
          "batches of %lld rows; %d runs\n",
          (long long)rows, (long long)groups, (long long)rows, (long long)build_rows,
          (long long)batch_rows, runs);
-  double hs[100], gbs[100], hj[100], js[100];
+  double hs[100], gbs[100], gbs2[100], hj[100], js[100];
   bool verified = true;
   for (int r = 0; r < runs; r++) {
-    bool ok1 = false, ok2 = false;
+    bool ok1 = false, ok2 = false, ok3 = false;
     hs[r] = hash_run(gb, ngb, h);
-    gbs[r] = groupby_run(gb, ngb, rows, groups, value_sum, &ok1);
+    gbs[r] = groupby_run(gb, ngb, 1, rows, groups, value_sum, &ok1);
+    gbs2[r] = groupby_run(gb, ngb, 2, rows, groups, value_sum, &ok3);
     hj[r] = hash_run(pb, npb, h) + hash_run(bb, nbb, h);
     js[r] = join_run(bb, nbb, pb, npb, rows, &ok2);
-    verified = verified && ok1 && ok2;
+    verified = verified && ok1 && ok2 && ok3;
   }
-  double gsec[100], jsec[100];
+  double gsec[100], jsec[100], g2sec[100];
   memcpy(gsec, gbs, sizeof gsec);
+  memcpy(g2sec, gbs2, sizeof g2sec);
   memcpy(jsec, js, sizeof jsec);
   bench_stats sh = bench_summarize(hs, runs, gb_bytes), sg = bench_summarize(gbs, runs, gb_bytes);
+  bench_stats sg2 = bench_summarize(gbs2, runs, gb_bytes);
   bench_stats shj = bench_summarize(hj, runs, probe_bytes + build_bytes),
               sj = bench_summarize(js, runs, probe_bytes + build_bytes);
   printf("  %-34s %7s %7s %7s\n", "", "min", "median", "max");
   printf("  %-34s %7.2f %7.2f %7.2f GB/s\n", "hash keys (group-by input)", sh.min, sh.med, sh.max);
   bench_print("group-by sum+count(*)", sg, sh.med, "hash");
+  bench_print("same, general path (keys k, k)", sg2, sh.med, "hash");
   printf("  %-34s %7.2f %7.2f %7.2f GB/s\n", "hash keys (join inputs)", shj.min, shj.med, shj.max);
   bench_print("inner join", sj, shj.med, "hash");
   qsort(gsec, (size_t)runs, sizeof(double), bench_cmp_double);
   qsort(jsec, (size_t)runs, sizeof(double), bench_cmp_double);
+  qsort(g2sec, (size_t)runs, sizeof(double), bench_cmp_double);
   double g_rows = (double)rows / gsec[runs / 2], j_rows = (double)(rows + build_rows) / jsec[runs / 2];
-  printf("  group-by %.1f Mrows/s, join %.1f Mrows/s (median)\n", g_rows / 1e6, j_rows / 1e6);
+  double g2_rows = (double)rows / g2sec[runs / 2];
+  printf("  group-by %.1f Mrows/s (general path %.1f), join %.1f Mrows/s (median)\n",
+         g_rows / 1e6, g2_rows / 1e6, j_rows / 1e6);
   printf("result: name=bench_hashops verified=%s groupby_mrows_s=%.2f groupby_gbps=%.3f "
-         "groupby_vs_hash=%.3f join_mrows_s=%.2f join_gbps=%.3f join_vs_hash=%.3f\n",
-         verified ? "yes" : "no", g_rows / 1e6, sg.med, sg.med / sh.med, j_rows / 1e6, sj.med,
-         sj.med / shj.med);
+         "groupby_vs_hash=%.3f groupby_general_mrows_s=%.2f join_mrows_s=%.2f join_gbps=%.3f "
+         "join_vs_hash=%.3f\n",
+         verified ? "yes" : "no", g_rows / 1e6, sg.med, sg.med / sh.med, g2_rows / 1e6,
+         j_rows / 1e6, sj.med, sj.med / shj.med);
   for (int i = 0; i < ngb; i++) fsh_batch_unref(gb[i]);
   for (int i = 0; i < nbb; i++) fsh_batch_unref(bb[i]);
   for (int i = 0; i < npb; i++) fsh_batch_unref(pb[i]);

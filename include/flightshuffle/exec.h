@@ -223,15 +223,17 @@ FSH_NODISCARD int fsh_expr_to_json(const fsh_expr *e, char **out, fsh_error *err
  *   COUNT           non-null values                       -> int64, never null
  *   COUNT_DISTINCT  distinct non-null values (any type fsh_row_keys orders,
  *                   dictionaries compared by value)       -> int64, never null
- *   SUM             signed integers -> int64, unsigned -> uint64 (EOVERFLOW,
- *                   naming the column, when the sum overflows); float16/32/64
- *                   -> float64; null when the group has no non-null value
- *   AVG             integers and floats -> float64 (summed as float64);
- *                   null when the group has no non-null value
- *   MIN, MAX        integers, floats, date/time/timestamp/duration, (large)
- *                   binary and utf8 (bytewise) -> the input's type; NaN is
- *                   skipped unless every value is NaN (as Arrow's min_max);
- *                   null when the group has no non-null value
+ *   SUM             signed integers -> int64, unsigned -> uint64,
+ *                   decimal128(p, s) -> decimal128(38, s) (EOVERFLOW, naming
+ *                   the column, when the sum overflows); float16/32/64 ->
+ *                   float64; null when the group has no non-null value
+ *   AVG             integers, floats and decimal128 -> float64 (summed as
+ *                   float64); null when the group has no non-null value
+ *   MIN, MAX        integers, floats, decimal128, date/time/timestamp/
+ *                   duration, (large) binary and utf8 (bytewise) -> the
+ *                   input's type; NaN is skipped unless every value is
+ *                   NaN (as Arrow's min_max); null when the group has no
+ *                   non-null value
  * A null in a row's value column counts for COUNT_STAR only. Dictionary-
  * encoded value columns are accepted by COUNT and COUNT_DISTINCT. */
 typedef enum fsh_agg_fn {
@@ -284,7 +286,8 @@ typedef struct fsh_hash_agg fsh_hash_agg;
  * operator may hold (hash table, key copies, states; 0 = unlimited); a push
  * that leaves it holding more returns EFBIG (spilling to disk is not
  * implemented yet). EINVAL (column out of range, bad function) or ENOTSUP
- * (a function on a type it does not support), naming the column. */
+ * (a function on a type it does not support, a key type fsh_row_keys
+ * cannot compare), naming the column. */
 FSH_NODISCARD int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
                                    const fsh_agg_spec *aggs, int n_aggs, fsh_agg_mode mode,
                                    int64_t memory_budget, fsh_hash_agg **out, fsh_error *err);
@@ -334,8 +337,10 @@ typedef struct fsh_hash_join fsh_hash_join;
  * [0, n_keys) (n_keys >= 1). Key types must be equal by value type (a
  * dictionary column joins its value type): EINVAL naming both columns
  * otherwise, ENOTSUP for a type fsh_row_keys cannot compare. Rows with a
- * null in any key never match. build_left: the left side is the build
- * (hash table) side, pushed with fsh_hash_join_build; otherwise the right.
+ * null in any key never match. Float keys compare as fsh_row_keys does
+ * (NaN matches NaN and -0.0 matches +0.0, as Spark's joins). build_left:
+ * the left side is the build (hash table) side, pushed with
+ * fsh_hash_join_build; otherwise the right.
  * memory_budget: bytes the build side and its table may hold (0 =
  * unlimited; the table is estimated at 40 bytes a build row while the build
  * side is pushed): fsh_hash_join_build returns EFBIG when a batch takes the
@@ -360,6 +365,13 @@ FSH_NODISCARD int fsh_hash_join_build(fsh_hash_join *j, fsh_batch *b, fsh_error 
  * build phase. */
 FSH_NODISCARD int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out,
                                       fsh_error *err);
+/* The same in bounded pieces (a skewed key can make one probe batch's
+ * output arbitrarily large): probe_begin takes batch b (EINVAL while the
+ * previous one is not drained), then each probe_next gives at most
+ * max_rows joined rows of it (never 0 rows), *out NULL when b is drained. */
+FSH_NODISCARD int fsh_hash_join_probe_begin(fsh_hash_join *j, fsh_batch *b, fsh_error *err);
+FSH_NODISCARD int fsh_hash_join_probe_next(fsh_hash_join *j, int64_t max_rows, fsh_batch **out,
+                                           fsh_error *err);
 /* After the last probe: the rows only the build side can produce (build
  * rows never matched, null-filled on the probe side, for outer joins that
  * keep the build side; the build side's semi/anti rows when it is the

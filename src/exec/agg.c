@@ -18,13 +18,14 @@ typedef enum op {
   OP_SUM_I64,       /* i64 += value, cnt++ (overflow: EOVERFLOW) */
   OP_SUM_U64,       /* u64 += value, cnt++ */
   OP_SUM_F64,       /* f64 += value, cnt++ */
+  OP_SUM_D128,      /* d128 += value, cnt++ (beyond 38 digits: EOVERFLOW) */
   OP_MIN,           /* in i64 / u64 / f64 / the arena, by `num` */
   OP_MAX,
   OP_DISTINCT,      /* (group, value) into the distinct set */
   OP_DISTINCT_LIST  /* (group, each element of a list) into the distinct set */
 } op;
 
-typedef enum num { N_I64, N_U64, N_F64, N_BIN } num;
+typedef enum num { N_I64, N_U64, N_F64, N_BIN, N_D128 } num;
 
 typedef struct acc {
   op op;
@@ -37,6 +38,7 @@ typedef struct acc {
   int64_t *i64;
   uint64_t *u64;
   double *f64;
+  uint8_t *d128; /* 16 bytes a group: decimal128 values (little-endian) */
   int64_t *boff, *blen, *bcap; /* N_BIN: value of group g at arena[boff, +blen) */
   uint8_t *arena;
   int64_t arena_len, arena_cap;
@@ -114,6 +116,15 @@ static double read_f64(fsh_type_id t, const uint8_t *p, int64_t i) {
   return (double)fsh_kern_read_int(int_storage(t), p, i);
 }
 
+/* 10^38: decimal128 sums must stay below it in magnitude. */
+#define DEC38 ((__int128)10000000000000000000ull * (__int128)10000000000000000000ull)
+
+static double dec_to_double(const uint8_t *p, int64_t i, int32_t scale) {
+  __int128 v;
+  memcpy(&v, p + 16 * i, 16);
+  return (double)v / pow(10.0, scale);
+}
+
 static uint64_t read_u64(fsh_type_id t, const uint8_t *p, int64_t i) {
   if (t == FSH_TYPE_UINT64) {
     uint64_t u;
@@ -173,11 +184,12 @@ static int check_spec(const fsh_agg_spec *s, const fsh_field *f, fsh_error *err)
       break;
     }
     case FSH_AGG_SUM: case FSH_AGG_AVG:
-      ok = !f->dictionary && (int_storage(ty) == ty || ty == FSH_TYPE_UINT64 || is_float(ty));
+      ok = !f->dictionary && (int_storage(ty) == ty || ty == FSH_TYPE_UINT64 || is_float(ty) ||
+                              ty == FSH_TYPE_DECIMAL128);
       break;
     case FSH_AGG_MIN: case FSH_AGG_MAX:
       ok = !f->dictionary && (int_storage(ty) != FSH_TYPE_NA || ty == FSH_TYPE_UINT64 ||
-                              is_float(ty) || is_binary(ty));
+                              is_float(ty) || is_binary(ty) || ty == FSH_TYPE_DECIMAL128);
       break;
     default: return fsh_error_set(err, EINVAL, "unknown aggregate function %d", (int)s->fn);
   }
@@ -190,6 +202,7 @@ static int check_spec(const fsh_agg_spec *s, const fsh_field *f, fsh_error *err)
 static num num_of(const fsh_field *f) {
   if (is_float(f->type)) return N_F64;
   if (is_binary(f->type)) return N_BIN;
+  if (f->type == FSH_TYPE_DECIMAL128) return N_D128;
   if (f->type == FSH_TYPE_UINT8 || f->type == FSH_TYPE_UINT16 || f->type == FSH_TYPE_UINT32 ||
       f->type == FSH_TYPE_UINT64)
     return N_U64;
@@ -240,8 +253,16 @@ static int plan(fsh_hash_agg *a, fsh_schema *input, const fsh_agg_spec *specs, f
         if (rc == 0) rc = set_field(o, name, FSH_TYPE_INT64, false, err);
         break;
       case FSH_AGG_SUM:
-        x->op = sum_op(f->type);
         x->null_if_empty = true;
+        if (f->type == FSH_TYPE_DECIMAL128) { /* decimal128(38, the input's scale) */
+          x->op = OP_SUM_D128;
+          rc = set_field(x->state, name, FSH_TYPE_DECIMAL128, true, err);
+          if (rc == 0) rc = set_field(o, name, FSH_TYPE_DECIMAL128, true, err);
+          x->state->precision = o->precision = 38;
+          x->state->scale = o->scale = f->scale;
+          break;
+        }
+        x->op = sum_op(f->type);
         rc = set_field(x->state, name, sum_type(f->type), true, err);
         if (rc == 0) rc = set_field(o, name, sum_type(f->type), true, err);
         break;
@@ -295,6 +316,7 @@ static void acc_reset(acc *x) {
   fsh_free(x->i64);
   fsh_free(x->u64);
   fsh_free(x->f64);
+  fsh_free(x->d128);
   fsh_free(x->boff);
   fsh_free(x->blen);
   fsh_free(x->bcap);
@@ -360,8 +382,19 @@ int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
   }
   if (rc == 0 && n_keys > 0) {
     fsh_schema *ks = NULL;
+    fsh_batch *empty = NULL;
+    fsh_row_keys *rk = NULL;
     rc = hs_project_schema(a->in_schema, a->keys, n_keys, &ks, err);
+    /* every key type must be comparable: tried on an empty batch */
+    if (rc == 0) rc = hs_null_batch(ks, 0, &empty, err);
+    int32_t *ident = rc == 0 ? fsh_malloc((size_t)n_keys * sizeof(int32_t)) : NULL;
+    if (rc == 0 && !ident) rc = hs_oom(err);
+    for (int k = 0; rc == 0 && k < n_keys; k++) ident[k] = k;
+    if (rc == 0) rc = fsh_row_keys_new(empty, ident, n_keys, NULL, &rk, err);
+    fsh_free(ident);
     if (rc == 0) rc = hs_rowset_new(ks, &a->groups, err);
+    fsh_row_keys_free(rk);
+    fsh_batch_unref(empty);
     fsh_schema_unref(ks);
   }
   if (rc != 0) {
@@ -383,7 +416,7 @@ int64_t fsh_hash_agg_memory(const fsh_hash_agg *a) {
   for (int i = 0; i < a->n_accs; i++) {
     const acc *x = &a->accs[i];
     t += a->cap * 8 * ((x->cnt != NULL) + (x->i64 != NULL) + (x->u64 != NULL) +
-                       (x->f64 != NULL) + 3 * (x->boff != NULL));
+                       (x->f64 != NULL) + 2 * (x->d128 != NULL) + 3 * (x->boff != NULL));
     t += x->arena_cap + (x->distinct ? hs_rowset_memory(x->distinct) : 0);
   }
   return t;
@@ -409,6 +442,9 @@ static int reserve_groups(fsh_hash_agg *a, int64_t n, fsh_error *err) {
     }
     if (x->op == OP_SUM_F64 || (minmax && x->num == N_F64)) {
       c = a->cap; FSH_RETURN_NOT_OK(hs_grow((void **)&x->f64, &c, cap, 8, err));
+    }
+    if (x->op == OP_SUM_D128 || (minmax && x->num == N_D128)) {
+      c = a->cap; FSH_RETURN_NOT_OK(hs_grow((void **)&x->d128, &c, cap, 16, err));
     }
     if (minmax && x->num == N_BIN) {
       c = a->cap; FSH_RETURN_NOT_OK(hs_grow((void **)&x->boff, &c, cap, 8, err));
@@ -534,9 +570,21 @@ static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fs
         x->cnt[g]++;
         break;
       case OP_SUM_F64:
-        x->f64[g] += read_f64(t, p, abs);
+        x->f64[g] += t == FSH_TYPE_DECIMAL128 ? dec_to_double(p, abs, f->scale)
+                                              : read_f64(t, p, abs);
         x->cnt[g]++;
         break;
+      case OP_SUM_D128: {
+        __int128 acc_v, v;
+        memcpy(&acc_v, x->d128 + 16 * g, 16);
+        memcpy(&v, p + 16 * abs, 16);
+        if (__builtin_add_overflow(acc_v, v, &acc_v) || acc_v >= DEC38 || acc_v <= -DEC38)
+          return fsh_error_set(err, EOVERFLOW, "sum of column '%s' overflows decimal128(38)",
+                               f->name);
+        memcpy(x->d128 + 16 * g, &acc_v, 16);
+        x->cnt[g]++;
+        break;
+      }
       case OP_MIN: case OP_MAX: {
         bool mn = x->op == OP_MIN, first = x->cnt[g] == 0;
         if (x->num == N_I64) {
@@ -545,6 +593,11 @@ static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fs
         } else if (x->num == N_U64) {
           uint64_t v = read_u64(t, p, abs);
           if (first || (mn ? v < x->u64[g] : v > x->u64[g])) x->u64[g] = v;
+        } else if (x->num == N_D128) {
+          __int128 v, cur;
+          memcpy(&v, p + 16 * abs, 16);
+          memcpy(&cur, x->d128 + 16 * g, 16);
+          if (first || (mn ? v < cur : v > cur)) memcpy(x->d128 + 16 * g, &v, 16);
         } else if (x->num == N_F64) {
           double v = read_f64(t, p, abs);
           x->f64[g] = first ? v : mn ? fmin(x->f64[g], v) : fmax(x->f64[g], v);
@@ -691,7 +744,9 @@ static int minmax_array(const acc *x, const fsh_field *f, int64_t n, fsh_array *
   if (!tmp) return hs_oom(err);
   for (int64_t g = 0; g < n; g++) {
     uint8_t *d = tmp + g * w;
-    if (x->num == N_I64) {
+    if (x->num == N_D128) {
+      memcpy(d, x->d128 + 16 * g, 16);
+    } else if (x->num == N_I64) {
       memcpy(d, &x->i64[g], (size_t)w); /* little-endian: the low bytes */
     } else if (x->num == N_U64) {
       memcpy(d, &x->u64[g], (size_t)w);
@@ -764,6 +819,7 @@ static int acc_state(const acc *x, int64_t n, fsh_array **out, fsh_error *err) {
     case OP_SUM_I64: return fixed_array(x->i64, n, 8, x->cnt, x->null_if_empty, out, err);
     case OP_SUM_U64: return fixed_array(x->u64, n, 8, x->cnt, x->null_if_empty, out, err);
     case OP_SUM_F64: return fixed_array(x->f64, n, 8, x->cnt, x->null_if_empty, out, err);
+    case OP_SUM_D128: return fixed_array(x->d128, n, 16, x->cnt, x->null_if_empty, out, err);
     case OP_MIN: case OP_MAX: return minmax_array(x, x->state, n, out, err);
     default: return distinct_array(x, n, true, out, err);
   }

@@ -16,7 +16,9 @@
  * fsh_row_keys_compare == 0 (nulls equal nulls). The set keeps a copy of
  * each new key row (fsh_take of the new rows of a batch into a batch it
  * owns, one per call that adds ids), so inputs need not outlive the call.
- * No per-row allocation. */
+ * One key column of an integer-like type takes a fast path that keeps the
+ * value in the slot (hash_table.c). No per-row allocation. At most 2^31 - 1
+ * ids and 2^31 - 1 rows a batch (EOVERFLOW / EINVAL beyond). */
 typedef struct hs_rowset hs_rowset;
 
 /* key_schema: the key columns' fields (one reference taken); the batches

@@ -22,6 +22,9 @@ struct fsh_hash_join {
   int64_t *head;       /* key id -> first build row (-1: none) */
   int64_t *next;       /* build row -> next build row of its key */
   uint8_t *matched;    /* build row matched (bitmap), when finish needs it */
+  fsh_batch *cur;      /* the probe batch being joined (NULL: none) */
+  int64_t *cur_ids;    /* its rows' key ids */
+  int64_t cur_i, cur_r; /* where its output resumes (probe_next) */
   int64_t budget;
   bool built, finished, failed;
 };
@@ -31,8 +34,11 @@ static const char *type_name(fsh_join_type t) {
   return (unsigned)t < 6 ? n[t] : "?";
 }
 
+static void probe_end(fsh_hash_join *j);
+
 void fsh_hash_join_free(fsh_hash_join *j) {
   if (!j) return;
+  probe_end(j);
   for (int64_t i = 0; i < j->n_pending; i++) fsh_batch_unref(j->pending[i]);
   fsh_free(j->pending);
   fsh_batch_unref(j->build);
@@ -287,61 +293,140 @@ static int assemble(fsh_hash_join *j, fsh_batch *probe, const int64_t *pidx, con
   return 0;
 }
 
-static int probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_error *err) {
+/* Starts probing b: looks its keys up (ids of the build keys, -1 none). */
+static int probe_begin(fsh_hash_join *j, fsh_batch *b, fsh_error *err) {
   int64_t n = b->length;
   int64_t *ids = fsh_malloc((size_t)(n ? n : 1) * 8);
-  int64_t cap = n ? n : 1, m = 0;
+  if (!ids) return hs_oom(err);
+  int rc = hs_rowset_intern(j->keys, b, j->probe_keys, false, true, ids, err);
+  if (rc != 0) {
+    fsh_free(ids);
+    return rc;
+  }
+  j->cur = fsh_batch_ref(b);
+  j->cur_ids = ids;
+  j->cur_i = 0;
+  j->cur_r = -2;
+  return 0;
+}
+
+static void probe_end(fsh_hash_join *j) {
+  fsh_batch_unref(j->cur);
+  fsh_free(j->cur_ids);
+  j->cur = NULL;
+  j->cur_ids = NULL;
+}
+
+/* Appends the pair (i, r) to the output arrays, growing them. */
+static int emit(int64_t **pidx, int64_t **bidx, int64_t *cap, int64_t *m, int64_t i, int64_t r,
+                fsh_error *err) {
+  if (*m == *cap) {
+    int64_t c2 = *cap;
+    FSH_RETURN_NOT_OK(hs_grow((void **)pidx, &c2, *cap + 1, 8, err));
+    FSH_RETURN_NOT_OK(hs_grow((void **)bidx, cap, *cap + 1, 8, err));
+  }
+  (*pidx)[*m] = i;
+  (*bidx)[(*m)++] = r;
+  return 0;
+}
+
+/* The next at most `limit` output rows of the current probe batch (NULL
+ * when it is drained), resuming at row cur_i, build row cur_r of its chain
+ * (-2: the row has not been started). */
+static int probe_next(fsh_hash_join *j, int64_t limit, fsh_batch **out, fsh_error *err) {
+  fsh_batch *b = j->cur;
+  const int64_t *ids = j->cur_ids;
+  int64_t n = b->length, m = 0;
+  int64_t cap = limit < n + 1 ? limit : n + 1;
   int64_t *pidx = fsh_malloc((size_t)cap * 8), *bidx = fsh_malloc((size_t)cap * 8);
-  int rc = !ids || !pidx || !bidx ? hs_oom(err) : 0;
-  if (rc == 0) rc = hs_rowset_intern(j->keys, b, j->probe_keys, false, true, ids, err);
+  int rc = !pidx || !bidx ? hs_oom(err) : 0;
   bool semi = j->type == FSH_JOIN_LEFT_SEMI, anti = j->type == FSH_JOIN_LEFT_ANTI;
   bool filter = (semi || anti) && !j->build_left; /* the probe is the left */
-  for (int64_t i = 0; rc == 0 && i < n; i++) {
-    int64_t r = ids[i] >= 0 ? j->head[ids[i]] : -1;
-    if (filter) {
-      if ((r >= 0) == semi) pidx[m++] = i; /* at most one per probe row */
-      continue;
-    }
-    if (r < 0 && !j->probe_outer) continue;
-    if ((semi || anti) && fsh_bit_get(j->matched, r)) continue; /* the chain is marked */
-    for (bool first = true; rc == 0 && (r >= 0 || first); r = r >= 0 ? j->next[r] : -1) {
-      first = false;
-      if (r >= 0 && j->matched) fsh_bit_set(j->matched, r, true);
-      if (semi || anti) continue; /* the build side is the left: finish emits */
-      if (m == cap) {
-        int64_t c2 = cap;
-        rc = hs_grow((void **)&pidx, &c2, cap + 1, 8, err);
-        if (rc == 0) rc = hs_grow((void **)&bidx, &cap, cap + 1, 8, err);
-        if (rc != 0) break;
+  while (rc == 0 && j->cur_i < n && m < limit) {
+    int64_t i = j->cur_i;
+    if (j->cur_r == -2) { /* a new probe row */
+      int64_t r = ids[i] >= 0 ? j->head[ids[i]] : -1;
+      if (filter || r < 0 || semi || anti) {
+        if (filter && (r >= 0) == semi) rc = emit(&pidx, &bidx, &cap, &m, i, -1, err);
+        else if (!filter && r < 0 && j->probe_outer)
+          rc = emit(&pidx, &bidx, &cap, &m, i, j->n_build, err); /* the null row */
+        else if (!filter && r >= 0 && !fsh_bit_get(j->matched, r)) /* semi/anti, build left */
+          for (; r >= 0; r = j->next[r]) fsh_bit_set(j->matched, r, true);
+        j->cur_i += rc == 0;
+        continue;
       }
-      pidx[m] = i;
-      bidx[m++] = r >= 0 ? r : j->n_build; /* unmatched: the null row */
+      j->cur_r = r;
+    }
+    for (; rc == 0 && j->cur_r >= 0 && m < limit; j->cur_r = j->next[j->cur_r]) {
+      if (j->matched) fsh_bit_set(j->matched, j->cur_r, true);
+      rc = emit(&pidx, &bidx, &cap, &m, i, j->cur_r, err);
+    }
+    if (rc == 0 && j->cur_r < 0) {
+      j->cur_r = -2;
+      j->cur_i++;
     }
   }
-  if (rc == 0) {
-    if ((semi || anti) && j->build_left) rc = assemble(j, NULL, NULL, bidx, 0, out, err);
-    else if (filter) rc = assemble(j, b, pidx, NULL, m, out, err);
-    else rc = assemble(j, b, pidx, bidx, m, out, err);
-  }
-  fsh_free(ids);
+  if (rc == 0 && m > 0) rc = assemble(j, b, pidx, filter ? NULL : bidx, m, out, err);
   fsh_free(pidx);
   fsh_free(bidx);
   return rc;
 }
 
-int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_error *err) {
-  if (out) *out = NULL;
-  if (!j || !b || !out) return fsh_error_set(err, EINVAL, "hash join: NULL argument");
+/* Checks the state and the batch, and builds the table on the first probe. */
+static int probe_start(fsh_hash_join *j, fsh_batch *b, fsh_error *err) {
   if (j->failed || j->finished)
     return fsh_error_set(err, EINVAL, "hash join: %s",
                          j->failed ? "failed earlier" : "probe after finish");
+  if (j->cur)
+    return fsh_error_set(err, EINVAL, "hash join: the previous probe batch is not drained");
   int rc = check_batch(j->probe_schema, b, j->build_left ? "right (probe)" : "left (probe)", err);
   if (rc != 0) return fsh_error_prefix(err, rc, "hash join (%s): ", type_name(j->type));
   if (!j->built) {
     j->built = true;
     rc = finish_build(j, err);
   }
-  if (rc == 0) rc = probe(j, b, out, err);
+  if (rc == 0) rc = probe_begin(j, b, err);
+  if (rc != 0) {
+    j->failed = true;
+    return fsh_error_prefix(err, rc, "hash join (%s): ", type_name(j->type));
+  }
+  return 0;
+}
+
+int fsh_hash_join_probe_begin(fsh_hash_join *j, fsh_batch *b, fsh_error *err) {
+  if (!j || !b) return fsh_error_set(err, EINVAL, "hash join: NULL argument");
+  return probe_start(j, b, err);
+}
+
+int fsh_hash_join_probe_next(fsh_hash_join *j, int64_t max_rows, fsh_batch **out,
+                             fsh_error *err) {
+  if (out) *out = NULL;
+  if (!j || !out || max_rows < 1)
+    return fsh_error_set(err, EINVAL, "hash join: NULL argument or max_rows < 1");
+  if (j->failed) return fsh_error_set(err, EINVAL, "hash join: failed earlier");
+  if (!j->cur) return 0;
+  int rc = probe_next(j, max_rows, out, err);
+  if (rc != 0) {
+    j->failed = true;
+    return fsh_error_prefix(err, rc, "hash join (%s): ", type_name(j->type));
+  }
+  if (!*out) probe_end(j);
+  return 0;
+}
+
+int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_error *err) {
+  if (out) *out = NULL;
+  if (!j || !b || !out) return fsh_error_set(err, EINVAL, "hash join: NULL argument");
+  FSH_RETURN_NOT_OK(probe_start(j, b, err));
+  int rc = probe_next(j, INT64_MAX, out, err);
+  if (rc == 0 && !*out) { /* no row: an empty batch of the output schema */
+    int64_t none = 0;
+    bool build_only = j->build_left && j->type >= FSH_JOIN_LEFT_SEMI;
+    bool probe_only = !j->build_left && j->type >= FSH_JOIN_LEFT_SEMI;
+    rc = assemble(j, build_only ? NULL : b, build_only ? NULL : &none, probe_only ? NULL : &none,
+                  0, out, err);
+  }
+  probe_end(j);
   if (rc != 0) {
     j->failed = true;
     return fsh_error_prefix(err, rc, "hash join (%s): ", type_name(j->type));
@@ -352,9 +437,11 @@ int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out, fsh_err
 int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_error *err) {
   if (out) *out = NULL;
   if (!j || !out) return fsh_error_set(err, EINVAL, "hash join: NULL argument");
-  if (j->failed || j->finished)
+  if (j->failed || j->finished || j->cur)
     return fsh_error_set(err, EINVAL, "hash join: %s",
-                         j->failed ? "failed earlier" : "already finished");
+                         j->failed ? "failed earlier"
+                         : j->cur  ? "the last probe batch is not drained"
+                                   : "already finished");
   int rc = 0;
   if (!j->built) { /* no probe batch came */
     j->built = true;

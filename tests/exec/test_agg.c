@@ -215,7 +215,14 @@ static void run_config(uint64_t seed, const int *keys, int n_keys, td_opts o, in
     CHECK_MSG(fsh_batch_validate(part, true, &err) == 0, "%s: partial invalid: %s", what,
               err.message);
     CHECK(fsh_schema_equals(part->schema, fsh_hash_agg_input_schema(f), false, &err));
-    CHECK_OK(fsh_hash_agg_push(f, part, &err));
+    /* pushed in two slices: the final phase honours offsets (lists too) */
+    int64_t half = part->length / 2;
+    fsh_batch *s1 = SBH_OK(fsh_batch_slice(part, 0, half));
+    fsh_batch *s2 = SBH_OK(fsh_batch_slice(part, half, part->length - half));
+    CHECK_OK(fsh_hash_agg_push(f, s2, &err));
+    CHECK_OK(fsh_hash_agg_push(f, s1, &err));
+    fsh_batch_unref(s1);
+    fsh_batch_unref(s2);
     fsh_batch_unref(part);
   }
   out = NULL;
@@ -294,6 +301,19 @@ static void test_agg_errors(void) {
   CHECK(a == NULL && strstr(err.message, "'vs'") && strstr(err.message, "sum"));
   CHECK_EQ_INT(fsh_hash_agg_new(b->schema, &bad, 1, SPECS, 1, FSH_AGG_SINGLE, 0, &a, &err), EINVAL);
   CHECK(strstr(err.message, "column 99") != NULL);
+  /* A key type rows cannot be compared on (a list) is refused up front. */
+  fsh_batch *all = fsh_sample_all_types();
+  int32_t list_col = -1;
+  for (int64_t c = 0; c < all->n_columns; c++)
+    if (all->schema->fields[c].type == FSH_TYPE_LIST && list_col < 0) list_col = (int32_t)c;
+  CHECK(list_col >= 0);
+  a = (fsh_hash_agg *)1;
+  if (list_col >= 0) {
+    CHECK_EQ_INT(fsh_hash_agg_new(all->schema, &list_col, 1, SPECS, 1, FSH_AGG_SINGLE, 0, &a, &err),
+                 ENOTSUP);
+    CHECK(a == NULL && strstr(err.message, all->schema->fields[list_col].name) != NULL);
+  }
+  fsh_batch_unref(all);
   /* Overflow of an int64 sum names the column. */
   int64_t big[2] = {INT64_MAX, 5};
   sbh_cols c;
@@ -386,6 +406,180 @@ static void test_agg_nan_and_zero(void) {
   fsh_batch_unref(b);
 }
 
+/* decimal128(10, 2): sum -> decimal128(38, 2), min, max, avg, one and two
+ * phases, against a naive per-group reference; an overflowing sum. */
+static fsh_batch *dec_batch(const __int128 *v, const char *valid, const int64_t *g, int64_t n) {
+  sbh_cols c;
+  c.n = 0;
+  sbh_col(&c, "g", FSH_TYPE_INT64, false);
+  SBH_SET(&c, sbh_fixed(NULL, n, g, 8));
+  fsh_field *f = sbh_col(&c, "d", FSH_TYPE_DECIMAL128, true);
+  f->precision = 10;
+  f->scale = 2;
+  SBH_SET(&c, sbh_fixed(valid, n, v, 16));
+  return sbh_finish(&c, n);
+}
+
+static void test_agg_decimal(void) {
+  fsh_error err;
+  enum { N = 400, G = 7 };
+  __int128 v[N], sum[G] = {0}, mn[G] = {0}, mx[G] = {0};
+  int64_t g[N], cnt[G] = {0};
+  char valid[N + 1];
+  uint64_t st = 77;
+  for (int i = 0; i < N; i++) {
+    g[i] = (int64_t)(kh_rand(&st) % G);
+    v[i] = (__int128)(int64_t)(kh_rand(&st) % 2000000000) - 1000000000;
+    valid[i] = g[i] == 6 || kh_rand(&st) % 6 == 0 ? '0' : '1'; /* group 6: all null */
+    if (valid[i] == '0') continue;
+    if (!cnt[g[i]] || v[i] < mn[g[i]]) mn[g[i]] = v[i];
+    if (!cnt[g[i]] || v[i] > mx[g[i]]) mx[g[i]] = v[i];
+    sum[g[i]] += v[i];
+    cnt[g[i]]++;
+  }
+  valid[N] = 0;
+  fsh_batch *b = dec_batch(v, valid, g, N);
+  CHECK_OK(fsh_batch_validate(b, true, &err));
+  fsh_agg_spec specs[4] = {{FSH_AGG_SUM, 1, NULL}, {FSH_AGG_MIN, 1, NULL},
+                           {FSH_AGG_MAX, 1, NULL}, {FSH_AGG_AVG, 1, NULL}};
+  int32_t kc = 0;
+  for (int two = 0; two <= 1; two++) {
+    fsh_hash_agg *a = NULL, *p1 = NULL, *p2 = NULL;
+    fsh_batch *out = NULL, *q1 = NULL, *q2 = NULL;
+    if (!two) {
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_SINGLE, 0, &a, &err));
+      if (a) CHECK_OK(fsh_hash_agg_push(a, b, &err));
+    } else {
+      fsh_batch *h1 = SBH_OK(fsh_batch_slice(b, 0, 150)), *h2 = SBH_OK(fsh_batch_slice(b, 150, N - 150));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p1, &err));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p2, &err));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_FINAL, 0, &a, &err));
+      if (p1 && p2 && a) {
+        CHECK_OK(fsh_hash_agg_push(p1, h1, &err));
+        CHECK_OK(fsh_hash_agg_push(p2, h2, &err));
+        CHECK_OK(fsh_hash_agg_finish(p1, &q1, &err));
+        CHECK_OK(fsh_hash_agg_finish(p2, &q2, &err));
+        if (q1) CHECK_OK(fsh_hash_agg_push(a, q1, &err));
+        if (q2) CHECK_OK(fsh_hash_agg_push(a, q2, &err));
+      }
+      fsh_batch_unref(h1);
+      fsh_batch_unref(h2);
+    }
+    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    CHECK(out && out->length == G);
+    if (out && out->length == G) {
+      const fsh_field *sf = &out->schema->fields[1];
+      CHECK(sf->type == FSH_TYPE_DECIMAL128 && sf->precision == 38 && sf->scale == 2);
+      CHECK(out->schema->fields[2].precision == 10 && out->schema->fields[2].scale == 2);
+      CHECK_OK(fsh_batch_validate(out, true, &err));
+      for (int64_t r = 0; r < G; r++) {
+        int64_t k = td_i64(out->columns[0], r);
+        __int128 got[3];
+        for (int c = 0; c < 3; c++)
+          memcpy(&got[c], out->columns[1 + c]->buffers[1]->data + 16 * r, 16);
+        bool has = cnt[k] > 0;
+        for (int c = 1; c <= 4; c++) CHECK(td_valid(&out->schema->fields[c], out->columns[c], r) == has);
+        if (!has) continue;
+        CHECK_MSG(got[0] == sum[k] && got[1] == mn[k] && got[2] == mx[k], "group %lld", (long long)k);
+        CHECK(td_close(td_f64(out->columns[4], r), (double)sum[k] / 100.0 / (double)cnt[k]));
+      }
+    }
+    fsh_batch_unref(out);
+    fsh_batch_unref(q1);
+    fsh_batch_unref(q2);
+    fsh_hash_agg_free(a);
+    fsh_hash_agg_free(p1);
+    fsh_hash_agg_free(p2);
+  }
+  fsh_batch_unref(b);
+  /* 20 values of 9 * 10^36: past 38 digits. */
+  __int128 big[20];
+  int64_t zg[20] = {0};
+  for (int i = 0; i < 20; i++) big[i] = (__int128)9000000000000000000ll * 1000000000000000000ll;
+  fsh_batch *ob = dec_batch(big, NULL, zg, 20);
+  fsh_hash_agg *a = NULL;
+  CHECK_OK(fsh_hash_agg_new(ob->schema, &kc, 1, specs, 1, FSH_AGG_SINGLE, 0, &a, &err));
+  if (a) {
+    CHECK_EQ_INT(fsh_hash_agg_push(a, ob, &err), EOVERFLOW);
+    CHECK(strstr(err.message, "'d'") && strstr(err.message, "decimal128(38)"));
+  }
+  fsh_hash_agg_free(a);
+  fsh_batch_unref(ob);
+}
+
+/* Many groups over many batches: the table doubles many times in the
+ * middle of batches, on the general path (int64 + utf8 keys) and on the
+ * one-integer-key fast path; counts and sums against arithmetic. */
+static void test_agg_many_groups(void) {
+  fsh_error err;
+  enum { NB = 16, ROWS = 5000, A = 20011, B = 7 };
+  static int64_t cnt[A * B], sum[A * B];
+  memset(cnt, 0, sizeof cnt);
+  memset(sum, 0, sizeof sum);
+  fsh_batch *batches[NB];
+  for (int bi = 0; bi < NB; bi++) {
+    int64_t ka[ROWS], v[ROWS];
+    static char kb[ROWS][8];
+    const char *kp[ROWS];
+    for (int i = 0; i < ROWS; i++) {
+      int64_t r = (int64_t)bi * ROWS + i;
+      ka[i] = (r * 7919) % A;
+      snprintf(kb[i], sizeof kb[i], "s%d", (int)(r % B));
+      kp[i] = kb[i];
+      v[i] = r % 1000;
+      cnt[ka[i] * B + r % B]++;
+      sum[ka[i] * B + r % B] += v[i];
+    }
+    sbh_cols c;
+    c.n = 0;
+    sbh_col(&c, "a", FSH_TYPE_INT64, false);
+    SBH_SET(&c, sbh_fixed(NULL, ROWS, ka, 8));
+    sbh_col(&c, "b", FSH_TYPE_STRING, false);
+    SBH_SET(&c, sbh_strings(NULL, ROWS, kp));
+    sbh_col(&c, "v", FSH_TYPE_INT64, false);
+    SBH_SET(&c, sbh_fixed(NULL, ROWS, v, 8));
+    batches[bi] = sbh_finish(&c, ROWS);
+  }
+  fsh_agg_spec specs[2] = {{FSH_AGG_COUNT_STAR, -1, NULL}, {FSH_AGG_SUM, 2, NULL}};
+  for (int fast = 0; fast <= 1; fast++) {
+    int32_t kc[2] = {0, 1};
+    fsh_hash_agg *a = NULL;
+    fsh_batch *out = NULL;
+    CHECK_OK(fsh_hash_agg_new(batches[0]->schema, kc, fast ? 1 : 2, specs, 2, FSH_AGG_SINGLE, 0,
+                              &a, &err));
+    for (int bi = 0; a && bi < NB; bi++) CHECK_OK(fsh_hash_agg_push(a, batches[bi], &err));
+    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    int64_t want_groups = 0;
+    for (int64_t k = 0; k < A; k++) {
+      int64_t any = 0;
+      for (int64_t j = 0; j < B; j++) {
+        want_groups += !fast && cnt[k * B + j] > 0;
+        any += cnt[k * B + j];
+      }
+      want_groups += fast && any > 0;
+    }
+    CHECK(out && out->length == want_groups);
+    int nk = fast ? 1 : 2;
+    int64_t bad = 0;
+    char buf[16];
+    for (int64_t g = 0; out && out->length == want_groups && g < out->length; g++) {
+      int64_t k = td_i64(out->columns[0], g), wc = 0, ws = 0;
+      for (int64_t j = 0; j < B; j++) {
+        if (!fast && j != td_num_after(td_str(&out->schema->fields[1], out->columns[1], g, buf,
+                                                 sizeof buf), 's'))
+          continue;
+        wc += cnt[k * B + j];
+        ws += sum[k * B + j];
+      }
+      bad += td_i64(out->columns[nk], g) != wc || td_i64(out->columns[nk + 1], g) != ws;
+    }
+    CHECK_EQ_INT(bad, 0);
+    fsh_batch_unref(out);
+    fsh_hash_agg_free(a);
+  }
+  for (int bi = 0; bi < NB; bi++) fsh_batch_unref(batches[bi]);
+}
+
 /* Every allocation of new, push and finish fails in turn: ENOMEM, nothing
  * leaks (ASan), and the run that succeeds is right. */
 static void test_agg_alloc_failure(void) {
@@ -431,4 +625,5 @@ static void test_agg_alloc_failure(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_agg_random), TEST(test_agg_one_key_and_nulls), TEST(test_agg_empty),
-              TEST(test_agg_errors), TEST(test_agg_nan_and_zero), TEST(test_agg_alloc_failure))
+              TEST(test_agg_errors), TEST(test_agg_nan_and_zero), TEST(test_agg_decimal),
+              TEST(test_agg_many_groups), TEST(test_agg_alloc_failure))

@@ -158,6 +158,20 @@ static void run_join(uint64_t seed, const int *keys, int n_keys, td_opts o, int 
       int64_t ng = 0;
       for (int i = 0; i < nbp; i++) {
         fsh_batch *o = NULL;
+        if (build_left) { /* in pieces of at most 5 rows */
+          CHECK_OK(fsh_hash_join_probe_begin(j, probe[i], &err));
+          int pieces = 0;
+          do {
+            o = NULL;
+            CHECK_OK(fsh_hash_join_probe_next(j, 5, &o, &err));
+            if (o) {
+              CHECK(o->length >= 1 && o->length <= 5);
+              ng = read_pairs(o, semi, L, R, got, ng, w);
+              fsh_batch_unref(o);
+            }
+          } while (o && ++pieces < 100000);
+          continue;
+        }
         CHECK_OK(fsh_hash_join_probe(j, probe[i], &o, &err));
         if (o) {
           CHECK(fsh_schema_equals(o->schema, os, true, &err));
@@ -261,6 +275,22 @@ static void test_join_errors(void) {
   rk = TD_K3;
   CHECK_OK(fsh_hash_join_new(b->schema, b->schema, &lk, &rk, 1, FSH_JOIN_INNER, false, 0, &j, &err));
   fsh_hash_join_free(j);
+  /* A probe batch must be drained before the next one and before finish. */
+  lk = rk = TD_K1;
+  CHECK_OK(fsh_hash_join_new(b->schema, b->schema, &lk, &rk, 1, FSH_JOIN_INNER, false, 0, &j, &err));
+  if (j) {
+    fsh_batch *o = NULL;
+    CHECK_OK(fsh_hash_join_build(j, b, &err));
+    CHECK_OK(fsh_hash_join_probe_begin(j, b, &err));
+    CHECK_OK(fsh_hash_join_probe_next(j, 1, &o, &err));
+    CHECK(o && o->length == 1);
+    fsh_batch_unref(o);
+    CHECK_EQ_INT(fsh_hash_join_probe(j, b, &o, &err), EINVAL);
+    CHECK(strstr(err.message, "not drained") != NULL);
+    CHECK_EQ_INT(fsh_hash_join_finish(j, &o, &err), EINVAL);
+  }
+  fsh_hash_join_free(j); /* frees the undrained batch */
+  j = NULL;
   /* Budget. */
   j = NULL;
   lk = rk = TD_K1;

@@ -116,3 +116,19 @@ def test_join_key_type_mismatch():
     with pytest.raises(fs.FlightShuffleError) as e:
         ops.join(t, t, ["k1"], ["k2"])
     assert "'k1'" in str(e.value) and "'k2'" in str(e.value)
+
+
+def test_group_by_decimal_matches_pyarrow():
+    import decimal
+    rnd = random.Random(8)
+    n = 1500
+    g = [None if rnd.random() < 0.05 else rnd.randrange(30) for _ in range(n)]
+    d = [None if rnd.random() < 0.2 else decimal.Decimal(rnd.randrange(-10**9, 10**9)).scaleb(-2)
+         for _ in range(n)]
+    t = pa.table({"g": pa.array(g, pa.int64()), "d": pa.array(d, pa.decimal128(12, 2))})
+    aggs = [("d", "sum"), ("d", "min"), ("d", "max")]
+    got = pa.table(ops.group_by(t, ["g"], aggs))
+    want = t.group_by(["g"]).aggregate(aggs)
+    assert got.schema.field("d_sum").type == want.schema.field("d_sum").type  # decimal128(38, 2)
+    names = ["g", "d_sum", "d_min", "d_max"]
+    assert _rows(got, names) == _rows(want, names)
