@@ -179,6 +179,14 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    one result, a status byte 0 (running) or 1 (done) followed, when
  *    done, by the task's answer; a failed task's error is the action's
  *    error; a finished task is answered once, then forgotten;
+ *    "task": the same tasks in an envelope that carries an opaque tag for
+ *    the scheduler: body "FSTE", u8 version 1, 3 zero bytes, u32 kind
+ *    length K (1 .. 64), u32 tag length T (0 .. 4096), the kind
+ *    ("map-synthetic" or "reduce-verify"), the tag, then the kind's body.
+ *    Answers the task id like the kind's own action. When such a task
+ *    ends, the worker calls on_task_done (options) on the task's thread;
+ *    if that says the outcome was delivered, the task is forgotten (a
+ *    later "task-wait" of it is NOT_FOUND), else it waits for "task-wait";
  *    "stats": one result, a line of text
  *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N"
  *    (the store's fsh_shuffle_store_stats). A malformed body is
@@ -225,6 +233,13 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           i64 map_id, i32 attempt, i32 n_partitions, then n_partitions
  *           x (i64 rows, i64 bytes, u64 checksum). */
 typedef struct fsh_shuffle_worker fsh_shuffle_worker;
+/* Called on a task's own thread when a "task" action's task ends: its tag,
+ * rc (0 or the task's error code), error (its message when rc != 0) and
+ * answer (when rc == 0). True when the outcome reached whoever waits for
+ * it (the task is then forgotten). May block on the network. */
+typedef bool (*fsh_worker_task_done_fn)(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
+                                        const char *error, const uint8_t *answer,
+                                        int64_t answer_size);
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
   const char *const *spill_dirs;
@@ -234,6 +249,8 @@ typedef struct fsh_shuffle_worker_options {
   int n_threads;          /* server pool; 0 = 4 */
   const char *fs_dir;     /* the shared directory of fs-backend tasks;
                              NULL: this worker runs no fs task */
+  fsh_worker_task_done_fn on_task_done; /* NULL: "task" tasks wait for task-wait */
+  void *on_task_done_ctx;
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,

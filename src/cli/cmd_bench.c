@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include <flightshuffle/flight.h>
+#include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
 #include <flightshuffle/workloads.h>
 
@@ -58,6 +59,8 @@
 
 typedef struct bench_opts {
   int workers, maps, reduces, runs, slots;
+  double fail_worker; /* < 0: none */
+  bool incremental;
   int64_t bytes, memory_limit; /* memory_limit < 0: not given */
   fsh_task_backend backend;
   fsh_compression compression;
@@ -71,10 +74,14 @@ static int bench_usage(void) {
           "usage: flightshuffle bench shuffle --workers N --maps M --reduces R --bytes S\n"
           "         --backend flight|memory|fs [--compression none|lz4|zstd]\n"
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
-          "         [--batch-rows N] [--seed X]\n"
+          "         [--batch-rows N] [--seed X] [--incremental on|off] [--fail-worker F]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
-          "  in flight per worker (default 2); the memory backend runs N threads.\n");
+          "  in flight per worker (default 2); the memory backend runs N threads.\n"
+          "  fs / flight run as a job of an in-process driver (sched.h);\n"
+          "  --fail-worker F kills one worker (SIGKILL) once a fraction F of the map\n"
+          "  tasks is done (the run must still verify); --incremental: reduces\n"
+          "  start with the first map output (off: after the map stage; default).\n");
   return 2;
 }
 
@@ -90,7 +97,8 @@ static bool parse_int(const char *s, long long lo, long long hi, long long *out)
 
 /* 0, or 2 after a message. */
 static int parse_opts(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42};
+  *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42,
+                    .fail_worker = -1};
   bool have_backend = false;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -145,6 +153,15 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         return cli_fail(2, "bench shuffle: --compression: %s", err.message);
     } else if (strcmp(a, "--spill-dir") == 0) {
       o->spill_dir = v;
+    } else if (strcmp(a, "--incremental") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+        return cli_fail(2, "bench shuffle: --incremental '%s': expected on or off", v);
+      o->incremental = strcmp(v, "on") == 0;
+    } else if (strcmp(a, "--fail-worker") == 0) {
+      char *end = NULL;
+      o->fail_worker = strtod(v, &end);
+      if (!end || *end || !(o->fail_worker >= 0 && o->fail_worker <= 1))
+        return cli_fail(2, "bench shuffle: --fail-worker '%s': expected a fraction 0..1", v);
     } else {
       cli_fail(2, "bench shuffle: unknown option %s", a);
       return bench_usage();
@@ -154,6 +171,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     cli_fail(2, "bench shuffle: --workers, --maps, --reduces, --bytes and --backend are required");
     return bench_usage();
   }
+  if (o->backend == FSH_TASK_BACKEND_MEMORY && (o->fail_worker >= 0 || o->incremental))
+    return cli_fail(2, "bench shuffle: --fail-worker and --incremental need workers (fs, flight)");
+  if (o->fail_worker >= 0 && o->workers < 2)
+    return cli_fail(2, "bench shuffle: --fail-worker needs at least 2 workers");
+  if (o->incremental)
+    return cli_fail(2, "bench shuffle: --incremental on: not implemented yet (reduces start "
+                    "after the map stage)");
   return 0;
 }
 
@@ -198,6 +222,8 @@ typedef struct cluster {
   worker_proc w[BENCH_MAX_WORKERS];
   char tmp[4096]; /* the per-invocation temp directory ("" if none) */
   char fs_dir[4200];
+  fsh_sched_driver *driver; /* in-process; the workers join it */
+  int killed;               /* the worker --fail-worker killed, or -1 */
 } cluster;
 static cluster *g_cluster; /* for stopped() */
 
@@ -232,7 +258,7 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   snprintf(limit, sizeof limit, "%" PRId64, o->memory_limit >= 0 ? o->memory_limit
                                                                  : (int64_t)1 << 50);
   snprintf(threads, sizeof threads, "%d", o->slots + 4);
-  char *args[16];
+  char *args[20];
   int k = 0;
   args[k++] = (char *)"flightshuffle";
   args[k++] = (char *)"worker";
@@ -248,6 +274,8 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
     args[k++] = (char *)"--fs-dir";
     args[k++] = c->fs_dir;
   }
+  args[k++] = (char *)"--driver";
+  args[k++] = (char *)fsh_sched_driver_uri(c->driver);
   args[k] = NULL;
   cli_child_options co = {.who = "bench shuffle", .stderr_log = w->log, .timeout_s = 30,
                           .interrupted = interrupted};
@@ -272,6 +300,7 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
 /* After cli_children_stop reaped worker i; arg: bool show_logs. */
 static void stopped(const cli_child *w, int i, void *arg) {
   bool show_logs = *(const bool *)arg;
+  if (i == g_cluster->killed) return; /* --fail-worker's victim */
   if (w->killed)
     fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d did not stop in time: "
             "killed\n", (int)w->pid);
@@ -297,9 +326,29 @@ static void cluster_stop(cluster *c, bool show_logs) {
   for (int i = 0; i < c->n; i++) c->proc[i].pid = 0;
   g_n_pids = 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  fsh_sched_driver_stop(c->driver, 2000);
+  c->driver = NULL;
   if (c->tmp[0]) rm_rf(c->tmp);
   c->tmp[0] = '\0';
   c->n = 0;
+}
+
+/* Waits until the driver knows every worker (alive); 0 or an error printed. */
+static int await_registration(cluster *c) {
+  for (int waited = 0;; waited += 20) {
+    fsh_sched_worker_list l;
+    fsh_error err;
+    if (fsh_sched_driver_workers(c->driver, &l, &err) != 0)
+      return cli_fail(1, "bench shuffle: driver: %s", err.message);
+    int64_t alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive >= c->n) return 0;
+    if (g_interrupted) return 130;
+    if (waited > 15000)
+      return cli_fail(1, "bench shuffle: only %lld of %d workers registered with the driver in "
+                      "15 s", (long long)alive, c->n);
+    usleep(20000);
+  }
 }
 
 /* ---- one shuffle ------------------------------------------------------- */
@@ -578,7 +627,9 @@ static double file_write(const char *dir, int64_t bytes) {
 
 typedef struct run_stats {
   double total, map, reduce, gbps, socket_gbps, file_gbps;
+  double first_fetch_ms, idle_gap_ms; /* first map output -> first reduce; gap between phases */
   int64_t spilled, table_bytes, rows;
+  int32_t recomputed, retried;
   bool verified;
 } run_stats;
 
@@ -604,6 +655,7 @@ static void summarize(const run_stats *s, int n, size_t off, double out[3]) {
 static int64_t cluster_spilled(cluster *c) {
   int64_t total = 0;
   for (int i = 0; i < c->n; i++) {
+    if (i == c->killed) continue;
     fsh_flight_action a = {.type = (char *)"stats"};
     fsh_flight_result_list res = {0};
     fsh_error err;
@@ -644,6 +696,111 @@ static int release_shuffle(run_ctx *r) {
   return 0;
 }
 
+/* One run on the cluster, as a job of the driver: submit, wait (killing a
+ * worker once --fail-worker's fraction of the maps is done), verify from
+ * the job's summary (per partition: the maps' rows and row checksums ==
+ * the reduce's; in all: the rows generated), print. 0, 1 or 130. */
+static int one_run_driver(run_ctx *r, int run, run_stats *st) {
+  const bench_opts *o = r->o;
+  cluster *c = r->c;
+  fsh_error err;
+  int64_t rows = r->total_batches * r->batch_rows;
+  fsh_sched_shuffle_job sj = {.name = "bench shuffle", .maps = o->maps, .reduces = o->reduces,
+                              .rows = rows, .batch_rows = r->batch_rows, .seed = o->seed,
+                              .compression = o->compression, .backend = o->backend,
+                              .slots_per_worker = o->slots};
+  fsh_buffer *plan = NULL;
+  uint64_t job = 0;
+  double t0 = now_sec();
+  if (fsh_sched_shuffle_job_plan(&sj, &plan, &err) != 0 ||
+      fsh_sched_driver_submit(c->driver, plan->data, plan->size, &job, &err) != 0) {
+    fsh_buffer_unref(plan);
+    return cli_fail(1, "bench shuffle: %s", err.message);
+  }
+  fsh_buffer_unref(plan);
+  int fail_at = o->fail_worker >= 0 ? (int)(o->fail_worker * o->maps + 0.5) : -1;
+  for (;;) {
+    if (g_interrupted) return cli_fail(130, "bench shuffle: interrupted");
+    int rc = fsh_sched_driver_wait_job(c->driver, job, fail_at >= 0 && c->killed < 0 ? 5 : 500,
+                                       &err);
+    if (rc == 0) break;
+    if (rc != ETIMEDOUT) return cli_fail(1, "bench shuffle: %s", err.message);
+    if (fail_at < 0 || c->killed >= 0) continue;
+    fsh_sched_job_status js;
+    if (fsh_sched_driver_job_status(c->driver, job, false, &js, &err) != 0)
+      return cli_fail(1, "bench shuffle: %s", err.message);
+    bool now = js.n_stages > 0 && js.stages[0].tasks_done >= fail_at;
+    fsh_sched_job_status_reset(&js);
+    if (now) {
+      int victim = c->n - 1;
+      printf("  killing worker %d (pid %d %s) with SIGKILL: %d of %d map tasks done\n", victim,
+             (int)c->proc[victim].pid, c->proc[victim].uri, fail_at, o->maps);
+      fflush(stdout);
+      kill(c->proc[victim].pid, SIGKILL);
+      c->killed = victim;
+    }
+  }
+  st->total = now_sec() - t0;
+  fsh_sched_job_status js;
+  if (fsh_sched_driver_job_status(c->driver, job, true, &js, &err) != 0)
+    return cli_fail(1, "bench shuffle: %s", err.message);
+  int status = 0;
+  if (js.state != FSH_SCHED_JOB_SUCCEEDED) {
+    fsh_sched_job_status_print(&js, stderr);
+    status = cli_fail(1, "bench shuffle: job %" PRIu64 " failed: %s", job,
+                      js.error ? js.error : "?");
+    fsh_sched_job_status_reset(&js);
+    return status;
+  }
+  /* verification, independently of the job's own verdict */
+  st->verified = js.n_partitions == o->reduces && js.input_rows == rows;
+  int64_t map_rows = 0, reduce_rows = 0;
+  for (int32_t p = 0; p < js.n_partitions; p++) {
+    const fsh_sched_partition_check *pc = &js.partitions[p];
+    map_rows += pc->map_rows;
+    reduce_rows += pc->reduce_rows;
+    if (pc->map_rows != pc->reduce_rows || pc->map_checksum != pc->reduce_checksum) {
+      if (st->verified)
+        fprintf(stderr, "flightshuffle: bench shuffle: partition %d: maps wrote %" PRId64
+                " rows (checksum %016" PRIx64 "), the reduce read %" PRId64 " (%016" PRIx64
+                ")\n", p, pc->map_rows, pc->map_checksum, pc->reduce_rows, pc->reduce_checksum);
+      st->verified = false;
+    }
+  }
+  if (map_rows != rows || reduce_rows != rows) st->verified = false;
+  if (st->verified != js.verified) st->verified = false;
+  st->rows = js.input_rows;
+  st->table_bytes = js.input_bytes;
+  st->map = js.n_stages > 0 ? js.stages[0].seconds : 0;
+  st->reduce = js.n_stages > 1 ? js.stages[1].seconds : 0;
+  st->first_fetch_ms = (js.first_reduce_start_s - js.first_map_output_s) * 1e3;
+  st->idle_gap_ms = (js.first_reduce_start_s - js.last_map_output_s) * 1e3;
+  if (st->idle_gap_ms < 0) st->idle_gap_ms = 0;
+  st->recomputed = js.n_recomputed;
+  st->retried = js.n_retried;
+  st->gbps = (double)st->table_bytes / st->total / 1e9;
+  st->spilled = o->backend == FSH_TASK_BACKEND_FLIGHT ? cluster_spilled(c) : 0;
+  printf("run %d: total %.3f s (map %.3f s, reduce %.3f s; task time map %.3f s, reduce %.3f "
+         "s) %.3f GB/s; socket copy %.3f GB/s (%.2fx)", run + 1, st->total, st->map, st->reduce,
+         js.n_stages > 0 ? js.stages[0].task_seconds : 0,
+         js.n_stages > 1 ? js.stages[1].task_seconds : 0, st->gbps, st->socket_gbps,
+         st->gbps / st->socket_gbps);
+  if (st->file_gbps > 0) printf("; file write %.3f GB/s", st->file_gbps);
+  printf("; spilled %" PRId64 " B; verified %s\n", st->spilled, st->verified ? "yes" : "no");
+  printf("  first map output -> first reduce start %.1f ms; idle gap between the phases %.1f "
+         "ms; tasks retried %d, recomputed %d\n", st->first_fetch_ms, st->idle_gap_ms,
+         js.n_retried, js.n_recomputed);
+  for (int32_t i = 0; i < js.n_recomputed; i++)
+    printf("  recomputed: stage %u task %d (attempt %d): %s\n", js.recomputed[i].stage_id,
+           js.recomputed[i].task, js.recomputed[i].attempt, js.recomputed[i].reason);
+  for (int32_t i = 0; i < js.n_retried; i++)
+    printf("  retried: stage %u task %d (attempt %d): %s\n", js.retried[i].stage_id,
+           js.retried[i].task, js.retried[i].attempt, js.retried[i].reason);
+  fflush(stdout);
+  fsh_sched_job_status_reset(&js);
+  return 0;
+}
+
 /* One run: maps, reduces, verification, stats, release. 0, 1 or 130. */
 static int one_run(run_ctx *r, int run, run_stats *st) {
   const bench_opts *o = r->o;
@@ -651,6 +808,7 @@ static int one_run(run_ctx *r, int run, run_stats *st) {
   memset(st, 0, sizeof *st);
   st->socket_gbps = socket_copy(o->bytes);
   if (r->c && r->c->tmp[0]) st->file_gbps = file_write(r->c->tmp, o->bytes);
+  if (!r->mem) return one_run_driver(r, run, st);
   r->shuffle_id = BENCH_SHUFFLE_BASE + (uint64_t)run;
   r->maps = calloc((size_t)M, sizeof *r->maps);
   r->reduces = calloc((size_t)R, sizeof *r->reduces);
@@ -760,6 +918,7 @@ int cmd_bench(int argc, char **argv) {
 
   static cluster c;
   memset(&c, 0, sizeof c);
+  c.killed = -1;
   r.c = &c;
   g_cluster = &c;
   g_procs = c.proc;
@@ -777,10 +936,17 @@ int cmd_bench(int argc, char **argv) {
       goto out;
     }
     snprintf(c.fs_dir, sizeof c.fs_dir, "%s/fs", c.tmp);
+    fsh_sched_driver_options dopt = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 1500,
+                                     .n_threads = 4};
+    if (fsh_sched_driver_start(&dopt, &c.driver, &err) != 0) {
+      status = cli_fail(1, "bench shuffle: driver: %s", err.message);
+      goto out;
+    }
     for (int i = 0; i < o.workers && status == 0; i++) {
       status = start_worker(&c, i, &o);
       c.n = i + 1;
     }
+    if (status == 0) status = await_registration(&c);
     if (status != 0) goto out;
   }
   char limit[48] = "none";
@@ -809,7 +975,11 @@ int cmd_bench(int argc, char **argv) {
     if (st[i].spilled > spilled) spilled = st[i].spilled;
   }
   if (status == 0) {
-    double tot[3], map[3], red[3], gb[3], sock[3], file[3];
+    double tot[3], map[3], red[3], gb[3], sock[3], file[3], ff[3], gap[3];
+    summarize(st, o.runs, offsetof(run_stats, first_fetch_ms), ff);
+    summarize(st, o.runs, offsetof(run_stats, idle_gap_ms), gap);
+    int recomputed = 0;
+    for (int i = 0; i < o.runs; i++) recomputed += st[i].recomputed;
     summarize(st, o.runs, offsetof(run_stats, total), tot);
     summarize(st, o.runs, offsetof(run_stats, map), map);
     summarize(st, o.runs, offsetof(run_stats, reduce), red);
@@ -827,11 +997,13 @@ int cmd_bench(int argc, char **argv) {
     printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
            "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
-           "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f\n",
+           "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
+           "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
+           "idle_gap_ms_median=%.1f\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
            fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
-           file[1]);
+           file[1], o.incremental ? "on" : "off", o.fail_worker, recomputed, ff[1], gap[1]);
     if (!verified) status = 1;
   }
   free(st);
