@@ -98,11 +98,11 @@ static void reference(const fsh_sched_shuffle_job *j, int64_t *rows, uint64_t *s
 }
 
 /* The job's partitions equal the reference. */
-static void check_against_reference(const fsh_sched_job_status *s) {
+static void check_job(const fsh_sched_shuffle_job *j, const fsh_sched_job_status *s) {
   int64_t rows[16];
   uint64_t sums[16];
-  reference(&JOB, rows, sums);
-  CHECK_EQ_INT(s->n_partitions, JOB.reduces);
+  reference(j, rows, sums);
+  CHECK_EQ_INT(s->n_partitions, j->reduces);
   int64_t total = 0;
   for (int32_t p = 0; p < s->n_partitions && p < 16; p++) {
     CHECK_EQ_INT(s->partitions[p].reduce_rows, rows[p]);
@@ -110,9 +110,11 @@ static void check_against_reference(const fsh_sched_job_status *s) {
     CHECK(s->partitions[p].map_checksum == sums[p]);
     total += s->partitions[p].reduce_rows;
   }
-  CHECK_EQ_INT(total, JOB.rows);
+  CHECK_EQ_INT(total, j->rows);
   CHECK(s->verified);
 }
+
+static void check_against_reference(const fsh_sched_job_status *s) { check_job(&JOB, s); }
 
 static uint64_t submit(cluster *c, const fsh_sched_shuffle_job *j) {
   fsh_error err;
@@ -161,6 +163,9 @@ static void lost_worker_recomputes_its_maps(void) {
    * holds an output and the maps are all done or running. */
   fsh_sched_shuffle_job j = JOB;
   j.slots_per_worker = 1;
+  j.maps = 24;
+  j.rows = 24 * 20000;
+  j.batch_rows = 5000;
   start_workers(&c);
   uint64_t id = submit(&c, &j);
   const char *victim = NULL;
@@ -173,11 +178,22 @@ static void lost_worker_recomputes_its_maps(void) {
     fsh_sched_job_status_reset(&s);
     if (over) break;
     if (some) {
-      victim = fsh_shuffle_worker_uri(c.w[0]);
+      /* the worker holding most map outputs (and, 10 ms later, surely
+       * known to the driver as their holder) */
+      int best = 0;
+      int64_t most = -1;
+      for (int i = 0; i < N_WORKERS; i++) {
+        fsh_shuffle_store_stats st;
+        fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[i]), &st);
+        if (st.map_outputs > most) most = st.map_outputs, best = i;
+      }
+      sleep_ms(10);
+      victim = fsh_shuffle_worker_uri(c.w[best]);
       CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
-      /* what the victim held at that moment: its store */
+      /* what the victim held at that moment (and maybe one more finishing
+       * right then, which counts as retried): its store */
       fsh_shuffle_store_stats st;
-      fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[0]), &st);
+      fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[best]), &st);
       victim_outputs = (int)st.map_outputs;
     }
     if (!victim) sleep_ms(2);
@@ -187,7 +203,7 @@ static void lost_worker_recomputes_its_maps(void) {
   fsh_sched_job_status s;
   CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
   CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
-  check_against_reference(&s);
+  check_job(&j, &s);
   /* every recomputed task is a map whose output was on the victim; as
    * many as it held when declared dead (a map finishing on it right then
    * may be counted as retried instead) */
