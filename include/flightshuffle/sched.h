@@ -192,6 +192,7 @@ typedef struct fsh_sched_job_status {
   fsh_sched_stage_status *stages;
   double seconds;
   int64_t bytes_written, bytes_fetched, input_rows, input_bytes;
+  int64_t bytes_spilled; /* the workers' spill files ("stats") when the shuffles were released */
   int32_t n_retried, n_recomputed, n_ignored;
   fsh_sched_task_event *retried, *recomputed, *ignored;
   bool verified;
@@ -206,8 +207,9 @@ void fsh_sched_job_status_reset(fsh_sched_job_status *s);
 FSH_NODISCARD int fsh_sched_driver_job_status(fsh_sched_driver *d, uint64_t job_id,
                                               bool with_partitions, fsh_sched_job_status *out,
                                               fsh_error *err);
-/* Waits until the job is no longer running or timeout_ms passed (ETIMEDOUT);
- * 0 when it ended (succeeded or failed: see its status). */
+/* Waits until the job is no longer running and its shuffles are released,
+ * or timeout_ms passed (ETIMEDOUT); 0 when it ended (succeeded or failed:
+ * see its status). */
 FSH_NODISCARD int fsh_sched_driver_wait_job(fsh_sched_driver *d, uint64_t job_id,
                                             int64_t timeout_ms, fsh_error *err);
 /* Declares a worker dead now, as if its heartbeat had timed out (tests, and

@@ -740,10 +740,11 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
       c->killed = victim;
     }
   }
-  st->total = now_sec() - t0;
+  double waited = now_sec() - t0;
   fsh_sched_job_status js;
   if (fsh_sched_driver_job_status(c->driver, job, true, &js, &err) != 0)
     return cli_fail(1, "bench shuffle: %s", err.message);
+  st->total = js.seconds > 0 && js.seconds <= waited ? js.seconds : waited; /* submit .. end */
   int status = 0;
   if (js.state != FSH_SCHED_JOB_SUCCEEDED) {
     fsh_sched_job_status_print(&js, stderr);
@@ -779,7 +780,7 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   st->recomputed = js.n_recomputed;
   st->retried = js.n_retried;
   st->gbps = (double)st->table_bytes / st->total / 1e9;
-  st->spilled = o->backend == FSH_TASK_BACKEND_FLIGHT ? cluster_spilled(c) : 0;
+  st->spilled = js.bytes_spilled;
   printf("run %d: total %.3f s (map %.3f s, reduce %.3f s; task time map %.3f s, reduce %.3f "
          "s) %.3f GB/s; socket copy %.3f GB/s (%.2fx)", run + 1, st->total, st->map, st->reduce,
          js.n_stages > 0 ? js.stages[0].task_seconds : 0,

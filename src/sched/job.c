@@ -83,7 +83,8 @@ struct sched_job {
   char **locs; /* the map outputs' locations (worker URIs), interned */
   event_list retried, recomputed, ignored;
   int64_t start_ms, end_ms, first_map_ms, last_map_ms, first_reduce_ms;
-  bool cleaned; /* shuffles released after the end */
+  int64_t bytes_spilled;
+  int releasing; /* shuffles being released by the scheduler */ /* shuffles released after the end */
   sched_job *next;
 };
 
@@ -924,9 +925,30 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
   fsh_flight_result_list_reset(&res);
 }
 
-/* Releases the shuffles no stage needs any more, on every alive worker. */
+/* spilled_bytes of a worker's "stats" (0 if it does not answer). */
+static int64_t worker_spilled(fsh_sched_driver *d, const char *uri) {
+  fsh_error err = {{0}};
+  fsh_flight_client *c = client_of(d, uri, &err);
+  fsh_flight_action a = {.type = (char *)"stats"};
+  fsh_flight_result_list res = {0};
+  int64_t v = 0;
+  if (c && fsh_flight_do_action(c, &a, &res, &err) == 0 && res.n == 1) {
+    char line[256];
+    int64_t len = res.items[0].size < 255 ? res.items[0].size : 255;
+    memcpy(line, res.items[0].data, (size_t)len);
+    line[len] = '\0';
+    const char *p = strstr(line, "spilled_bytes=");
+    if (p) v = strtoll(p + strlen("spilled_bytes="), NULL, 10);
+  }
+  fsh_flight_result_list_reset(&res);
+  return v;
+}
+
+/* Releases the shuffles no stage needs any more, on every alive worker
+ * (first adding up the workers' spilled bytes into the job's). mu held on
+ * entry and exit, released meanwhile. */
 static void release_round(fsh_sched_driver *d) {
-  uint64_t ids[JOB_MAX_STAGES * 4];
+  uint64_t ids[JOB_MAX_STAGES * 4], jobs[JOB_MAX_STAGES * 4];
   int n = 0;
   for (sched_job *j = d->jobs; j && n < (int)(sizeof ids / sizeof *ids) - JOB_MAX_STAGES;
        j = j->next)
@@ -936,6 +958,8 @@ static void release_round(fsh_sched_driver *d) {
       if (j->state == FSH_SCHED_JOB_RUNNING && !(st->consumed && consumers_complete(j, s)))
         continue;
       st->released = true;
+      j->releasing++;
+      jobs[n] = j->id;
       ids[n++] = st->shuffle_id;
     }
   if (!n) return;
@@ -948,6 +972,12 @@ static void release_round(fsh_sched_driver *d) {
   for (int i = 0; i < n; i++) {
     char body[24];
     int len = snprintf(body, sizeof body, "%" PRIu64, ids[i]);
+    int64_t spilled = 0;
+    for (int64_t w = 0; w < nw; w++) spilled += worker_spilled(d, uris[w]);
+    pthread_mutex_lock(&d->mu);
+    sched_job *j = find_job(d, jobs[i]);
+    if (j) j->bytes_spilled += spilled;
+    pthread_mutex_unlock(&d->mu);
     for (int64_t w = 0; w < nw; w++) {
       fsh_error err = {{0}};
       fsh_flight_client *c = client_of(d, uris[w], &err);
@@ -962,6 +992,19 @@ static void release_round(fsh_sched_driver *d) {
   for (int64_t w = 0; w < nw; w++) fsh_free(uris[w]);
   fsh_free(uris);
   pthread_mutex_lock(&d->mu);
+  for (int i = 0; i < n; i++) {
+    sched_job *j = find_job(d, jobs[i]);
+    if (j) j->releasing--;
+  }
+  pthread_cond_broadcast(&d->job_cv);
+}
+
+/* Over, and its shuffles released. mu held. */
+static bool job_settled(const sched_job *j) {
+  if (j->state == FSH_SCHED_JOB_RUNNING || j->releasing) return false;
+  for (int s = 0; s < j->n_stages; s++)
+    if (j->stages[s].kind == KIND_MAP && !j->stages[s].released) return false;
+  return true;
 }
 
 void *fsh_sched_scheduler_main(void *arg) {
@@ -1082,6 +1125,7 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
       if (s.partitions && s.n_partitions == st->n_tasks) s.partitions[p] = c;
     }
   }
+  s.bytes_spilled = j->bytes_spilled;
   s.first_map_output_s = since(j, j->first_map_ms);
   s.last_map_output_s = since(j, j->last_map_ms);
   s.first_reduce_start_s = since(j, j->first_reduce_ms);
@@ -1118,7 +1162,7 @@ int fsh_sched_driver_wait_job(fsh_sched_driver *d, uint64_t job_id, int64_t time
       rc = fsh_error_set(err, ENOENT, "driver %s: no job %" PRIu64, d->uri, job_id);
       break;
     }
-    if (j->state != FSH_SCHED_JOB_RUNNING) break;
+    if (job_settled(j)) break;
     int64_t left = end - fsh_sched_now_ms();
     if (left <= 0 || d->stop) {
       rc = fsh_error_set(err, ETIMEDOUT, "driver %s: job %" PRIu64 " still running after %"
@@ -1231,6 +1275,7 @@ int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
     r.last_map_output_s = s.last_map_output_s;
     r.input_rows = s.input_rows;
     r.input_bytes = s.input_bytes;
+    r.bytes_spilled = s.bytes_spilled;
     rc = fsh_sched_push_message(out, &r.base, "driver: job-status", err);
   }
   fsh_free(st), fsh_free(stp), fsh_free(pc), fsh_free(pcp);

@@ -73,7 +73,8 @@ int fsh_sched_get_job_status(const char *driver_uri, const char *auth_token, uin
   fsh_sched_job_status s = {.job_id = m->job_id, .state = (fsh_sched_job_state)m->state,
                             .seconds = m->seconds, .bytes_written = m->bytes_written,
                             .bytes_fetched = m->bytes_fetched, .input_rows = m->input_rows,
-                            .input_bytes = m->input_bytes, .verified = m->verified,
+                            .input_bytes = m->input_bytes, .bytes_spilled = m->bytes_spilled,
+                            .verified = m->verified,
                             .first_map_output_s = m->first_map_output_s,
                             .first_reduce_start_s = m->first_reduce_start_s,
                             .last_map_output_s = m->last_map_output_s};
@@ -132,8 +133,8 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f) {
             " bytes\n", x->stage_id, x->kind, x->tasks_done, x->tasks_total, x->tasks_running,
             x->seconds, x->rows, x->bytes);
   }
-  fprintf(f, "  bytes written %" PRId64 ", fetched %" PRId64 "; input %" PRId64 " rows, %" PRId64
-          " bytes\n", s->bytes_written, s->bytes_fetched, s->input_rows, s->input_bytes);
+  fprintf(f, "  bytes written %" PRId64 ", fetched %" PRId64 ", spilled %" PRId64 "; input %" PRId64 " rows, %" PRId64
+          " bytes\n", s->bytes_written, s->bytes_fetched, s->bytes_spilled, s->input_rows, s->input_bytes);
   if (s->state == FSH_SCHED_JOB_SUCCEEDED)
     fprintf(f, "  verified %s\n", s->verified ? "yes" : "no");
   print_events(f, "retried", s->retried, s->n_retried);
