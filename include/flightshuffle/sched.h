@@ -236,8 +236,11 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f);
 typedef struct fsh_sched_notifier fsh_sched_notifier;
 FSH_NODISCARD int fsh_sched_notifier_new(const char *driver_uri, const char *auth_token,
                                          fsh_sched_notifier **out, fsh_error *err);
-/* The worker's URI, for the messages (copied; call once known). */
-void fsh_sched_notifier_set_worker(fsh_sched_notifier *n, const char *worker_uri);
+/* The worker's URI, for the messages (copied; call once known). log: two
+ * lines on stderr per task, "... job J stage S task T attempt A done,
+ * reporting" before the task-done call and "... done, reported" once the
+ * driver has it. */
+void fsh_sched_notifier_set_worker(fsh_sched_notifier *n, const char *worker_uri, bool log);
 bool fsh_sched_notify_task_done(void *notifier, const uint8_t *tag, int64_t tag_size, int rc,
                                 const char *error, const uint8_t *answer, int64_t answer_size);
 void fsh_sched_notifier_free(fsh_sched_notifier *n);

@@ -39,6 +39,8 @@ int cmd_driver(int argc, char **argv);
 int cmd_local(int argc, char **argv);
 /* `bench shuffle` (cmd_bench.c): a shuffle on a local cluster of workers. */
 int cmd_bench(int argc, char **argv);
+/* `job shuffle|status` (cmd_job.c): jobs on a running driver. */
+int cmd_job(int argc, char **argv);
 
 /* "123", "64K", "512M", "2G" (powers of 1024) -> bytes; false if malformed. */
 bool cli_parse_bytes(const char *s, int64_t *out);

@@ -96,7 +96,7 @@ int cmd_worker(int argc, char **argv) {
     fsh_sched_notifier_free(notifier);
     return cli_fail(1, "worker: %s", err.message);
   }
-  if (notifier) fsh_sched_notifier_set_worker(notifier, fsh_shuffle_worker_uri(w));
+  if (notifier) fsh_sched_notifier_set_worker(notifier, fsh_shuffle_worker_uri(w), true);
   fsh_sched_heartbeat *hb = NULL;
   if (driver) {
     fsh_sched_heartbeat_options ho = {.driver_uri = driver, .worker_uri = fsh_shuffle_worker_uri(w),

@@ -146,6 +146,7 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f) {
 
 struct fsh_sched_notifier {
   fsh_flight_client *client; /* thread-safe */
+  bool log;
   char uri[320];
   char worker[320];
 };
@@ -167,8 +168,9 @@ int fsh_sched_notifier_new(const char *driver_uri, const char *auth_token,
   return 0;
 }
 
-void fsh_sched_notifier_set_worker(fsh_sched_notifier *n, const char *worker_uri) {
+void fsh_sched_notifier_set_worker(fsh_sched_notifier *n, const char *worker_uri, bool log) {
   snprintf(n->worker, sizeof n->worker, "%s", worker_uri);
+  n->log = log;
 }
 
 bool fsh_sched_notify_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
@@ -187,10 +189,23 @@ bool fsh_sched_notify_task_done(void *ctx, const uint8_t *tag, int64_t tag_size,
   fsh_flight_action a = {.type = (char *)"task-done", .body = {buf, (int64_t)size}};
   fsh_flight_result_list res = {0};
   fsh_error err = {{0}};
+  Flightshuffle__Sched__TaskRef *ref =
+      n->log ? flightshuffle__sched__task_ref__unpack(&fsh_sched_pb_allocator, (size_t)tag_size,
+                                                      tag)
+             : NULL;
+  if (ref)
+    fprintf(stderr, "flightshuffle: worker %s: job %" PRIu64 " stage %u task %d attempt %d "
+            "%s, reporting\n", n->worker, ref->job_id, ref->stage_id, ref->task, ref->attempt,
+            rc == 0 ? "done" : "failed");
   bool ok = fsh_flight_do_action(n->client, &a, &res, &err) == 0;
   if (!ok)
     fprintf(stderr, "flightshuffle: worker %s: task-done to driver %s: %s (it will ask)\n",
             n->worker, n->uri, err.message);
+  if (ref && ok)
+    fprintf(stderr, "flightshuffle: worker %s: job %" PRIu64 " stage %u task %d attempt %d "
+            "%s, reported\n", n->worker, ref->job_id, ref->stage_id, ref->task, ref->attempt,
+            rc == 0 ? "done" : "failed");
+  if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, &fsh_sched_pb_allocator);
   fsh_flight_result_list_reset(&res);
   fsh_free(buf);
   return ok;

@@ -43,7 +43,7 @@ static void start_workers(cluster *c) {
                                     .on_task_done_ctx = c->n[i]};
     CHECK_OK(fsh_shuffle_worker_start(&o, &c->w[i], &err));
     if (!c->w[i]) continue;
-    fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]));
+    fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]), false);
     fsh_sched_heartbeat_options ho = {.driver_uri = fsh_sched_driver_uri(c->d),
                                       .worker_uri = fsh_shuffle_worker_uri(c->w[i]),
                                       .retry_ms = 50};
