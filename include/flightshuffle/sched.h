@@ -122,13 +122,22 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    elsewhere, the map outputs it held are marked lost and exactly the
  *    map tasks that made them re-run ("recomputed", with the reason), and
  *    the running reduces that needed them are retried;
+ *  - incremental (JobPlan.incremental): a reduce stage may start once its
+ *    map stage has a first output; its tasks have slots of their own
+ *    (slots_per_worker more per worker) and ask the driver for the map
+ *    outputs of their partition as they appear (DoAction "map-outputs",
+ *    body MapOutputsRequest{ref, since_version}: answers the outputs newer
+ *    than that version, the new version and whether all are in; ESTALE for
+ *    a superseded attempt). Off: a reduce starts when the map stage is
+ *    complete, its body naming every input;
  *  - a stage's shuffle is released on every worker once its last consumer
  *    stage is complete;
  *  - at the end, every partition is verified: the rows and row checksums
  *    the maps wrote (fsh_task_row_checksums) against what the reduce read.
  * Driver DoActions: "submit" (body JobPlan, answers SubmitReply),
  * "job-status" (body JobStatusRequest, answers JobStatus: progress while
- * running, the summary at the end), "task-done" (from workers). */
+ * running, the summary at the end), "task-done" and "map-outputs" (from
+ * workers). */
 
 typedef enum fsh_sched_job_state {
   FSH_SCHED_JOB_UNKNOWN = 0,
@@ -152,6 +161,7 @@ typedef struct fsh_sched_shuffle_job {
   fsh_task_backend backend; /* fs or flight */
   int32_t max_attempts;     /* 0 = 4 */
   int32_t slots_per_worker; /* 0 = 2 */
+  bool incremental;         /* reduces start with the first map output */
 } fsh_sched_shuffle_job;
 
 /* The packed JobPlan of j (a new buffer in *plan). */
@@ -243,6 +253,11 @@ FSH_NODISCARD int fsh_sched_notifier_new(const char *driver_uri, const char *aut
 void fsh_sched_notifier_set_worker(fsh_sched_notifier *n, const char *worker_uri, bool log);
 bool fsh_sched_notify_task_done(void *notifier, const uint8_t *tag, int64_t tag_size, int rc,
                                 const char *error, const uint8_t *answer, int64_t answer_size);
+/* fsh_shuffle_worker_options.on_more_sources (ctx: the notifier): asks the
+ * driver "map-outputs" for an incremental reduce. */
+int fsh_sched_more_sources(void *notifier, const uint8_t *tag, int64_t tag_size,
+                           uint64_t *version, fsh_reduce_task *more, bool *complete,
+                           fsh_error *err);
 void fsh_sched_notifier_free(fsh_sched_notifier *n);
 
 /* ---- the worker's heartbeat -------------------------------------------- */

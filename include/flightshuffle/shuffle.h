@@ -240,6 +240,15 @@ typedef struct fsh_shuffle_worker fsh_shuffle_worker;
 typedef bool (*fsh_worker_task_done_fn)(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
                                         const char *error, const uint8_t *answer,
                                         int64_t answer_size);
+/* Called on an incremental reduce task's thread (a "task" action whose
+ * reduce-verify body has the incremental flag) for the map outputs that
+ * are new since *version: fills *more (sources and locations, owned: the
+ * caller resets it), advances *version, and sets *complete once no more
+ * will come. Its error ends the task. May block on the network. */
+struct fsh_reduce_task;
+typedef int (*fsh_worker_more_sources_fn)(void *ctx, const uint8_t *tag, int64_t tag_size,
+                                          uint64_t *version, struct fsh_reduce_task *more,
+                                          bool *complete, fsh_error *err);
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
   const char *const *spill_dirs;
@@ -251,6 +260,8 @@ typedef struct fsh_shuffle_worker_options {
                              NULL: this worker runs no fs task */
   fsh_worker_task_done_fn on_task_done; /* NULL: "task" tasks wait for task-wait */
   void *on_task_done_ctx;
+  fsh_worker_more_sources_fn on_more_sources; /* NULL: incremental reduces are refused */
+  void *on_more_sources_ctx;
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
@@ -365,6 +376,9 @@ typedef struct fsh_reduce_task {
   int32_t partition;
   int32_t n_partitions;
   fsh_task_backend backend;
+  /* more sources come from the scheduler as map outputs appear (the
+   * worker's on_more_sources; "task" action only) until it says complete */
+  bool incremental;
   int64_t n_sources;
   fsh_reduce_source *sources; /* owned when decoded */
   int32_t n_locations;
@@ -397,7 +411,8 @@ FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_t
  *    location (L bytes) zero-padded to a multiple of 8, n_partitions x
  *    u64 row checksum, then the map output's PutResult (format above).
  *  reduce-verify body: "FSRT", u8 version 1, 3 zero bytes, u64 shuffle_id,
- *    i32 partition, i32 n_partitions, u8 backend, 3 zero bytes,
+ *    i32 partition, i32 n_partitions, u8 backend, u8 flags (bit 0:
+ *    incremental; other bits zero), 2 zero bytes,
  *    u32 n_locations, u32 n_sources, u32 0, then n_sources x (i64 map_id,
  *    i32 attempt, u32 location index, i64 rows, i64 bytes, u64 checksum)
  *    of that partition, then n_locations x (u32 length, bytes; 1 .. 4096).

@@ -175,9 +175,6 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return cli_fail(2, "bench shuffle: --fail-worker and --incremental need workers (fs, flight)");
   if (o->fail_worker >= 0 && o->workers < 2)
     return cli_fail(2, "bench shuffle: --fail-worker needs at least 2 workers");
-  if (o->incremental)
-    return cli_fail(2, "bench shuffle: --incremental on: not implemented yet (reduces start "
-                    "after the map stage)");
   return 0;
 }
 
@@ -708,7 +705,7 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   fsh_sched_shuffle_job sj = {.name = "bench shuffle", .maps = o->maps, .reduces = o->reduces,
                               .rows = rows, .batch_rows = r->batch_rows, .seed = o->seed,
                               .compression = o->compression, .backend = o->backend,
-                              .slots_per_worker = o->slots};
+                              .slots_per_worker = o->slots, .incremental = o->incremental};
   fsh_buffer *plan = NULL;
   uint64_t job = 0;
   double t0 = now_sec();

@@ -3,7 +3,7 @@
  *   flightshuffle job shuffle --driver URI --maps M --reduces R --rows N
  *       [--batch-rows B] [--seed S] [--compression none|lz4|zstd]
  *       [--slots T] [--max-attempts A] [--progress-ms P] [--timeout-s S]
- *       [--auth-token T]
+ *       [--auth-token T] [--incremental on|off]
  *     submits the synthetic shuffle as a job (DoAction "submit"), prints
  *     "job ID submitted", then every P ms (default 50) while it runs one
  *     line "progress: stage 1 d/t stage 2 d/t" (DoAction "job-status"), and
@@ -30,6 +30,7 @@ static int job_usage(void) {
           "usage: flightshuffle job shuffle --driver URI --maps M --reduces R --rows N\n"
           "           [--batch-rows B] [--seed S] [--compression none|lz4|zstd] [--slots T]\n"
           "           [--max-attempts A] [--progress-ms P] [--timeout-s S] [--auth-token T]\n"
+          "           [--incremental on|off]\n"
           "       flightshuffle job status --driver URI --job ID [--auth-token T]\n");
   return 2;
 }
@@ -91,6 +92,8 @@ int cmd_job(int argc, char **argv) {
       j.max_attempts = (int)v;
     else if (strcmp(a, "--progress-ms") == 0 && parse_ll(x, 1, 60000, &v)) progress_ms = v;
     else if (strcmp(a, "--timeout-s") == 0 && parse_ll(x, 1, 86400, &v)) timeout_s = v;
+    else if (strcmp(a, "--incremental") == 0 && (!strcmp(x, "on") || !strcmp(x, "off")))
+      j.incremental = strcmp(x, "on") == 0;
     else if (strcmp(a, "--compression") == 0) {
       if (fsh_compression_parse(x, &j.compression, &err) != 0)
         return cli_fail(2, "job: --compression: %s", err.message);
@@ -146,9 +149,11 @@ int cmd_job(int argc, char **argv) {
     printf("partition %d rows %" PRId64 " checksum %016" PRIx64 "\n", p,
            s.partitions[p].reduce_rows, s.partitions[p].reduce_checksum);
   bool ok = s.state == FSH_SCHED_JOB_SUCCEEDED && s.verified;
-  printf("result: state=%s verified=%s recomputed=%d retried=%d ignored=%d seconds=%.3f\n",
+  printf("result: state=%s verified=%s recomputed=%d retried=%d ignored=%d seconds=%.3f "
+         "first_map_output_s=%.3f first_reduce_fetch_s=%.3f last_map_output_s=%.3f\n",
          fsh_sched_job_state_name(s.state), s.verified ? "yes" : "no", s.n_recomputed,
-         s.n_retried, s.n_ignored, s.seconds);
+         s.n_retried, s.n_ignored, s.seconds, s.first_map_output_s, s.first_reduce_start_s,
+         s.last_map_output_s);
   fflush(stdout);
   fsh_sched_job_status_reset(&s);
   return ok ? 0 : 1;

@@ -90,6 +90,8 @@ int cmd_worker(int argc, char **argv) {
       return cli_fail(1, "worker: --driver: %s", err.message);
     o.on_task_done = fsh_sched_notify_task_done;
     o.on_task_done_ctx = notifier;
+    o.on_more_sources = fsh_sched_more_sources;
+    o.on_more_sources_ctx = notifier;
   }
   fsh_shuffle_worker *w = NULL;
   if (fsh_shuffle_worker_start(&o, &w, &err) != 0) {

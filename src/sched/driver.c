@@ -189,8 +189,9 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "submit") == 0) return fsh_sched_action_submit(d, a, out, err);
   if (strcmp(a->type, "task-done") == 0) return fsh_sched_action_task_done(d, a, out, err);
   if (strcmp(a->type, "job-status") == 0) return fsh_sched_action_job_status(d, a, out, err);
+  if (strcmp(a->type, "map-outputs") == 0) return fsh_sched_action_map_outputs(d, a, out, err);
   return fsh_error_set(err, ENOTSUP, "driver %s: unknown action '%s' (known: register, "
-                       "heartbeat, workers, submit, task-done, job-status)", d->uri, a->type);
+                       "heartbeat, workers, submit, task-done, job-status, map-outputs)", d->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -207,7 +208,9 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
       fsh_flight_action_type_list_push(out, "task-done", "a worker's task ended (body: "
                                        "TaskDone)") ||
       fsh_flight_action_type_list_push(out, "job-status", "a job's progress or summary (body: "
-                                       "JobStatusRequest; answers JobStatus)"))
+                                       "JobStatusRequest; answers JobStatus)") ||
+      fsh_flight_action_type_list_push(out, "map-outputs", "an incremental reduce's new inputs "
+                                       "(body: MapOutputsRequest; answers MapOutputsReply)"))
     return fsh_error_set(err, ENOMEM, "driver: out of memory");
   return 0;
 }

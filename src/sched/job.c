@@ -63,6 +63,8 @@ typedef struct jstage {
   /* KIND_MAP: the current map outputs, [task * n_parts + p] */
   int64_t *rows, *bytes;
   uint64_t *checksums, *rowsums;
+  uint64_t version;   /* KIND_MAP: outputs accepted so far */
+  uint64_t *versions; /* KIND_MAP: [task] the version of its current output */
   int64_t first_ms, last_ms; /* first start, last end */
 } jstage;
 
@@ -76,6 +78,7 @@ struct sched_job {
   fsh_sched_job_state state;
   char error[1200];
   int max_attempts, slots;
+  bool incremental;
   fsh_task_backend backend;
   int n_stages;
   jstage *stages;
@@ -139,6 +142,7 @@ static void job_free(sched_job *j) {
     fsh_free(st->bytes);
     fsh_free(st->checksums);
     fsh_free(st->rowsums);
+    fsh_free(st->versions);
   }
   fsh_free(j->stages);
   for (int32_t i = 0; i < j->n_locs; i++) fsh_free(j->locs[i]);
@@ -174,6 +178,19 @@ static driver_worker *find_worker(fsh_sched_driver *d, uint64_t id) {
   for (int64_t i = 0; i < d->n; i++)
     if (d->workers[i].id == id) return &d->workers[i];
   return NULL;
+}
+
+/* Whether the tasks of st take the reduce slots (incremental reduces). */
+static bool reduce_slot(const sched_job *j, const jstage *st) {
+  return j->incremental && st->kind == KIND_REDUCE;
+}
+
+/* An attempt placed on worker wid ended: its slot is free again. */
+static void worker_release(fsh_sched_driver *d, uint64_t wid, bool reduce) {
+  driver_worker *w = find_worker(d, wid);
+  if (!w) return;
+  int *n = reduce ? &w->running_reduce : &w->running;
+  if (*n > 0) (*n)--;
 }
 
 static int stage_index(const sched_job *j, uint32_t id) {
@@ -214,8 +231,7 @@ static void job_end(fsh_sched_driver *d, sched_job *j, fsh_sched_job_state state
     for (int32_t t = 0; t < j->stages[s].n_tasks; t++) {
       jtask *k = &j->stages[s].tasks[t];
       if (k->state != T_RUNNING) continue;
-      driver_worker *w = find_worker(d, k->worker_id);
-      if (w && w->running > 0) w->running--;
+      worker_release(d, k->worker_id, reduce_slot(j, &j->stages[s]));
       k->state = T_PENDING;
     }
   if (d->log)
@@ -295,6 +311,7 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
     jp.stages = stages;
     jp.max_attempts = sj->max_attempts;
     jp.slots_per_worker = sj->slots_per_worker;
+    jp.incremental = sj->incremental;
     jp.backend = (int32_t)sj->backend;
     size_t n = protobuf_c_message_get_packed_size(&jp.base);
     fsh_buffer *b = fsh_buffer_new((int64_t)n, false);
@@ -329,6 +346,7 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
   j->max_attempts = p->max_attempts ? p->max_attempts : JOB_DEFAULT_MAX_ATTEMPTS;
   j->slots = p->slots_per_worker ? p->slots_per_worker : JOB_DEFAULT_SLOTS;
   j->backend = (fsh_task_backend)p->backend;
+  j->incremental = p->incremental;
   j->n_stages = (int)p->n_stages;
   j->first_map_ms = j->last_map_ms = j->first_reduce_ms = -1;
   int rc = 0;
@@ -383,7 +401,8 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
       st->bytes = fsh_calloc(cells, sizeof *st->bytes);
       st->checksums = fsh_calloc(cells, sizeof *st->checksums);
       st->rowsums = fsh_calloc(cells, sizeof *st->rowsums);
-      if (!st->rows || !st->bytes || !st->checksums || !st->rowsums)
+      st->versions = fsh_calloc((size_t)st->n_tasks, sizeof *st->versions);
+      if (!st->rows || !st->bytes || !st->checksums || !st->rowsums || !st->versions)
         rc = fsh_error_set(err, ENOMEM, "stage %u: out of memory for %d x %d map output cells",
                            st->id, st->n_tasks, st->n_parts);
     } else if (strcmp(kind, "reduce-verify") == 0) {
@@ -487,8 +506,7 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
           if (k->state != T_RUNNING || !hit[p]) continue;
           event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) was on "
                      "worker %s, lost (%s)", st->id, uri, why);
-          driver_worker *w = find_worker(d, k->worker_id);
-          if (w && w->running > 0) w->running--;
+          worker_release(d, k->worker_id, reduce_slot(j, cs));
           k->state = T_PENDING;
           k->wtask = 0;
         }
@@ -498,7 +516,7 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
   }
   /* its own running count no longer matters (dead), but keep it honest */
   driver_worker *w = find_worker(d, wid);
-  if (w) w->running = 0;
+  if (w) w->running = w->running_reduce = 0;
   d->kick = true;
   pthread_cond_broadcast(&d->sched_cv);
 }
@@ -529,8 +547,7 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
                  ok ? "answer" : "failure");
     return;
   }
-  driver_worker *w = find_worker(d, k->worker_id);
-  if (w && w->running > 0) w->running--;
+  worker_release(d, k->worker_id, reduce_slot(j, st));
   int64_t now = fsh_sched_now_ms();
   fsh_error err = {{0}};
   int rc = 0;
@@ -558,6 +575,7 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
         k->nanos = r.nanos;
         k->bytes = 0;
         for (size_t p = 0; p < n; p++) k->bytes += st->bytes[at + p];
+        st->versions[t] = ++st->version;
         if (j->first_map_ms < 0) j->first_map_ms = now;
         j->last_map_ms = now;
       }
@@ -717,7 +735,9 @@ static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buff
                        fsh_error *err) {
   const jstage *in = &j->stages[st->input];
   fsh_reduce_task t = {.shuffle_id = in->shuffle_id, .partition = p, .n_partitions = in->n_parts,
-                       .backend = j->backend};
+                       .backend = j->backend, .incremental = j->incremental};
+  if (j->incremental) /* it asks for its inputs ("map-outputs") */
+    return fsh_reduce_task_encode(&t, out, err);
   t.sources = fsh_calloc((size_t)in->n_tasks, sizeof *t.sources);
   int32_t *loc_of = fsh_malloc((size_t)(j->n_locs ? j->n_locs : 1) * sizeof *loc_of);
   t.locations = fsh_calloc((size_t)(j->n_locs ? j->n_locs : 1), sizeof *t.locations);
@@ -751,7 +771,8 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
   int64_t best_bytes = -1;
   for (int64_t i = 0; i < d->n; i++) {
     driver_worker *w = &d->workers[i];
-    if (w->state != FSH_SCHED_WORKER_ALIVE || w->running >= j->slots) continue;
+    int busy = reduce_slot(j, st) ? w->running_reduce : w->running;
+    if (w->state != FSH_SCHED_WORKER_ALIVE || busy >= j->slots) continue;
     int64_t bytes = 0;
     if (st->kind == KIND_REDUCE) {
       const jstage *in = &j->stages[st->input];
@@ -759,7 +780,8 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
         if (in->tasks[m].state == T_DONE && in->tasks[m].worker_id == w->id)
           bytes += in->bytes[(size_t)m * in->n_parts + (size_t)t];
     }
-    if (!best || bytes > best_bytes || (bytes == best_bytes && w->running < best->running)) {
+    int best_busy = best ? (reduce_slot(j, st) ? best->running_reduce : best->running) : 0;
+    if (!best || bytes > best_bytes || (bytes == best_bytes && busy < best_busy)) {
       best = w;
       best_bytes = bytes;
     }
@@ -767,10 +789,13 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
   return best;
 }
 
-/* Whether a stage's tasks may start: a reduce once its map stage is done. */
+/* Whether a stage's tasks may start: a reduce once its map stage is done,
+ * or (incremental) once it has a first output. */
 static bool stage_may_start(const sched_job *j, int s) {
   const jstage *st = &j->stages[s];
-  return st->kind == KIND_MAP || j->stages[st->input].n_done == j->stages[st->input].n_tasks;
+  if (st->kind == KIND_MAP) return true;
+  const jstage *in = &j->stages[st->input];
+  return j->incremental ? in->n_done > 0 : in->n_done == in->n_tasks;
 }
 
 /* Plans the launches and polls of this round; mu held. */
@@ -825,9 +850,13 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
         k->worker_id = w->id;
         k->wtask = 0;
         k->start_ms = k->poll_ms = now;
-        w->running++;
+        if (reduce_slot(j, st)) w->running_reduce++;
+        else w->running++;
         if (st->first_ms < 0) st->first_ms = now;
-        if (st->kind == KIND_REDUCE && j->first_reduce_ms < 0) j->first_reduce_ms = now;
+        /* the first reduce fetch: at launch (its body names its inputs), or
+         * for incremental ones at the first map-outputs answer with some */
+        if (st->kind == KIND_REDUCE && !j->incremental && j->first_reduce_ms < 0)
+          j->first_reduce_ms = now;
         if (k->recompute && d->log)
           fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u task %d: recomputing "
                   "(attempt %d on %s)\n", j->id, st->id, t, attempt, w->uri);
@@ -908,7 +937,7 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
                  "sending it to %s failed: %s", x->uri, err.message);
       driver_worker *w = find_worker(d, k->worker_id);
       k->state = T_PENDING;
-      if (w && w->running > 0) w->running--;
+      worker_release(d, k->worker_id, reduce_slot(j, &j->stages[x->stage]));
       if (w && w->state == FSH_SCHED_WORKER_ALIVE) {
         w->state = FSH_SCHED_WORKER_DEAD;
         w->lost_handled = true;
@@ -1291,4 +1320,100 @@ int fsh_sched_action_submit(fsh_sched_driver *d, const fsh_flight_action *a,
   Flightshuffle__Sched__SubmitReply r = FLIGHTSHUFFLE__SCHED__SUBMIT_REPLY__INIT;
   r.job_id = id;
   return fsh_sched_push_message(out, &r.base, "driver: submit", err);
+}
+
+/* ---- incremental reduces: "map-outputs" -------------------------------- */
+
+/* The answer for reduce task t (attempt `attempt`) of stage s: the current
+ * outputs of its partition newer than since. mu held. */
+static int map_outputs(sched_job *j, int s, int32_t t, int32_t attempt, uint64_t since,
+                       fsh_flight_result_list *out, fsh_error *err) {
+  jstage *st = &j->stages[s];
+  jtask *k = &st->tasks[t];
+  if (st->kind != KIND_REDUCE)
+    return fsh_error_set(err, EINVAL, "job %" PRIu64 " stage %u is not a reduce stage", j->id,
+                         st->id);
+  if (j->state != FSH_SCHED_JOB_RUNNING || k->state != T_RUNNING || k->attempt != attempt)
+    return fsh_error_set(err, ESTALE, "job %" PRIu64 " stage %u task %d attempt %d is superseded "
+                         "(or the job is over): stop", j->id, st->id, t, attempt);
+  const jstage *in = &j->stages[st->input];
+  if (since > in->version)
+    return fsh_error_set(err, EINVAL, "since version %" PRIu64 " is ahead of the shuffle's %" PRIu64,
+                         since, in->version);
+  int32_t n = 0;
+  for (int32_t m = 0; m < in->n_tasks; m++) n += in->tasks[m].state == T_DONE &&
+                                                in->versions[m] > since;
+  Flightshuffle__Sched__MapSource *src = fsh_calloc((size_t)(n ? n : 1), sizeof *src);
+  Flightshuffle__Sched__MapSource **srcp = fsh_calloc((size_t)(n ? n : 1), sizeof *srcp);
+  char **locs = fsh_calloc((size_t)(j->n_locs ? j->n_locs : 1), sizeof *locs);
+  int32_t *loc_of = fsh_malloc((size_t)(j->n_locs ? j->n_locs : 1) * sizeof *loc_of);
+  int rc = 0;
+  if (!src || !srcp || !locs || !loc_of) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  Flightshuffle__Sched__MapOutputsReply r = FLIGHTSHUFFLE__SCHED__MAP_OUTPUTS_REPLY__INIT;
+  for (int32_t i = 0; rc == 0 && i < j->n_locs; i++) loc_of[i] = -1;
+  for (int32_t m = 0; rc == 0 && m < in->n_tasks; m++) {
+    const jtask *mk = &in->tasks[m];
+    size_t at = (size_t)m * in->n_parts + (size_t)t;
+    if (mk->state != T_DONE || in->versions[m] <= since ||
+        (in->rows[at] == 0 && in->bytes[at] == 0))
+      continue;
+    if (loc_of[mk->loc] < 0) {
+      loc_of[mk->loc] = (int32_t)r.n_locations;
+      locs[r.n_locations++] = j->locs[mk->loc];
+    }
+    Flightshuffle__Sched__MapSource x = FLIGHTSHUFFLE__SCHED__MAP_SOURCE__INIT;
+    x.map_id = m;
+    x.attempt = mk->attempt;
+    x.location = (uint32_t)loc_of[mk->loc];
+    x.rows = in->rows[at];
+    x.bytes = in->bytes[at];
+    x.checksum = in->checksums[at];
+    src[r.n_sources] = x;
+    srcp[r.n_sources] = &src[r.n_sources];
+    r.n_sources++;
+  }
+  if (rc == 0) {
+    r.sources = srcp;
+    r.locations = locs;
+    r.version = in->version;
+    r.complete = in->n_done == in->n_tasks;
+    if (r.n_sources && j->first_reduce_ms < 0) j->first_reduce_ms = fsh_sched_now_ms();
+    rc = fsh_sched_push_message(out, &r.base, "driver: map-outputs", err);
+  }
+  fsh_free(src);
+  fsh_free(srcp);
+  fsh_free(locs);
+  fsh_free(loc_of);
+  return rc;
+}
+
+int fsh_sched_action_map_outputs(fsh_sched_driver *d, const fsh_flight_action *a,
+                                 fsh_flight_result_list *out, fsh_error *err) {
+  static const uint8_t empty[1];
+  Flightshuffle__Sched__MapOutputsRequest *m = flightshuffle__sched__map_outputs_request__unpack(
+      &fsh_sched_pb_allocator, (size_t)a->body.size, a->body.data ? a->body.data : empty);
+  if (!m) return fsh_error_set(err, EINVAL, "driver %s: map-outputs: malformed MapOutputsRequest "
+                               "(%lld bytes)", d->uri, (long long)a->body.size);
+  Flightshuffle__Sched__TaskRef *ref = flightshuffle__sched__task_ref__unpack(
+      &fsh_sched_pb_allocator, m->ref.len, m->ref.data ? m->ref.data : empty);
+  int rc = 0;
+  if (!ref) {
+    rc = fsh_error_set(err, EINVAL, "driver %s: map-outputs: malformed TaskRef", d->uri);
+  } else {
+    pthread_mutex_lock(&d->mu);
+    sched_job *j = find_job(d, ref->job_id);
+    int s = j ? stage_index(j, ref->stage_id) : -1;
+    if (!j)
+      rc = fsh_error_set(err, ENOENT, "no job %" PRIu64, ref->job_id);
+    else if (s < 0 || ref->task < 0 || ref->task >= j->stages[s].n_tasks)
+      rc = fsh_error_set(err, EINVAL, "job %" PRIu64 " has no stage %u task %d", ref->job_id,
+                         ref->stage_id, ref->task);
+    else
+      rc = map_outputs(j, s, ref->task, ref->attempt, m->since_version, out, err);
+    pthread_mutex_unlock(&d->mu);
+    if (rc) rc = fsh_error_prefix(err, rc, "driver %s: map-outputs: ", d->uri);
+    flightshuffle__sched__task_ref__free_unpacked(ref, &fsh_sched_pb_allocator);
+  }
+  flightshuffle__sched__map_outputs_request__free_unpacked(m, &fsh_sched_pb_allocator);
+  return rc;
 }

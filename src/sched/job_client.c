@@ -1,7 +1,8 @@
 /* job_client.c -- the other ends of the job actions (contracts in sched.h):
  * "submit" and "job-status" against a remote driver (JobStatus decoding),
  * the status as text, and the worker's notifier that pushes "task-done" to
- * the driver when a task ends. */
+ * the driver when a task ends and asks "map-outputs" for incremental
+ * reduces. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -209,6 +210,59 @@ bool fsh_sched_notify_task_done(void *ctx, const uint8_t *tag, int64_t tag_size,
   fsh_flight_result_list_reset(&res);
   fsh_free(buf);
   return ok;
+}
+
+int fsh_sched_more_sources(void *ctx, const uint8_t *tag, int64_t tag_size, uint64_t *version,
+                           fsh_reduce_task *more, bool *complete, fsh_error *err) {
+  fsh_sched_notifier *n = ctx;
+  memset(more, 0, sizeof *more);
+  *complete = false;
+  Flightshuffle__Sched__MapOutputsRequest q = FLIGHTSHUFFLE__SCHED__MAP_OUTPUTS_REQUEST__INIT;
+  q.ref = (ProtobufCBinaryData){(size_t)tag_size, (uint8_t *)tag};
+  q.since_version = *version;
+  uint8_t buf[4200];
+  if (protobuf_c_message_get_packed_size(&q.base) > sizeof buf)
+    return fsh_error_set(err, EINVAL, "map-outputs: a tag of %lld bytes", (long long)tag_size);
+  size_t size = protobuf_c_message_pack(&q.base, buf);
+  fsh_flight_action a = {.type = (char *)"map-outputs", .body = {buf, (int64_t)size}};
+  fsh_flight_result_list res = {0};
+  FSH_RETURN_NOT_OK(fsh_flight_do_action(n->client, &a, &res, err));
+  Flightshuffle__Sched__MapOutputsReply *r =
+      res.n == 1 ? flightshuffle__sched__map_outputs_reply__unpack(
+                       &fsh_sched_pb_allocator, (size_t)res.items[0].size, res.items[0].data)
+                 : NULL;
+  fsh_flight_result_list_reset(&res);
+  if (!r) return fsh_error_set(err, EPROTO, "driver %s: map-outputs: malformed answer", n->uri);
+  int rc = 0;
+  if (r->n_sources && !(more->sources = fsh_calloc(r->n_sources, sizeof *more->sources)))
+    rc = ENOMEM;
+  if (rc == 0 && r->n_locations &&
+      !(more->locations = fsh_calloc(r->n_locations, sizeof *more->locations)))
+    rc = ENOMEM;
+  for (size_t i = 0; rc == 0 && i < r->n_locations; i++) {
+    if (!(more->locations[i] = fsh_strdup(r->locations[i] ? r->locations[i] : ""))) rc = ENOMEM;
+    else more->n_locations = (int32_t)(i + 1);
+  }
+  for (size_t i = 0; rc == 0 && i < r->n_sources; i++) {
+    const Flightshuffle__Sched__MapSource *x = r->sources[i];
+    if (x->location >= r->n_locations) {
+      rc = fsh_error_set(err, EPROTO, "driver %s: map-outputs: source %zu names location %u of "
+                         "%zu", n->uri, i, x->location, r->n_locations);
+      break;
+    }
+    more->sources[more->n_sources++] = (fsh_reduce_source){
+        .map_id = x->map_id, .attempt = x->attempt, .location = (int32_t)x->location,
+        .rows = x->rows, .bytes = x->bytes, .checksum = x->checksum};
+  }
+  if (rc == ENOMEM) fsh_error_set(err, ENOMEM, "map-outputs: out of memory");
+  if (rc == 0) {
+    *version = r->version;
+    *complete = r->complete;
+  } else {
+    fsh_reduce_task_reset(more);
+  }
+  flightshuffle__sched__map_outputs_reply__free_unpacked(r, &fsh_sched_pb_allocator);
+  return rc;
 }
 
 void fsh_sched_notifier_free(fsh_sched_notifier *n) {

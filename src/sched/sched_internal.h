@@ -33,7 +33,8 @@ typedef struct driver_worker {
   char *uri; /* owned */
   fsh_sched_worker_state state;
   int64_t last_ms; /* monotonic time of the last register / heartbeat */
-  int running;     /* task attempts placed on it and not ended */
+  int running;     /* task attempts placed on it and not ended (map slots) */
+  int running_reduce; /* incremental reduces: slots of their own */
   bool lost_handled; /* dead, and the jobs were told */
 } driver_worker;
 
@@ -70,6 +71,8 @@ FSH_NODISCARD int fsh_sched_action_submit(fsh_sched_driver *d, const fsh_flight_
                                           fsh_flight_result_list *out, fsh_error *err);
 FSH_NODISCARD int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
                                              fsh_flight_result_list *out, fsh_error *err);
+FSH_NODISCARD int fsh_sched_action_map_outputs(fsh_sched_driver *d, const fsh_flight_action *a,
+                                              fsh_flight_result_list *out, fsh_error *err);
 FSH_NODISCARD int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
                                               fsh_flight_result_list *out, fsh_error *err);
 /* A worker is gone (dead or restarted): its running attempts and the map

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shuffle/worker_internal.h"
@@ -22,6 +23,8 @@ struct fsh_shuffle_worker {
   fsh_worker_tasks *tasks;     /* map and reduce tasks, on threads of their own */
   fsh_worker_task_done_fn on_task_done;
   void *on_task_done_ctx;
+  fsh_worker_more_sources_fn on_more_sources;
+  void *on_more_sources_ctx;
   char uri[320];
 };
 
@@ -182,12 +185,69 @@ typedef struct task_job {
   bool is_map;
   fsh_map_task map;
   fsh_reduce_task reduce;
+  uint8_t *tag; /* owned; incremental reduces (asked for more sources) */
+  int64_t tag_size;
 } task_job;
 
 static void task_job_free(void *p) {
   task_job *j = p;
   if (!j->is_map) fsh_reduce_task_reset(&j->reduce);
+  fsh_free(j->tag);
   fsh_free(j);
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* An incremental reduce: reads the sources of the body, then those the
+ * scheduler names as they appear (polling with a growing pause while there
+ * are none) until it says complete; sums the results (the row checksum is
+ * a sum too). */
+static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *err) {
+  fsh_shuffle_worker *w = j->w;
+  fsh_reduce_task_result total = {0};
+  int rc = 0;
+  if (j->reduce.n_sources) {
+    rc = fsh_reduce_task_run(j->backend, &j->reduce, &total, err);
+    total.nanos = 0;
+  }
+  uint64_t version = 0;
+  bool complete = false;
+  int64_t pause = 1;
+  int64_t t0 = 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  t0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  while (rc == 0 && !complete) {
+    fsh_reduce_task more = {0};
+    rc = w->on_more_sources(w->on_more_sources_ctx, j->tag, j->tag_size, &version, &more,
+                            &complete, err);
+    if (rc == 0 && more.n_sources > 0) {
+      more.shuffle_id = j->reduce.shuffle_id;
+      more.partition = j->reduce.partition;
+      more.n_partitions = j->reduce.n_partitions;
+      more.backend = j->reduce.backend;
+      fsh_reduce_task_result r;
+      rc = fsh_reduce_task_run(j->backend, &more, &r, err);
+      if (rc == 0) {
+        total.rows += r.rows;
+        total.bytes += r.bytes;
+        total.checksum += r.checksum;
+        total.batches += r.batches;
+      }
+      pause = 1;
+    } else if (rc == 0 && !complete) {
+      sleep_ms(pause);
+      if (pause < 32) pause *= 2;
+    }
+    fsh_reduce_task_reset(&more);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  total.nanos = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - t0;
+  if (rc == 0) *out = total;
+  return rc;
 }
 
 static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
@@ -204,7 +264,8 @@ static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
     }
   } else {
     fsh_reduce_task_result r;
-    rc = fsh_reduce_task_run(j->backend, &j->reduce, &r, err);
+    rc = j->reduce.incremental ? run_incremental(j, &r, err)
+                               : fsh_reduce_task_run(j->backend, &j->reduce, &r, err);
     if (rc == 0) rc = fsh_reduce_task_result_encode(&r, answer, err);
   }
   return rc == 0 ? 0 : fsh_error_prefix(err, rc, "worker %s: ", j->w->uri);
@@ -253,6 +314,11 @@ static int action_start_task(fsh_shuffle_worker *w, const fsh_flight_action *a,
                              fsh_flight_result_list *out, fsh_error *err) {
   task_job *j = NULL;
   FSH_RETURN_NOT_OK(decode_task(w, a->type, a->body.data, a->body.size, &j, err));
+  if (!j->is_map && j->reduce.incremental) {
+    task_job_free(j);
+    return fsh_error_set(err, EINVAL, "worker %s: %s: an incremental reduce needs a scheduler: "
+                         "send it in a \"task\" envelope", w->uri, a->type);
+  }
   uint64_t id;
   FSH_RETURN_NOT_OK(fsh_worker_tasks_start(w->tasks, task_job_run, j, task_job_free, &id, err));
   return answer_task_id(w, id, out, err);
@@ -287,6 +353,19 @@ static int action_task(fsh_shuffle_worker *w, const fsh_flight_action *a,
   const uint8_t *tag = p + TASK_ENVELOPE_HEADER + kl, *body = tag + tl;
   task_job *j = NULL;
   FSH_RETURN_NOT_OK(decode_task(w, kind, body, size - (body - p), &j, err));
+  if (!j->is_map && j->reduce.incremental) {
+    if (!w->on_more_sources) {
+      task_job_free(j);
+      return fsh_error_set(err, EINVAL, "worker %s: task: an incremental reduce, but this worker "
+                           "has no scheduler to ask for map outputs (no --driver)", w->uri);
+    }
+    if (tl && !(j->tag = fsh_malloc(tl))) {
+      task_job_free(j);
+      return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+    }
+    if (tl) memcpy(j->tag, tag, tl);
+    j->tag_size = tl;
+  }
   uint64_t id;
   FSH_RETURN_NOT_OK(fsh_worker_tasks_start_tagged(w->tasks, task_job_run, j, task_job_free, tag,
                                                   tl, w->on_task_done, w->on_task_done_ctx, &id,
@@ -393,6 +472,8 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   if (!w) return fsh_error_set(err, ENOMEM, "worker: out of memory");
   w->on_task_done = opts->on_task_done;
   w->on_task_done_ctx = opts->on_task_done_ctx;
+  w->on_more_sources = opts->on_more_sources;
+  w->on_more_sources_ctx = opts->on_more_sources_ctx;
   if (fsh_worker_tasks_new(&w->tasks) != 0) {
     fsh_free(w);
     return fsh_error_set(err, ENOMEM, "worker: out of memory");

@@ -40,7 +40,9 @@ static void start_workers(cluster *c) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
     fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
                                     .n_threads = 6, .on_task_done = fsh_sched_notify_task_done,
-                                    .on_task_done_ctx = c->n[i]};
+                                    .on_task_done_ctx = c->n[i],
+                                    .on_more_sources = fsh_sched_more_sources,
+                                    .on_more_sources_ctx = c->n[i]};
     CHECK_OK(fsh_shuffle_worker_start(&o, &c->w[i], &err));
     if (!c->w[i]) continue;
     fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]), false);
@@ -147,6 +149,62 @@ static void job_completes(void) {
   CHECK_EQ_INT(s.n_retried, 0);
   CHECK(s.first_map_output_s >= 0 && s.first_reduce_start_s >= s.first_map_output_s);
   fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* Incremental: reduces start with the first map output and ask the driver
+ * for the others as they appear; same result as the reference. */
+static void incremental_job_completes(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.incremental = true;
+  j.maps = 12;
+  j.rows = 12 * 20000;
+  j.batch_rows = 5000;
+  j.slots_per_worker = 1;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  /* the first fetch came before the last map output */
+  CHECK(s.first_reduce_start_s >= s.first_map_output_s);
+  CHECK_MSG(s.first_reduce_start_s < s.last_map_output_s, "first fetch %.3f s, last map %.3f s",
+            s.first_reduce_start_s, s.last_map_output_s);
+  fsh_sched_job_status_reset(&s);
+  /* a worker's "task" with an incremental reduce is refused without a
+   * scheduler hook; the bare action refuses it too */
+  fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 1 << 20};
+  fsh_shuffle_worker *w = NULL;
+  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  fsh_reduce_task rt = {.shuffle_id = 1, .partition = 0, .n_partitions = 2,
+                        .backend = FSH_TASK_BACKEND_FLIGHT, .incremental = true};
+  fsh_buffer *body = NULL;
+  CHECK_OK(fsh_reduce_task_encode(&rt, &body, &err));
+  fsh_flight_client_options co = {.uri = w ? fsh_shuffle_worker_uri(w) : "grpc://x:1",
+                                  .timeout_ms = 5000};
+  fsh_flight_client *wc = NULL;
+  CHECK_OK(fsh_flight_client_open(&co, &wc, &err));
+  if (body && wc) {
+    fsh_flight_action a = {.type = (char *)"reduce-verify", .body = {body->data, body->size}};
+    fsh_flight_result_list res = {0};
+    CHECK_EQ_INT(fsh_flight_do_action(wc, &a, &res, &err), EINVAL);
+    CHECK(strstr(err.message, "needs a scheduler") != NULL);
+    uint8_t env[256] = "FSTE\x01\0\0\0";
+    env[8] = 13;
+    memcpy(env + 16, "reduce-verify", 13);
+    memcpy(env + 29, body->data, (size_t)body->size);
+    a = (fsh_flight_action){.type = (char *)"task", .body = {env, 29 + body->size}};
+    CHECK_EQ_INT(fsh_flight_do_action(wc, &a, &res, &err), EINVAL);
+    CHECK(strstr(err.message, "no scheduler") != NULL);
+    fsh_flight_result_list_reset(&res);
+  }
+  fsh_flight_client_close(wc);
+  fsh_buffer_unref(body);
+  fsh_shuffle_worker_stop(w, 1000);
   stop_cluster(&c);
 }
 
@@ -379,6 +437,7 @@ static void bad_input(void) {
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"job_completes", job_completes},
+      {"incremental_job_completes", incremental_job_completes},
       {"lost_worker_recomputes_its_maps", lost_worker_recomputes_its_maps},
       {"failing_task_bounded_retries", failing_task_bounded_retries},
       {"late_answers_ignored", late_answers_ignored},
