@@ -103,8 +103,9 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *
  * A job is a DAG of stages (proto/Sched.proto JobPlan): today the synthetic
  * shuffle's stages, "map-synthetic" (one task per map; its output is a
- * shuffle) and "reduce-verify" (one task per partition of the shuffle its
- * input stage writes). The driver runs jobs on a scheduler thread of its
+ * shuffle), "reduce-verify" (one task per partition of the shuffle its
+ * input stage writes) and "reduce-then-map" (reads a partition like a
+ * reduce, writes a new shuffle partitioned on another key like a map). The driver runs jobs on a scheduler thread of its
  * own (never on a Flight pool thread):
  *  - placement: a task goes to an alive worker with a free slot
  *    (slots_per_worker); a map to the least loaded one, a reduce to the one
@@ -119,9 +120,12 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *  - lineage: every map output records its attempt and holder. When a
  *    worker dies (heartbeat timeout, a restart, or a fetch from it failing
  *    with "lost map outputs ..."), its running attempts are retried
- *    elsewhere, the map outputs it held are marked lost and exactly the
- *    map tasks that made them re-run ("recomputed", with the reason), and
- *    the running reduces that needed them are retried;
+ *    elsewhere, the outputs it held are marked lost and exactly the tasks
+ *    that made them re-run once (or if) a consumer still needs them
+ *    ("recomputed", with the reason), and the running consumers that read
+ *    them are retried. Recursively: a re-run task whose input shuffle was
+ *    already released (its consumers had completed) brings that whole
+ *    input stage back first (every task of it "recomputed");
  *  - incremental (JobPlan.incremental): a reduce stage may start once its
  *    map stage has a first output; its tasks have slots of their own
  *    (slots_per_worker more per worker) and ask the driver for the map
@@ -150,7 +154,8 @@ const char *fsh_sched_job_state_name(fsh_sched_job_state s);
 
 /* The synthetic shuffle as a job: maps x reduces over rows rows of the
  * synthetic table (workloads.h; batches of batch_rows, split evenly over
- * the maps), then one reduce-verify per partition. */
+ * the maps), then one reduce-verify per partition (stages 1, 2); or, with
+ * then_reduces, map (1) -> reduce-then-map (2) -> reduce-verify (3). */
 typedef struct fsh_sched_shuffle_job {
   const char *name;
   int32_t maps, reduces;
@@ -162,6 +167,12 @@ typedef struct fsh_sched_shuffle_job {
   int32_t max_attempts;     /* 0 = 4 */
   int32_t slots_per_worker; /* 0 = 2 */
   bool incremental;         /* reduces start with the first map output */
+  /* > 0: a two-shuffle job -- the partitions of the first shuffle are
+   * read by "reduce-then-map" tasks that shuffle them again on column
+   * then_key (0 key, 1 value, 2 name) into then_reduces partitions, which
+   * the reduce-verify tasks read */
+  int32_t then_reduces;
+  int32_t then_key;
 } fsh_sched_shuffle_job;
 
 /* The packed JobPlan of j (a new buffer in *plan). */

@@ -182,7 +182,8 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    "task": the same tasks in an envelope that carries an opaque tag for
  *    the scheduler: body "FSTE", u8 version 1, 3 zero bytes, u32 kind
  *    length K (1 .. 64), u32 tag length T (0 .. 4096), the kind
- *    ("map-synthetic" or "reduce-verify"), the tag, then the kind's body.
+ *    ("map-synthetic", "reduce-verify" or "reduce-then-map"), the tag,
+ *    then the kind's body.
  *    Answers the task id like the kind's own action. When such a task
  *    ends, the worker calls on_task_done (options) on the task's thread;
  *    if that says the outcome was delivered, the task is forgotten (a
@@ -399,6 +400,39 @@ typedef struct fsh_reduce_task_result {
  * consumes every batch. */
 FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                                       fsh_reduce_task_result *out, fsh_error *err);
+
+/* Reads partition t->partition of every source through b's reader and
+ * calls fn(ctx, batch) for each batch (borrowed) until fn fails. */
+FSH_NODISCARD int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                                       int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err),
+                                       void *ctx, fsh_error *err);
+
+/* "reduce-then-map": reads one partition of a shuffle (like a reduce task)
+ * and hash-partitions its rows on another key column into a second
+ * shuffle (like a map task, map id = the partition read): the second
+ * stage of a two-shuffle job. Its answer is a map task's (row checksums
+ * per output partition; input_rows / input_bytes: what it read). */
+typedef struct fsh_reduce_map_task {
+  fsh_reduce_task in;      /* the partition to read */
+  uint64_t out_shuffle_id;
+  int64_t map_id;          /* its output's map id (>= 0) */
+  int32_t attempt;         /* >= 0 */
+  int32_t out_partitions;  /* 1 .. 2^24 */
+  int32_t key_column;      /* 0 .. 2 of the synthetic schema */
+  fsh_compression compression;
+} fsh_reduce_map_task;
+
+void fsh_reduce_map_task_reset(fsh_reduce_map_task *t); /* frees a decoded task */
+FSH_NODISCARD int fsh_reduce_map_task_run(fsh_shuffle_backend *b, const fsh_reduce_map_task *t,
+                                          fsh_map_task_result *out, fsh_error *err);
+/* reduce-then-map body: "FSRM", u8 version 1, 3 zero bytes, u64
+ * out_shuffle_id, i64 map_id, i32 attempt, i32 out_partitions, i32
+ * key_column, u8 compression, 3 zero bytes, then a reduce-verify body (the
+ * partition to read; not incremental). Answer: the map-synthetic answer. */
+FSH_NODISCARD int fsh_reduce_map_task_encode(const fsh_reduce_map_task *t, fsh_buffer **out,
+                                             fsh_error *err);
+FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
+                                             fsh_reduce_map_task *out, fsh_error *err);
 
 /* Wire formats (all integers little-endian; every decoder checks every
  * length and value and answers EINVAL naming what is wrong):

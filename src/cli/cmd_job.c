@@ -4,6 +4,7 @@
  *       [--batch-rows B] [--seed S] [--compression none|lz4|zstd]
  *       [--slots T] [--max-attempts A] [--progress-ms P] [--timeout-s S]
  *       [--auth-token T] [--incremental on|off]
+ *       [--then-reduces R2 [--then-key key|value|name]]
  *     submits the synthetic shuffle as a job (DoAction "submit"), prints
  *     "job ID submitted", then every P ms (default 50) while it runs one
  *     line "progress: stage 1 d/t stage 2 d/t" (DoAction "job-status"), and
@@ -30,7 +31,9 @@ static int job_usage(void) {
           "usage: flightshuffle job shuffle --driver URI --maps M --reduces R --rows N\n"
           "           [--batch-rows B] [--seed S] [--compression none|lz4|zstd] [--slots T]\n"
           "           [--max-attempts A] [--progress-ms P] [--timeout-s S] [--auth-token T]\n"
-          "           [--incremental on|off]\n"
+          "           [--incremental on|off] [--then-reduces R2 [--then-key key|value|name]]\n"
+          "  --then-reduces: a two-shuffle job (shuffle, then again on --then-key, default\n"
+          "  name, into R2 partitions, then verify)\n"
           "       flightshuffle job status --driver URI --job ID [--auth-token T]\n");
   return 2;
 }
@@ -50,7 +53,7 @@ static void sleep_ms(long long ms) {
 }
 
 static void print_progress(const fsh_sched_job_status *s) {
-  printf("progress:");
+  printf("progress:"); /* "stage 1 d/t stage 2 d/t ..." */
   for (int32_t i = 0; i < s->n_stages; i++)
     printf(" stage %u %d/%d", s->stages[i].stage_id, s->stages[i].tasks_done,
            s->stages[i].tasks_total);
@@ -64,7 +67,7 @@ int cmd_job(int argc, char **argv) {
   bool is_status = strcmp(argv[1], "status") == 0;
   const char *driver = NULL, *token = NULL;
   fsh_sched_shuffle_job j = {.name = "job shuffle", .batch_rows = 65536, .seed = 42,
-                             .backend = FSH_TASK_BACKEND_FLIGHT};
+                             .backend = FSH_TASK_BACKEND_FLIGHT, .then_key = 2};
   long long progress_ms = 50, timeout_s = 600, job_id = 0, v = 0;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -92,6 +95,11 @@ int cmd_job(int argc, char **argv) {
       j.max_attempts = (int)v;
     else if (strcmp(a, "--progress-ms") == 0 && parse_ll(x, 1, 60000, &v)) progress_ms = v;
     else if (strcmp(a, "--timeout-s") == 0 && parse_ll(x, 1, 86400, &v)) timeout_s = v;
+    else if (strcmp(a, "--then-reduces") == 0 && parse_ll(x, 1, 1 << 22, &v))
+      j.then_reduces = (int32_t)v;
+    else if (strcmp(a, "--then-key") == 0 && (!strcmp(x, "key") || !strcmp(x, "value") ||
+                                              !strcmp(x, "name")))
+      j.then_key = !strcmp(x, "key") ? 0 : !strcmp(x, "value") ? 1 : 2;
     else if (strcmp(a, "--incremental") == 0 && (!strcmp(x, "on") || !strcmp(x, "off")))
       j.incremental = strcmp(x, "on") == 0;
     else if (strcmp(a, "--compression") == 0) {

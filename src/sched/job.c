@@ -28,12 +28,13 @@
 #define TASK_CALL_TIMEOUT_MS 5000
 #define SCHED_IDLE_MS 200
 
-enum { KIND_MAP = 1, KIND_REDUCE = 2 };
+enum { KIND_MAP = 1, KIND_REDUCE = 2, KIND_REDUCE_MAP = 3 };
 enum { T_PENDING = 0, T_RUNNING = 1, T_DONE = 2 };
 
 typedef struct jtask {
   uint8_t state;
   bool recompute;       /* pending again because its output was lost */
+  char *lost;           /* owned: why (the "recomputed" reason when it runs again) */
   int32_t next_attempt; /* attempts launched so far */
   int32_t attempt;      /* the running attempt, or the one whose output is current */
   int32_t failures;     /* counted failures (bounded by max_attempts) */
@@ -55,12 +56,15 @@ typedef struct jstage {
   int32_t n_tasks, n_done;
   jtask *tasks;
   fsh_map_task *maps; /* KIND_MAP: the decoded bodies */
-  int32_t n_parts;    /* KIND_MAP: partitions of its shuffle */
+  /* producers (KIND_MAP, KIND_REDUCE_MAP) write a shuffle: */
+  int32_t n_parts;    /* partitions of its shuffle */
   uint64_t shuffle_id;
-  int input;          /* KIND_REDUCE: index of its map stage */
-  bool consumed;      /* KIND_MAP: some stage reads it */
+  int32_t key_column; /* KIND_REDUCE_MAP: the key of its output */
+  fsh_compression compression; /* KIND_REDUCE_MAP */
+  int input;          /* consumers (KIND_REDUCE, KIND_REDUCE_MAP): their input stage */
+  bool consumed;      /* producers: some stage reads it */
   bool released;
-  /* KIND_MAP: the current map outputs, [task * n_parts + p] */
+  /* producers: the current outputs, [task * n_parts + p] */
   int64_t *rows, *bytes;
   uint64_t *checksums, *rowsums;
   uint64_t version;   /* KIND_MAP: outputs accepted so far */
@@ -136,13 +140,14 @@ static void job_free(sched_job *j) {
   if (!j) return;
   for (int s = 0; j->stages && s < j->n_stages; s++) {
     jstage *st = &j->stages[s];
-    fsh_free(st->tasks);
     fsh_free(st->maps);
     fsh_free(st->rows);
     fsh_free(st->bytes);
     fsh_free(st->checksums);
     fsh_free(st->rowsums);
     fsh_free(st->versions);
+    for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) fsh_free(st->tasks[t].lost);
+    fsh_free(st->tasks);
   }
   fsh_free(j->stages);
   for (int32_t i = 0; i < j->n_locs; i++) fsh_free(j->locs[i]);
@@ -219,8 +224,12 @@ static int32_t intern_loc(sched_job *j, const char *uri) {
 }
 
 static const char *kind_name(int kind) {
-  return kind == KIND_MAP ? "map-synthetic" : "reduce-verify";
+  return kind == KIND_MAP ? "map-synthetic" : kind == KIND_REDUCE ? "reduce-verify"
+                                                                  : "reduce-then-map";
 }
+
+static bool producer(const jstage *st) { return st->kind != KIND_REDUCE; }
+static bool consumer(const jstage *st) { return st->kind != KIND_MAP; }
 
 /* The job is over: no more attempts (their late answers are ignored). */
 static void job_end(fsh_sched_driver *d, sched_job *j, fsh_sched_job_state state) {
@@ -249,7 +258,7 @@ static bool stage_complete(const sched_job *j, int s);
 
 static bool consumers_complete(const sched_job *j, int s) {
   for (int c = 0; c < j->n_stages; c++)
-    if (j->stages[c].kind == KIND_REDUCE && j->stages[c].input == s && !stage_complete(j, c))
+    if (consumer(&j->stages[c]) && j->stages[c].input == s && !stage_complete(j, c))
       return false;
   return true;
 }
@@ -257,7 +266,7 @@ static bool consumers_complete(const sched_job *j, int s) {
 static bool stage_complete(const sched_job *j, int s) {
   const jstage *st = &j->stages[s];
   if (st->n_done == st->n_tasks) return true;
-  return st->kind == KIND_MAP && st->consumed && consumers_complete(j, s);
+  return producer(st) && st->consumed && consumers_complete(j, s);
 }
 
 /* ---- the plan ---------------------------------------------------------- */
@@ -274,7 +283,8 @@ const char *fsh_sched_job_state_name(fsh_sched_job_state s) {
 int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **plan,
                                fsh_error *err) {
   *plan = NULL;
-  if (sj->maps < 1 || sj->reduces < 1 || sj->rows < 0 || sj->batch_rows < 1)
+  if (sj->maps < 1 || sj->reduces < 1 || sj->rows < 0 || sj->batch_rows < 1 ||
+      sj->then_reduces < 0 || sj->then_key < 0 || sj->then_key > 2)
     return fsh_error_set(err, EINVAL, "shuffle job: %d maps, %d reduces, %" PRId64 " rows, "
                          "batches of %d: each must be positive", sj->maps, sj->reduces, sj->rows,
                          sj->batch_rows);
@@ -294,20 +304,29 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
   }
   if (rc == 0) {
     Flightshuffle__Sched__StagePlan map = FLIGHTSHUFFLE__SCHED__STAGE_PLAN__INIT;
+    Flightshuffle__Sched__StagePlan mid = FLIGHTSHUFFLE__SCHED__STAGE_PLAN__INIT;
     Flightshuffle__Sched__StagePlan red = FLIGHTSHUFFLE__SCHED__STAGE_PLAN__INIT;
     map.stage_id = 1;
     map.kind = (char *)"map-synthetic";
     map.n_tasks = (size_t)sj->maps;
     map.tasks = tasks;
-    uint32_t input = 1;
-    red.stage_id = 2;
+    uint32_t in1 = 1, in2 = 2;
+    mid.stage_id = 2;
+    mid.kind = (char *)"reduce-then-map";
+    mid.n_inputs = 1;
+    mid.inputs = &in1;
+    mid.n_partitions = (uint32_t)sj->then_reduces;
+    mid.key_column = (uint32_t)sj->then_key;
+    mid.compression = (uint32_t)sj->compression;
+    bool two = sj->then_reduces > 0;
+    red.stage_id = two ? 3 : 2;
     red.kind = (char *)"reduce-verify";
     red.n_inputs = 1;
-    red.inputs = &input;
-    Flightshuffle__Sched__StagePlan *stages[2] = {&map, &red};
+    red.inputs = two ? &in2 : &in1;
+    Flightshuffle__Sched__StagePlan *stages[3] = {&map, two ? &mid : &red, &red};
     Flightshuffle__Sched__JobPlan jp = FLIGHTSHUFFLE__SCHED__JOB_PLAN__INIT;
     jp.name = (char *)(sj->name ? sj->name : "shuffle");
-    jp.n_stages = 2;
+    jp.n_stages = two ? 3 : 2;
     jp.stages = stages;
     jp.max_attempts = sj->max_attempts;
     jp.slots_per_worker = sj->slots_per_worker;
@@ -415,16 +434,48 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
                            "%zu", st->id, sp->n_inputs);
       if (rc) break;
       int in = stage_index(j, sp->inputs[0]);
-      if (in < 0 || in >= (int)s || j->stages[in].kind != KIND_MAP)
+      if (in < 0 || in >= (int)s || !producer(&j->stages[in]))
         rc = fsh_error_set(err, EINVAL, "stage %u (reduce-verify): input stage %u is not an "
-                           "earlier map-synthetic stage", st->id, sp->inputs[0]);
+                           "earlier stage writing a shuffle", st->id, sp->inputs[0]);
       if (rc) break;
       st->input = in;
       j->stages[in].consumed = true;
       st->n_tasks = j->stages[in].n_parts;
+    } else if (strcmp(kind, "reduce-then-map") == 0) {
+      st->kind = KIND_REDUCE_MAP;
+      if (sp->n_tasks || sp->n_inputs != 1)
+        rc = fsh_error_set(err, EINVAL, "stage %u (reduce-then-map): reads exactly one stage and "
+                           "carries no task bodies (%zu inputs, %zu bodies)", st->id,
+                           sp->n_inputs, sp->n_tasks);
+      else if (sp->n_partitions < 1 || sp->n_partitions > (1u << 24) || sp->key_column > 2 ||
+               sp->compression > FSH_COMPRESSION_ZSTD)
+        rc = fsh_error_set(err, EINVAL, "stage %u (reduce-then-map): %u partitions (1 .. %d), key "
+                           "column %u (0 .. 2), compression %u", st->id, sp->n_partitions,
+                           1 << 24, sp->key_column, sp->compression);
+      if (rc) break;
+      int in = stage_index(j, sp->inputs[0]);
+      if (in < 0 || in >= (int)s || !producer(&j->stages[in]))
+        rc = fsh_error_set(err, EINVAL, "stage %u (reduce-then-map): input stage %u is not an "
+                           "earlier stage writing a shuffle", st->id, sp->inputs[0]);
+      if (rc) break;
+      st->input = in;
+      j->stages[in].consumed = true;
+      st->n_tasks = j->stages[in].n_parts;
+      st->n_parts = (int32_t)sp->n_partitions;
+      st->key_column = (int32_t)sp->key_column;
+      st->compression = (fsh_compression)sp->compression;
+      size_t cells = (size_t)st->n_tasks * (size_t)st->n_parts;
+      st->rows = fsh_calloc(cells, sizeof *st->rows);
+      st->bytes = fsh_calloc(cells, sizeof *st->bytes);
+      st->checksums = fsh_calloc(cells, sizeof *st->checksums);
+      st->rowsums = fsh_calloc(cells, sizeof *st->rowsums);
+      st->versions = fsh_calloc((size_t)st->n_tasks, sizeof *st->versions);
+      if (!st->rows || !st->bytes || !st->checksums || !st->rowsums || !st->versions)
+        rc = fsh_error_set(err, ENOMEM, "stage %u: out of memory for %d x %d output cells",
+                           st->id, st->n_tasks, st->n_parts);
     } else {
       rc = fsh_error_set(err, EINVAL, "stage %u: unknown task type '%s' (map-synthetic, "
-                         "reduce-verify)", st->id, kind);
+                         "reduce-verify, reduce-then-map)", st->id, kind);
     }
     if (rc == 0 && !(st->tasks = fsh_calloc((size_t)st->n_tasks, sizeof *st->tasks)))
       rc = fsh_error_set(err, ENOMEM, "out of memory");
@@ -474,7 +525,6 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
     if (j->state != FSH_SCHED_JOB_RUNNING) continue;
     for (int s = 0; s < j->n_stages; s++) {
       jstage *st = &j->stages[s];
-      bool needed = st->kind == KIND_MAP && !consumers_complete(j, s);
       bool *hit = NULL; /* partitions of consumers that lost an input */
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
@@ -484,9 +534,13 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
                      uri, why);
           k->state = T_PENDING;
           k->wtask = 0;
-        } else if (k->state == T_DONE && needed) {
-          event_push(&j->recomputed, st->id, t, k->attempt, "its output was on worker %s, lost "
-                     "(%s)", uri, why);
+        } else if (k->state == T_DONE && producer(st) && !st->released) {
+          /* lost; re-run only if (or once) a consumer still needs it */
+          char reason[700];
+          snprintf(reason, sizeof reason, "its output (attempt %d) was on worker %s, lost (%s)",
+                   k->attempt, uri, why);
+          fsh_free(k->lost);
+          k->lost = fsh_strdup(reason);
           k->state = T_PENDING;
           k->recompute = true;
           st->n_done--;
@@ -497,10 +551,10 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
         }
       }
       if (!hit) continue;
-      /* running reduces that read a lost output: retried once it is back */
+      /* running consumers that read a lost output: retried once it is back */
       for (int c = 0; c < j->n_stages; c++) {
         jstage *cs = &j->stages[c];
-        if (cs->kind != KIND_REDUCE || cs->input != s) continue;
+        if (!consumer(cs) || cs->input != s) continue;
         for (int32_t p = 0; p < cs->n_tasks; p++) {
           jtask *k = &cs->tasks[p];
           if (k->state != T_RUNNING || !hit[p]) continue;
@@ -551,7 +605,7 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
   int64_t now = fsh_sched_now_ms();
   fsh_error err = {{0}};
   int rc = 0;
-  if (ok && st->kind == KIND_MAP) {
+  if (ok && producer(st)) {
     fsh_map_task_result r;
     rc = fsh_map_task_result_decode(answer, size, &r, &err);
     if (rc == 0) {
@@ -571,13 +625,15 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
         memcpy(st->rowsums + at, r.row_checksums, n * sizeof *st->rowsums);
         k->loc = loc;
         k->rows = r.input_rows;
+        k->checksum = 0; /* reduce-then-map: the checksum of the rows it read */
+        for (size_t p = 0; p < n; p++) k->checksum += st->rowsums[at + p];
         k->input_bytes = r.input_bytes;
         k->nanos = r.nanos;
         k->bytes = 0;
         for (size_t p = 0; p < n; p++) k->bytes += st->bytes[at + p];
         st->versions[t] = ++st->version;
-        if (j->first_map_ms < 0) j->first_map_ms = now;
-        j->last_map_ms = now;
+        if (st->kind == KIND_MAP && j->first_map_ms < 0) j->first_map_ms = now;
+        if (st->kind == KIND_MAP) j->last_map_ms = now;
       }
       fsh_map_task_result_reset(&r);
     }
@@ -634,7 +690,7 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
   /* the job is over when every stage nobody reads is complete */
   bool all = true;
   for (int x = 0; x < j->n_stages && all; x++)
-    if (!(j->stages[x].kind == KIND_MAP && j->stages[x].consumed) && !stage_complete(j, x))
+    if (!(producer(&j->stages[x]) && j->stages[x].consumed) && !stage_complete(j, x))
       all = false;
   if (all) job_end(d, j, FSH_SCHED_JOB_SUCCEEDED);
   d->kick = true;
@@ -729,37 +785,64 @@ static int envelope(const char *kind, const sched_job *j, const jstage *st, int3
   return 0;
 }
 
-/* The body of reduce task p of stage st (reading the current map outputs
- * of its input stage). mu held. */
-static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buffer **out,
-                       fsh_error *err) {
+/* Reduce task p of consumer stage st, reading the current outputs of its
+ * input stage: t->sources and t->locations allocated, the location strings
+ * borrowed from the job (free the two arrays only). mu held. */
+static int reduce_task_of(const sched_job *j, const jstage *st, int32_t p, bool incremental,
+                          fsh_reduce_task *t, fsh_error *err) {
   const jstage *in = &j->stages[st->input];
-  fsh_reduce_task t = {.shuffle_id = in->shuffle_id, .partition = p, .n_partitions = in->n_parts,
-                       .backend = j->backend, .incremental = j->incremental};
-  if (j->incremental) /* it asks for its inputs ("map-outputs") */
-    return fsh_reduce_task_encode(&t, out, err);
-  t.sources = fsh_calloc((size_t)in->n_tasks, sizeof *t.sources);
+  *t = (fsh_reduce_task){.shuffle_id = in->shuffle_id, .partition = p,
+                         .n_partitions = in->n_parts, .backend = j->backend,
+                         .incremental = incremental};
+  if (incremental) return 0; /* it asks for its inputs ("map-outputs") */
+  t->sources = fsh_calloc((size_t)in->n_tasks, sizeof *t->sources);
   int32_t *loc_of = fsh_malloc((size_t)(j->n_locs ? j->n_locs : 1) * sizeof *loc_of);
-  t.locations = fsh_calloc((size_t)(j->n_locs ? j->n_locs : 1), sizeof *t.locations);
+  t->locations = fsh_calloc((size_t)(j->n_locs ? j->n_locs : 1), sizeof *t->locations);
   int rc = 0;
-  if (!t.sources || !loc_of || !t.locations) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (!t->sources || !loc_of || !t->locations) rc = fsh_error_set(err, ENOMEM, "out of memory");
   for (int32_t i = 0; rc == 0 && i < j->n_locs; i++) loc_of[i] = -1;
   for (int32_t m = 0; rc == 0 && m < in->n_tasks; m++) {
     const jtask *k = &in->tasks[m];
     size_t at = (size_t)m * in->n_parts + (size_t)p;
     if (k->state != T_DONE || (in->rows[at] == 0 && in->bytes[at] == 0)) continue;
     if (loc_of[k->loc] < 0) {
-      loc_of[k->loc] = t.n_locations;
-      t.locations[t.n_locations++] = j->locs[k->loc];
+      loc_of[k->loc] = t->n_locations;
+      t->locations[t->n_locations++] = j->locs[k->loc];
     }
-    t.sources[t.n_sources++] = (fsh_reduce_source){
+    t->sources[t->n_sources++] = (fsh_reduce_source){
         .map_id = m, .attempt = k->attempt, .location = loc_of[k->loc], .rows = in->rows[at],
         .bytes = in->bytes[at], .checksum = in->checksums[at]};
   }
-  if (rc == 0) rc = fsh_reduce_task_encode(&t, out, err);
+  fsh_free(loc_of);
+  if (rc) {
+    fsh_free(t->sources);
+    fsh_free(t->locations);
+    memset(t, 0, sizeof *t);
+  }
+  return rc;
+}
+
+/* The body of reduce-verify task p of stage st. mu held. */
+static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buffer **out,
+                       fsh_error *err) {
+  fsh_reduce_task t;
+  FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, j->incremental, &t, err));
+  int rc = fsh_reduce_task_encode(&t, out, err);
   fsh_free(t.sources);
   fsh_free(t.locations); /* the strings are the job's */
-  fsh_free(loc_of);
+  return rc;
+}
+
+/* The body of reduce-then-map task p (attempt) of stage st. mu held. */
+static int reduce_map_body(const sched_job *j, const jstage *st, int32_t p, int32_t attempt,
+                           fsh_buffer **out, fsh_error *err) {
+  fsh_reduce_map_task t = {.out_shuffle_id = st->shuffle_id, .map_id = p, .attempt = attempt,
+                           .out_partitions = st->n_parts, .key_column = st->key_column,
+                           .compression = st->compression};
+  FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, false, &t.in, err));
+  int rc = fsh_reduce_map_task_encode(&t, out, err);
+  fsh_free(t.in.sources);
+  fsh_free(t.in.locations);
   return rc;
 }
 
@@ -774,7 +857,7 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
     int busy = reduce_slot(j, st) ? w->running_reduce : w->running;
     if (w->state != FSH_SCHED_WORKER_ALIVE || busy >= j->slots) continue;
     int64_t bytes = 0;
-    if (st->kind == KIND_REDUCE) {
+    if (consumer(st)) {
       const jstage *in = &j->stages[st->input];
       for (int32_t m = 0; m < in->n_tasks; m++)
         if (in->tasks[m].state == T_DONE && in->tasks[m].worker_id == w->id)
@@ -795,7 +878,32 @@ static bool stage_may_start(const sched_job *j, int s) {
   const jstage *st = &j->stages[s];
   if (st->kind == KIND_MAP) return true;
   const jstage *in = &j->stages[st->input];
-  return j->incremental ? in->n_done > 0 : in->n_done == in->n_tasks;
+  if (in->released) return false; /* plan_round brings it back first */
+  return j->incremental && st->kind == KIND_REDUCE ? in->n_done > 0
+                                                   : in->n_done == in->n_tasks;
+}
+
+/* Stage `in` was released (its consumers had completed) but consumer `c`
+ * must run again: every task of `in` is to be recomputed. mu held. */
+static void bring_back(fsh_sched_driver *d, sched_job *j, int in, const jstage *c) {
+  d->kick = true; /* its own input may be released too: the next round sees it */
+  jstage *st = &j->stages[in];
+  char reason[300];
+  snprintf(reason, sizeof reason, "its output (shuffle %" PRIu64 ") was released once stage %u "
+           "had completed; stage %u must run again", st->shuffle_id, c->id, c->id);
+  for (int32_t t = 0; t < st->n_tasks; t++) {
+    jtask *k = &st->tasks[t];
+    if (k->state != T_DONE) continue;
+    fsh_free(k->lost);
+    k->lost = fsh_strdup(reason);
+    k->state = T_PENDING;
+    k->recompute = true;
+  }
+  st->n_done = 0;
+  st->released = false;
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id, st->id,
+            reason);
 }
 
 /* Plans the launches and polls of this round; mu held. */
@@ -805,6 +913,8 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
     if (j->state != FSH_SCHED_JOB_RUNNING) continue;
     for (int s = 0; s < j->n_stages; s++) {
       jstage *st = &j->stages[s];
+      if (consumer(st) && j->stages[st->input].released && !stage_complete(j, s))
+        bring_back(d, j, st->input, st);
       bool may = stage_may_start(j, s) && !stage_complete(j, s);
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
@@ -830,8 +940,10 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           fsh_map_task mt = st->maps[t];
           mt.attempt = attempt;
           rc = fsh_map_task_encode(&mt, &body, &err);
-        } else {
+        } else if (st->kind == KIND_REDUCE) {
           rc = reduce_body(j, st, t, &body, &err);
+        } else {
+          rc = reduce_map_body(j, st, t, attempt, &body, &err);
         }
         if (rc == 0) rc = envelope(kind_name(st->kind), j, st, t, attempt, body, &env, &err);
         fsh_buffer_unref(body);
@@ -857,9 +969,16 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
          * for incremental ones at the first map-outputs answer with some */
         if (st->kind == KIND_REDUCE && !j->incremental && j->first_reduce_ms < 0)
           j->first_reduce_ms = now;
-        if (k->recompute && d->log)
-          fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u task %d: recomputing "
-                  "(attempt %d on %s)\n", j->id, st->id, t, attempt, w->uri);
+        if (k->recompute) {
+          event_push(&j->recomputed, st->id, t, attempt, "%s", k->lost ? k->lost : "lost");
+          if (d->log)
+            fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u task %d: "
+                    "recomputing (attempt %d on %s): %s\n", j->id, st->id, t, attempt, w->uri,
+                    k->lost ? k->lost : "lost");
+          k->recompute = false;
+          fsh_free(k->lost);
+          k->lost = NULL;
+        }
         *x = (launch){.job = j, .job_id = j->id, .stage = s, .task = t, .attempt = attempt,
                       .body = env};
         snprintf(x->uri, sizeof x->uri, "%s", w->uri);
@@ -983,7 +1102,7 @@ static void release_round(fsh_sched_driver *d) {
        j = j->next)
     for (int s = 0; s < j->n_stages; s++) {
       jstage *st = &j->stages[s];
-      if (st->kind != KIND_MAP || st->released) continue;
+      if (!producer(st) || st->released) continue;
       if (j->state == FSH_SCHED_JOB_RUNNING && !(st->consumed && consumers_complete(j, s)))
         continue;
       st->released = true;
@@ -1032,7 +1151,7 @@ static void release_round(fsh_sched_driver *d) {
 static bool job_settled(const sched_job *j) {
   if (j->state == FSH_SCHED_JOB_RUNNING || j->releasing) return false;
   for (int s = 0; s < j->n_stages; s++)
-    if (j->stages[s].kind == KIND_MAP && !j->stages[s].released) return false;
+    if (producer(&j->stages[s]) && !j->stages[s].released) return false;
   return true;
 }
 
@@ -1128,15 +1247,16 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
       o->task_seconds += (double)k->nanos * 1e-9;
       if (st->kind == KIND_MAP) s.input_rows += k->rows, s.input_bytes += k->input_bytes;
     }
-    if (st->kind == KIND_MAP) s.bytes_written += o->bytes;
+    if (producer(st)) s.bytes_written += o->bytes;
     else s.bytes_fetched += o->bytes;
     if (st->first_ms >= 0)
       o->seconds = (double)((st->n_done == st->n_tasks ? st->last_ms : now) - st->first_ms) /
                    1000.0;
-    /* verification of a reduce stage against its map stage */
-    if (st->kind != KIND_REDUCE) continue;
+    /* verification of a consumer stage against its input stage: per
+     * partition, the rows and row checksum read == those written */
+    if (!consumer(st)) continue;
     const jstage *in = &j->stages[st->input];
-    if (with_partitions && !s.partitions) {
+    if (with_partitions && st->kind == KIND_REDUCE && !s.partitions) {
       if (!(s.partitions = fsh_calloc((size_t)st->n_tasks, sizeof *s.partitions))) rc = ENOMEM;
       else s.n_partitions = st->n_tasks;
     }
@@ -1148,10 +1268,14 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
       }
       c.reduce_rows = st->tasks[p].rows;
       c.reduce_checksum = st->tasks[p].checksum;
-      if (st->tasks[p].state != T_DONE || c.map_rows != c.reduce_rows ||
+      /* an intermediate task's output may be lost after it was consumed:
+       * its figures are those of its last completed attempt */
+      bool must_be_done = st->kind == KIND_REDUCE;
+      if ((must_be_done && st->tasks[p].state != T_DONE) || c.map_rows != c.reduce_rows ||
           c.map_checksum != c.reduce_checksum)
         s.verified = false;
-      if (s.partitions && s.n_partitions == st->n_tasks) s.partitions[p] = c;
+      if (s.partitions && st->kind == KIND_REDUCE && s.n_partitions == st->n_tasks)
+        s.partitions[p] = c;
     }
   }
   s.bytes_spilled = j->bytes_spilled;

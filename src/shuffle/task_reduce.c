@@ -56,11 +56,11 @@ static int check_reduce_task(const fsh_reduce_task *t, fsh_error *err) {
   return 0;
 }
 
-int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
-                        fsh_reduce_task_result *out, fsh_error *err) {
-  int64_t t0 = now_nanos();
+int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                         int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err), void *ctx,
+                         fsh_error *err) {
   int rc = check_reduce_task(t, err);
-  if (rc != 0) goto prefix;
+  if (rc != 0) return rc;
   int64_t n = t->n_sources, R = t->n_partitions;
   fsh_schema *schema = fsh_synthetic_schema();
   /* The readers only look at [partition] of a map output's per-partition
@@ -71,7 +71,6 @@ int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
   int64_t *rows = fsh_calloc((size_t)(n + R), sizeof *rows);
   int64_t *bytes = fsh_calloc((size_t)(n + R), sizeof *bytes);
   uint64_t *sums = fsh_calloc((size_t)(n + R), sizeof *sums);
-  fsh_reduce_task_result r = {0};
   if (!schema || !ms || !rows || !bytes || !sums) {
     rc = fsh_error_set(err, ENOMEM, "out of memory");
     goto done;
@@ -94,15 +93,11 @@ int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
   for (;;) {
     fsh_batch *x = NULL;
     if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
-    if (x->n_columns != 3) {
+    if (x->n_columns != 3)
       rc = fsh_error_set(err, EINVAL, "a batch of %" PRId64 " columns (the synthetic schema "
                          "has 3)", x->n_columns);
-    } else {
-      r.rows += x->length;
-      r.bytes += fsh_shuffle_batch_bytes(x);
-      r.batches++;
-      fsh_task_row_checksums(x, NULL, &r.checksum);
-    }
+    else
+      rc = fn(ctx, x, err);
     fsh_batch_unref(x);
     if (rc != 0) break;
   }
@@ -113,13 +108,30 @@ done:
   fsh_free(bytes);
   fsh_free(sums);
   fsh_schema_unref(schema);
-  if (rc != 0) goto prefix;
+  return rc;
+}
+
+static int consume(void *ctx, fsh_batch *x, fsh_error *err) {
+  (void)err;
+  fsh_reduce_task_result *r = ctx;
+  r->rows += x->length;
+  r->bytes += fsh_shuffle_batch_bytes(x);
+  r->batches++;
+  fsh_task_row_checksums(x, NULL, &r->checksum);
+  return 0;
+}
+
+int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                        fsh_reduce_task_result *out, fsh_error *err) {
+  int64_t t0 = now_nanos();
+  fsh_reduce_task_result r = {0};
+  int rc = fsh_reduce_task_each(b, t, consume, &r, err);
+  if (rc != 0)
+    return fsh_error_prefix(err, rc, "reduce task of partition %d of shuffle %" PRIu64 ": ",
+                            t->partition, t->shuffle_id);
   r.nanos = now_nanos() - t0;
   *out = r;
   return 0;
-prefix:
-  return fsh_error_prefix(err, rc, "reduce task of partition %d of shuffle %" PRIu64 ": ",
-                          t->partition, t->shuffle_id);
 }
 
 /* ---- wire -------------------------------------------------------------- */

@@ -183,8 +183,10 @@ typedef struct task_job {
   fsh_shuffle_worker *w;
   fsh_shuffle_backend *backend;
   bool is_map;
+  bool is_reduce_map; /* reduce-then-map (is_map false) */
   fsh_map_task map;
   fsh_reduce_task reduce;
+  fsh_reduce_map_task reduce_map;
   uint8_t *tag; /* owned; incremental reduces (asked for more sources) */
   int64_t tag_size;
 } task_job;
@@ -192,6 +194,7 @@ typedef struct task_job {
 static void task_job_free(void *p) {
   task_job *j = p;
   if (!j->is_map) fsh_reduce_task_reset(&j->reduce);
+  fsh_reduce_map_task_reset(&j->reduce_map);
   fsh_free(j->tag);
   fsh_free(j);
 }
@@ -262,6 +265,13 @@ static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
       rc = fsh_map_task_result_encode(&r, answer, err);
       fsh_map_task_result_reset(&r);
     }
+  } else if (j->is_reduce_map) {
+    fsh_map_task_result r;
+    rc = fsh_reduce_map_task_run(j->backend, &j->reduce_map, &r, err);
+    if (rc == 0) {
+      rc = fsh_map_task_result_encode(&r, answer, err);
+      fsh_map_task_result_reset(&r);
+    }
   } else {
     fsh_reduce_task_result r;
     rc = j->reduce.incremental ? run_incremental(j, &r, err)
@@ -275,22 +285,27 @@ static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
 static int decode_task(fsh_shuffle_worker *w, const char *kind, const uint8_t *data,
                        int64_t size, task_job **out, fsh_error *err) {
   bool is_map = strcmp(kind, "map-synthetic") == 0;
-  if (!is_map && strcmp(kind, "reduce-verify") != 0)
+  bool is_rm = strcmp(kind, "reduce-then-map") == 0;
+  if (!is_map && !is_rm && strcmp(kind, "reduce-verify") != 0)
     return fsh_error_set(err, EINVAL, "worker %s: task: unknown task type '%s' (map-synthetic, "
-                         "reduce-verify)", w->uri, kind);
+                         "reduce-verify, reduce-then-map)", w->uri, kind);
   task_job *j = fsh_calloc(1, sizeof *j);
   if (!j) return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   j->w = w;
   j->is_map = is_map;
+  j->is_reduce_map = is_rm;
   static const uint8_t empty[1];
   if (!data) data = empty;
   int rc = is_map ? fsh_map_task_decode(data, size, &j->map, err)
-                  : fsh_reduce_task_decode(data, size, &j->reduce, err);
+           : is_rm ? fsh_reduce_map_task_decode(data, size, &j->reduce_map, err)
+                   : fsh_reduce_task_decode(data, size, &j->reduce, err);
   if (rc != 0) {
     fsh_free(j); /* nothing decoded to free */
     return fsh_error_prefix(err, rc, "worker %s: ", w->uri);
   }
-  rc = task_backend(w, is_map ? j->map.backend : j->reduce.backend, kind, &j->backend, err);
+  fsh_task_backend kb = is_map ? j->map.backend : is_rm ? j->reduce_map.in.backend
+                                                       : j->reduce.backend;
+  rc = task_backend(w, kb, kind, &j->backend, err);
   if (rc != 0) {
     task_job_free(j);
     return rc;
@@ -419,11 +434,12 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "release") == 0) return action_release(w, a, out, err);
   if (strcmp(a->type, "map-synthetic") == 0) return action_start_task(w, a, out, err);
   if (strcmp(a->type, "reduce-verify") == 0) return action_start_task(w, a, out, err);
+  if (strcmp(a->type, "reduce-then-map") == 0) return action_start_task(w, a, out, err);
   if (strcmp(a->type, "task") == 0) return action_task(w, a, out, err);
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
-                       "map-synthetic, reduce-verify, task, task-wait, stats)", w->uri, a->type);
+                       "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats)", w->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -436,6 +452,8 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
                                        "run a map task of the synthetic shuffle (shuffle.h)") ||
       fsh_flight_action_type_list_push(out, "reduce-verify",
                                        "run a reduce task of the synthetic shuffle (shuffle.h)") ||
+      fsh_flight_action_type_list_push(out, "reduce-then-map",
+                                       "read a partition and shuffle it again (shuffle.h)") ||
       fsh_flight_action_type_list_push(out, "task",
                                        "a tagged map-synthetic / reduce-verify task (shuffle.h)") ||
       fsh_flight_action_type_list_push(out, "task-wait",

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <flightshuffle/kernels.h>
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
+#include <flightshuffle/workloads.h>
 
 #include "Sched.pb-c.h"
 #include "test.h"
@@ -148,6 +150,52 @@ static void job_completes(void) {
   CHECK_EQ_INT(s.n_recomputed, 0);
   CHECK_EQ_INT(s.n_retried, 0);
   CHECK(s.first_map_output_s >= 0 && s.first_reduce_start_s >= s.first_map_output_s);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* A two-shuffle job (map -> reduce-then-map on "name" -> reduce-verify)
+ * against a naive reference: the whole table generated here, partitioned on
+ * the name column, per-partition rows and row checksums. */
+static void two_shuffle_job(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.then_reduces = 4;
+  j.then_key = 2;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  CHECK_EQ_INT(s.n_stages, 3);
+  CHECK(s.verified);
+  /* the reference */
+  int64_t rows[4] = {0};
+  uint64_t sums[4] = {0};
+  fsh_schema *schema = fsh_synthetic_schema();
+  fsh_synthetic_options so = {.seed = j.seed, .with_nulls = true};
+  int64_t batches = (j.rows + j.batch_rows - 1) / j.batch_rows;
+  static const int32_t key = 2;
+  for (int64_t b = 0; schema && b < batches; b++) {
+    fsh_batch *x = NULL;
+    CHECK_OK(fsh_synthetic_batch(schema, &so, b, j.batch_rows, &x, &err));
+    if (!x) break;
+    uint64_t hashes[1000];
+    int32_t parts[1000];
+    CHECK_OK(fsh_hash_columns(x, &key, 1, 0, hashes, &err));
+    CHECK_OK(fsh_partition_hash(hashes, x->length, 4, parts, &err));
+    fsh_task_row_checksums(x, parts, sums);
+    for (int64_t i = 0; i < x->length; i++) rows[parts[i]]++;
+    fsh_batch_unref(x);
+  }
+  fsh_schema_unref(schema);
+  CHECK_EQ_INT(s.n_partitions, 4);
+  for (int32_t p = 0; p < s.n_partitions && p < 4; p++) {
+    CHECK_EQ_INT(s.partitions[p].reduce_rows, rows[p]);
+    CHECK(s.partitions[p].reduce_checksum == sums[p]);
+  }
   fsh_sched_job_status_reset(&s);
   stop_cluster(&c);
 }
@@ -438,6 +486,7 @@ int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"job_completes", job_completes},
       {"incremental_job_completes", incremental_job_completes},
+      {"two_shuffle_job", two_shuffle_job},
       {"lost_worker_recomputes_its_maps", lost_worker_recomputes_its_maps},
       {"failing_task_bounded_retries", failing_task_bounded_retries},
       {"late_answers_ignored", late_answers_ignored},
