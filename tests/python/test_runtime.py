@@ -107,18 +107,17 @@ def cluster():
         c.stop()
 
 
-def run_job(driver, on_progress=None):
-    """Runs `job shuffle`; on_progress(maps_done, reduces_done) per line.
-    Returns (returncode, stdout, {partition: (rows, checksum)}, result fields,
-    [(stage, task)] recomputed)."""
-    p = subprocess.Popen([str(CLI), "job", "shuffle", "--driver", driver] + JOB_ARGS,
+def run_job(driver, on_progress=None, extra=()):
+    """Runs `job shuffle`; on_progress(done of stage 1, of stage 2, ...) per
+    progress line. Returns (returncode, stdout, {partition: (rows,
+    checksum)}, result fields, [(stage, task)] recomputed)."""
+    p = subprocess.Popen([str(CLI), "job", "shuffle", "--driver", driver] + JOB_ARGS + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = []
     for line in p.stdout:
         out.append(line)
-        m = re.match(r"progress: stage 1 (\d+)/\d+ stage 2 (\d+)/\d+", line)
-        if m and on_progress:
-            on_progress(int(m.group(1)), int(m.group(2)))
+        if line.startswith("progress:") and on_progress:
+            on_progress(*[int(d) for d in re.findall(r"stage \d+ (\d+)/\d+", line)])
     err = p.stderr.read()
     p.wait(timeout=60)
     text = "".join(out)
@@ -157,38 +156,42 @@ def reference():
     return parts
 
 
-def check(rc, text, parts, res, rec, reference, c, victims):
+def check(rc, text, parts, res, rec, reference, c, victims, stage=1, also=()):
+    """The job succeeded with the reference's partitions; the recomputed
+    tasks are exactly the victims' reported outputs of `stage` (plus the
+    (stage, task) pairs `also`)."""
     assert rc == 0, text
     assert res["state"] == "succeeded" and res["verified"] == "yes", text
     assert parts == reference
     reported, reporting = set(), set()
     for uri in victims:
-        reported |= c.reported(uri)
-        reporting |= c.reported(uri, word="reporting")
-    got = {t for s, t in rec}
-    assert all(s == 1 for s, t in rec) and len(got) == len(rec), text
+        reported |= {(stage, t) for t in c.reported(uri, stage)}
+        reporting |= {(stage, t) for t in c.reported(uri, stage, word="reporting")}
+    got = set(rec) - set(also)
+    assert len(set(rec)) == len(rec), text
+    assert set(also) <= set(rec), (sorted(also), sorted(rec), text)
     assert reported <= got <= reporting, (sorted(reported), sorted(got), sorted(reporting), text)
     assert got, "no recomputed task: the victims held nothing"
     assert int(res["recomputed"]) == len(rec)
 
 
 def kill_when(cond, pids, sig=signal.SIGKILL):
-    """An on_progress that sends sig to pids once cond(maps, reduces);
-    records the progress at that moment in .at."""
+    """An on_progress that sends sig to pids once cond(*done per stage);
+    records the progress at that moment in ["at"]."""
     state = {"at": None}
 
-    def on_progress(maps, reduces):
-        if state["at"] is None and cond(maps, reduces):
+    def on_progress(*done):
+        if state["at"] is None and cond(*done):
             for pid in pids:
                 os.kill(pid, sig)
-            state["at"] = (maps, reduces)
+            state["at"] = done
     return on_progress, state
 
 
 def test_kill_one_worker_during_the_map_stage(cluster, reference):
     c = cluster(3)
     uri, pid = c.workers[3]
-    cb, st = kill_when(lambda m, r: m >= 6, [pid])
+    cb, st = kill_when(lambda m, r: m >= 6 and c.reported(uri), [pid])
     rc, text, parts, res, rec = run_job(c.driver, cb)
     assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
     check(rc, text, parts, res, rec, reference, c, [uri])
@@ -197,7 +200,7 @@ def test_kill_one_worker_during_the_map_stage(cluster, reference):
 def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
     c = cluster(3)
     uri, pid = c.workers[2]
-    cb, st = kill_when(lambda m, r: m == MAPS, [pid])
+    cb, st = kill_when(lambda m, r: m == MAPS and c.reported(uri), [pid])
     rc, text, parts, res, rec = run_job(c.driver, cb)
     assert st["at"] is not None and st["at"][1] < REDUCES, f"not during the reduces: {st}"
     check(rc, text, parts, res, rec, reference, c, [uri])
@@ -206,7 +209,7 @@ def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
 def test_kill_two_workers_at_once(cluster, reference):
     c = cluster(4)
     (u1, p1), (u2, p2) = c.workers[1], c.workers[4]
-    cb, st = kill_when(lambda m, r: m >= 8, [p1, p2])
+    cb, st = kill_when(lambda m, r: m >= 8 and (c.reported(u1) or c.reported(u2)), [p1, p2])
     rc, text, parts, res, rec = run_job(c.driver, cb)
     assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
     check(rc, text, parts, res, rec, reference, c, [u1, u2])
@@ -215,13 +218,52 @@ def test_kill_two_workers_at_once(cluster, reference):
 def test_a_hung_worker_sigstop(cluster, reference):
     c = cluster(3)
     uri, pid = c.workers[1]
-    cb, st = kill_when(lambda m, r: m >= 6, [pid], signal.SIGSTOP)
+    cb, st = kill_when(lambda m, r: m >= 6 and c.reported(uri), [pid], signal.SIGSTOP)
     try:
         rc, text, parts, res, rec = run_job(c.driver, cb)
     finally:
         os.kill(pid, signal.SIGKILL)
     assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
     check(rc, text, parts, res, rec, reference, c, [uri])
+
+
+THEN = 6
+
+
+@pytest.fixture(scope="module")
+def reference2():
+    """The partitions of a two-shuffle run without failure."""
+    c = Cluster(3)
+    try:
+        rc, text, parts, res, rec = run_job(c.driver, extra=["--then-reduces", str(THEN)])
+    finally:
+        c.stop()
+    assert rc == 0, text
+    assert res["verified"] == "yes" and res["recomputed"] == "0"
+    assert len(parts) == THEN and sum(r for r, _ in parts.values()) == ROWS
+    return parts
+
+
+def test_two_shuffles_lost_worker_held_both(cluster, reference2):
+    """Killed during the last stage, the victim held outputs of both
+    shuffles: its outputs of the second are recomputed, and so are the map
+    tasks of the first that those need again -- exactly the victim's own if
+    the first shuffle was still held, or (recursively) every map task if it
+    had already been released when the second stage completed (the driver
+    logs that it brings the stage back)."""
+    c = cluster(3)
+    uri, pid = c.workers[2]
+    cb, st = kill_when(lambda m, r2, r3: r2 == REDUCES, [pid])
+    rc, text, parts, res, rec = run_job(c.driver, cb, ["--then-reduces", str(THEN)])
+    assert st["at"] is not None and st["at"][2] < THEN, f"not during the last stage: {st}"
+    first = c.reported(uri, 1)
+    assert first, "the victim held no output of the first shuffle"
+    brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
+                       for line in c.err)
+    also = range(MAPS) if brought_back else first
+    check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
+          also=[(1, t) for t in also])
+    assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
 
 
 def test_bad_control_input(cluster):
