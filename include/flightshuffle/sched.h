@@ -296,6 +296,224 @@ int64_t fsh_sched_heartbeat_registrations(fsh_sched_heartbeat *h);
  * frees h. NULL accepted. */
 void fsh_sched_heartbeat_stop(fsh_sched_heartbeat *h);
 
+/* ---- shuffle metadata -------------------------------------------------
+ *
+ * fsh_shuffle_meta: the driver's record of one shuffle's map outputs (what
+ * each map task reports on completion, fsh_map_output of shuffle.h), kept as
+ * compact arrays -- never an object per block -- so that a 10,000 maps x
+ * 10,000 partitions shuffle costs the driver well under 64 MiB. Memory is
+ * about 1 bit per block (the emptiness bitmap) + per map ~100 bytes and 24
+ * bytes per exactly kept block (at most max(8, n_partitions / 256)) + per
+ * location 16 bytes per partition (its column of totals) + 24 bytes per
+ * partition: 23 MiB at 10k x 10k on 4 locations, 38 MiB on 100 (measured by
+ * bench/pipeline/bench_metadata.c). The per-location columns are dense: a
+ * shuffle spread over many hundreds of workers would want them sparse.
+ *
+ * Locations (worker URIs) are interned once per shuffle: the first output
+ * stored at a URI gives it the next small id (0, 1, ...), which is what
+ * queries answer; fsh_shuffle_meta_location_uri() maps it back. Ids are
+ * never reused within a shuffle (a worker that comes back at the same URI
+ * keeps its id).
+ *
+ * Map attempts. Per map the current attempt is the highest one declared
+ * (fsh_shuffle_meta_begin_attempt) or seen in an accepted output. An output
+ * is ACCEPTED when its attempt is >= the current one and newer than the
+ * attempt of the map's last accepted output; it replaces that output if one
+ * is still held (a speculative duplicate finishing later). An output of an
+ * older attempt is STALE and a second output of the already accepted
+ * attempt is a DUPLICATE: both are ignored (and counted), not errors. Each
+ * accepted output bumps the shuffle's version (1, 2, ...) and is stamped
+ * with it; incremental reducers poll "what is new since version v".
+ *
+ * What is exact and what is approximate:
+ *  - exact: per map -- state, attempt, location, version, total rows and
+ *    bytes; per block -- whether it is empty (a bitmap); per partition --
+ *    the number of held outputs with a non-empty block for it; the sources
+ *    answer (which map outputs, attempts, locations; empty blocks skipped).
+ *  - per block sizes are approximate, like Spark's HighlyCompressedMapStatus:
+ *    the largest blocks of each map (those over twice the average, at most
+ *    max(8, n_partitions / 256) of them) are kept exactly, the other
+ *    non-empty blocks are estimated as the average of the rest (so a map's
+ *    estimates sum to its exact total up to integer rounding); empty
+ *    blocks are exactly 0.
+ *  - per-partition totals (rows, bytes) and per-(partition, location) bytes
+ *    and rows are aggregated exactly as outputs arrive and when a whole
+ *    location is lost (its column is dropped). Only when ONE output stops
+ *    counting while its location stays (fsh_shuffle_meta_lose_output, or a
+ *    held output replaced by a newer attempt) its per-block estimates are
+ *    subtracted (never below 0) and the affected (partition, location)
+ *    cells are marked approximate until that location is lost as a whole;
+ *    fsh_shuffle_meta_partition_totals says whether a partition is exact.
+ *
+ * Not thread-safe: the driver calls it under its own mutex. Errors follow
+ * arrow.h; on any error the metadata is unchanged. */
+
+typedef struct fsh_shuffle_meta fsh_shuffle_meta;
+struct fsh_map_output; /* shuffle.h */
+
+/* What fsh_shuffle_meta_add did with an output. */
+typedef enum fsh_shuffle_meta_add_result {
+  FSH_SHUFFLE_META_ACCEPTED = 0,  /* stored; the version was bumped */
+  FSH_SHUFFLE_META_STALE = 1,     /* attempt older than the current one: ignored */
+  FSH_SHUFFLE_META_DUPLICATE = 2  /* that attempt's output was already accepted: ignored */
+} fsh_shuffle_meta_add_result;
+
+const char *fsh_shuffle_meta_add_result_name(fsh_shuffle_meta_add_result r);
+
+/* A shuffle of n_maps map tasks (ids 0..n_maps-1) into n_partitions
+ * partitions (both >= 1, n_maps <= 2^31-1). EINVAL / ENOMEM. */
+FSH_NODISCARD int fsh_shuffle_meta_new(uint64_t shuffle_id, int64_t n_maps, int32_t n_partitions,
+                                       fsh_shuffle_meta **out, fsh_error *err);
+/* NULL accepted. */
+void fsh_shuffle_meta_free(fsh_shuffle_meta *m);
+
+uint64_t fsh_shuffle_meta_shuffle_id(const fsh_shuffle_meta *m);
+int64_t fsh_shuffle_meta_n_maps(const fsh_shuffle_meta *m);
+int32_t fsh_shuffle_meta_n_partitions(const fsh_shuffle_meta *m);
+
+/* Declares that attempt `attempt` of map map_id was launched: outputs of
+ * older attempts are stale from now on (a held output of an older attempt
+ * stays held until replaced or lost). Lowering the attempt is a no-op.
+ * EINVAL on a bad map id or a negative attempt. */
+FSH_NODISCARD int fsh_shuffle_meta_begin_attempt(fsh_shuffle_meta *m, int64_t map_id,
+                                                 int32_t attempt, fsh_error *err);
+
+/* Records a completed map output (metadata only; `out` is borrowed). EINVAL
+ * (naming the map and field) when out->shuffle_id, map_id, n_partitions,
+ * rows/bytes (negative, missing, a map total over INT64_MAX / n_maps, so
+ * that no aggregate can overflow) or location (NULL or empty) is wrong;
+ * ENOMEM. *result says whether it was accepted. */
+FSH_NODISCARD int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const struct fsh_map_output *out,
+                                       fsh_shuffle_meta_add_result *result, fsh_error *err);
+
+/* The version: the number of outputs accepted so far (0 at first). */
+uint64_t fsh_shuffle_meta_version(const fsh_shuffle_meta *m);
+/* Maps whose output is currently held (accepted and not lost). */
+int64_t fsh_shuffle_meta_n_complete(const fsh_shuffle_meta *m);
+
+/* One map's state. */
+typedef enum fsh_shuffle_meta_map_state {
+  FSH_SHUFFLE_META_MAP_PENDING = 0, /* no output accepted yet */
+  FSH_SHUFFLE_META_MAP_COMPLETE = 1,/* an output is held */
+  FSH_SHUFFLE_META_MAP_LOST = 2     /* its output was lost; to recompute */
+} fsh_shuffle_meta_map_state;
+
+typedef struct fsh_shuffle_meta_map_info {
+  fsh_shuffle_meta_map_state state;
+  int32_t attempt;        /* current attempt (-1: none yet) */
+  int32_t output_attempt; /* attempt of the last accepted output (-1: none) */
+  uint32_t location_id;   /* of the last accepted output */
+  uint64_t version;       /* of the last accepted output (0: none) */
+  int64_t rows, bytes;    /* exact totals of the last accepted output */
+  int32_t non_empty;      /* its non-empty partitions */
+} fsh_shuffle_meta_map_info;
+
+/* EINVAL on a bad map id. */
+FSH_NODISCARD int fsh_shuffle_meta_map(const fsh_shuffle_meta *m, int64_t map_id,
+                                       fsh_shuffle_meta_map_info *out, fsh_error *err);
+
+/* Interned locations: count, and id -> URI (borrowed; NULL if unknown). */
+uint32_t fsh_shuffle_meta_n_locations(const fsh_shuffle_meta *m);
+const char *fsh_shuffle_meta_location_uri(const fsh_shuffle_meta *m, uint32_t location_id);
+/* URI -> id; false when the URI never held an output of this shuffle. */
+bool fsh_shuffle_meta_location_id(const fsh_shuffle_meta *m, const char *uri, uint32_t *id);
+
+/* The (approximate, see above) size of block (map_id, partition) of the
+ * held output; 0 rows/bytes when empty or the map holds no output. EINVAL
+ * on bad ids. */
+FSH_NODISCARD int fsh_shuffle_meta_block(const fsh_shuffle_meta *m, int64_t map_id,
+                                         int32_t partition, int64_t *rows, int64_t *bytes,
+                                         fsh_error *err);
+
+typedef struct fsh_shuffle_partition_totals {
+  int64_t rows, bytes;          /* over the held outputs */
+  int64_t non_empty_maps;       /* held outputs with a non-empty block (exact) */
+  bool exact;                   /* rows/bytes exact (see above) */
+  uint32_t best_location;       /* the location holding most of its bytes */
+  int64_t best_location_bytes;  /* 0 (and best_location 0) when none */
+} fsh_shuffle_partition_totals;
+
+/* EINVAL on a bad partition. */
+FSH_NODISCARD int fsh_shuffle_meta_partition_totals(const fsh_shuffle_meta *m, int32_t partition,
+                                                    fsh_shuffle_partition_totals *out,
+                                                    fsh_error *err);
+/* Bytes and rows of partition `partition` held at location_id (0 for an
+ * unknown location). EINVAL on a bad partition. */
+FSH_NODISCARD int fsh_shuffle_meta_location_bytes(const fsh_shuffle_meta *m, int32_t partition,
+                                                  uint32_t location_id, int64_t *rows,
+                                                  int64_t *bytes, fsh_error *err);
+
+/* The answer to "which map outputs of partition p are new since version
+ * v": for each held output with version > since_version and a non-empty
+ * block for p, by increasing version: its map id, attempt, location id and
+ * the (approximate) block size. `version` is the shuffle's version at the
+ * time of the answer (pass it as since_version next time); complete is
+ * true when every map's output is held (then, after this answer, the
+ * reducer has seen every source). An output that was lost and recomputed
+ * comes again with its new attempt. Arrays are owned by the struct and
+ * reused between calls; release with fsh_shuffle_sources_reset. A decoded
+ * answer also carries the URIs of the locations it names. */
+typedef struct fsh_shuffle_sources {
+  uint64_t shuffle_id;
+  int32_t partition;
+  int64_t n_maps;
+  uint64_t since_version, version;
+  bool complete;
+  int64_t n;
+  int64_t *map_ids;       /* [n] */
+  int32_t *attempts;      /* [n] */
+  uint32_t *location_ids; /* [n] */
+  int64_t *bytes;         /* [n] approximate block sizes */
+  int64_t capacity;       /* of the four arrays */
+  /* Locations named by the answer (filled by the decoder only). */
+  int32_t n_locations;
+  uint32_t *location_table_ids; /* [n_locations] */
+  char **location_uris;         /* [n_locations] owned */
+} fsh_shuffle_sources;
+
+void fsh_shuffle_sources_reset(fsh_shuffle_sources *s);
+/* URI of a location id named by a decoded answer (borrowed); NULL if absent. */
+const char *fsh_shuffle_sources_uri(const fsh_shuffle_sources *s, uint32_t location_id);
+
+/* Fills *out (reusing its arrays). EINVAL on a bad partition or a
+ * since_version ahead of the shuffle's version; ENOMEM. */
+FSH_NODISCARD int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t partition,
+                                           uint64_t since_version, fsh_shuffle_sources *out,
+                                           fsh_error *err);
+
+/* Encodes an answer of m as a ShuffleSources message (proto/Sched.proto),
+ * with the URIs of the locations it names; *data is fsh_malloc'ed. */
+FSH_NODISCARD int fsh_shuffle_meta_sources_encode(const fsh_shuffle_meta *m,
+                                                  const fsh_shuffle_sources *s, uint8_t **data,
+                                                  int64_t *size, fsh_error *err);
+/* Decodes and validates a ShuffleSources message into *out (reset first):
+ * EINVAL naming what is wrong (a field out of range, arrays of different
+ * lengths, a location id without a URI, versions out of order, ...). */
+FSH_NODISCARD int fsh_shuffle_sources_decode(const void *data, int64_t size,
+                                             fsh_shuffle_sources *out, fsh_error *err);
+
+/* A worker is dead: every output held at uri is lost. *map_ids (fsh_malloc'ed,
+ * NULL when none; free with fsh_free) gets the ids of the maps to
+ * recompute, increasing, *n their number. An unknown URI loses nothing.
+ * ENOMEM (nothing changed). */
+FSH_NODISCARD int fsh_shuffle_meta_lose_location(fsh_shuffle_meta *m, const char *uri,
+                                                 int64_t **map_ids, int64_t *n, fsh_error *err);
+/* A fetch named map output (map_id, attempt) as unreadable: it is lost if it
+ * is the held output (*lost = true); otherwise (already lost, replaced,
+ * never accepted) nothing changes. EINVAL on a bad map id. */
+FSH_NODISCARD int fsh_shuffle_meta_lose_output(fsh_shuffle_meta *m, int64_t map_id,
+                                               int32_t attempt, bool *lost, fsh_error *err);
+
+typedef struct fsh_shuffle_meta_stats {
+  int64_t accepted, stale, duplicates, replaced; /* outputs by fate */
+  int64_t lost;                                  /* outputs lost */
+} fsh_shuffle_meta_stats;
+
+void fsh_shuffle_meta_stats_get(const fsh_shuffle_meta *m, fsh_shuffle_meta_stats *out);
+
+/* Bytes of driver memory held by m (every allocation it owns). */
+int64_t fsh_shuffle_meta_memory_bytes(const fsh_shuffle_meta *m);
+
 #ifdef __cplusplus
 }
 #endif
