@@ -38,6 +38,7 @@ typedef struct jtask {
   int32_t next_attempt; /* attempts launched so far */
   int32_t attempt;      /* the running attempt, or the one whose output is current */
   int32_t failures;     /* counted failures (bounded by max_attempts) */
+  int32_t input_losses; /* failures for a lost input (bounded by 4 x max_attempts) */
   uint64_t worker_id;   /* running attempt's worker, or the output's holder */
   int32_t loc;          /* map: index of the output's location in job->locs */
   uint64_t wtask;       /* the worker's task id (task-wait fallback); 0: unknown */
@@ -661,8 +662,10 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
     k->state = T_PENDING;
     k->wtask = 0;
     char lost[512];
-    if (!ok && lost_outputs_worker(why, lost, sizeof lost)) {
-      /* an input is gone with its worker: not the task's fault */
+    if (!ok && lost_outputs_worker(why, lost, sizeof lost) &&
+        ++k->input_losses <= 4 * j->max_attempts) {
+      /* an input is gone with its worker: not the task's fault (bounded
+       * all the same: a loss that recurs forever ends the job) */
       event_push(&j->retried, st->id, t, attempt, "%s", why);
       for (int64_t i = 0; i < d->n; i++)
         if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && strcmp(d->workers[i].uri, lost) == 0) {

@@ -293,3 +293,71 @@ def test_bad_control_input(cluster):
                         "--reduces", "2", "--rows", "1000"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0 and "verified=yes" in p.stdout, p.stdout + p.stderr
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args):
+    p = subprocess.Popen([str(CLI)] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    line = p.stdout.readline()
+    assert line.startswith("listening on "), (line, p.stderr.read() if p.poll() else "")
+    return p, line.split()[2]
+
+
+def _alive_workers(driver):
+    from test_local_cluster import ALIVE, workers  # its WorkerList decoder
+    return sum(w["state"] == ALIVE for w in workers(driver))
+
+
+def test_driver_restart_mid_job(tmp_path):
+    """The driver is killed (SIGKILL) while a job runs and a new one starts
+    on the same address: the job's client fails with a clear error, the
+    workers (never crashing) register again, the old job is unknown to the
+    new driver, and a new job runs and verifies."""
+    port = _free_port()
+    listen = f"127.0.0.1:{port}"
+    d, uri = _start(["driver", "--listen", listen, "--heartbeat-timeout-ms", "1000"])
+    ws = [_start(["worker", "--listen", "127.0.0.1:0", "--driver", uri,
+                  "--spill-dir", str(tmp_path / f"w{i}")])[0] for i in range(2)]
+    try:
+        deadline = time.time() + 10
+        while _alive_workers(uri) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert _alive_workers(uri) == 2
+        state = {"killed": False}
+
+        def on_progress(*done):
+            if not state["killed"] and done[0] >= 2:
+                d.kill()
+                state["killed"] = True
+        rc, text, parts, res, rec = run_job(uri, on_progress)
+        assert state["killed"] and rc == 1, text
+        assert "job shuffle:" in text and "result:" not in text, text
+        d.wait(timeout=10)
+        d, uri2 = _start(["driver", "--listen", listen, "--heartbeat-timeout-ms", "1000"])
+        assert uri2 == uri
+        deadline = time.time() + 15
+        while _alive_workers(uri) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert _alive_workers(uri) == 2
+        p = subprocess.run([str(CLI), "job", "status", "--driver", uri, "--job", "1"],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 1 and "no job 1" in p.stderr, p.stderr
+        p = subprocess.run([str(CLI), "job", "shuffle", "--driver", uri, "--maps", "6",
+                            "--reduces", "4", "--rows", "60000", "--batch-rows", "5000"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "verified=yes" in p.stdout, p.stdout + p.stderr
+        assert all(w.poll() is None for w in ws), "a worker died"
+    finally:
+        for w in ws:
+            w.send_signal(signal.SIGTERM)
+        for w in ws:
+            assert w.wait(timeout=30) == 0, w.stderr.read()
+        d.send_signal(signal.SIGTERM)
+        d.wait(timeout=30)
