@@ -117,6 +117,13 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *  - every attempt is tracked; a failed attempt is retried (at most
  *    max_attempts failures per task, then the job fails naming the task and
  *    its last error); answers of superseded attempts are ignored (listed);
+ *  - metadata: each stage that writes a shuffle keeps its outputs in an
+ *    fsh_shuffle_meta (below: compact arrays, about a bit per block;
+ *    locations, attempts, versions, approximate block sizes), which gives
+ *    the reduce tasks their sources (sizes_unknown: the readers still check
+ *    every block's checksum), the reduces' placement (best location) and
+ *    the incremental answers; for verification the driver adds up, per
+ *    partition, the rows and row checksums the tasks wrote (once per task);
  *  - lineage: every map output records its attempt and holder. When a
  *    worker dies (heartbeat timeout, a restart, or a fetch from it failing
  *    with "lost map outputs ..."), its running attempts are retried

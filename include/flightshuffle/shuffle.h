@@ -380,6 +380,10 @@ typedef struct fsh_reduce_task {
   /* more sources come from the scheduler as map outputs appear (the
    * worker's on_more_sources; "task" action only) until it says complete */
   bool incremental;
+  /* the sources' rows / checksum are not known and bytes only roughly (a
+   * scheduler's compact metadata): the reader skips the comparison with
+   * the map side's record (every block's own checksum is still verified) */
+  bool sizes_unknown;
   int64_t n_sources;
   fsh_reduce_source *sources; /* owned when decoded */
   int32_t n_locations;
@@ -446,7 +450,7 @@ FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
  *    u64 row checksum, then the map output's PutResult (format above).
  *  reduce-verify body: "FSRT", u8 version 1, 3 zero bytes, u64 shuffle_id,
  *    i32 partition, i32 n_partitions, u8 backend, u8 flags (bit 0:
- *    incremental; other bits zero), 2 zero bytes,
+ *    incremental, bit 1: sizes unknown; other bits zero), 2 zero bytes,
  *    u32 n_locations, u32 n_sources, u32 0, then n_sources x (i64 map_id,
  *    i32 attempt, u32 location index, i64 rows, i64 bytes, u64 checksum)
  *    of that partition, then n_locations x (u32 length, bytes; 1 .. 4096).

@@ -40,7 +40,6 @@ typedef struct jtask {
   int32_t failures;     /* counted failures (bounded by max_attempts) */
   int32_t input_losses; /* failures for a lost input (bounded by 4 x max_attempts) */
   uint64_t worker_id;   /* running attempt's worker, or the output's holder */
-  int32_t loc;          /* map: index of the output's location in job->locs */
   uint64_t wtask;       /* the worker's task id (task-wait fallback); 0: unknown */
   bool sending;         /* the scheduler is sending it */
   int64_t start_ms, poll_ms;
@@ -65,11 +64,14 @@ typedef struct jstage {
   int input;          /* consumers (KIND_REDUCE, KIND_REDUCE_MAP): their input stage */
   bool consumed;      /* producers: some stage reads it */
   bool released;
-  /* producers: the current outputs, [task * n_parts + p] */
-  int64_t *rows, *bytes;
-  uint64_t *checksums, *rowsums;
-  uint64_t version;   /* KIND_MAP: outputs accepted so far */
-  uint64_t *versions; /* KIND_MAP: [task] the version of its current output */
+  /* producers: the metadata of the current outputs (shuffle_meta: compact
+   * arrays, about a bit per block) and, to verify the consumers, what the
+   * tasks wrote per partition (rows, row checksums; added once per task:
+   * a re-run writes the same rows) */
+  fsh_shuffle_meta *meta;
+  int64_t *part_rows;  /* [n_parts] */
+  uint64_t *part_sums; /* [n_parts] */
+  bool *counted;       /* [n_tasks] */
   int64_t first_ms, last_ms; /* first start, last end */
 } jstage;
 
@@ -87,12 +89,10 @@ struct sched_job {
   fsh_task_backend backend;
   int n_stages;
   jstage *stages;
-  int32_t n_locs, cap_locs;
-  char **locs; /* the map outputs' locations (worker URIs), interned */
   event_list retried, recomputed, ignored;
   int64_t start_ms, end_ms, first_map_ms, last_map_ms, first_reduce_ms;
   int64_t bytes_spilled;
-  int releasing; /* shuffles being released by the scheduler */ /* shuffles released after the end */
+  int releasing; /* shuffles being released by the scheduler */
   sched_job *next;
 };
 
@@ -142,17 +142,14 @@ static void job_free(sched_job *j) {
   for (int s = 0; j->stages && s < j->n_stages; s++) {
     jstage *st = &j->stages[s];
     fsh_free(st->maps);
-    fsh_free(st->rows);
-    fsh_free(st->bytes);
-    fsh_free(st->checksums);
-    fsh_free(st->rowsums);
-    fsh_free(st->versions);
+    fsh_shuffle_meta_free(st->meta);
+    fsh_free(st->part_rows);
+    fsh_free(st->part_sums);
+    fsh_free(st->counted);
     for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) fsh_free(st->tasks[t].lost);
     fsh_free(st->tasks);
   }
   fsh_free(j->stages);
-  for (int32_t i = 0; i < j->n_locs; i++) fsh_free(j->locs[i]);
-  fsh_free(j->locs);
   event_list_free(&j->retried);
   event_list_free(&j->recomputed);
   event_list_free(&j->ignored);
@@ -203,25 +200,6 @@ static int stage_index(const sched_job *j, uint32_t id) {
   for (int s = 0; s < j->n_stages; s++)
     if (j->stages[s].id == id) return s;
   return -1;
-}
-
-/* Index of uri in j->locs, added if new; -1 when out of memory. */
-static int32_t intern_loc(sched_job *j, const char *uri) {
-  for (int32_t i = 0; i < j->n_locs; i++)
-    if (strcmp(j->locs[i], uri) == 0) return i;
-  if (j->n_locs == j->cap_locs) {
-    int32_t cap = j->cap_locs ? j->cap_locs * 2 : 8;
-    char **l = fsh_malloc((size_t)cap * sizeof *l);
-    if (!l) return -1;
-    if (j->n_locs) memcpy(l, j->locs, (size_t)j->n_locs * sizeof *l);
-    fsh_free(j->locs);
-    j->locs = l;
-    j->cap_locs = cap;
-  }
-  char *s = fsh_strdup(uri);
-  if (!s) return -1;
-  j->locs[j->n_locs] = s;
-  return j->n_locs++;
 }
 
 static const char *kind_name(int kind) {
@@ -344,6 +322,26 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
   return rc;
 }
 
+/* A producer stage's metadata and verification sums (n_tasks, n_parts and
+ * shuffle_id set). */
+static int producer_init(jstage *st, fsh_error *err) {
+  int rc = fsh_shuffle_meta_new(st->shuffle_id, st->n_tasks, st->n_parts, &st->meta, err);
+  if (rc) return fsh_error_prefix(err, rc, "stage %u: ", st->id);
+  st->part_rows = fsh_calloc((size_t)st->n_parts, sizeof *st->part_rows);
+  st->part_sums = fsh_calloc((size_t)st->n_parts, sizeof *st->part_sums);
+  st->counted = fsh_calloc((size_t)st->n_tasks, sizeof *st->counted);
+  if (!st->part_rows || !st->part_sums || !st->counted)
+    return fsh_error_set(err, ENOMEM, "stage %u: out of memory", st->id);
+  return 0;
+}
+
+/* Whether the current output of task t of producer st has rows for p. */
+static bool block_non_empty(const jstage *st, int32_t t, int32_t p) {
+  int64_t rows = 0, bytes = 0;
+  fsh_error e;
+  return fsh_shuffle_meta_block(st->meta, t, p, &rows, &bytes, &e) == 0 && (rows || bytes);
+}
+
 /* Builds a job from a decoded plan (not yet linked). */
 static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sched_job **out,
                          fsh_error *err) {
@@ -416,15 +414,7 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
       }
       if (rc) break;
       st->n_parts = st->maps[0].n_partitions;
-      size_t cells = (size_t)st->n_tasks * (size_t)st->n_parts;
-      st->rows = fsh_calloc(cells, sizeof *st->rows);
-      st->bytes = fsh_calloc(cells, sizeof *st->bytes);
-      st->checksums = fsh_calloc(cells, sizeof *st->checksums);
-      st->rowsums = fsh_calloc(cells, sizeof *st->rowsums);
-      st->versions = fsh_calloc((size_t)st->n_tasks, sizeof *st->versions);
-      if (!st->rows || !st->bytes || !st->checksums || !st->rowsums || !st->versions)
-        rc = fsh_error_set(err, ENOMEM, "stage %u: out of memory for %d x %d map output cells",
-                           st->id, st->n_tasks, st->n_parts);
+      rc = producer_init(st, err);
     } else if (strcmp(kind, "reduce-verify") == 0) {
       st->kind = KIND_REDUCE;
       if (sp->n_tasks)
@@ -465,15 +455,7 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
       st->n_parts = (int32_t)sp->n_partitions;
       st->key_column = (int32_t)sp->key_column;
       st->compression = (fsh_compression)sp->compression;
-      size_t cells = (size_t)st->n_tasks * (size_t)st->n_parts;
-      st->rows = fsh_calloc(cells, sizeof *st->rows);
-      st->bytes = fsh_calloc(cells, sizeof *st->bytes);
-      st->checksums = fsh_calloc(cells, sizeof *st->checksums);
-      st->rowsums = fsh_calloc(cells, sizeof *st->rowsums);
-      st->versions = fsh_calloc((size_t)st->n_tasks, sizeof *st->versions);
-      if (!st->rows || !st->bytes || !st->checksums || !st->rowsums || !st->versions)
-        rc = fsh_error_set(err, ENOMEM, "stage %u: out of memory for %d x %d output cells",
-                           st->id, st->n_tasks, st->n_parts);
+      rc = producer_init(st, err);
     } else {
       rc = fsh_error_set(err, EINVAL, "stage %u: unknown task type '%s' (map-synthetic, "
                          "reduce-verify, reduce-then-map)", st->id, kind);
@@ -547,9 +529,17 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
           st->n_done--;
           if (!hit) hit = fsh_calloc((size_t)st->n_parts, sizeof *hit);
           for (int32_t p = 0; hit && p < st->n_parts; p++)
-            if (st->bytes[(size_t)t * st->n_parts + p] || st->rows[(size_t)t * st->n_parts + p])
-              hit[p] = true;
+            if (!hit[p] && block_non_empty(st, t, p)) hit[p] = true;
         }
+      }
+      if (producer(st) && !st->released) {
+        /* the metadata forgets every output held at that uri */
+        int64_t *ids = NULL, n_ids = 0;
+        fsh_error e;
+        if (fsh_shuffle_meta_lose_location(st->meta, uri, &ids, &n_ids, &e) != 0 && d->log)
+          fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id, st->id,
+                  e.message);
+        fsh_free(ids);
       }
       if (!hit) continue;
       /* running consumers that read a lost output: retried once it is back */
@@ -610,29 +600,32 @@ static void attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, i
     fsh_map_task_result r;
     rc = fsh_map_task_result_decode(answer, size, &r, &err);
     if (rc == 0) {
-      int32_t loc = -1;
       if (r.output.n_partitions != st->n_parts || r.output.map_id != t ||
           r.output.attempt != attempt || r.output.shuffle_id != st->shuffle_id)
         rc = fsh_error_set(&err, EPROTO, "the answer is of map %" PRId64 " attempt %d of shuffle "
                            "%" PRIu64 " with %d partitions", r.output.map_id, r.output.attempt,
                            r.output.shuffle_id, r.output.n_partitions);
-      else if ((loc = intern_loc(j, r.output.location)) < 0)
-        rc = fsh_error_set(&err, ENOMEM, "out of memory");
+      fsh_shuffle_meta_add_result added = FSH_SHUFFLE_META_ACCEPTED;
+      if (rc == 0) rc = fsh_shuffle_meta_add(st->meta, &r.output, &added, &err);
+      if (rc == 0 && added != FSH_SHUFFLE_META_ACCEPTED)
+        rc = fsh_error_set(&err, EPROTO, "the shuffle's metadata calls it %s",
+                           fsh_shuffle_meta_add_result_name(added));
       if (rc == 0) {
-        size_t at = (size_t)t * st->n_parts, n = (size_t)st->n_parts;
-        memcpy(st->rows + at, r.output.rows, n * sizeof *st->rows);
-        memcpy(st->bytes + at, r.output.bytes, n * sizeof *st->bytes);
-        memcpy(st->checksums + at, r.output.checksums, n * sizeof *st->checksums);
-        memcpy(st->rowsums + at, r.row_checksums, n * sizeof *st->rowsums);
-        k->loc = loc;
+        size_t n = (size_t)st->n_parts;
         k->rows = r.input_rows;
         k->checksum = 0; /* reduce-then-map: the checksum of the rows it read */
-        for (size_t p = 0; p < n; p++) k->checksum += st->rowsums[at + p];
+        for (size_t p = 0; p < n; p++) k->checksum += r.row_checksums[p];
         k->input_bytes = r.input_bytes;
         k->nanos = r.nanos;
         k->bytes = 0;
-        for (size_t p = 0; p < n; p++) k->bytes += st->bytes[at + p];
-        st->versions[t] = ++st->version;
+        for (size_t p = 0; p < n; p++) k->bytes += r.output.bytes[p];
+        if (!st->counted[t]) { /* a re-run writes the same rows */
+          st->counted[t] = true;
+          for (size_t p = 0; p < n; p++) {
+            st->part_rows[p] += r.output.rows[p];
+            st->part_sums[p] += r.row_checksums[p];
+          }
+        }
         if (st->kind == KIND_MAP && j->first_map_ms < 0) j->first_map_ms = now;
         if (st->kind == KIND_MAP) j->last_map_ms = now;
       }
@@ -789,34 +782,43 @@ static int envelope(const char *kind, const sched_job *j, const jstage *st, int3
 }
 
 /* Reduce task p of consumer stage st, reading the current outputs of its
- * input stage: t->sources and t->locations allocated, the location strings
- * borrowed from the job (free the two arrays only). mu held. */
+ * input stage (from its metadata: sizes approximate, so sizes_unknown):
+ * t->sources and t->locations allocated, the location strings borrowed
+ * from the metadata (free the two arrays only). mu held. */
 static int reduce_task_of(const sched_job *j, const jstage *st, int32_t p, bool incremental,
                           fsh_reduce_task *t, fsh_error *err) {
   const jstage *in = &j->stages[st->input];
   *t = (fsh_reduce_task){.shuffle_id = in->shuffle_id, .partition = p,
                          .n_partitions = in->n_parts, .backend = j->backend,
-                         .incremental = incremental};
+                         .incremental = incremental, .sizes_unknown = true};
   if (incremental) return 0; /* it asks for its inputs ("map-outputs") */
-  t->sources = fsh_calloc((size_t)in->n_tasks, sizeof *t->sources);
-  int32_t *loc_of = fsh_malloc((size_t)(j->n_locs ? j->n_locs : 1) * sizeof *loc_of);
-  t->locations = fsh_calloc((size_t)(j->n_locs ? j->n_locs : 1), sizeof *t->locations);
-  int rc = 0;
-  if (!t->sources || !loc_of || !t->locations) rc = fsh_error_set(err, ENOMEM, "out of memory");
-  for (int32_t i = 0; rc == 0 && i < j->n_locs; i++) loc_of[i] = -1;
-  for (int32_t m = 0; rc == 0 && m < in->n_tasks; m++) {
-    const jtask *k = &in->tasks[m];
-    size_t at = (size_t)m * in->n_parts + (size_t)p;
-    if (k->state != T_DONE || (in->rows[at] == 0 && in->bytes[at] == 0)) continue;
-    if (loc_of[k->loc] < 0) {
-      loc_of[k->loc] = t->n_locations;
-      t->locations[t->n_locations++] = j->locs[k->loc];
+  fsh_shuffle_sources src = {0};
+  int rc = fsh_shuffle_meta_sources(in->meta, p, 0, &src, err);
+  uint32_t n_ids = fsh_shuffle_meta_n_locations(in->meta);
+  int32_t *loc_of = rc ? NULL : fsh_malloc((size_t)(n_ids ? n_ids : 1) * sizeof *loc_of);
+  if (rc == 0) {
+    t->sources = fsh_calloc((size_t)(src.n ? src.n : 1), sizeof *t->sources);
+    t->locations = fsh_calloc((size_t)(n_ids ? n_ids : 1), sizeof *t->locations);
+    if (!t->sources || !loc_of || !t->locations) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  for (uint32_t i = 0; rc == 0 && i < n_ids; i++) loc_of[i] = -1;
+  for (int64_t i = 0; rc == 0 && i < src.n; i++) {
+    uint32_t l = src.location_ids[i];
+    if (l >= n_ids) {
+      rc = fsh_error_set(err, EPROTO, "stage %u: map %" PRId64 " at an unknown location %u",
+                         in->id, src.map_ids[i], l);
+      break;
+    }
+    if (loc_of[l] < 0) {
+      loc_of[l] = t->n_locations;
+      t->locations[t->n_locations++] = (char *)fsh_shuffle_meta_location_uri(in->meta, l);
     }
     t->sources[t->n_sources++] = (fsh_reduce_source){
-        .map_id = m, .attempt = k->attempt, .location = loc_of[k->loc], .rows = in->rows[at],
-        .bytes = in->bytes[at], .checksum = in->checksums[at]};
+        .map_id = src.map_ids[i], .attempt = src.attempts[i], .location = loc_of[l],
+        .bytes = src.bytes[i]};
   }
   fsh_free(loc_of);
+  fsh_shuffle_sources_reset(&src);
   if (rc) {
     fsh_free(t->sources);
     fsh_free(t->locations);
@@ -832,7 +834,7 @@ static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buff
   FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, j->incremental, &t, err));
   int rc = fsh_reduce_task_encode(&t, out, err);
   fsh_free(t.sources);
-  fsh_free(t.locations); /* the strings are the job's */
+  fsh_free(t.locations); /* the strings are the metadata's */
   return rc;
 }
 
@@ -853,23 +855,26 @@ static int reduce_map_body(const sched_job *j, const jstage *st, int32_t p, int3
  * least loaded; reduces: the one holding most input bytes. NULL if none. */
 static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int32_t t) {
   const jstage *st = &j->stages[s];
+  /* a consumer: the location holding most of its partition's bytes */
+  const char *best_uri = NULL;
+  if (consumer(st)) {
+    const jstage *in = &j->stages[st->input];
+    fsh_shuffle_partition_totals tot;
+    fsh_error e;
+    if (fsh_shuffle_meta_partition_totals(in->meta, t, &tot, &e) == 0 &&
+        tot.best_location_bytes > 0)
+      best_uri = fsh_shuffle_meta_location_uri(in->meta, tot.best_location);
+  }
   driver_worker *best = NULL;
-  int64_t best_bytes = -1;
+  int best_busy = 0;
   for (int64_t i = 0; i < d->n; i++) {
     driver_worker *w = &d->workers[i];
     int busy = reduce_slot(j, st) ? w->running_reduce : w->running;
     if (w->state != FSH_SCHED_WORKER_ALIVE || busy >= j->slots) continue;
-    int64_t bytes = 0;
-    if (consumer(st)) {
-      const jstage *in = &j->stages[st->input];
-      for (int32_t m = 0; m < in->n_tasks; m++)
-        if (in->tasks[m].state == T_DONE && in->tasks[m].worker_id == w->id)
-          bytes += in->bytes[(size_t)m * in->n_parts + (size_t)t];
-    }
-    int best_busy = best ? (reduce_slot(j, st) ? best->running_reduce : best->running) : 0;
-    if (!best || bytes > best_bytes || (bytes == best_bytes && busy < best_busy)) {
+    if (best_uri && strcmp(w->uri, best_uri) == 0) return w;
+    if (!best || busy < best_busy) {
       best = w;
-      best_bytes = bytes;
+      best_busy = busy;
     }
   }
   return best;
@@ -960,6 +965,11 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
         }
         k->next_attempt++;
         k->attempt = attempt;
+        if (producer(st)) { /* older attempts' outputs are stale from now on */
+          fsh_error e;
+          if (fsh_shuffle_meta_begin_attempt(st->meta, t, attempt, &e) != 0 && d->log)
+            fprintf(stderr, "flightshuffle: driver: %s\n", e.message);
+        }
         k->state = T_RUNNING;
         k->sending = true;
         k->worker_id = w->id;
@@ -1264,11 +1274,8 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
       else s.n_partitions = st->n_tasks;
     }
     for (int32_t p = 0; rc == 0 && p < st->n_tasks; p++) {
-      fsh_sched_partition_check c = {0};
-      for (int32_t m = 0; m < in->n_tasks; m++) {
-        c.map_rows += in->rows[(size_t)m * in->n_parts + (size_t)p];
-        c.map_checksum += in->rowsums[(size_t)m * in->n_parts + (size_t)p];
-      }
+      fsh_sched_partition_check c = {.map_rows = in->part_rows[p],
+                                     .map_checksum = in->part_sums[p]};
       c.reduce_rows = st->tasks[p].rows;
       c.reduce_checksum = st->tasks[p].checksum;
       /* an intermediate task's output may be lost after it was consumed:
@@ -1464,53 +1471,50 @@ static int map_outputs(sched_job *j, int s, int32_t t, int32_t attempt, uint64_t
     return fsh_error_set(err, ESTALE, "job %" PRIu64 " stage %u task %d attempt %d is superseded "
                          "(or the job is over): stop", j->id, st->id, t, attempt);
   const jstage *in = &j->stages[st->input];
-  if (since > in->version)
-    return fsh_error_set(err, EINVAL, "since version %" PRIu64 " is ahead of the shuffle's %" PRIu64,
-                         since, in->version);
-  int32_t n = 0;
-  for (int32_t m = 0; m < in->n_tasks; m++) n += in->tasks[m].state == T_DONE &&
-                                                in->versions[m] > since;
-  Flightshuffle__Sched__MapSource *src = fsh_calloc((size_t)(n ? n : 1), sizeof *src);
-  Flightshuffle__Sched__MapSource **srcp = fsh_calloc((size_t)(n ? n : 1), sizeof *srcp);
-  char **locs = fsh_calloc((size_t)(j->n_locs ? j->n_locs : 1), sizeof *locs);
-  int32_t *loc_of = fsh_malloc((size_t)(j->n_locs ? j->n_locs : 1) * sizeof *loc_of);
-  int rc = 0;
-  if (!src || !srcp || !locs || !loc_of) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_shuffle_sources src = {0};
+  int rc = fsh_shuffle_meta_sources(in->meta, t, since, &src, err);
+  if (rc) return rc;
+  Flightshuffle__Sched__MapSource *xs = fsh_calloc((size_t)(src.n ? src.n : 1), sizeof *xs);
+  Flightshuffle__Sched__MapSource **xp = fsh_calloc((size_t)(src.n ? src.n : 1), sizeof *xp);
+  uint32_t n_ids = fsh_shuffle_meta_n_locations(in->meta);
+  char **locs = fsh_calloc((size_t)(n_ids ? n_ids : 1), sizeof *locs);
+  int32_t *loc_of = fsh_malloc((size_t)(n_ids ? n_ids : 1) * sizeof *loc_of);
+  if (!xs || !xp || !locs || !loc_of) rc = fsh_error_set(err, ENOMEM, "out of memory");
   Flightshuffle__Sched__MapOutputsReply r = FLIGHTSHUFFLE__SCHED__MAP_OUTPUTS_REPLY__INIT;
-  for (int32_t i = 0; rc == 0 && i < j->n_locs; i++) loc_of[i] = -1;
-  for (int32_t m = 0; rc == 0 && m < in->n_tasks; m++) {
-    const jtask *mk = &in->tasks[m];
-    size_t at = (size_t)m * in->n_parts + (size_t)t;
-    if (mk->state != T_DONE || in->versions[m] <= since ||
-        (in->rows[at] == 0 && in->bytes[at] == 0))
-      continue;
-    if (loc_of[mk->loc] < 0) {
-      loc_of[mk->loc] = (int32_t)r.n_locations;
-      locs[r.n_locations++] = j->locs[mk->loc];
+  for (uint32_t i = 0; rc == 0 && i < n_ids; i++) loc_of[i] = -1;
+  for (int64_t i = 0; rc == 0 && i < src.n; i++) {
+    uint32_t l = src.location_ids[i];
+    if (l >= n_ids) {
+      rc = fsh_error_set(err, EPROTO, "map %" PRId64 " at an unknown location %u",
+                         src.map_ids[i], l);
+      break;
+    }
+    if (loc_of[l] < 0) {
+      loc_of[l] = (int32_t)r.n_locations;
+      locs[r.n_locations++] = (char *)fsh_shuffle_meta_location_uri(in->meta, l);
     }
     Flightshuffle__Sched__MapSource x = FLIGHTSHUFFLE__SCHED__MAP_SOURCE__INIT;
-    x.map_id = m;
-    x.attempt = mk->attempt;
-    x.location = (uint32_t)loc_of[mk->loc];
-    x.rows = in->rows[at];
-    x.bytes = in->bytes[at];
-    x.checksum = in->checksums[at];
-    src[r.n_sources] = x;
-    srcp[r.n_sources] = &src[r.n_sources];
+    x.map_id = src.map_ids[i];
+    x.attempt = src.attempts[i];
+    x.location = (uint32_t)loc_of[l];
+    x.bytes = src.bytes[i]; /* approximate; rows and checksum unknown */
+    xs[r.n_sources] = x;
+    xp[r.n_sources] = &xs[r.n_sources];
     r.n_sources++;
   }
   if (rc == 0) {
-    r.sources = srcp;
+    r.sources = xp;
     r.locations = locs;
-    r.version = in->version;
-    r.complete = in->n_done == in->n_tasks;
+    r.version = src.version;
+    r.complete = src.complete;
     if (r.n_sources && j->first_reduce_ms < 0) j->first_reduce_ms = fsh_sched_now_ms();
     rc = fsh_sched_push_message(out, &r.base, "driver: map-outputs", err);
   }
-  fsh_free(src);
-  fsh_free(srcp);
+  fsh_free(xs);
+  fsh_free(xp);
   fsh_free(locs);
   fsh_free(loc_of);
+  fsh_shuffle_sources_reset(&src);
   return rc;
 }
 

@@ -216,6 +216,7 @@ int fsh_sched_more_sources(void *ctx, const uint8_t *tag, int64_t tag_size, uint
                            fsh_reduce_task *more, bool *complete, fsh_error *err) {
   fsh_sched_notifier *n = ctx;
   memset(more, 0, sizeof *more);
+  more->sizes_unknown = true; /* the driver's metadata is approximate */
   *complete = false;
   Flightshuffle__Sched__MapOutputsRequest q = FLIGHTSHUFFLE__SCHED__MAP_OUTPUTS_REQUEST__INIT;
   q.ref = (ProtobufCBinaryData){(size_t)tag_size, (uint8_t *)tag};

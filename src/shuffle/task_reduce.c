@@ -84,6 +84,8 @@ int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                              .attempt = s->attempt, .location = t->locations[s->location],
                              .n_partitions = (int32_t)R, .rows = rows + i, .bytes = bytes + i,
                              .checksums = sums + i};
+    if (t->sizes_unknown) /* the readers then compare nothing with a record */
+      ms[i].rows = ms[i].bytes = NULL, ms[i].checksums = NULL;
   }
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = (int32_t)R,
                            .schema = schema};
@@ -155,7 +157,7 @@ int fsh_reduce_task_encode(const fsh_reduce_task *t, fsh_buffer **out, fsh_error
   fsh_le_put32(p + 16, (uint32_t)t->partition);
   fsh_le_put32(p + 20, (uint32_t)t->n_partitions);
   p[24] = (uint8_t)t->backend;
-  p[25] = t->incremental ? 1 : 0;
+  p[25] = (uint8_t)((t->incremental ? 1 : 0) | (t->sizes_unknown ? 2 : 0));
   fsh_le_put32(p + 28, (uint32_t)t->n_locations);
   fsh_le_put32(p + 32, (uint32_t)t->n_sources);
   uint8_t *q = p + REDUCE_TASK_HEADER_BYTES;
@@ -184,14 +186,15 @@ int fsh_reduce_task_decode(const uint8_t *p, int64_t size, fsh_reduce_task *out,
     return fsh_error_set(err, EINVAL, "reduce-verify: the body must start with "
                          REDUCE_TASK_MAGIC " and a %d-byte header (got %" PRId64 " bytes)",
                          REDUCE_TASK_HEADER_BYTES, size);
-  if (p[4] != 1 || p[5] || p[6] || p[7] || (p[25] & ~1) || p[26] || p[27] ||
+  if (p[4] != 1 || p[5] || p[6] || p[7] || (p[25] & ~3) || p[26] || p[27] ||
       fsh_le_get32(p + 36))
     return fsh_error_set(err, EINVAL, "reduce-verify: version %u or reserved bytes not "
                          "supported (version 1, zeros)", p[4]);
   fsh_reduce_task t = {.shuffle_id = fsh_le_get64(p + 8),
                        .partition = (int32_t)fsh_le_get32(p + 16),
                        .n_partitions = (int32_t)fsh_le_get32(p + 20),
-                       .backend = (fsh_task_backend)p[24], .incremental = p[25] & 1};
+                       .backend = (fsh_task_backend)p[24], .incremental = p[25] & 1,
+                       .sizes_unknown = (p[25] & 2) != 0};
   int64_t n_loc = fsh_le_get32(p + 28), n = fsh_le_get32(p + 32);
   if (n > TASK_MAX_COUNT || n_loc > TASK_MAX_COUNT ||
       size < REDUCE_TASK_HEADER_BYTES + REDUCE_SOURCE_BYTES * n + 4 * n_loc)

@@ -228,7 +228,7 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
     rc = w->on_more_sources(w->on_more_sources_ctx, j->tag, j->tag_size, &version, &more,
                             &complete, err);
     if (rc == 0 && more.n_sources > 0) {
-      more.shuffle_id = j->reduce.shuffle_id;
+      more.shuffle_id = j->reduce.shuffle_id; /* sizes_unknown: as the hook says */
       more.partition = j->reduce.partition;
       more.n_partitions = j->reduce.n_partitions;
       more.backend = j->reduce.backend;
