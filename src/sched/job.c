@@ -902,6 +902,10 @@ static void bring_back(fsh_sched_driver *d, sched_job *j, int in, const jstage *
   for (int32_t t = 0; t < st->n_tasks; t++) {
     jtask *k = &st->tasks[t];
     if (k->state != T_DONE) continue;
+    bool gone = false;
+    fsh_error e;
+    if (fsh_shuffle_meta_lose_output(st->meta, t, k->attempt, &gone, &e) != 0 && d->log)
+      fprintf(stderr, "flightshuffle: driver: %s\n", e.message);
     fsh_free(k->lost);
     k->lost = fsh_strdup(reason);
     k->state = T_PENDING;
