@@ -188,11 +188,14 @@ def kill_when(cond, pids, sig=signal.SIGKILL):
     return on_progress, state
 
 
-def test_kill_one_worker_during_the_map_stage(cluster, reference):
+@pytest.mark.parametrize("incremental", ["off", "on"])
+def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
+    """With incremental retrieval on, reducers are already running (and
+    reading) when the worker dies: those that read its outputs are retried."""
     c = cluster(3)
     uri, pid = c.workers[3]
     cb, st = kill_when(lambda m, r: m >= 6 and c.reported(uri), [pid])
-    rc, text, parts, res, rec = run_job(c.driver, cb)
+    rc, text, parts, res, rec = run_job(c.driver, cb, ["--incremental", incremental])
     assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
     check(rc, text, parts, res, rec, reference, c, [uri])
 
