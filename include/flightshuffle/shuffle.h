@@ -181,6 +181,15 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    one result, a status byte 0 (running) or 1 (done) followed, when
  *    done, by the task's answer; a failed task's error is the action's
  *    error; a finished task is answered once, then forgotten;
+ *    "task": the same tasks in an envelope that carries an opaque tag for
+ *    the scheduler: body "FSTE", u8 version 1, 3 zero bytes, u32 kind
+ *    length K (1 .. 64), u32 tag length T (0 .. 4096), the kind
+ *    ("map-synthetic", "reduce-verify" or "reduce-then-map"), the tag,
+ *    then the kind's body.
+ *    Answers the task id like the kind's own action. When such a task
+ *    ends, the worker calls on_task_done (options) on the task's thread;
+ *    if that says the outcome was delivered, the task is forgotten (a
+ *    later "task-wait" of it is NOT_FOUND), else it waits for "task-wait";
  *    "stats": one result, a line of text
  *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N"
  *    (the store's fsh_shuffle_store_stats). A malformed body is
@@ -237,6 +246,22 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           i64 map_id, i32 attempt, i32 n_partitions, then n_partitions
  *           x (i64 rows, i64 bytes, u64 checksum). */
 typedef struct fsh_shuffle_worker fsh_shuffle_worker;
+/* Called on a task's own thread when a "task" action's task ends: its tag,
+ * rc (0 or the task's error code), error (its message when rc != 0) and
+ * answer (when rc == 0). True when the outcome reached whoever waits for
+ * it (the task is then forgotten). May block on the network. */
+typedef bool (*fsh_worker_task_done_fn)(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
+                                        const char *error, const uint8_t *answer,
+                                        int64_t answer_size);
+/* Called on an incremental reduce task's thread (a "task" action whose
+ * reduce-verify body has the incremental flag) for the map outputs that
+ * are new since *version: fills *more (sources and locations, owned: the
+ * caller resets it), advances *version, and sets *complete once no more
+ * will come. Its error ends the task. May block on the network. */
+struct fsh_reduce_task;
+typedef int (*fsh_worker_more_sources_fn)(void *ctx, const uint8_t *tag, int64_t tag_size,
+                                          uint64_t *version, struct fsh_reduce_task *more,
+                                          bool *complete, fsh_error *err);
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
   const char *const *spill_dirs;
@@ -246,6 +271,10 @@ typedef struct fsh_shuffle_worker_options {
   int n_threads;          /* server pool; 0 = 4 */
   const char *fs_dir;     /* the shared directory of fs-backend tasks;
                              NULL: this worker runs no fs task */
+  fsh_worker_task_done_fn on_task_done; /* NULL: "task" tasks wait for task-wait */
+  void *on_task_done_ctx;
+  fsh_worker_more_sources_fn on_more_sources; /* NULL: incremental reduces are refused */
+  void *on_more_sources_ctx;
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
@@ -360,6 +389,13 @@ typedef struct fsh_reduce_task {
   int32_t partition;
   int32_t n_partitions;
   fsh_task_backend backend;
+  /* more sources come from the scheduler as map outputs appear (the
+   * worker's on_more_sources; "task" action only) until it says complete */
+  bool incremental;
+  /* the sources' rows / checksum are not known and bytes only roughly (a
+   * scheduler's compact metadata): the reader skips the comparison with
+   * the map side's record (every block's own checksum is still verified) */
+  bool sizes_unknown;
   int64_t n_sources;
   fsh_reduce_source *sources; /* owned when decoded */
   int32_t n_locations;
@@ -381,6 +417,39 @@ typedef struct fsh_reduce_task_result {
 FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                                       fsh_reduce_task_result *out, fsh_error *err);
 
+/* Reads partition t->partition of every source through b's reader and
+ * calls fn(ctx, batch) for each batch (borrowed) until fn fails. */
+FSH_NODISCARD int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                                       int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err),
+                                       void *ctx, fsh_error *err);
+
+/* "reduce-then-map": reads one partition of a shuffle (like a reduce task)
+ * and hash-partitions its rows on another key column into a second
+ * shuffle (like a map task, map id = the partition read): the second
+ * stage of a two-shuffle job. Its answer is a map task's (row checksums
+ * per output partition; input_rows / input_bytes: what it read). */
+typedef struct fsh_reduce_map_task {
+  fsh_reduce_task in;      /* the partition to read */
+  uint64_t out_shuffle_id;
+  int64_t map_id;          /* its output's map id (>= 0) */
+  int32_t attempt;         /* >= 0 */
+  int32_t out_partitions;  /* 1 .. 2^24 */
+  int32_t key_column;      /* 0 .. 2 of the synthetic schema */
+  fsh_compression compression;
+} fsh_reduce_map_task;
+
+void fsh_reduce_map_task_reset(fsh_reduce_map_task *t); /* frees a decoded task */
+FSH_NODISCARD int fsh_reduce_map_task_run(fsh_shuffle_backend *b, const fsh_reduce_map_task *t,
+                                          fsh_map_task_result *out, fsh_error *err);
+/* reduce-then-map body: "FSRM", u8 version 1, 3 zero bytes, u64
+ * out_shuffle_id, i64 map_id, i32 attempt, i32 out_partitions, i32
+ * key_column, u8 compression, 3 zero bytes, then a reduce-verify body (the
+ * partition to read; not incremental). Answer: the map-synthetic answer. */
+FSH_NODISCARD int fsh_reduce_map_task_encode(const fsh_reduce_map_task *t, fsh_buffer **out,
+                                             fsh_error *err);
+FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
+                                             fsh_reduce_map_task *out, fsh_error *err);
+
 /* Wire formats (all integers little-endian; every decoder checks every
  * length and value and answers EINVAL naming what is wrong):
  *  map-synthetic body (64 bytes): "FSMT", u8 version 1, 3 zero bytes,
@@ -392,7 +461,8 @@ FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_t
  *    location (L bytes) zero-padded to a multiple of 8, n_partitions x
  *    u64 row checksum, then the map output's PutResult (format above).
  *  reduce-verify body: "FSRT", u8 version 1, 3 zero bytes, u64 shuffle_id,
- *    i32 partition, i32 n_partitions, u8 backend, 3 zero bytes,
+ *    i32 partition, i32 n_partitions, u8 backend, u8 flags (bit 0:
+ *    incremental, bit 1: sizes unknown; other bits zero), 2 zero bytes,
  *    u32 n_locations, u32 n_sources, u32 0, then n_sources x (i64 map_id,
  *    i32 attempt, u32 location index, i64 rows, i64 bytes, u64 checksum)
  *    of that partition, then n_locations x (u32 length, bytes; 1 .. 4096).

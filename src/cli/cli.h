@@ -39,6 +39,8 @@ int cmd_driver(int argc, char **argv);
 int cmd_local(int argc, char **argv);
 /* `bench shuffle` (cmd_bench.c): a shuffle on a local cluster of workers. */
 int cmd_bench(int argc, char **argv);
+/* `job shuffle|status` (cmd_job.c): jobs on a running driver. */
+int cmd_job(int argc, char **argv);
 /* `explain` and `run` (cmd_plan.c): a plan's stages; a plan run in process. */
 int cmd_explain(int argc, char **argv);
 int cmd_run(int argc, char **argv);

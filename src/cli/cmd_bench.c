@@ -4,13 +4,17 @@
  *   flightshuffle bench shuffle --workers N --maps M --reduces R --bytes S
  *       --backend flight|memory|fs [--compression none|lz4|zstd]
  *       [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]
+ *       [--incremental on|off|both] [--fail-worker F]
  *
- * flight / fs: N `flightshuffle worker` processes (this executable, forked
- * and exec'd, each on 127.0.0.1:0; the URI read from its "listening on"
- * line) run the M map tasks (DoAction "map-synthetic", round-robin) and
- * then the R reduce tasks ("reduce-verify", round-robin), at most T tasks
- * per worker at once (fewer than its server threads, so that peers' DoGets
- * are served meanwhile). Every worker spills to its own folder of a
+ * flight / fs: a driver in this process (sched.h) and N `flightshuffle
+ * worker --driver` processes (this executable, forked and exec'd, each on
+ * 127.0.0.1:0; the URI read from its "listening on" line) that join it;
+ * each run is a job of the driver: M map tasks, then R reduce tasks, at
+ * most T tasks per worker at once (fewer than its server threads, so that
+ * peers' DoGets are served meanwhile; incremental reduces have T slots of
+ * their own). --incremental both runs every run twice, off then on, and
+ * compares them; --fail-worker F SIGKILLs the last worker once a fraction F
+ * of the maps is done (the job recomputes what it held). Every worker spills to its own folder of a
  * per-invocation temp directory under --spill-dir (default /tmp), where
  * the fs backend's shared directory also lives; the directory is removed
  * at the end, and every worker is stopped and reaped at the end, on error
@@ -19,7 +23,8 @@
  * over the in-process backend (the upper bound; no worker).
  *
  * Verification: per partition, the reduce side's rows and order-independent
- * row checksum equal the sums of the map sides' (fsh_task_row_checksums).
+ * row checksum equal the sums of the map sides' (fsh_task_row_checksums),
+ * and the rows read equal the rows generated.
  * Baselines measured in each run: a raw loopback TCP copy of S bytes (one
  * connection), and for fs/flight a plain sequential write (+fsync) of S
  * bytes into the temp directory. Ends with one `result:` line. Exit status:
@@ -48,6 +53,7 @@
 #include <unistd.h>
 
 #include <flightshuffle/flight.h>
+#include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
 #include <flightshuffle/workloads.h>
 
@@ -58,6 +64,9 @@
 
 typedef struct bench_opts {
   int workers, maps, reduces, runs, slots;
+  double fail_worker; /* < 0: none */
+  bool incremental;
+  bool incremental_both; /* each run twice: off, then on */
   int64_t bytes, memory_limit; /* memory_limit < 0: not given */
   fsh_task_backend backend;
   fsh_compression compression;
@@ -71,10 +80,15 @@ static int bench_usage(void) {
           "usage: flightshuffle bench shuffle --workers N --maps M --reduces R --bytes S\n"
           "         --backend flight|memory|fs [--compression none|lz4|zstd]\n"
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
-          "         [--batch-rows N] [--seed X]\n"
+          "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
-          "  in flight per worker (default 2); the memory backend runs N threads.\n");
+          "  in flight per worker (default 2); the memory backend runs N threads.\n"
+          "  fs / flight run as a job of an in-process driver (sched.h);\n"
+          "  --fail-worker F kills one worker (SIGKILL) once a fraction F of the map\n"
+          "  tasks is done (the run must still verify); --incremental: reduces\n"
+          "  start with the first map output (off: after the map stage; default;\n"
+          "  both: every run once off, then once on, compared in the result line).\n");
   return 2;
 }
 
@@ -90,7 +104,8 @@ static bool parse_int(const char *s, long long lo, long long hi, long long *out)
 
 /* 0, or 2 after a message. */
 static int parse_opts(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42};
+  *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42,
+                    .fail_worker = -1};
   bool have_backend = false;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -145,6 +160,16 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         return cli_fail(2, "bench shuffle: --compression: %s", err.message);
     } else if (strcmp(a, "--spill-dir") == 0) {
       o->spill_dir = v;
+    } else if (strcmp(a, "--incremental") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && strcmp(v, "both") != 0)
+        return cli_fail(2, "bench shuffle: --incremental '%s': expected on, off or both", v);
+      o->incremental = strcmp(v, "on") == 0;
+      o->incremental_both = strcmp(v, "both") == 0;
+    } else if (strcmp(a, "--fail-worker") == 0) {
+      char *end = NULL;
+      o->fail_worker = strtod(v, &end);
+      if (!end || *end || !(o->fail_worker >= 0 && o->fail_worker <= 1))
+        return cli_fail(2, "bench shuffle: --fail-worker '%s': expected a fraction 0..1", v);
     } else {
       cli_fail(2, "bench shuffle: unknown option %s", a);
       return bench_usage();
@@ -154,6 +179,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     cli_fail(2, "bench shuffle: --workers, --maps, --reduces, --bytes and --backend are required");
     return bench_usage();
   }
+  if (o->incremental_both && o->fail_worker >= 0)
+    return cli_fail(2, "bench shuffle: --fail-worker with --incremental on or off, not both");
+  if (o->backend == FSH_TASK_BACKEND_MEMORY &&
+      (o->fail_worker >= 0 || o->incremental || o->incremental_both))
+    return cli_fail(2, "bench shuffle: --fail-worker and --incremental need workers (fs, flight)");
+  if (o->fail_worker >= 0 && o->workers < 2)
+    return cli_fail(2, "bench shuffle: --fail-worker needs at least 2 workers");
   return 0;
 }
 
@@ -189,7 +221,6 @@ static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHY
 
 typedef struct worker_proc {
   char log[4200];
-  fsh_flight_client *client;
 } worker_proc;
 
 typedef struct cluster {
@@ -198,6 +229,8 @@ typedef struct cluster {
   worker_proc w[BENCH_MAX_WORKERS];
   char tmp[4096]; /* the per-invocation temp directory ("" if none) */
   char fs_dir[4200];
+  fsh_sched_driver *driver; /* in-process; the workers join it */
+  int killed;               /* the worker --fail-worker killed, or -1 */
 } cluster;
 static cluster *g_cluster; /* for stopped() */
 
@@ -232,7 +265,7 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   snprintf(limit, sizeof limit, "%" PRId64, o->memory_limit >= 0 ? o->memory_limit
                                                                  : (int64_t)1 << 50);
   snprintf(threads, sizeof threads, "%d", o->slots + 4);
-  char *args[16];
+  char *args[20];
   int k = 0;
   args[k++] = (char *)"flightshuffle";
   args[k++] = (char *)"worker";
@@ -248,6 +281,8 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
     args[k++] = (char *)"--fs-dir";
     args[k++] = c->fs_dir;
   }
+  args[k++] = (char *)"--driver";
+  args[k++] = (char *)fsh_sched_driver_uri(c->driver);
   args[k] = NULL;
   cli_child_options co = {.who = "bench shuffle", .stderr_log = w->log, .timeout_s = 30,
                           .interrupted = interrupted};
@@ -262,16 +297,13 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
     return 1;
   }
   if (rc != 0) return rc;
-  fsh_flight_client_options fo = {.uri = c->proc[i].uri};
-  fsh_error err;
-  if (fsh_flight_client_open(&fo, &w->client, &err) != 0)
-    return cli_fail(1, "bench shuffle: worker %s: %s", c->proc[i].uri, err.message);
   return 0;
 }
 
 /* After cli_children_stop reaped worker i; arg: bool show_logs. */
 static void stopped(const cli_child *w, int i, void *arg) {
   bool show_logs = *(const bool *)arg;
+  if (i == g_cluster->killed) return; /* --fail-worker's victim */
   if (w->killed)
     fprintf(stderr, "flightshuffle: bench shuffle: worker pid %d did not stop in time: "
             "killed\n", (int)w->pid);
@@ -286,10 +318,6 @@ static void stopped(const cli_child *w, int i, void *arg) {
 /* Stops every worker (SIGTERM, then SIGKILL after 10 s), reaps them, and
  * removes the temp directory. Safe on a partly started cluster. */
 static void cluster_stop(cluster *c, bool show_logs) {
-  for (int i = 0; i < c->n; i++) {
-    fsh_flight_client_close(c->w[i].client);
-    c->w[i].client = NULL;
-  }
   cli_children_stop(c->proc, c->n, 10, stopped, &show_logs);
   sigset_t all, old;
   sigfillset(&all);
@@ -297,9 +325,29 @@ static void cluster_stop(cluster *c, bool show_logs) {
   for (int i = 0; i < c->n; i++) c->proc[i].pid = 0;
   g_n_pids = 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  fsh_sched_driver_stop(c->driver, 2000);
+  c->driver = NULL;
   if (c->tmp[0]) rm_rf(c->tmp);
   c->tmp[0] = '\0';
   c->n = 0;
+}
+
+/* Waits until the driver knows every worker (alive); 0 or an error printed. */
+static int await_registration(cluster *c) {
+  for (int waited = 0;; waited += 20) {
+    fsh_sched_worker_list l;
+    fsh_error err;
+    if (fsh_sched_driver_workers(c->driver, &l, &err) != 0)
+      return cli_fail(1, "bench shuffle: driver: %s", err.message);
+    int64_t alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive >= c->n) return 0;
+    if (g_interrupted) return 130;
+    if (waited > 15000)
+      return cli_fail(1, "bench shuffle: only %lld of %d workers registered with the driver in "
+                      "15 s", (long long)alive, c->n);
+    usleep(20000);
+  }
 }
 
 /* ---- one shuffle ------------------------------------------------------- */
@@ -316,17 +364,12 @@ typedef struct run_ctx {
   /* task dispatch */
   pthread_mutex_t mu;
   int phase;          /* 0 map, 1 reduce */
-  int next[BENCH_MAX_WORKERS + 1]; /* per worker: its next task (k-th of it) */
   int next_any;       /* memory backend: the next task */
   atomic_int failed;
   int fail_rc;
   char fail_msg[1200];
 } run_ctx;
 
-typedef struct thread_arg {
-  run_ctx *r;
-  int worker; /* -1: memory backend thread */
-} thread_arg;
 
 static void fail(run_ctx *r, int rc, const char *fmt, ...) FSH_PRINTF(3, 4);
 static void fail(run_ctx *r, int rc, const char *fmt, ...) {
@@ -375,111 +418,58 @@ static int reduce_task(const run_ctx *r, int32_t p, fsh_reduce_task *t, fsh_erro
   return 0;
 }
 
-/* A task action answers the task's id at once (the worker runs it on a
- * thread of its own); polls "task-wait" until it is done. On entry *res
- * holds the id; on success it holds one result, the task's answer. */
-static int await_task(worker_proc *w, fsh_flight_result_list *res, fsh_error *err) {
-  if (res->n != 1 || res->items[0].size != 8)
-    return fsh_error_set(err, EPROTO, "a task action answered %" PRId64 " results (expected one "
-                         "8-byte task id)", res->n);
-  uint8_t id[8];
-  memcpy(id, res->items[0].data, 8);
-  fsh_flight_result_list_reset(res);
-  useconds_t pause = 200;
-  for (;;) {
-    if (g_interrupted) return fsh_error_set(err, EINTR, "interrupted");
-    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id, 8}};
-    FSH_RETURN_NOT_OK(fsh_flight_do_action(w->client, &a, res, err));
-    if (res->n != 1 || res->items[0].size < 1)
-      return fsh_error_set(err, EPROTO, "task-wait answered %" PRId64 " results", res->n);
-    if (res->items[0].data[0] == 1) { /* done: drop the status byte */
-      fsh_bytes *b = &res->items[0];
-      memmove(b->data, b->data + 1, (size_t)(b->size - 1));
-      b->size--;
-      return 0;
-    }
-    fsh_flight_result_list_reset(res);
-    usleep(pause);
-    if (pause < 20000) pause *= 2;
-  }
-}
-
-/* Runs task `i` of the current phase on worker `wi` (or in-process). */
-static void run_task(run_ctx *r, int wi, int i) {
+/* Runs task `i` of the current phase in-process (the memory backend; a
+ * cluster runs its tasks as a job of the driver, one_run_driver). */
+static void run_task(run_ctx *r, int i) {
   fsh_error err = {{0}};
   int rc = 0;
-  const char *kind = r->phase == 0 ? "map-synthetic" : "reduce-verify";
-  fsh_buffer *body = NULL;
   fsh_reduce_task rt = {0};
   if (r->phase == 0) {
     fsh_map_task t = map_task(r, i);
-    if (r->mem) rc = fsh_map_task_run(r->mem, &t, &r->maps[i], &err);
-    else rc = fsh_map_task_encode(&t, &body, &err);
+    rc = fsh_map_task_run(r->mem, &t, &r->maps[i], &err);
   } else {
     rc = reduce_task(r, i, &rt, &err);
-    if (rc == 0 && r->mem) rc = fsh_reduce_task_run(r->mem, &rt, &r->reduces[i], &err);
-    else if (rc == 0) rc = fsh_reduce_task_encode(&rt, &body, &err);
+    if (rc == 0) rc = fsh_reduce_task_run(r->mem, &rt, &r->reduces[i], &err);
     free(rt.sources), free(rt.locations); /* the strings are the maps' */
   }
-  if (rc == 0 && body) {
-    worker_proc *w = &r->c->w[wi];
-    fsh_flight_action a = {.type = (char *)kind, .body = {body->data, body->size}};
-    fsh_flight_result_list res = {0};
-    rc = fsh_flight_do_action(w->client, &a, &res, &err);
-    if (rc == 0) rc = await_task(w, &res, &err); /* res: the task's answer */
-    if (rc == 0 && r->phase == 0)
-      rc = fsh_map_task_result_decode(res.items[0].data, res.items[0].size, &r->maps[i], &err);
-    else if (rc == 0)
-      rc = fsh_reduce_task_result_decode(res.items[0].data, res.items[0].size, &r->reduces[i],
-                                         &err);
-    fsh_flight_result_list_reset(&res);
-    if (rc != 0) fsh_error_prefix(&err, rc, "worker %s: ", r->c->proc[wi].uri);
-  }
-  fsh_buffer_unref(body);
   if (rc != 0)
     fail(r, rc, "%s task %d: %s", r->phase == 0 ? "map" : "reduce", i, err.message);
 }
 
 static void *task_thread(void *arg) {
-  thread_arg *ta = arg;
-  run_ctx *r = ta->r;
+  run_ctx *r = arg;
   int n_tasks = r->phase == 0 ? r->o->maps : r->o->reduces;
   for (;;) {
     if (atomic_load(&r->failed) || g_interrupted) break;
-    int i;
     pthread_mutex_lock(&r->mu);
-    if (ta->worker < 0) i = r->next_any++;
-    else i = ta->worker + r->c->n * r->next[ta->worker]++;
+    int i = r->next_any++;
     pthread_mutex_unlock(&r->mu);
     if (i >= n_tasks) break;
-    run_task(r, ta->worker, i);
+    run_task(r, i);
   }
   return NULL;
 }
 
-/* Runs the phase's tasks; seconds, or < 0 on failure (r->failed). */
+/* Runs the phase's tasks on N threads (the memory backend); seconds, or
+ * < 0 on failure (r->failed). */
 static double run_phase(run_ctx *r, int phase) {
   r->phase = phase;
-  memset(r->next, 0, sizeof r->next);
   r->next_any = 0;
-  int n_threads = r->mem ? r->o->workers : r->c->n * r->o->slots;
+  int n_threads = r->o->workers;
   pthread_t *th = calloc((size_t)n_threads, sizeof *th);
-  thread_arg *args = calloc((size_t)n_threads, sizeof *args);
   double t0 = now_sec();
   int started = 0;
-  for (int i = 0; th && args && i < n_threads; i++) {
-    args[i] = (thread_arg){r, r->mem ? -1 : i % r->c->n};
-    if (pthread_create(&th[i], NULL, task_thread, &args[i]) != 0) {
+  for (int i = 0; th && i < n_threads; i++) {
+    if (pthread_create(&th[i], NULL, task_thread, r) != 0) {
       fail(r, EAGAIN, "cannot start a task thread");
       break;
     }
     started++;
   }
-  if (!th || !args) fail(r, ENOMEM, "out of memory");
+  if (!th) fail(r, ENOMEM, "out of memory");
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   double secs = now_sec() - t0;
   free(th);
-  free(args);
   if (g_interrupted && !atomic_load(&r->failed)) fail(r, EINTR, "interrupted");
   return atomic_load(&r->failed) ? -1 : secs;
 }
@@ -578,7 +568,9 @@ static double file_write(const char *dir, int64_t bytes) {
 
 typedef struct run_stats {
   double total, map, reduce, gbps, socket_gbps, file_gbps;
+  double first_fetch_ms, idle_gap_ms; /* first map output -> first reduce; gap between phases */
   int64_t spilled, table_bytes, rows;
+  int32_t recomputed, retried;
   bool verified;
 } run_stats;
 
@@ -600,47 +592,117 @@ static void summarize(const run_stats *s, int n, size_t off, double out[3]) {
   free(v);
 }
 
-/* Sum of spilled_bytes over the workers ("stats"); < 0 on error. */
-static int64_t cluster_spilled(cluster *c) {
-  int64_t total = 0;
-  for (int i = 0; i < c->n; i++) {
-    fsh_flight_action a = {.type = (char *)"stats"};
-    fsh_flight_result_list res = {0};
-    fsh_error err;
-    if (fsh_flight_do_action(c->w[i].client, &a, &res, &err) != 0 || res.n != 1) {
-      fsh_flight_result_list_reset(&res);
-      return -1;
-    }
-    char line[256];
-    int64_t len = res.items[0].size < 255 ? res.items[0].size : 255;
-    memcpy(line, res.items[0].data, (size_t)len);
-    line[len] = '\0';
-    fsh_flight_result_list_reset(&res);
-    const char *p = strstr(line, "spilled_bytes=");
-    if (!p) return -1;
-    total += strtoll(p + strlen("spilled_bytes="), NULL, 10);
-  }
-  return total;
-}
-
-/* Releases the shuffle everywhere; 0 or an error printed. */
+/* Releases the shuffle of the memory backend; 0 or an error printed. (A
+ * cluster's job releases its shuffles itself.) */
 static int release_shuffle(run_ctx *r) {
   fsh_error err;
-  if (r->mem) return fsh_shuffle_release(r->mem, r->shuffle_id, &err) == 0
-                         ? 0 : cli_fail(1, "bench shuffle: release: %s", err.message);
-  char body[24];
-  int len = snprintf(body, sizeof body, "%" PRIu64, r->shuffle_id);
-  /* fs: one worker removes the shared files; flight: every store */
-  int n = r->o->backend == FSH_TASK_BACKEND_FS ? 1 : r->c->n;
-  for (int i = 0; i < n; i++) {
-    fsh_flight_action a = {.type = (char *)"release", .body = {(uint8_t *)body, len}};
-    fsh_flight_result_list res = {0};
-    int rc = fsh_flight_do_action(r->c->w[i].client, &a, &res, &err);
-    fsh_flight_result_list_reset(&res);
-    if (rc != 0)
-      return cli_fail(1, "bench shuffle: release on worker %s: %s", r->c->proc[i].uri,
-                      err.message);
+  return fsh_shuffle_release(r->mem, r->shuffle_id, &err) == 0
+             ? 0 : cli_fail(1, "bench shuffle: release: %s", err.message);
+}
+
+/* One run on the cluster, as a job of the driver: submit, wait (killing a
+ * worker once --fail-worker's fraction of the maps is done), verify from
+ * the job's summary (per partition: the maps' rows and row checksums ==
+ * the reduce's; in all: the rows generated), print. 0, 1 or 130. */
+static int one_run_driver(run_ctx *r, int run, run_stats *st) {
+  const bench_opts *o = r->o;
+  cluster *c = r->c;
+  fsh_error err;
+  int64_t rows = r->total_batches * r->batch_rows;
+  fsh_sched_shuffle_job sj = {.name = "bench shuffle", .maps = o->maps, .reduces = o->reduces,
+                              .rows = rows, .batch_rows = r->batch_rows, .seed = o->seed,
+                              .compression = o->compression, .backend = o->backend,
+                              .slots_per_worker = o->slots, .incremental = o->incremental};
+  fsh_buffer *plan = NULL;
+  uint64_t job = 0;
+  double t0 = now_sec();
+  if (fsh_sched_shuffle_job_plan(&sj, &plan, &err) != 0 ||
+      fsh_sched_driver_submit(c->driver, plan->data, plan->size, &job, &err) != 0) {
+    fsh_buffer_unref(plan);
+    return cli_fail(1, "bench shuffle: %s", err.message);
   }
+  fsh_buffer_unref(plan);
+  int fail_at = o->fail_worker >= 0 ? (int)(o->fail_worker * o->maps + 0.5) : -1;
+  for (;;) {
+    if (g_interrupted) return cli_fail(130, "bench shuffle: interrupted");
+    int rc = fsh_sched_driver_wait_job(c->driver, job, fail_at >= 0 && c->killed < 0 ? 5 : 500,
+                                       &err);
+    if (rc == 0) break;
+    if (rc != ETIMEDOUT) return cli_fail(1, "bench shuffle: %s", err.message);
+    if (fail_at < 0 || c->killed >= 0) continue;
+    fsh_sched_job_status js;
+    if (fsh_sched_driver_job_status(c->driver, job, false, &js, &err) != 0)
+      return cli_fail(1, "bench shuffle: %s", err.message);
+    bool now = js.n_stages > 0 && js.stages[0].tasks_done >= fail_at;
+    fsh_sched_job_status_reset(&js);
+    if (now) {
+      int victim = c->n - 1;
+      printf("  killing worker %d (pid %d %s) with SIGKILL: %d of %d map tasks done\n", victim,
+             (int)c->proc[victim].pid, c->proc[victim].uri, fail_at, o->maps);
+      fflush(stdout);
+      kill(c->proc[victim].pid, SIGKILL);
+      c->killed = victim;
+    }
+  }
+  double waited = now_sec() - t0;
+  fsh_sched_job_status js;
+  if (fsh_sched_driver_job_status(c->driver, job, true, &js, &err) != 0)
+    return cli_fail(1, "bench shuffle: %s", err.message);
+  st->total = js.seconds > 0 && js.seconds <= waited ? js.seconds : waited; /* submit .. end */
+  int status = 0;
+  if (js.state != FSH_SCHED_JOB_SUCCEEDED) {
+    fsh_sched_job_status_print(&js, stderr);
+    status = cli_fail(1, "bench shuffle: job %" PRIu64 " failed: %s", job,
+                      js.error ? js.error : "?");
+    fsh_sched_job_status_reset(&js);
+    return status;
+  }
+  /* verification, independently of the job's own verdict */
+  st->verified = js.n_partitions == o->reduces && js.input_rows == rows;
+  int64_t map_rows = 0, reduce_rows = 0;
+  for (int32_t p = 0; p < js.n_partitions; p++) {
+    const fsh_sched_partition_check *pc = &js.partitions[p];
+    map_rows += pc->map_rows;
+    reduce_rows += pc->reduce_rows;
+    if (pc->map_rows != pc->reduce_rows || pc->map_checksum != pc->reduce_checksum) {
+      if (st->verified)
+        fprintf(stderr, "flightshuffle: bench shuffle: partition %d: maps wrote %" PRId64
+                " rows (checksum %016" PRIx64 "), the reduce read %" PRId64 " (%016" PRIx64
+                ")\n", p, pc->map_rows, pc->map_checksum, pc->reduce_rows, pc->reduce_checksum);
+      st->verified = false;
+    }
+  }
+  if (map_rows != rows || reduce_rows != rows) st->verified = false;
+  if (st->verified != js.verified) st->verified = false;
+  st->rows = js.input_rows;
+  st->table_bytes = js.input_bytes;
+  st->map = js.n_stages > 0 ? js.stages[0].seconds : 0;
+  st->reduce = js.n_stages > 1 ? js.stages[1].seconds : 0;
+  st->first_fetch_ms = (js.first_reduce_start_s - js.first_map_output_s) * 1e3;
+  st->idle_gap_ms = (js.first_reduce_start_s - js.last_map_output_s) * 1e3;
+  if (st->idle_gap_ms < 0) st->idle_gap_ms = 0;
+  st->recomputed = js.n_recomputed;
+  st->retried = js.n_retried;
+  st->gbps = (double)st->table_bytes / st->total / 1e9;
+  st->spilled = js.bytes_spilled;
+  printf("run %d: total %.3f s (map %.3f s, reduce %.3f s; task time map %.3f s, reduce %.3f "
+         "s) %.3f GB/s; socket copy %.3f GB/s (%.2fx)", run + 1, st->total, st->map, st->reduce,
+         js.n_stages > 0 ? js.stages[0].task_seconds : 0,
+         js.n_stages > 1 ? js.stages[1].task_seconds : 0, st->gbps, st->socket_gbps,
+         st->gbps / st->socket_gbps);
+  if (st->file_gbps > 0) printf("; file write %.3f GB/s", st->file_gbps);
+  printf("; spilled %" PRId64 " B; verified %s\n", st->spilled, st->verified ? "yes" : "no");
+  printf("  first map output -> first reduce start %.1f ms; idle gap between the phases %.1f "
+         "ms; tasks retried %d, recomputed %d\n", st->first_fetch_ms, st->idle_gap_ms,
+         js.n_retried, js.n_recomputed);
+  for (int32_t i = 0; i < js.n_recomputed; i++)
+    printf("  recomputed: stage %u task %d (attempt %d): %s\n", js.recomputed[i].stage_id,
+           js.recomputed[i].task, js.recomputed[i].attempt, js.recomputed[i].reason);
+  for (int32_t i = 0; i < js.n_retried; i++)
+    printf("  retried: stage %u task %d (attempt %d): %s\n", js.retried[i].stage_id,
+           js.retried[i].task, js.retried[i].attempt, js.retried[i].reason);
+  fflush(stdout);
+  fsh_sched_job_status_reset(&js);
   return 0;
 }
 
@@ -651,6 +713,7 @@ static int one_run(run_ctx *r, int run, run_stats *st) {
   memset(st, 0, sizeof *st);
   st->socket_gbps = socket_copy(o->bytes);
   if (r->c && r->c->tmp[0]) st->file_gbps = file_write(r->c->tmp, o->bytes);
+  if (!r->mem) return one_run_driver(r, run, st);
   r->shuffle_id = BENCH_SHUFFLE_BASE + (uint64_t)run;
   r->maps = calloc((size_t)M, sizeof *r->maps);
   r->reduces = calloc((size_t)R, sizeof *r->reduces);
@@ -688,7 +751,7 @@ static int one_run(run_ctx *r, int run, run_stats *st) {
   }
   if (rows_read != st->rows) st->verified = false;
   st->gbps = (double)st->table_bytes / st->total / 1e9;
-  st->spilled = o->backend == FSH_TASK_BACKEND_FLIGHT ? cluster_spilled(r->c) : 0;
+  st->spilled = 0;
   double map_task = 0, reduce_task = 0;
   for (int m = 0; m < M; m++) map_task += (double)r->maps[m].nanos * 1e-9;
   for (int p = 0; p < R; p++) reduce_task += (double)r->reduces[p].nanos * 1e-9;
@@ -760,6 +823,7 @@ int cmd_bench(int argc, char **argv) {
 
   static cluster c;
   memset(&c, 0, sizeof c);
+  c.killed = -1;
   r.c = &c;
   g_cluster = &c;
   g_procs = c.proc;
@@ -777,10 +841,17 @@ int cmd_bench(int argc, char **argv) {
       goto out;
     }
     snprintf(c.fs_dir, sizeof c.fs_dir, "%s/fs", c.tmp);
+    fsh_sched_driver_options dopt = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 1500,
+                                     .n_threads = 4};
+    if (fsh_sched_driver_start(&dopt, &c.driver, &err) != 0) {
+      status = cli_fail(1, "bench shuffle: driver: %s", err.message);
+      goto out;
+    }
     for (int i = 0; i < o.workers && status == 0; i++) {
       status = start_worker(&c, i, &o);
       c.n = i + 1;
     }
+    if (status == 0) status = await_registration(&c);
     if (status != 0) goto out;
   }
   char limit[48] = "none";
@@ -797,19 +868,33 @@ int cmd_bench(int argc, char **argv) {
   fflush(stdout);
 
   run_stats *st = calloc((size_t)o.runs, sizeof *st);
-  if (!st) {
+  run_stats *st_on = calloc((size_t)o.runs, sizeof *st_on); /* --incremental both */
+  if (!st || !st_on) {
     status = cli_fail(1, "bench shuffle: out of memory");
     goto out;
   }
   bool verified = true;
   int64_t spilled = 0;
   for (int i = 0; i < o.runs && status == 0; i++) {
+    if (o.incremental_both) printf("incremental off:\n");
+    if (o.incremental_both) o.incremental = false;
     status = one_run(&r, i, &st[i]);
     verified = verified && st[i].verified;
     if (st[i].spilled > spilled) spilled = st[i].spilled;
+    if (status == 0 && o.incremental_both) {
+      printf("incremental on:\n");
+      o.incremental = true;
+      status = one_run(&r, i, &st_on[i]);
+      verified = verified && st_on[i].verified;
+      o.incremental = false;
+    }
   }
   if (status == 0) {
-    double tot[3], map[3], red[3], gb[3], sock[3], file[3];
+    double tot[3], map[3], red[3], gb[3], sock[3], file[3], ff[3], gap[3];
+    summarize(st, o.runs, offsetof(run_stats, first_fetch_ms), ff);
+    summarize(st, o.runs, offsetof(run_stats, idle_gap_ms), gap);
+    int recomputed = 0;
+    for (int i = 0; i < o.runs; i++) recomputed += st[i].recomputed;
     summarize(st, o.runs, offsetof(run_stats, total), tot);
     summarize(st, o.runs, offsetof(run_stats, map), map);
     summarize(st, o.runs, offsetof(run_stats, reduce), red);
@@ -824,17 +909,38 @@ int cmd_bench(int argc, char **argv) {
            gb[2], st[0].table_bytes);
     printf("  socket copy  %8.3f %8.3f %8.3f GB/s\n", sock[0], sock[1], sock[2]);
     if (file[1] > 0) printf("  file write   %8.3f %8.3f %8.3f GB/s\n", file[0], file[1], file[2]);
+    if (!o.incremental_both) /* else the comparison's line below is the result */
     printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
            "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
-           "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f\n",
+           "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
+           "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
+           "idle_gap_ms_median=%.1f\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
            fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
-           file[1]);
+           file[1], o.incremental_both ? "off" : o.incremental ? "on" : "off", o.fail_worker,
+           recomputed, ff[1], gap[1]);
+    if (o.incremental_both) {
+      double t_on[3], ff_on[3], gap_on[3];
+      summarize(st_on, o.runs, offsetof(run_stats, total), t_on);
+      summarize(st_on, o.runs, offsetof(run_stats, first_fetch_ms), ff_on);
+      summarize(st_on, o.runs, offsetof(run_stats, idle_gap_ms), gap_on);
+      printf("  total, incremental on  %8.3f %8.3f %8.3f s (off above)\n", t_on[0], t_on[1],
+             t_on[2]);
+      printf("  first map output -> first reduce fetch: off %.1f ms, on %.1f ms (medians); "
+             "idle gap: off %.1f ms, on %.1f ms\n", ff[1], ff_on[1], gap[1], gap_on[1]);
+      printf("result: name=bench_shuffle_incremental verified=%s workers=%d maps=%d reduces=%d "
+             "bytes=%" PRId64 " runs=%d total_s_median_off=%.3f total_s_median_on=%.3f "
+             "speedup_on=%.3f first_fetch_ms_median_off=%.1f first_fetch_ms_median_on=%.1f "
+             "idle_gap_ms_median_off=%.1f idle_gap_ms_median_on=%.1f\n",
+             verified ? "yes" : "no", o.workers, o.maps, o.reduces, o.bytes, o.runs, tot[1],
+             t_on[1], t_on[1] > 0 ? tot[1] / t_on[1] : 0.0, ff[1], ff_on[1], gap[1], gap_on[1]);
+    }
     if (!verified) status = 1;
   }
   free(st);
+  free(st_on);
 out:
   cluster_stop(&c, status != 0 && status != 130);
   fsh_shuffle_backend_destroy(r.mem);

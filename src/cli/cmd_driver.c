@@ -1,9 +1,12 @@
 /* cmd_driver.c -- `flightshuffle driver`: the cluster's driver process, a
  * Flight server keeping the membership of its workers (DoActions
- * "register", "heartbeat", "workers"; contracts in sched.h). Workers join
- * with `flightshuffle worker --driver URI`. Prints
- * "listening on grpc://HOST:PORT" once ready and membership changes on
- * stderr; SIGINT/SIGTERM stop it cleanly (in-flight calls get 2 s). */
+ * "register", "heartbeat", "workers") and running jobs ("submit",
+ * "job-status"; from workers "task-done", "map-outputs"; contracts in
+ * sched.h). Workers join with `flightshuffle worker --driver URI`; jobs
+ * come from `flightshuffle job shuffle --driver URI` or any Flight client.
+ * Prints "listening on grpc://HOST:PORT" once ready, membership changes and
+ * job events on stderr; SIGINT/SIGTERM stop it cleanly (in-flight calls get
+ * 2 s; running jobs are dropped). */
 #include "cli/cli.h"
 
 #include <errno.h>

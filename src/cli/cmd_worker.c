@@ -9,7 +9,8 @@
  * cleanly (in-flight calls get 2 s, then the store and its spill files go).
  * With --driver URI the worker joins that driver's cluster: a heartbeat
  * thread (sched.h) registers and heartbeats; a driver that is down is
- * retried, never fatal. */
+ * retried, never fatal; the tasks the driver sends ("task") report their
+ * end to it at once ("task-done", fsh_sched_notify_task_done). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -83,14 +84,28 @@ int cmd_worker(int argc, char **argv) {
   cli_block_stop_signals(&sigs); /* taken by sigwait below */
 
   fsh_error err;
+  fsh_sched_notifier *notifier = NULL;
+  if (driver) {
+    if (fsh_sched_notifier_new(driver, o.auth_token, &notifier, &err) != 0)
+      return cli_fail(1, "worker: --driver: %s", err.message);
+    o.on_task_done = fsh_sched_notify_task_done;
+    o.on_task_done_ctx = notifier;
+    o.on_more_sources = fsh_sched_more_sources;
+    o.on_more_sources_ctx = notifier;
+  }
   fsh_shuffle_worker *w = NULL;
-  if (fsh_shuffle_worker_start(&o, &w, &err) != 0) return cli_fail(1, "worker: %s", err.message);
+  if (fsh_shuffle_worker_start(&o, &w, &err) != 0) {
+    fsh_sched_notifier_free(notifier);
+    return cli_fail(1, "worker: %s", err.message);
+  }
+  if (notifier) fsh_sched_notifier_set_worker(notifier, fsh_shuffle_worker_uri(w), true);
   fsh_sched_heartbeat *hb = NULL;
   if (driver) {
     fsh_sched_heartbeat_options ho = {.driver_uri = driver, .worker_uri = fsh_shuffle_worker_uri(w),
                                       .auth_token = o.auth_token, .log = true};
     if (fsh_sched_heartbeat_start(&ho, &hb, &err) != 0) {
       fsh_shuffle_worker_stop(w, 0);
+      fsh_sched_notifier_free(notifier);
       return cli_fail(1, "worker: --driver: %s", err.message);
     }
   }
@@ -101,6 +116,7 @@ int cmd_worker(int argc, char **argv) {
   fprintf(stderr, "flightshuffle: worker %s: %s, stopping\n", fsh_shuffle_worker_uri(w),
           sig == SIGINT ? "SIGINT" : "SIGTERM");
   fsh_sched_heartbeat_stop(hb);
-  fsh_shuffle_worker_stop(w, 2000);
+  fsh_shuffle_worker_stop(w, 2000); /* joins the tasks (and their notifications) */
+  fsh_sched_notifier_free(notifier);
   return 0;
 }

@@ -32,11 +32,14 @@ static void usage(FILE *f) {
           "         [--auth-token T] [--fs-dir DIR] [--driver URI]\n"
           "                                 a shuffle worker: map-output store + Flight server\n"
           "  driver --listen HOST:PORT [--heartbeat-timeout-ms N] [--auth-token T]\n"
-          "                                 the cluster's driver: workers register, heartbeat\n"
+          "                                 the cluster's driver: workers, jobs\n"
           "  local --workers N [--spill-dir DIR] [--memory-limit BYTES] [--run-seconds S]\n"
           "                                 a driver and N workers on loopback until Ctrl-C\n"
           "  bench shuffle --workers N --maps M --reduces R --bytes S --backend flight|memory|fs\n"
           "         [...]                   a verified, timed shuffle on a local cluster\n"
+          "  job shuffle --driver URI --maps M --reduces R --rows N [...]\n"
+          "  job status --driver URI --job ID\n"
+          "                                 run / query a job on a driver (job -h)\n"
           "  explain PLAN.json [--partitions N]  the stages and exchanges of a plan\n"
           "  run PLAN.json [--backend memory|fs] [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
           "      [--verify]                 runs a plan in this process; --verify compares it\n"
@@ -87,6 +90,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "driver") == 0) return cmd_driver(argc - 1, argv + 1);
   if (strcmp(argv[1], "local") == 0) return cmd_local(argc - 1, argv + 1);
   if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+  if (strcmp(argv[1], "job") == 0) return cmd_job(argc - 1, argv + 1);
   if (strcmp(argv[1], "explain") == 0) return cmd_explain(argc - 1, argv + 1);
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 1, argv + 1);
   usage(stderr);

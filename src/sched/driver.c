@@ -11,28 +11,6 @@
 
 #include "sched/sched_internal.h"
 
-typedef struct driver_worker {
-  uint64_t id;
-  char *uri; /* owned */
-  fsh_sched_worker_state state;
-  int64_t last_ms; /* monotonic time of the last register / heartbeat */
-} driver_worker;
-
-struct fsh_sched_driver {
-  fsh_flight_server *server;
-  int64_t timeout_ms;
-  bool log;
-  char uri[320];
-  pthread_mutex_t mu; /* guards everything below */
-  pthread_cond_t cv;
-  bool stop;
-  bool checker_started;
-  pthread_t checker;
-  uint64_t next_id;
-  int64_t n, cap;
-  driver_worker *workers; /* by increasing id */
-};
-
 static int64_t interval_ms(const fsh_sched_driver *d) {
   int64_t i = d->timeout_ms / 3;
   return i > 0 ? i : 1;
@@ -78,6 +56,8 @@ static int action_register(fsh_sched_driver *d, const fsh_flight_action *a,
     if (strcmp(d->workers[i].uri, uri) == 0) {
       replaced = true;
       old_id = d->workers[i].id;
+      if (!d->workers[i].lost_handled)
+        fsh_sched_jobs_worker_lost(d, old_id, uri, "the worker restarted (registered again)");
       remove_at(d, i);
       break;
     }
@@ -206,8 +186,12 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "register") == 0) return action_register(d, a, out, err);
   if (strcmp(a->type, "heartbeat") == 0) return action_heartbeat(d, a, out, err);
   if (strcmp(a->type, "workers") == 0) return action_workers(d, out, err);
+  if (strcmp(a->type, "submit") == 0) return fsh_sched_action_submit(d, a, out, err);
+  if (strcmp(a->type, "task-done") == 0) return fsh_sched_action_task_done(d, a, out, err);
+  if (strcmp(a->type, "job-status") == 0) return fsh_sched_action_job_status(d, a, out, err);
+  if (strcmp(a->type, "map-outputs") == 0) return fsh_sched_action_map_outputs(d, a, out, err);
   return fsh_error_set(err, ENOTSUP, "driver %s: unknown action '%s' (known: register, "
-                       "heartbeat, workers)", d->uri, a->type);
+                       "heartbeat, workers, submit, task-done, job-status, map-outputs)", d->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -218,7 +202,15 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
       fsh_flight_action_type_list_push(out, "heartbeat",
                                        "a worker is alive (body: Heartbeat; NOT_FOUND: register "
                                        "again)") ||
-      fsh_flight_action_type_list_push(out, "workers", "the membership (answers WorkerList)"))
+      fsh_flight_action_type_list_push(out, "workers", "the membership (answers WorkerList)") ||
+      fsh_flight_action_type_list_push(out, "submit", "run a job (body: JobPlan; answers "
+                                       "SubmitReply)") ||
+      fsh_flight_action_type_list_push(out, "task-done", "a worker's task ended (body: "
+                                       "TaskDone)") ||
+      fsh_flight_action_type_list_push(out, "job-status", "a job's progress or summary (body: "
+                                       "JobStatusRequest; answers JobStatus)") ||
+      fsh_flight_action_type_list_push(out, "map-outputs", "an incremental reduce's new inputs "
+                                       "(body: MapOutputsRequest; answers MapOutputsReply)"))
     return fsh_error_set(err, ENOMEM, "driver: out of memory");
   return 0;
 }
@@ -237,9 +229,13 @@ static void *checker_main(void *arg) {
       driver_worker *w = &d->workers[i];
       if (w->state == FSH_SCHED_WORKER_ALIVE && now - w->last_ms > d->timeout_ms) {
         w->state = FSH_SCHED_WORKER_DEAD;
+        char why[96];
+        snprintf(why, sizeof why, "no heartbeat for %" PRId64 " ms", now - w->last_ms);
         if (d->log)
-          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s dead (no heartbeat for "
-                  "%" PRId64 " ms)\n", w->id, w->uri, now - w->last_ms);
+          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s dead (%s)\n", w->id,
+                  w->uri, why);
+        w->lost_handled = true;
+        fsh_sched_jobs_worker_lost(d, w->id, w->uri, why);
       }
     }
     fsh_sched_wait_ms(&d->cv, &d->mu, &d->stop, period);
@@ -280,9 +276,20 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
   d->timeout_ms = opts->heartbeat_timeout_ms ? opts->heartbeat_timeout_ms : 10000;
   d->log = opts->log;
   d->next_id = 1;
+  d->next_job_id = 1;
   pthread_mutex_init(&d->mu, NULL);
   if (fsh_sched_cond_init(&d->cv) != 0) {
     pthread_mutex_destroy(&d->mu);
+    fsh_free(d);
+    return fsh_error_set(err, ENOMEM, "driver: cannot create a condition variable");
+  }
+  if (fsh_sched_cond_init(&d->job_cv) != 0 || fsh_sched_cond_init(&d->sched_cv) != 0 ||
+      (opts->auth_token && !(d->auth_token = fsh_strdup(opts->auth_token)))) {
+    /* (a cond that was initialised is destroyed in stop; keep it simple:
+     * both are initialised before anything can fail here) */
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    fsh_free(d->auth_token);
     fsh_free(d);
     return fsh_error_set(err, ENOMEM, "driver: cannot create a condition variable");
   }
@@ -296,6 +303,10 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
       rc = fsh_error_set(err, EAGAIN, "driver: cannot start the checker thread");
     else
       d->checker_started = true;
+    if (rc == 0 && pthread_create(&d->scheduler, NULL, fsh_sched_scheduler_main, d) != 0)
+      rc = fsh_error_set(err, EAGAIN, "driver: cannot start the scheduler thread");
+    else if (rc == 0)
+      d->scheduler_started = true;
   }
   if (rc) {
     fsh_sched_driver_stop(d, 0);
@@ -307,16 +318,45 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
 
 const char *fsh_sched_driver_uri(const fsh_sched_driver *d) { return d->uri; }
 
+int fsh_sched_driver_declare_dead(fsh_sched_driver *d, const char *uri, const char *why,
+                                  fsh_error *err) {
+  pthread_mutex_lock(&d->mu);
+  int64_t i = 0;
+  while (i < d->n && !(d->workers[i].state == FSH_SCHED_WORKER_ALIVE &&
+                       strcmp(d->workers[i].uri, uri) == 0))
+    i++;
+  if (i == d->n) {
+    pthread_mutex_unlock(&d->mu);
+    return fsh_error_set(err, ENOENT, "driver %s: no alive worker %s", d->uri, uri);
+  }
+  driver_worker *w = &d->workers[i];
+  w->state = FSH_SCHED_WORKER_DEAD;
+  w->lost_handled = true;
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (%s)\n", w->id,
+            w->uri, why);
+  fsh_sched_jobs_worker_lost(d, w->id, w->uri, why);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
 void fsh_sched_driver_stop(fsh_sched_driver *d, int64_t deadline_ms) {
   if (!d) return;
   if (d->server) fsh_flight_server_stop(d->server, deadline_ms);
   pthread_mutex_lock(&d->mu);
   d->stop = true;
   pthread_cond_broadcast(&d->cv);
+  pthread_cond_broadcast(&d->sched_cv);
+  pthread_cond_broadcast(&d->job_cv);
   pthread_mutex_unlock(&d->mu);
   if (d->checker_started) pthread_join(d->checker, NULL);
+  if (d->scheduler_started) pthread_join(d->scheduler, NULL);
+  fsh_sched_jobs_free(d);
   for (int64_t i = 0; i < d->n; i++) fsh_free(d->workers[i].uri);
   fsh_free(d->workers);
+  fsh_free(d->auth_token);
+  pthread_cond_destroy(&d->job_cv);
+  pthread_cond_destroy(&d->sched_cv);
   pthread_cond_destroy(&d->cv);
   pthread_mutex_destroy(&d->mu);
   fsh_free(d);

@@ -26,4 +26,60 @@ void fsh_sched_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop
 FSH_NODISCARD int fsh_sched_push_message(fsh_flight_result_list *out, const ProtobufCMessage *m,
                                          const char *what, fsh_error *err);
 
+/* ---- the driver (driver.c: membership; job.c: jobs) -------------------- */
+
+typedef struct driver_worker {
+  uint64_t id;
+  char *uri; /* owned */
+  fsh_sched_worker_state state;
+  int64_t last_ms; /* monotonic time of the last register / heartbeat */
+  int running;     /* task attempts placed on it and not ended (map slots) */
+  int running_reduce; /* incremental reduces: slots of their own */
+  bool lost_handled; /* dead, and the jobs were told */
+} driver_worker;
+
+typedef struct sched_job sched_job;
+typedef struct sched_client sched_client;
+
+struct fsh_sched_driver {
+  fsh_flight_server *server;
+  int64_t timeout_ms;
+  bool log;
+  char uri[320];
+  char *auth_token; /* owned; sent to workers */
+  pthread_mutex_t mu; /* guards everything below */
+  pthread_cond_t cv;
+  pthread_cond_t job_cv;   /* a job ended */
+  pthread_cond_t sched_cv; /* kick set */
+  bool stop;
+  bool checker_started, scheduler_started;
+  pthread_t checker, scheduler;
+  uint64_t next_id;
+  int64_t n, cap;
+  driver_worker *workers; /* by increasing id */
+  /* jobs (job.c) */
+  uint64_t next_job_id;
+  sched_job *jobs;
+  bool kick; /* the scheduler has something to do */
+  sched_client *clients; /* the scheduler thread's own (no lock) */
+};
+
+/* job.c: the scheduler thread; the job actions (called on pool threads,
+ * they only take mu); the lineage hook of the membership (mu held). */
+void *fsh_sched_scheduler_main(void *arg);
+FSH_NODISCARD int fsh_sched_action_submit(fsh_sched_driver *d, const fsh_flight_action *a,
+                                          fsh_flight_result_list *out, fsh_error *err);
+FSH_NODISCARD int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
+                                             fsh_flight_result_list *out, fsh_error *err);
+FSH_NODISCARD int fsh_sched_action_map_outputs(fsh_sched_driver *d, const fsh_flight_action *a,
+                                              fsh_flight_result_list *out, fsh_error *err);
+FSH_NODISCARD int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
+                                              fsh_flight_result_list *out, fsh_error *err);
+/* A worker is gone (dead or restarted): its running attempts and the map
+ * outputs it held are lost. mu held. */
+void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t worker_id, const char *uri,
+                                const char *why);
+/* Frees every job and client (the scheduler has stopped). */
+void fsh_sched_jobs_free(fsh_sched_driver *d);
+
 #endif

@@ -115,9 +115,9 @@ static int check_map_task(const fsh_map_task *t, fsh_error *err) {
 }
 
 /* One batch: hash, partition, checksum, scatter, write. */
-static int map_batch(fsh_shuffle_writer *w, fsh_batch *b, int32_t n_parts, uint64_t *hashes,
-                     int32_t *parts, fsh_batch **outs, uint64_t *sums, fsh_error *err) {
-  static const int32_t key_col = 0;
+static int map_batch(fsh_shuffle_writer *w, fsh_batch *b, int32_t key_col, int32_t n_parts,
+                     uint64_t *hashes, int32_t *parts, fsh_batch **outs, uint64_t *sums,
+                     fsh_error *err) {
   FSH_RETURN_NOT_OK(fsh_hash_columns(b, &key_col, 1, 0, hashes, err));
   FSH_RETURN_NOT_OK(fsh_partition_hash(hashes, b->length, n_parts, parts, err));
   fsh_task_row_checksums(b, parts, sums);
@@ -163,7 +163,7 @@ int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task
     if (rc == 0) {
       r.input_rows += batch->length;
       r.input_bytes += fsh_shuffle_batch_bytes(batch);
-      rc = map_batch(w, batch, R, hashes, parts, outs, r.row_checksums, err);
+      rc = map_batch(w, batch, 0, R, hashes, parts, outs, r.row_checksums, err);
     }
     fsh_batch_unref(batch);
     fsh_batch_unref(full);
@@ -190,6 +190,148 @@ done:
 prefix:
   return fsh_error_prefix(err, rc, "map task %" PRId64 " attempt %d of shuffle %" PRIu64 ": ",
                           t->map_id, t->attempt, t->shuffle_id);
+}
+
+/* ---- reduce-then-map --------------------------------------------------- */
+
+typedef struct rm_ctx {
+  fsh_shuffle_writer *w;
+  const fsh_reduce_map_task *t;
+  int64_t cap;
+  uint64_t *hashes;
+  int32_t *parts;
+  fsh_batch **outs;
+  fsh_map_task_result *r;
+} rm_ctx;
+
+static int rm_batch(void *p, fsh_batch *b, fsh_error *err) {
+  rm_ctx *c = p;
+  if (b->length > c->cap) {
+    int64_t cap = b->length > 2 * c->cap ? b->length : 2 * c->cap;
+    uint64_t *h = fsh_malloc(sizeof *h * (size_t)cap);
+    int32_t *q = fsh_malloc(sizeof *q * (size_t)cap);
+    if (!h || !q) {
+      fsh_free(h), fsh_free(q);
+      return fsh_error_set(err, ENOMEM, "out of memory");
+    }
+    fsh_free(c->hashes), fsh_free(c->parts);
+    c->hashes = h, c->parts = q, c->cap = cap;
+  }
+  c->r->input_rows += b->length;
+  c->r->input_bytes += fsh_shuffle_batch_bytes(b);
+  return map_batch(c->w, b, c->t->key_column, c->t->out_partitions, c->hashes, c->parts, c->outs,
+                   c->r->row_checksums, err);
+}
+
+void fsh_reduce_map_task_reset(fsh_reduce_map_task *t) {
+  if (!t) return;
+  fsh_reduce_task_reset(&t->in);
+  memset(t, 0, sizeof *t);
+}
+
+static int check_reduce_map(const fsh_reduce_map_task *t, fsh_error *err) {
+  if (t->map_id < 0 || t->attempt < 0 || t->out_partitions < 1 ||
+      t->out_partitions > TASK_MAX_PARTITIONS || t->key_column < 0 || t->key_column > 2 ||
+      (unsigned)t->compression > FSH_COMPRESSION_ZSTD || t->in.incremental)
+    return fsh_error_set(err, EINVAL, "map %" PRId64 " attempt %d, %d partitions (1 .. %d), key "
+                         "column %d (0 .. 2), compression %d, incremental %d: malformed",
+                         t->map_id, t->attempt, t->out_partitions, TASK_MAX_PARTITIONS,
+                         t->key_column, (int)t->compression, (int)t->in.incremental);
+  return 0;
+}
+
+int fsh_reduce_map_task_run(fsh_shuffle_backend *b, const fsh_reduce_map_task *t,
+                            fsh_map_task_result *out, fsh_error *err) {
+  int64_t t0 = now_nanos();
+  int rc = check_reduce_map(t, err);
+  fsh_map_task_result r = {0};
+  fsh_schema *schema = NULL;
+  rm_ctx c = {.t = t, .r = &r};
+  if (rc != 0) goto prefix;
+  int32_t R = t->out_partitions;
+  schema = fsh_synthetic_schema();
+  c.outs = fsh_calloc((size_t)R, sizeof *c.outs);
+  r.row_checksums = fsh_calloc((size_t)R, sizeof *r.row_checksums);
+  if (!schema || !c.outs || !r.row_checksums) {
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+    goto done;
+  }
+  fsh_shuffle_spec spec = {.shuffle_id = t->out_shuffle_id, .n_partitions = R, .schema = schema,
+                           .compression = t->compression};
+  rc = fsh_shuffle_open_writer(b, &spec, t->map_id, t->attempt, &c.w, err);
+  if (rc == 0) rc = fsh_reduce_task_each(b, &t->in, rm_batch, &c, err);
+  if (rc == 0) {
+    fsh_shuffle_writer *closing = c.w;
+    c.w = NULL;
+    rc = closing->close(closing, &r.output, err);
+  }
+done:
+  if (c.w) c.w->abort(c.w);
+  fsh_free(c.hashes);
+  fsh_free(c.parts);
+  fsh_free(c.outs);
+  fsh_schema_unref(schema);
+  if (rc == 0) {
+    r.nanos = now_nanos() - t0;
+    *out = r;
+    return 0;
+  }
+  fsh_map_task_result_reset(&r);
+prefix:
+  return fsh_error_prefix(err, rc, "reduce-then-map task of partition %d of shuffle %" PRIu64
+                          " into map %" PRId64 " attempt %d of shuffle %" PRIu64 ": ",
+                          t->in.partition, t->in.shuffle_id, t->map_id, t->attempt,
+                          t->out_shuffle_id);
+}
+
+#define RM_MAGIC "FSRM"
+#define RM_HEADER 40
+
+int fsh_reduce_map_task_encode(const fsh_reduce_map_task *t, fsh_buffer **out, fsh_error *err) {
+  FSH_RETURN_NOT_OK(check_reduce_map(t, err));
+  fsh_buffer *in = NULL;
+  FSH_RETURN_NOT_OK(fsh_reduce_task_encode(&t->in, &in, err));
+  fsh_buffer *b = fsh_buffer_new(RM_HEADER + in->size, true);
+  if (!b) {
+    fsh_buffer_unref(in);
+    return fsh_error_set(err, ENOMEM, "reduce-then-map task: out of memory");
+  }
+  uint8_t *p = b->data;
+  memcpy(p, RM_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put64(p + 8, t->out_shuffle_id);
+  fsh_le_put64(p + 16, (uint64_t)t->map_id);
+  fsh_le_put32(p + 24, (uint32_t)t->attempt);
+  fsh_le_put32(p + 28, (uint32_t)t->out_partitions);
+  fsh_le_put32(p + 32, (uint32_t)t->key_column);
+  p[36] = (uint8_t)t->compression;
+  memcpy(p + RM_HEADER, in->data, (size_t)in->size);
+  fsh_buffer_unref(in);
+  *out = b;
+  return 0;
+}
+
+int fsh_reduce_map_task_decode(const uint8_t *p, int64_t size, fsh_reduce_map_task *out,
+                               fsh_error *err) {
+  if (size < RM_HEADER || memcmp(p, RM_MAGIC, 4) != 0 || p[4] != 1 || p[5] || p[6] || p[7] ||
+      p[37] || p[38] || p[39])
+    return fsh_error_set(err, EINVAL, "reduce-then-map: the body must start with " RM_MAGIC
+                         ", version 1 and a %d-byte header (got %" PRId64 " bytes)", RM_HEADER,
+                         size);
+  fsh_reduce_map_task t = {.out_shuffle_id = fsh_le_get64(p + 8),
+                           .map_id = (int64_t)fsh_le_get64(p + 16),
+                           .attempt = (int32_t)fsh_le_get32(p + 24),
+                           .out_partitions = (int32_t)fsh_le_get32(p + 28),
+                           .key_column = (int32_t)fsh_le_get32(p + 32),
+                           .compression = (fsh_compression)p[36]};
+  int rc = fsh_reduce_task_decode(p + RM_HEADER, size - RM_HEADER, &t.in, err);
+  if (rc != 0) return fsh_error_prefix(err, rc, "reduce-then-map: ");
+  if ((rc = check_reduce_map(&t, err)) != 0) {
+    fsh_reduce_map_task_reset(&t);
+    return fsh_error_prefix(err, rc, "reduce-then-map: ");
+  }
+  *out = t;
+  return 0;
 }
 
 /* ---- wire -------------------------------------------------------------- */

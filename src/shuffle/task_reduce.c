@@ -56,11 +56,11 @@ static int check_reduce_task(const fsh_reduce_task *t, fsh_error *err) {
   return 0;
 }
 
-int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
-                        fsh_reduce_task_result *out, fsh_error *err) {
-  int64_t t0 = now_nanos();
+int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                         int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err), void *ctx,
+                         fsh_error *err) {
   int rc = check_reduce_task(t, err);
-  if (rc != 0) goto prefix;
+  if (rc != 0) return rc;
   int64_t n = t->n_sources, R = t->n_partitions;
   fsh_schema *schema = fsh_synthetic_schema();
   /* The readers only look at [partition] of a map output's per-partition
@@ -71,7 +71,6 @@ int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
   int64_t *rows = fsh_calloc((size_t)(n + R), sizeof *rows);
   int64_t *bytes = fsh_calloc((size_t)(n + R), sizeof *bytes);
   uint64_t *sums = fsh_calloc((size_t)(n + R), sizeof *sums);
-  fsh_reduce_task_result r = {0};
   if (!schema || !ms || !rows || !bytes || !sums) {
     rc = fsh_error_set(err, ENOMEM, "out of memory");
     goto done;
@@ -85,6 +84,8 @@ int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                              .attempt = s->attempt, .location = t->locations[s->location],
                              .n_partitions = (int32_t)R, .rows = rows + i, .bytes = bytes + i,
                              .checksums = sums + i};
+    if (t->sizes_unknown) /* the readers then compare nothing with a record */
+      ms[i].rows = ms[i].bytes = NULL, ms[i].checksums = NULL;
   }
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = (int32_t)R,
                            .schema = schema};
@@ -94,15 +95,11 @@ int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
   for (;;) {
     fsh_batch *x = NULL;
     if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
-    if (x->n_columns != 3) {
+    if (x->n_columns != 3)
       rc = fsh_error_set(err, EINVAL, "a batch of %" PRId64 " columns (the synthetic schema "
                          "has 3)", x->n_columns);
-    } else {
-      r.rows += x->length;
-      r.bytes += fsh_shuffle_batch_bytes(x);
-      r.batches++;
-      fsh_task_row_checksums(x, NULL, &r.checksum);
-    }
+    else
+      rc = fn(ctx, x, err);
     fsh_batch_unref(x);
     if (rc != 0) break;
   }
@@ -113,13 +110,30 @@ done:
   fsh_free(bytes);
   fsh_free(sums);
   fsh_schema_unref(schema);
-  if (rc != 0) goto prefix;
+  return rc;
+}
+
+static int consume(void *ctx, fsh_batch *x, fsh_error *err) {
+  (void)err;
+  fsh_reduce_task_result *r = ctx;
+  r->rows += x->length;
+  r->bytes += fsh_shuffle_batch_bytes(x);
+  r->batches++;
+  fsh_task_row_checksums(x, NULL, &r->checksum);
+  return 0;
+}
+
+int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                        fsh_reduce_task_result *out, fsh_error *err) {
+  int64_t t0 = now_nanos();
+  fsh_reduce_task_result r = {0};
+  int rc = fsh_reduce_task_each(b, t, consume, &r, err);
+  if (rc != 0)
+    return fsh_error_prefix(err, rc, "reduce task of partition %d of shuffle %" PRIu64 ": ",
+                            t->partition, t->shuffle_id);
   r.nanos = now_nanos() - t0;
   *out = r;
   return 0;
-prefix:
-  return fsh_error_prefix(err, rc, "reduce task of partition %d of shuffle %" PRIu64 ": ",
-                          t->partition, t->shuffle_id);
 }
 
 /* ---- wire -------------------------------------------------------------- */
@@ -143,6 +157,7 @@ int fsh_reduce_task_encode(const fsh_reduce_task *t, fsh_buffer **out, fsh_error
   fsh_le_put32(p + 16, (uint32_t)t->partition);
   fsh_le_put32(p + 20, (uint32_t)t->n_partitions);
   p[24] = (uint8_t)t->backend;
+  p[25] = (uint8_t)((t->incremental ? 1 : 0) | (t->sizes_unknown ? 2 : 0));
   fsh_le_put32(p + 28, (uint32_t)t->n_locations);
   fsh_le_put32(p + 32, (uint32_t)t->n_sources);
   uint8_t *q = p + REDUCE_TASK_HEADER_BYTES;
@@ -171,13 +186,15 @@ int fsh_reduce_task_decode(const uint8_t *p, int64_t size, fsh_reduce_task *out,
     return fsh_error_set(err, EINVAL, "reduce-verify: the body must start with "
                          REDUCE_TASK_MAGIC " and a %d-byte header (got %" PRId64 " bytes)",
                          REDUCE_TASK_HEADER_BYTES, size);
-  if (p[4] != 1 || p[5] || p[6] || p[7] || p[25] || p[26] || p[27] || fsh_le_get32(p + 36))
+  if (p[4] != 1 || p[5] || p[6] || p[7] || (p[25] & ~3) || p[26] || p[27] ||
+      fsh_le_get32(p + 36))
     return fsh_error_set(err, EINVAL, "reduce-verify: version %u or reserved bytes not "
                          "supported (version 1, zeros)", p[4]);
   fsh_reduce_task t = {.shuffle_id = fsh_le_get64(p + 8),
                        .partition = (int32_t)fsh_le_get32(p + 16),
                        .n_partitions = (int32_t)fsh_le_get32(p + 20),
-                       .backend = (fsh_task_backend)p[24]};
+                       .backend = (fsh_task_backend)p[24], .incremental = p[25] & 1,
+                       .sizes_unknown = (p[25] & 2) != 0};
   int64_t n_loc = fsh_le_get32(p + 28), n = fsh_le_get32(p + 32);
   if (n > TASK_MAX_COUNT || n_loc > TASK_MAX_COUNT ||
       size < REDUCE_TASK_HEADER_BYTES + REDUCE_SOURCE_BYTES * n + 4 * n_loc)

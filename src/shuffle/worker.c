@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shuffle/worker_internal.h"
@@ -20,6 +21,10 @@ struct fsh_shuffle_worker {
   fsh_shuffle_backend *flight; /* local = this worker: the tasks' backend */
   fsh_shuffle_backend *fs;     /* over opts->fs_dir, or NULL */
   fsh_worker_tasks *tasks;     /* map and reduce tasks, on threads of their own */
+  fsh_worker_task_done_fn on_task_done;
+  void *on_task_done_ctx;
+  fsh_worker_more_sources_fn on_more_sources;
+  void *on_more_sources_ctx;
   char uri[320];
 };
 
@@ -178,14 +183,74 @@ typedef struct task_job {
   fsh_shuffle_worker *w;
   fsh_shuffle_backend *backend;
   bool is_map;
+  bool is_reduce_map; /* reduce-then-map (is_map false) */
   fsh_map_task map;
   fsh_reduce_task reduce;
+  fsh_reduce_map_task reduce_map;
+  uint8_t *tag; /* owned; incremental reduces (asked for more sources) */
+  int64_t tag_size;
 } task_job;
 
 static void task_job_free(void *p) {
   task_job *j = p;
   if (!j->is_map) fsh_reduce_task_reset(&j->reduce);
+  fsh_reduce_map_task_reset(&j->reduce_map);
+  fsh_free(j->tag);
   fsh_free(j);
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* An incremental reduce: reads the sources of the body, then those the
+ * scheduler names as they appear (polling with a growing pause while there
+ * are none) until it says complete; sums the results (the row checksum is
+ * a sum too). */
+static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *err) {
+  fsh_shuffle_worker *w = j->w;
+  fsh_reduce_task_result total = {0};
+  int rc = 0;
+  if (j->reduce.n_sources) {
+    rc = fsh_reduce_task_run(j->backend, &j->reduce, &total, err);
+    total.nanos = 0;
+  }
+  uint64_t version = 0;
+  bool complete = false;
+  int64_t pause = 1;
+  int64_t t0 = 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  t0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  while (rc == 0 && !complete) {
+    fsh_reduce_task more = {0};
+    rc = w->on_more_sources(w->on_more_sources_ctx, j->tag, j->tag_size, &version, &more,
+                            &complete, err);
+    if (rc == 0 && more.n_sources > 0) {
+      more.shuffle_id = j->reduce.shuffle_id; /* sizes_unknown: as the hook says */
+      more.partition = j->reduce.partition;
+      more.n_partitions = j->reduce.n_partitions;
+      more.backend = j->reduce.backend;
+      fsh_reduce_task_result r;
+      rc = fsh_reduce_task_run(j->backend, &more, &r, err);
+      if (rc == 0) {
+        total.rows += r.rows;
+        total.bytes += r.bytes;
+        total.checksum += r.checksum;
+        total.batches += r.batches;
+      }
+      pause = 1;
+    } else if (rc == 0 && !complete) {
+      sleep_ms(pause);
+      if (pause < 32) pause *= 2;
+    }
+    fsh_reduce_task_reset(&more);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  total.nanos = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - t0;
+  if (rc == 0) *out = total;
+  return rc;
 }
 
 static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
@@ -200,40 +265,127 @@ static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
       rc = fsh_map_task_result_encode(&r, answer, err);
       fsh_map_task_result_reset(&r);
     }
+  } else if (j->is_reduce_map) {
+    fsh_map_task_result r;
+    rc = fsh_reduce_map_task_run(j->backend, &j->reduce_map, &r, err);
+    if (rc == 0) {
+      rc = fsh_map_task_result_encode(&r, answer, err);
+      fsh_map_task_result_reset(&r);
+    }
   } else {
     fsh_reduce_task_result r;
-    rc = fsh_reduce_task_run(j->backend, &j->reduce, &r, err);
+    rc = j->reduce.incremental ? run_incremental(j, &r, err)
+                               : fsh_reduce_task_run(j->backend, &j->reduce, &r, err);
     if (rc == 0) rc = fsh_reduce_task_result_encode(&r, answer, err);
   }
   return rc == 0 ? 0 : fsh_error_prefix(err, rc, "worker %s: ", j->w->uri);
 }
 
-/* "map-synthetic" / "reduce-verify": starts the task, answers its id (u64
- * little-endian); "task-wait" tells when it is done. */
-static int action_start_task(fsh_shuffle_worker *w, const fsh_flight_action *a, bool is_map,
-                             fsh_flight_result_list *out, fsh_error *err) {
+/* Decodes a task of kind `kind` (body data[0, size)) into a new task_job. */
+static int decode_task(fsh_shuffle_worker *w, const char *kind, const uint8_t *data,
+                       int64_t size, task_job **out, fsh_error *err) {
+  bool is_map = strcmp(kind, "map-synthetic") == 0;
+  bool is_rm = strcmp(kind, "reduce-then-map") == 0;
+  if (!is_map && !is_rm && strcmp(kind, "reduce-verify") != 0)
+    return fsh_error_set(err, EINVAL, "worker %s: task: unknown task type '%s' (map-synthetic, "
+                         "reduce-verify, reduce-then-map)", w->uri, kind);
   task_job *j = fsh_calloc(1, sizeof *j);
   if (!j) return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   j->w = w;
   j->is_map = is_map;
-  int rc = is_map ? fsh_map_task_decode(a->body.data, a->body.size, &j->map, err)
-                  : fsh_reduce_task_decode(a->body.data, a->body.size, &j->reduce, err);
+  j->is_reduce_map = is_rm;
+  static const uint8_t empty[1];
+  if (!data) data = empty;
+  int rc = is_map ? fsh_map_task_decode(data, size, &j->map, err)
+           : is_rm ? fsh_reduce_map_task_decode(data, size, &j->reduce_map, err)
+                   : fsh_reduce_task_decode(data, size, &j->reduce, err);
   if (rc != 0) {
     fsh_free(j); /* nothing decoded to free */
     return fsh_error_prefix(err, rc, "worker %s: ", w->uri);
   }
-  rc = task_backend(w, is_map ? j->map.backend : j->reduce.backend, a->type, &j->backend, err);
+  fsh_task_backend kb = is_map ? j->map.backend : is_rm ? j->reduce_map.in.backend
+                                                       : j->reduce.backend;
+  rc = task_backend(w, kb, kind, &j->backend, err);
   if (rc != 0) {
     task_job_free(j);
     return rc;
   }
-  uint64_t id;
-  FSH_RETURN_NOT_OK(fsh_worker_tasks_start(w->tasks, task_job_run, j, task_job_free, &id, err));
+  *out = j;
+  return 0;
+}
+
+static int answer_task_id(fsh_shuffle_worker *w, uint64_t id, fsh_flight_result_list *out,
+                          fsh_error *err) {
   uint8_t le[8];
   for (int i = 0; i < 8; i++) le[i] = (uint8_t)(id >> (8 * i));
   if (fsh_flight_result_list_push(out, le, 8) != 0)
     return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   return 0;
+}
+
+/* "map-synthetic" / "reduce-verify": starts the task, answers its id (u64
+ * little-endian); "task-wait" tells when it is done. */
+static int action_start_task(fsh_shuffle_worker *w, const fsh_flight_action *a,
+                             fsh_flight_result_list *out, fsh_error *err) {
+  task_job *j = NULL;
+  FSH_RETURN_NOT_OK(decode_task(w, a->type, a->body.data, a->body.size, &j, err));
+  if (!j->is_map && j->reduce.incremental) {
+    task_job_free(j);
+    return fsh_error_set(err, EINVAL, "worker %s: %s: an incremental reduce needs a scheduler: "
+                         "send it in a \"task\" envelope", w->uri, a->type);
+  }
+  uint64_t id;
+  FSH_RETURN_NOT_OK(fsh_worker_tasks_start(w->tasks, task_job_run, j, task_job_free, &id, err));
+  return answer_task_id(w, id, out, err);
+}
+
+#define TASK_ENVELOPE_HEADER 16
+#define TASK_MAX_KIND 64
+#define TASK_MAX_TAG 4096
+
+/* "task": the envelope (shuffle.h) around a map-synthetic / reduce-verify
+ * body, with the scheduler's tag; on_task_done reports its end. */
+static int action_task(fsh_shuffle_worker *w, const fsh_flight_action *a,
+                       fsh_flight_result_list *out, fsh_error *err) {
+  const uint8_t *p = a->body.data;
+  int64_t size = a->body.size;
+  if (size < TASK_ENVELOPE_HEADER || memcmp(p, "FSTE", 4) != 0 || p[4] != 1 || p[5] || p[6] ||
+      p[7])
+    return fsh_error_set(err, EINVAL, "worker %s: task: the body must start with FSTE, version 1 "
+                         "(a %d-byte header; got %lld bytes)", w->uri, TASK_ENVELOPE_HEADER,
+                         (long long)size);
+  uint32_t kl = fsh_le_get32(p + 8), tl = fsh_le_get32(p + 12);
+  if (kl < 1 || kl > TASK_MAX_KIND || tl > TASK_MAX_TAG ||
+      (int64_t)kl + tl > size - TASK_ENVELOPE_HEADER)
+    return fsh_error_set(err, EINVAL, "worker %s: task: kind of %u bytes (1 .. %d) and tag of %u "
+                         "bytes (0 .. %d) do not fit in %lld bytes", w->uri, kl, TASK_MAX_KIND,
+                         tl, TASK_MAX_TAG, (long long)size);
+  char kind[TASK_MAX_KIND + 1];
+  memcpy(kind, p + TASK_ENVELOPE_HEADER, kl);
+  kind[kl] = '\0';
+  if (strlen(kind) != kl)
+    return fsh_error_set(err, EINVAL, "worker %s: task: the kind holds a NUL byte", w->uri);
+  const uint8_t *tag = p + TASK_ENVELOPE_HEADER + kl, *body = tag + tl;
+  task_job *j = NULL;
+  FSH_RETURN_NOT_OK(decode_task(w, kind, body, size - (body - p), &j, err));
+  if (!j->is_map && j->reduce.incremental) {
+    if (!w->on_more_sources) {
+      task_job_free(j);
+      return fsh_error_set(err, EINVAL, "worker %s: task: an incremental reduce, but this worker "
+                           "has no scheduler to ask for map outputs (no --driver)", w->uri);
+    }
+    if (tl && !(j->tag = fsh_malloc(tl))) {
+      task_job_free(j);
+      return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+    }
+    if (tl) memcpy(j->tag, tag, tl);
+    j->tag_size = tl;
+  }
+  uint64_t id;
+  FSH_RETURN_NOT_OK(fsh_worker_tasks_start_tagged(w->tasks, task_job_run, j, task_job_free, tag,
+                                                  tl, w->on_task_done, w->on_task_done_ctx, &id,
+                                                  err));
+  return answer_task_id(w, id, out, err);
 }
 
 /* "task-wait" body: the task id (u64 LE). Answers at once, one result: a
@@ -280,12 +432,14 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   (void)call;
   fsh_shuffle_worker *w = ctx;
   if (strcmp(a->type, "release") == 0) return action_release(w, a, out, err);
-  if (strcmp(a->type, "map-synthetic") == 0) return action_start_task(w, a, true, out, err);
-  if (strcmp(a->type, "reduce-verify") == 0) return action_start_task(w, a, false, out, err);
+  if (strcmp(a->type, "map-synthetic") == 0) return action_start_task(w, a, out, err);
+  if (strcmp(a->type, "reduce-verify") == 0) return action_start_task(w, a, out, err);
+  if (strcmp(a->type, "reduce-then-map") == 0) return action_start_task(w, a, out, err);
+  if (strcmp(a->type, "task") == 0) return action_task(w, a, out, err);
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
-                       "map-synthetic, reduce-verify, task-wait, stats)", w->uri, a->type);
+                       "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats)", w->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -298,6 +452,10 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
                                        "run a map task of the synthetic shuffle (shuffle.h)") ||
       fsh_flight_action_type_list_push(out, "reduce-verify",
                                        "run a reduce task of the synthetic shuffle (shuffle.h)") ||
+      fsh_flight_action_type_list_push(out, "reduce-then-map",
+                                       "read a partition and shuffle it again (shuffle.h)") ||
+      fsh_flight_action_type_list_push(out, "task",
+                                       "a tagged map-synthetic / reduce-verify task (shuffle.h)") ||
       fsh_flight_action_type_list_push(out, "task-wait",
                                        "whether a task is done (body: its id), and its answer") ||
       fsh_flight_action_type_list_push(out, "stats", "the store's figures, one line of text"))
@@ -330,6 +488,10 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
     return fsh_error_set(err, EINVAL, "worker: no listen address");
   fsh_shuffle_worker *w = fsh_calloc(1, sizeof *w);
   if (!w) return fsh_error_set(err, ENOMEM, "worker: out of memory");
+  w->on_task_done = opts->on_task_done;
+  w->on_task_done_ctx = opts->on_task_done_ctx;
+  w->on_more_sources = opts->on_more_sources;
+  w->on_more_sources_ctx = opts->on_more_sources_ctx;
   if (fsh_worker_tasks_new(&w->tasks) != 0) {
     fsh_free(w);
     return fsh_error_set(err, ENOMEM, "worker: out of memory");

@@ -32,6 +32,14 @@ void fsh_worker_tasks_free(fsh_worker_tasks *t);
 FSH_NODISCARD int fsh_worker_tasks_start(fsh_worker_tasks *t, fsh_worker_task_fn fn, void *arg,
                                          void (*free_arg)(void *arg), uint64_t *id,
                                          fsh_error *err);
+/* Like fsh_worker_tasks_start; when the task ends, done_fn(done_ctx, tag,
+ * ...) runs on its thread (tag copied); if it answers true the task is
+ * forgotten (joined and freed by a later start or by free). */
+FSH_NODISCARD int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_task_fn fn,
+                                                void *arg, void (*free_arg)(void *arg),
+                                                const uint8_t *tag, int64_t tag_size,
+                                                fsh_worker_task_done_fn done_fn, void *done_ctx,
+                                                uint64_t *id, fsh_error *err);
 /* Never blocks. Running: *done false, 0. Finished: *done true and the
  * task's answer (moved) or its error; the task is then forgotten. ENOENT
  * for an id it does not know. */

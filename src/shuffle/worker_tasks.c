@@ -6,7 +6,9 @@
  * say a peer's DoGet that the task itself is waiting for -- would never be
  * served, and two workers reducing from each other deadlock. So the task
  * actions only start a task and answer its id at once; "task-wait" answers
- * at once too: running, or the task's result (or its error). */
+ * at once too: running, or the task's result (or its error). A tagged task
+ * (the "task" action) reports its end through a hook on its own thread;
+ * once delivered it is only kept until a later start (or free) joins it. */
 #include "shuffle/worker_internal.h"
 
 #include <errno.h>
@@ -23,6 +25,11 @@ typedef struct worker_task {
   int rc;
   fsh_error err;
   fsh_buffer *answer;
+  uint8_t *tag; /* owned; tagged tasks only */
+  int64_t tag_size;
+  fsh_worker_task_done_fn done_fn;
+  void *done_ctx;
+  bool delivered; /* done_fn took the outcome: nobody polls it */
   struct worker_task *next;
   struct fsh_worker_tasks *owner;
 } worker_task;
@@ -45,6 +52,7 @@ int fsh_worker_tasks_new(fsh_worker_tasks **out) {
 static void task_free(worker_task *k) {
   if (k->free_arg) k->free_arg(k->arg);
   fsh_buffer_unref(k->answer);
+  fsh_free(k->tag);
   fsh_free(k);
 }
 
@@ -65,28 +73,66 @@ static void *task_main(void *p) {
   fsh_error err = {{0}};
   fsh_buffer *answer = NULL;
   int rc = k->fn(k->arg, &answer, &err);
+  bool delivered = false;
+  if (k->done_fn)
+    delivered = k->done_fn(k->done_ctx, k->tag, k->tag_size, rc, rc ? err.message : NULL,
+                           rc == 0 && answer ? answer->data : NULL,
+                           rc == 0 && answer ? answer->size : 0);
   pthread_mutex_lock(&k->owner->mu);
+  k->delivered = delivered;
   k->rc = rc;
   k->err = err;
-  k->answer = rc == 0 ? answer : NULL;
+  k->answer = rc == 0 && !delivered ? answer : NULL;
   k->done = true;
   pthread_mutex_unlock(&k->owner->mu);
-  if (rc != 0) fsh_buffer_unref(answer);
+  if (rc != 0 || delivered) fsh_buffer_unref(answer);
   return NULL;
+}
+
+/* Unlinks the finished, delivered tasks; mu held. Returns them as a list. */
+static worker_task *take_delivered(fsh_worker_tasks *t) {
+  worker_task *gone = NULL;
+  for (worker_task **at = &t->head; *at;) {
+    worker_task *k = *at;
+    if (k->done && k->delivered) {
+      *at = k->next;
+      k->next = gone;
+      gone = k;
+    } else {
+      at = &k->next;
+    }
+  }
+  return gone;
 }
 
 int fsh_worker_tasks_start(fsh_worker_tasks *t, fsh_worker_task_fn fn, void *arg,
                            void (*free_arg)(void *arg), uint64_t *id, fsh_error *err) {
+  return fsh_worker_tasks_start_tagged(t, fn, arg, free_arg, NULL, 0, NULL, NULL, id, err);
+}
+
+int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_task_fn fn, void *arg,
+                                  void (*free_arg)(void *arg), const uint8_t *tag,
+                                  int64_t tag_size, fsh_worker_task_done_fn done_fn,
+                                  void *done_ctx, uint64_t *id, fsh_error *err) {
   worker_task *k = fsh_calloc(1, sizeof *k);
+  if (k && tag_size > 0 && (k->tag = fsh_malloc((size_t)tag_size)) == NULL) {
+    fsh_free(k);
+    k = NULL;
+  }
   if (!k) {
     if (free_arg) free_arg(arg);
     return fsh_error_set(err, ENOMEM, "out of memory starting a task");
   }
+  if (tag_size > 0) memcpy(k->tag, tag, (size_t)tag_size);
+  k->tag_size = tag_size;
+  k->done_fn = done_fn;
+  k->done_ctx = done_ctx;
   k->fn = fn;
   k->arg = arg;
   k->free_arg = free_arg;
   k->owner = t;
   pthread_mutex_lock(&t->mu);
+  worker_task *gone = take_delivered(t);
   k->id = t->next_id++;
   int e = pthread_create(&k->thread, NULL, task_main, k);
   if (e == 0) {
@@ -95,6 +141,11 @@ int fsh_worker_tasks_start(fsh_worker_tasks *t, fsh_worker_task_fn fn, void *arg
     *id = k->id;
   }
   pthread_mutex_unlock(&t->mu);
+  for (worker_task *g = gone, *next; g; g = next) {
+    next = g->next;
+    pthread_join(g->thread, NULL);
+    task_free(g);
+  }
   if (e != 0) {
     task_free(k);
     return fsh_error_set(err, EAGAIN, "cannot start a task thread: %s", strerror(e));
@@ -108,7 +159,7 @@ int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done, fsh_buff
   *answer = NULL;
   pthread_mutex_lock(&t->mu);
   worker_task **at = &t->head;
-  while (*at && (*at)->id != id) at = &(*at)->next;
+  while (*at && ((*at)->id != id || (*at)->delivered)) at = &(*at)->next;
   worker_task *k = *at;
   if (!k) {
     pthread_mutex_unlock(&t->mu);

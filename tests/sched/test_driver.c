@@ -256,8 +256,12 @@ static void bad_bodies(void) {
   CHECK_EQ_INT(rc, EINVAL);
   CHECK(strstr(err.message, "no worker id") != NULL);
   CHECK_EQ_INT(heartbeat_raw(c, 77, "grpc://127.0.0.1:1", &err), ENOENT);
-  rc = action(c, "submit", NULL, 0, NULL, &err);
+  rc = action(c, "no-such-action", NULL, 0, NULL, &err);
   CHECK_EQ_INT(rc, ENOTSUP);
+  /* "submit" exists now (jobs): an empty plan is refused, saying why */
+  rc = action(c, "submit", NULL, 0, NULL, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "0 stages") != NULL);
   fsh_sched_worker_list l;
   CHECK_OK(fsh_sched_driver_workers(d, &l, &err));
   CHECK_EQ_INT(l.n, 0);

@@ -1,0 +1,366 @@
+"""test_runtime.py -- the distributed job runtime with real processes:
+`flightshuffle local` (a driver and worker processes) runs shuffle jobs
+submitted with `flightshuffle job shuffle`; workers are killed with SIGKILL
+during the map stage, during the reduce stage, two at once, or hung with
+SIGSTOP. Each job must end succeeded, its per-partition rows and checksums
+identical to a run without failure, and the summary's recomputed tasks
+exactly the map tasks the lost workers had reported done: each worker logs
+"job J stage S task T attempt A done, reporting" before its task-done call
+and "..., reported" once the driver has the answer, so the recomputed set
+must hold every "reported" task of the victims and nothing but their
+"reporting" ones (the two differ only for a task whose report was in flight
+at the kill, in practice never). Bad control input gets a clear error.
+
+The CLI is <dir of FSH_LIB>/flightshuffle (FSH_CLI overrides)."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+CLI = Path(os.environ.get("FSH_CLI") or Path(os.environ["FSH_LIB"]).parent / "flightshuffle")
+
+pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
+
+MAPS, REDUCES, ROWS = 24, 8, 3_000_000
+JOB_ARGS = ["--maps", str(MAPS), "--reduces", str(REDUCES), "--rows", str(ROWS),
+            "--batch-rows", "25000", "--slots", "1", "--progress-ms", "10", "--timeout-s", "60"]
+
+
+class Cluster:
+    """`flightshuffle local --workers n`; its stderr is collected."""
+
+    def __init__(self, n, timeout_ms=1000):
+        self.p = subprocess.Popen(
+            [str(CLI), "local", "--workers", str(n), "--heartbeat-timeout-ms", str(timeout_ms),
+             "--run-seconds", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.workers = {}  # i -> (uri, pid)
+        self.err = []
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            if line.startswith("driver "):
+                self.driver = line.split()[1]
+            m = re.match(r"worker (\d+) (\S+) pid (\d+)", line)
+            if m:
+                self.workers[int(m.group(1))] = (m.group(2), int(m.group(3)))
+            if line.startswith("cluster ready"):
+                return
+        self.stop()
+        raise AssertionError("the cluster did not start: " + "".join(self.err))
+
+    def _drain(self):
+        for line in self.p.stderr:
+            self.err.append(line)
+
+    def reported(self, uri, stage=1, word="reported"):
+        """{task} the worker at uri reported done for stage (from its log);
+        word "reporting": the ones it was about to report."""
+        pat = re.compile(re.escape(f"worker {uri}: job ") + r"\d+ stage (\d+) task (\d+) "
+                         r"attempt (\d+) done, " + word + "$")
+        out = set()
+        for line in list(self.err):
+            m = pat.search(line)
+            if m and int(m.group(1)) == stage:
+                out.add(int(m.group(2)))
+        return out
+
+    def stop(self):
+        for _, pid in self.workers.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        # no worker left behind
+        for _, pid in self.workers.values():
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+
+
+@pytest.fixture
+def cluster():
+    made = []
+
+    def make(n, timeout_ms=1000):
+        c = Cluster(n, timeout_ms)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+def run_job(driver, on_progress=None, extra=()):
+    """Runs `job shuffle`; on_progress(done of stage 1, of stage 2, ...) per
+    progress line. Returns (returncode, stdout, {partition: (rows,
+    checksum)}, result fields, [(stage, task)] recomputed)."""
+    p = subprocess.Popen([str(CLI), "job", "shuffle", "--driver", driver] + JOB_ARGS + list(extra),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        if line.startswith("progress:") and on_progress:
+            on_progress(*[int(d) for d in re.findall(r"stage \d+ (\d+)/\d+", line)])
+    err = p.stderr.read()
+    p.wait(timeout=60)
+    text = "".join(out)
+    parts = {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in
+             re.finditer(r"^partition (\d+) rows (\d+) checksum (\w+)$", text, re.M)}
+    res = {}
+    for line in out:
+        if line.startswith("result: "):
+            res = dict(kv.split("=", 1) for kv in line.split()[1:])
+    # the recomputed section of the summary
+    rec = []
+    section = None
+    for line in out:
+        s = line.strip()
+        if re.match(r"(retried|recomputed|ignored late answers): \d+", s):
+            section = s.split(":")[0]
+            continue
+        m = re.match(r"stage (\d+) task (\d+) attempt \d+: ", s)
+        if m and section == "recomputed":
+            rec.append((int(m.group(1)), int(m.group(2))))
+    return p.returncode, text + err, parts, res, rec
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The partitions of a run without failure."""
+    c = Cluster(3)
+    try:
+        rc, text, parts, res, rec = run_job(c.driver)
+    finally:
+        c.stop()
+    assert rc == 0, text
+    assert res["verified"] == "yes" and res["recomputed"] == "0"
+    assert len(parts) == REDUCES
+    assert sum(r for r, _ in parts.values()) == ROWS
+    return parts
+
+
+def check(rc, text, parts, res, rec, reference, c, victims, stage=1, also=()):
+    """The job succeeded with the reference's partitions; the recomputed
+    tasks are exactly the victims' reported outputs of `stage` (plus the
+    (stage, task) pairs `also`)."""
+    assert rc == 0, text
+    assert res["state"] == "succeeded" and res["verified"] == "yes", text
+    assert parts == reference
+    reported, reporting = set(), set()
+    for uri in victims:
+        reported |= {(stage, t) for t in c.reported(uri, stage)}
+        reporting |= {(stage, t) for t in c.reported(uri, stage, word="reporting")}
+    got = set(rec) - set(also)
+    assert len(set(rec)) == len(rec), text
+    assert set(also) <= set(rec), (sorted(also), sorted(rec), text)
+    assert reported <= got <= reporting, (sorted(reported), sorted(got), sorted(reporting), text)
+    assert got, "no recomputed task: the victims held nothing"
+    assert int(res["recomputed"]) == len(rec)
+
+
+def kill_when(cond, pids, sig=signal.SIGKILL):
+    """An on_progress that sends sig to pids once cond(*done per stage);
+    records the progress at that moment in ["at"]."""
+    state = {"at": None}
+
+    def on_progress(*done):
+        if state["at"] is None and cond(*done):
+            for pid in pids:
+                os.kill(pid, sig)
+            state["at"] = done
+    return on_progress, state
+
+
+@pytest.mark.parametrize("incremental", ["off", "on"])
+def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
+    """With incremental retrieval on, reducers are already running (and
+    reading) when the worker dies: those that read its outputs are retried."""
+    c = cluster(3)
+    uri, pid = c.workers[3]
+    cb, st = kill_when(lambda m, r: m >= 6 and c.reported(uri), [pid])
+    rc, text, parts, res, rec = run_job(c.driver, cb, ["--incremental", incremental])
+    assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
+    check(rc, text, parts, res, rec, reference, c, [uri])
+
+
+def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
+    c = cluster(3)
+    uri, pid = c.workers[2]
+    cb, st = kill_when(lambda m, r: m == MAPS and c.reported(uri), [pid])
+    rc, text, parts, res, rec = run_job(c.driver, cb)
+    assert st["at"] is not None and st["at"][1] < REDUCES, f"not during the reduces: {st}"
+    check(rc, text, parts, res, rec, reference, c, [uri])
+
+
+def test_kill_two_workers_at_once(cluster, reference):
+    c = cluster(4)
+    (u1, p1), (u2, p2) = c.workers[1], c.workers[4]
+    cb, st = kill_when(lambda m, r: m >= 8 and (c.reported(u1) or c.reported(u2)), [p1, p2])
+    rc, text, parts, res, rec = run_job(c.driver, cb)
+    assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
+    check(rc, text, parts, res, rec, reference, c, [u1, u2])
+
+
+def test_a_hung_worker_sigstop(cluster, reference):
+    c = cluster(3)
+    uri, pid = c.workers[1]
+    cb, st = kill_when(lambda m, r: m >= 6 and c.reported(uri), [pid], signal.SIGSTOP)
+    try:
+        rc, text, parts, res, rec = run_job(c.driver, cb)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
+    check(rc, text, parts, res, rec, reference, c, [uri])
+
+
+THEN = 6
+
+
+@pytest.fixture(scope="module")
+def reference2():
+    """The partitions of a two-shuffle run without failure."""
+    c = Cluster(3)
+    try:
+        rc, text, parts, res, rec = run_job(c.driver, extra=["--then-reduces", str(THEN)])
+    finally:
+        c.stop()
+    assert rc == 0, text
+    assert res["verified"] == "yes" and res["recomputed"] == "0"
+    assert len(parts) == THEN and sum(r for r, _ in parts.values()) == ROWS
+    return parts
+
+
+def test_two_shuffles_lost_worker_held_both(cluster, reference2):
+    """Killed during the last stage, the victim held outputs of both
+    shuffles: its outputs of the second are recomputed, and so are the map
+    tasks of the first that those need again -- exactly the victim's own if
+    the first shuffle was still held, or (recursively) every map task if it
+    had already been released when the second stage completed (the driver
+    logs that it brings the stage back)."""
+    c = cluster(3)
+    uri, pid = c.workers[2]
+    cb, st = kill_when(lambda m, r2, r3: r2 == REDUCES, [pid])
+    rc, text, parts, res, rec = run_job(c.driver, cb, ["--then-reduces", str(THEN)])
+    assert st["at"] is not None and st["at"][2] < THEN, f"not during the last stage: {st}"
+    first = c.reported(uri, 1)
+    assert first, "the victim held no output of the first shuffle"
+    brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
+                       for line in c.err)
+    also = range(MAPS) if brought_back else first
+    check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
+          also=[(1, t) for t in also])
+    assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
+
+
+def test_bad_control_input(cluster):
+    c = cluster(1)
+    with flight.connect(c.driver) as client:
+        with pytest.raises(pa.ArrowException, match="malformed JobPlan"):
+            list(client.do_action(flight.Action("submit", b"\xff\xff\xff")))
+        with pytest.raises(pa.ArrowException, match="malformed TaskDone"):
+            list(client.do_action(flight.Action("task-done", b"\xff\xff")))
+        with pytest.raises(pa.ArrowException, match="unknown action 'nope'"):
+            list(client.do_action(flight.Action("nope", b"")))
+        # JobPlan{stages: [StagePlan{stage_id: 1, kind: "bogus"}], backend: 2}
+        stage = b"\x08\x01\x12\x05bogus"
+        plan = b"\x12" + bytes([len(stage)]) + stage + b"\x30\x02"
+        with pytest.raises(pa.ArrowException, match="unknown task type 'bogus'"):
+            list(client.do_action(flight.Action("submit", plan)))
+    uri, _ = c.workers[1]
+    with flight.connect(uri) as client:
+        body = b"FSTE\x01\x00\x00\x00" + (5).to_bytes(4, "little") + (0).to_bytes(4, "little")
+        with pytest.raises(pa.ArrowException, match="unknown task type 'bogus'"):
+            list(client.do_action(flight.Action("task", body + b"bogus")))
+    p = subprocess.run([str(CLI), "job", "status", "--driver", c.driver, "--job", "99"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "no job 99" in p.stderr
+    # the cluster still works
+    p = subprocess.run([str(CLI), "job", "shuffle", "--driver", c.driver, "--maps", "2",
+                        "--reduces", "2", "--rows", "1000"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "verified=yes" in p.stdout, p.stdout + p.stderr
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args):
+    p = subprocess.Popen([str(CLI)] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    line = p.stdout.readline()
+    assert line.startswith("listening on "), (line, p.stderr.read() if p.poll() else "")
+    return p, line.split()[2]
+
+
+def _alive_workers(driver):
+    from test_local_cluster import ALIVE, workers  # its WorkerList decoder
+    return sum(w["state"] == ALIVE for w in workers(driver))
+
+
+def test_driver_restart_mid_job(tmp_path):
+    """The driver is killed (SIGKILL) while a job runs and a new one starts
+    on the same address: the job's client fails with a clear error, the
+    workers (never crashing) register again, the old job is unknown to the
+    new driver, and a new job runs and verifies."""
+    port = _free_port()
+    listen = f"127.0.0.1:{port}"
+    d, uri = _start(["driver", "--listen", listen, "--heartbeat-timeout-ms", "1000"])
+    ws = [_start(["worker", "--listen", "127.0.0.1:0", "--driver", uri,
+                  "--spill-dir", str(tmp_path / f"w{i}")])[0] for i in range(2)]
+    try:
+        deadline = time.time() + 10
+        while _alive_workers(uri) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert _alive_workers(uri) == 2
+        state = {"killed": False}
+
+        def on_progress(*done):
+            if not state["killed"] and done[0] >= 2:
+                d.kill()
+                state["killed"] = True
+        rc, text, parts, res, rec = run_job(uri, on_progress)
+        assert state["killed"] and rc == 1, text
+        assert "job shuffle:" in text and "result:" not in text, text
+        d.wait(timeout=10)
+        d, uri2 = _start(["driver", "--listen", listen, "--heartbeat-timeout-ms", "1000"])
+        assert uri2 == uri
+        deadline = time.time() + 15
+        while _alive_workers(uri) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert _alive_workers(uri) == 2
+        p = subprocess.run([str(CLI), "job", "status", "--driver", uri, "--job", "1"],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 1 and "no job 1" in p.stderr, p.stderr
+        p = subprocess.run([str(CLI), "job", "shuffle", "--driver", uri, "--maps", "6",
+                            "--reduces", "4", "--rows", "60000", "--batch-rows", "5000"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "verified=yes" in p.stdout, p.stdout + p.stderr
+        assert all(w.poll() is None for w in ws), "a worker died"
+    finally:
+        for w in ws:
+            w.send_signal(signal.SIGTERM)
+        for w in ws:
+            assert w.wait(timeout=30) == 0, w.stderr.read()
+        d.send_signal(signal.SIGTERM)
+        d.wait(timeout=30)

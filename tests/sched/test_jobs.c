@@ -1,0 +1,496 @@
+/* test_jobs.c -- jobs in the driver (sched.h "jobs"), in one process: an
+ * in-process driver and in-process workers (fsh_shuffle_worker_start with
+ * the task-done notifier, joined by the heartbeat API). A shuffle job
+ * completes and every partition's rows and row checksum equal an
+ * independent reference (the same map tasks run in-process through the
+ * memory backend, no driver); a worker declared dead after its map outputs
+ * exist makes exactly those maps recompute (the summary names them and the
+ * worker) and the result is unchanged; a task that always fails ends the
+ * job after max_attempts with a message naming the task; answers of
+ * superseded attempts are ignored and listed; bad plans, bodies and
+ * envelopes are refused with messages saying what is wrong. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <flightshuffle/kernels.h>
+#include <flightshuffle/sched.h>
+#include <flightshuffle/shuffle.h>
+#include <flightshuffle/workloads.h>
+
+#include "Sched.pb-c.h"
+#include "test.h"
+
+#define N_WORKERS 3
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+typedef struct cluster {
+  fsh_sched_driver *d;
+  fsh_shuffle_worker *w[N_WORKERS];
+  fsh_sched_notifier *n[N_WORKERS];
+  fsh_sched_heartbeat *h[N_WORKERS];
+} cluster;
+
+static void start_workers(cluster *c) {
+  fsh_error err;
+  for (int i = 0; i < N_WORKERS; i++) {
+    CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
+    fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
+                                    .n_threads = 6, .on_task_done = fsh_sched_notify_task_done,
+                                    .on_task_done_ctx = c->n[i],
+                                    .on_more_sources = fsh_sched_more_sources,
+                                    .on_more_sources_ctx = c->n[i]};
+    CHECK_OK(fsh_shuffle_worker_start(&o, &c->w[i], &err));
+    if (!c->w[i]) continue;
+    fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]), false);
+    fsh_sched_heartbeat_options ho = {.driver_uri = fsh_sched_driver_uri(c->d),
+                                      .worker_uri = fsh_shuffle_worker_uri(c->w[i]),
+                                      .retry_ms = 50};
+    CHECK_OK(fsh_sched_heartbeat_start(&ho, &c->h[i], &err));
+  }
+}
+
+static void start_cluster(cluster *c, int64_t timeout_ms, bool with_workers) {
+  fsh_error err;
+  memset(c, 0, sizeof *c);
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms};
+  CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
+  if (with_workers) start_workers(c);
+}
+
+static void stop_cluster(cluster *c) {
+  for (int i = 0; i < N_WORKERS; i++) fsh_sched_heartbeat_stop(c->h[i]);
+  for (int i = 0; i < N_WORKERS; i++) fsh_shuffle_worker_stop(c->w[i], 1000);
+  fsh_sched_driver_stop(c->d, 1000);
+  for (int i = 0; i < N_WORKERS; i++) fsh_sched_notifier_free(c->n[i]);
+}
+
+static const fsh_sched_shuffle_job JOB = {.name = "test", .maps = 7, .reduces = 5,
+                                          .rows = 30000, .batch_rows = 1000, .seed = 11,
+                                          .backend = FSH_TASK_BACKEND_FLIGHT};
+
+/* The reference: per partition, rows and row checksum of the same map
+ * tasks run in-process through the memory backend. */
+static void reference(const fsh_sched_shuffle_job *j, int64_t *rows, uint64_t *sums) {
+  fsh_error err;
+  fsh_shuffle_backend *mem = NULL;
+  CHECK_OK(fsh_shuffle_memory_new(&mem, &err));
+  memset(rows, 0, sizeof(int64_t) * (size_t)j->reduces);
+  memset(sums, 0, sizeof(uint64_t) * (size_t)j->reduces);
+  int64_t batches = (j->rows + j->batch_rows - 1) / j->batch_rows;
+  for (int32_t m = 0; mem && m < j->maps; m++) {
+    int64_t b0 = batches * m / j->maps, b1 = batches * (m + 1) / j->maps;
+    int64_t first = b0 * j->batch_rows, end = b1 * j->batch_rows;
+    if (end > j->rows) end = j->rows;
+    fsh_map_task t = {.shuffle_id = 1, .map_id = m, .n_partitions = j->reduces,
+                      .first_row = first, .rows = end - first, .batch_rows = j->batch_rows,
+                      .seed = j->seed, .backend = FSH_TASK_BACKEND_MEMORY};
+    fsh_map_task_result r;
+    CHECK_OK(fsh_map_task_run(mem, &t, &r, &err));
+    for (int32_t p = 0; p < j->reduces; p++) {
+      rows[p] += r.output.rows[p];
+      sums[p] += r.row_checksums[p];
+    }
+    fsh_map_task_result_reset(&r);
+  }
+  fsh_shuffle_backend_destroy(mem);
+}
+
+/* The job's partitions equal the reference. */
+static void check_job(const fsh_sched_shuffle_job *j, const fsh_sched_job_status *s) {
+  int64_t rows[16];
+  uint64_t sums[16];
+  reference(j, rows, sums);
+  CHECK_EQ_INT(s->n_partitions, j->reduces);
+  int64_t total = 0;
+  for (int32_t p = 0; p < s->n_partitions && p < 16; p++) {
+    CHECK_EQ_INT(s->partitions[p].reduce_rows, rows[p]);
+    CHECK(s->partitions[p].reduce_checksum == sums[p]);
+    CHECK(s->partitions[p].map_checksum == sums[p]);
+    total += s->partitions[p].reduce_rows;
+  }
+  CHECK_EQ_INT(total, j->rows);
+  CHECK(s->verified);
+}
+
+static void check_against_reference(const fsh_sched_job_status *s) { check_job(&JOB, s); }
+
+static uint64_t submit(cluster *c, const fsh_sched_shuffle_job *j) {
+  fsh_error err;
+  fsh_buffer *plan = NULL;
+  uint64_t id = 0;
+  CHECK_OK(fsh_sched_shuffle_job_plan(j, &plan, &err));
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c->d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  return id;
+}
+
+static void job_completes(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  uint64_t id = submit(&c, &JOB);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  /* the remote status (DoAction "job-status") */
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c.d), NULL, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_against_reference(&s);
+  CHECK_EQ_INT(s.n_stages, 2);
+  if (s.n_stages == 2) {
+    CHECK_EQ_INT(s.stages[0].tasks_done, JOB.maps);
+    CHECK_EQ_INT(s.stages[1].tasks_done, JOB.reduces);
+    CHECK(s.stages[0].bytes > 0 && s.stages[1].rows == JOB.rows);
+  }
+  CHECK_EQ_INT(s.n_recomputed, 0);
+  CHECK_EQ_INT(s.n_retried, 0);
+  CHECK(s.first_map_output_s >= 0 && s.first_reduce_start_s >= s.first_map_output_s);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* A two-shuffle job (map -> reduce-then-map on "name" -> reduce-verify)
+ * against a naive reference: the whole table generated here, partitioned on
+ * the name column, per-partition rows and row checksums. */
+static void two_shuffle_job(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.then_reduces = 4;
+  j.then_key = 2;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  CHECK_EQ_INT(s.n_stages, 3);
+  CHECK(s.verified);
+  /* the reference */
+  int64_t rows[4] = {0};
+  uint64_t sums[4] = {0};
+  fsh_schema *schema = fsh_synthetic_schema();
+  fsh_synthetic_options so = {.seed = j.seed, .with_nulls = true};
+  int64_t batches = (j.rows + j.batch_rows - 1) / j.batch_rows;
+  static const int32_t key = 2;
+  for (int64_t b = 0; schema && b < batches; b++) {
+    fsh_batch *x = NULL;
+    CHECK_OK(fsh_synthetic_batch(schema, &so, b, j.batch_rows, &x, &err));
+    if (!x) break;
+    uint64_t hashes[1000];
+    int32_t parts[1000];
+    CHECK_OK(fsh_hash_columns(x, &key, 1, 0, hashes, &err));
+    CHECK_OK(fsh_partition_hash(hashes, x->length, 4, parts, &err));
+    fsh_task_row_checksums(x, parts, sums);
+    for (int64_t i = 0; i < x->length; i++) rows[parts[i]]++;
+    fsh_batch_unref(x);
+  }
+  fsh_schema_unref(schema);
+  CHECK_EQ_INT(s.n_partitions, 4);
+  for (int32_t p = 0; p < s.n_partitions && p < 4; p++) {
+    CHECK_EQ_INT(s.partitions[p].reduce_rows, rows[p]);
+    CHECK(s.partitions[p].reduce_checksum == sums[p]);
+  }
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* Incremental: reduces start with the first map output and ask the driver
+ * for the others as they appear; same result as the reference. */
+static void incremental_job_completes(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.incremental = true;
+  j.maps = 12;
+  j.rows = 12 * 20000;
+  j.batch_rows = 5000;
+  j.slots_per_worker = 1;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  /* the first fetch came before the last map output */
+  CHECK(s.first_reduce_start_s >= s.first_map_output_s);
+  CHECK_MSG(s.first_reduce_start_s < s.last_map_output_s, "first fetch %.3f s, last map %.3f s",
+            s.first_reduce_start_s, s.last_map_output_s);
+  fsh_sched_job_status_reset(&s);
+  /* a worker's "task" with an incremental reduce is refused without a
+   * scheduler hook; the bare action refuses it too */
+  fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 1 << 20};
+  fsh_shuffle_worker *w = NULL;
+  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  fsh_reduce_task rt = {.shuffle_id = 1, .partition = 0, .n_partitions = 2,
+                        .backend = FSH_TASK_BACKEND_FLIGHT, .incremental = true};
+  fsh_buffer *body = NULL;
+  CHECK_OK(fsh_reduce_task_encode(&rt, &body, &err));
+  fsh_flight_client_options co = {.uri = w ? fsh_shuffle_worker_uri(w) : "grpc://x:1",
+                                  .timeout_ms = 5000};
+  fsh_flight_client *wc = NULL;
+  CHECK_OK(fsh_flight_client_open(&co, &wc, &err));
+  if (body && wc) {
+    fsh_flight_action a = {.type = (char *)"reduce-verify", .body = {body->data, body->size}};
+    fsh_flight_result_list res = {0};
+    CHECK_EQ_INT(fsh_flight_do_action(wc, &a, &res, &err), EINVAL);
+    CHECK(strstr(err.message, "needs a scheduler") != NULL);
+    uint8_t env[256] = "FSTE\x01\0\0\0";
+    env[8] = 13;
+    memcpy(env + 16, "reduce-verify", 13);
+    memcpy(env + 29, body->data, (size_t)body->size);
+    a = (fsh_flight_action){.type = (char *)"task", .body = {env, 29 + body->size}};
+    CHECK_EQ_INT(fsh_flight_do_action(wc, &a, &res, &err), EINVAL);
+    CHECK(strstr(err.message, "no scheduler") != NULL);
+    fsh_flight_result_list_reset(&res);
+  }
+  fsh_flight_client_close(wc);
+  fsh_buffer_unref(body);
+  fsh_shuffle_worker_stop(w, 1000);
+  stop_cluster(&c);
+}
+
+/* A worker declared dead once the whole map stage is done: exactly the maps
+ * it held are recomputed, the result is unchanged. */
+static void lost_worker_recomputes_its_maps(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, false);
+  /* reduces cannot start while a map is missing: hold them back by
+   * running the map stage on a cluster, then declaring a holder dead
+   * before the reduces are placed is racy -- so instead the job is
+   * submitted with one slot and the worker is declared dead as soon as it
+   * holds an output and the maps are all done or running. */
+  fsh_sched_shuffle_job j = JOB;
+  j.slots_per_worker = 1;
+  j.maps = 24;
+  j.rows = 24 * 20000;
+  j.batch_rows = 5000;
+  start_workers(&c);
+  uint64_t id = submit(&c, &j);
+  const char *victim = NULL;
+  int victim_outputs = -1;
+  for (int t = 0; t < 2000 && !victim; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    bool some = s.n_stages == 2 && s.stages[0].tasks_done >= 2;
+    bool over = s.state != FSH_SCHED_JOB_RUNNING;
+    fsh_sched_job_status_reset(&s);
+    if (over) break;
+    if (some) {
+      /* the worker holding most map outputs (and, 10 ms later, surely
+       * known to the driver as their holder) */
+      int best = 0;
+      int64_t most = -1;
+      for (int i = 0; i < N_WORKERS; i++) {
+        fsh_shuffle_store_stats st;
+        fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[i]), &st);
+        if (st.map_outputs > most) most = st.map_outputs, best = i;
+      }
+      sleep_ms(10);
+      victim = fsh_shuffle_worker_uri(c.w[best]);
+      CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
+      /* what the victim held at that moment (and maybe one more finishing
+       * right then, which counts as retried): its store */
+      fsh_shuffle_store_stats st;
+      fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[best]), &st);
+      victim_outputs = (int)st.map_outputs;
+    }
+    if (!victim) sleep_ms(2);
+  }
+  CHECK(victim != NULL);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  /* every recomputed task is a map whose output was on the victim; as
+   * many as it held when declared dead (a map finishing on it right then
+   * may be counted as retried instead) */
+  for (int32_t i = 0; i < s.n_recomputed; i++) {
+    CHECK_EQ_INT(s.recomputed[i].stage_id, 1);
+    CHECK(strstr(s.recomputed[i].reason, victim) != NULL);
+  }
+  CHECK(s.n_recomputed >= 1);
+  CHECK_MSG(s.n_recomputed <= victim_outputs, "%d recomputed, the victim held %d",
+            s.n_recomputed, victim_outputs);
+  for (int32_t i = 0; i < s.n_recomputed; i++)
+    for (int32_t k = i + 1; k < s.n_recomputed; k++)
+      CHECK(s.recomputed[i].task != s.recomputed[k].task);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* A task that always fails (an fs task on workers without --fs-dir) ends the
+ * job after max_attempts attempts, naming the task and the cause. */
+static void failing_task_bounded_retries(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.backend = FSH_TASK_BACKEND_FS;
+  j.max_attempts = 3;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_FAILED);
+  CHECK(s.error && strstr(s.error, "failed 3 times") && strstr(s.error, "--fs-dir"));
+  CHECK(s.n_retried >= 3);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* A raw DoAction on the driver; its code. */
+static int raw(fsh_sched_driver *d, const char *type, const void *body, size_t n,
+               fsh_error *err) {
+  fsh_flight_client_options co = {.uri = fsh_sched_driver_uri(d), .timeout_ms = 5000};
+  fsh_flight_client *c = NULL;
+  int rc = fsh_flight_client_open(&co, &c, err);
+  if (rc) return rc;
+  fsh_flight_action a = {.type = (char *)type, .body = {(uint8_t *)body, (int64_t)n}};
+  fsh_flight_result_list res = {0};
+  rc = fsh_flight_do_action(c, &a, &res, err);
+  fsh_flight_result_list_reset(&res);
+  fsh_flight_client_close(c);
+  return rc;
+}
+
+/* A late answer (attempt 7 of a task that is not running it) is ignored and
+ * listed; the job still completes and verifies. */
+static void late_answers_ignored(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, false);
+  uint64_t id = submit(&c, &JOB); /* no worker yet: nothing runs */
+  Flightshuffle__Sched__TaskRef ref = FLIGHTSHUFFLE__SCHED__TASK_REF__INIT;
+  ref.job_id = id;
+  ref.stage_id = 1;
+  ref.task = 3;
+  ref.attempt = 7;
+  uint8_t rb[64];
+  size_t rn = flightshuffle__sched__task_ref__pack(&ref, rb);
+  Flightshuffle__Sched__TaskDone td = FLIGHTSHUFFLE__SCHED__TASK_DONE__INIT;
+  td.ref = (ProtobufCBinaryData){rn, rb};
+  td.ok = true;
+  td.answer = (ProtobufCBinaryData){4, (uint8_t *)"junk"};
+  uint8_t tb[256];
+  size_t tn = flightshuffle__sched__task_done__pack(&td, tb);
+  CHECK_OK(raw(c.d, "task-done", tb, tn, &err));
+  start_workers(&c);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_against_reference(&s);
+  CHECK_EQ_INT(s.n_ignored, 1);
+  if (s.n_ignored == 1) {
+    CHECK_EQ_INT(s.ignored[0].task, 3);
+    CHECK_EQ_INT(s.ignored[0].attempt, 7);
+  }
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* Bad control input: clear errors, the driver keeps serving. */
+static void bad_input(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, false);
+  /* a malformed plan */
+  int rc = raw(c.d, "submit", "\xff\xff\xff", 3, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "malformed JobPlan") != NULL);
+  /* an unknown task type */
+  Flightshuffle__Sched__StagePlan st = FLIGHTSHUFFLE__SCHED__STAGE_PLAN__INIT;
+  st.stage_id = 1;
+  st.kind = (char *)"bogus";
+  Flightshuffle__Sched__StagePlan *stages[1] = {&st};
+  Flightshuffle__Sched__JobPlan jp = FLIGHTSHUFFLE__SCHED__JOB_PLAN__INIT;
+  jp.n_stages = 1;
+  jp.stages = stages;
+  jp.backend = FSH_TASK_BACKEND_FLIGHT;
+  uint8_t buf[256];
+  size_t n = flightshuffle__sched__job_plan__pack(&jp, buf);
+  rc = raw(c.d, "submit", buf, n, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "unknown task type 'bogus'") != NULL);
+  /* a malformed map body */
+  st.kind = (char *)"map-synthetic";
+  ProtobufCBinaryData body = {5, (uint8_t *)"FSMT!"};
+  st.n_tasks = 1;
+  st.tasks = &body;
+  n = flightshuffle__sched__job_plan__pack(&jp, buf);
+  rc = raw(c.d, "submit", buf, n, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "stage 1 task 0") && strstr(err.message, "map-synthetic"));
+  /* a reduce reading a stage that does not exist */
+  Flightshuffle__Sched__StagePlan red = FLIGHTSHUFFLE__SCHED__STAGE_PLAN__INIT;
+  red.stage_id = 2;
+  red.kind = (char *)"reduce-verify";
+  uint32_t in = 9;
+  red.n_inputs = 1;
+  red.inputs = &in;
+  stages[0] = &red;
+  n = flightshuffle__sched__job_plan__pack(&jp, buf);
+  rc = raw(c.d, "submit", buf, n, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "input stage 9") != NULL);
+  /* task-done and job-status with junk */
+  rc = raw(c.d, "task-done", "\xff\xff", 2, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "malformed TaskDone") != NULL);
+  fsh_sched_job_status s;
+  rc = fsh_sched_get_job_status(fsh_sched_driver_uri(c.d), NULL, 12345, false, &s, &err);
+  CHECK_EQ_INT(rc, ENOENT);
+  CHECK(strstr(err.message, "no job 12345") != NULL);
+  /* the worker's "task" envelope: unknown kind, malformed */
+  start_workers(&c);
+  fsh_flight_client_options co = {.uri = fsh_shuffle_worker_uri(c.w[0]), .timeout_ms = 5000};
+  fsh_flight_client *wc = NULL;
+  CHECK_OK(fsh_flight_client_open(&co, &wc, &err));
+  uint8_t env[64] = "FSTE\x01\0\0\0";
+  env[8] = 5; /* kind "bogus", no tag */
+  memcpy(env + 16, "bogus", 5);
+  fsh_flight_action a = {.type = (char *)"task", .body = {env, 21}};
+  fsh_flight_result_list res = {0};
+  rc = fsh_flight_do_action(wc, &a, &res, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "unknown task type 'bogus'") != NULL);
+  a.body.size = 10;
+  rc = fsh_flight_do_action(wc, &a, &res, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK(strstr(err.message, "FSTE") != NULL);
+  env[8] = 200; /* a kind longer than the body */
+  a.body.size = 21;
+  rc = fsh_flight_do_action(wc, &a, &res, &err);
+  CHECK_EQ_INT(rc, EINVAL);
+  fsh_flight_result_list_reset(&res);
+  fsh_flight_client_close(wc);
+  /* still serving: a real job runs */
+  uint64_t id = submit(&c, &JOB);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  check_against_reference(&s);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"job_completes", job_completes},
+      {"incremental_job_completes", incremental_job_completes},
+      {"two_shuffle_job", two_shuffle_job},
+      {"lost_worker_recomputes_its_maps", lost_worker_recomputes_its_maps},
+      {"failing_task_bounded_retries", failing_task_bounded_retries},
+      {"late_answers_ignored", late_answers_ignored},
+      {"bad_input", bad_input},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
+}
