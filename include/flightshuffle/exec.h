@@ -18,13 +18,354 @@
 extern "C" {
 #endif
 
-/* ---- expressions, filter, project -------------------------------------- */
+/* ---- expressions, filter, project --------------------------------------
+ *
+ * A small vectorized expression library. An expression is a tree of nodes
+ * (fsh_expr): column references (by name), typed literals, and operator
+ * calls. Build it (C constructors or JSON), bind it to a schema
+ * (fsh_expr_bind: names resolve to column indices, types are checked, LIKE
+ * patterns compiled), then evaluate it over whole batches: every operator
+ * runs one tight loop per call over values and validity bitmaps; nothing is
+ * allocated per row.
+ *
+ * Types (the value type of dictionary-encoded columns counts):
+ *   numeric  int8..int64, uint8..uint64, float32, float64
+ *   bool, utf8 / large_utf8 / binary / large_binary ("strings"),
+ *   date32, date64, timestamp (any unit, any timezone)
+ *   null     the type of an untyped null literal; it fits every operand.
+ * Columns of other types may be referenced (and projected, or tested with
+ * IS NULL) but not used as operator operands.
+ *
+ * Operators (SQL semantics; "null" propagates unless said otherwise):
+ *   + - * / %    numeric operands. Integers compute in int64 (uint64 values
+ *                above INT64_MAX are an overflow), a float operand makes it
+ *                float64 (IEEE: x/0 is +-inf or NaN, % is fmod). Result:
+ *                int64 or float64. Integer overflow, division or modulo by
+ *                zero (and INT64_MIN / -1) are EOVERFLOW / EDOM errors by
+ *                default that name the expression and the row; a node
+ *                marked fsh_expr_null_on_error turns such rows into nulls
+ *                instead. % takes the sign of the dividend (C, SQL). Values
+ *                under null slots never raise errors.
+ *   = != < <= > >=   numbers with numeric promotion (integers as int64, with
+ *                a float as float64; NaN is unequal to everything, IEEE),
+ *                strings bytewise (memcmp, shorter prefix first), bool
+ *                (false < true), date32 with date32, date64 with date64,
+ *                timestamps of the same unit. Result bool.
+ *   and or not   bool operands, SQL three-valued logic (false AND null =
+ *                false, true OR null = true, NOT null = null).
+ *   is_null, is_not_null   any operand; never null.
+ *   in           args[0] IN (args[1..]): the list holds literals comparable
+ *                with args[0]; true if equal to one; else null if the value
+ *                or a list element is null; else false.
+ *   between      args[0] BETWEEN args[1] AND args[2]: x >= lo AND x <= hi
+ *                with three-valued AND.
+ *   like         args[0] LIKE args[1]: a string operand and a utf8 literal
+ *                pattern. '%' matches any run of characters (also none),
+ *                '_' one UTF-8 character, '\' makes the next character literal
+ *                ("\%", "\_", "\\"); a trailing lone '\' is EINVAL at bind.
+ *                Matching is byte-exact (no case folding). Patterns of the
+ *                shapes "abc", "abc%", "%abc", "%abc%" run as equality,
+ *                prefix, suffix and substring searches; others through a
+ *                general matcher (greedy with backtracking to the last %).
+ *   cast         args[0] to a numeric or bool type (fsh_expr_cast): between
+ *                numeric types and bool; float to integer truncates toward
+ *                zero; a value out of the target's range (or NaN) is an
+ *                EOVERFLOW error, or null when marked null_on_error (uint64
+ *                targets hold 0..INT64_MAX); float32 targets round; to
+ *                bool: x != 0; from bool: 0 or 1.
+ *
+ * JSON form (fsh_expr_from_json / fsh_expr_to_json), one object per node:
+ *   {"col": NAME}
+ *   {"lit": VALUE [, "type": T [, "unit": "s"|"ms"|"us"|"ns"]]}
+ *       VALUE null, true/false, an integer, a real or a string; without
+ *       "type" they are null, bool, int64, float64, utf8. T is one of bool,
+ *       int8..int64, uint8..uint64, float32, float64, utf8, date32 (integer
+ *       days or "YYYY-MM-DD"), date64 (integer ms), timestamp (integer in
+ *       "unit", default "us"); a null VALUE with a type is a typed null.
+ *   {"op": OP, "args": [EXPR, ...] [, "on_error": "error"|"null"]
+ *              [, "type": T]}     ("type" only, and required, for cast)
+ *       OP: "+", "-", "*", "/", "%", "=", "!=", "<", "<=", ">", ">=",
+ *           "and", "or", "not", "is_null", "is_not_null", "in", "between",
+ *           "like", "cast". and/or take 2 or more args (folded left).
+ * Parse errors name the JSON path of the node and the operator:
+ *   "expression JSON $.args[1].args[0]: operator '>': expected 2 args, got 3".
+ * Printing writes the same grammar (a typed literal keeps its "type").
+ *
+ * A bound expression is only read while evaluating: threads may evaluate
+ * one concurrently (binding again must not overlap them). IN lists are
+ * scanned linearly per row (meant for short lists). LIKE, IN and
+ * comparisons with a string literal on a dictionary-encoded column run once
+ * per dictionary entry when the batch has more rows than entries.
+ *
+ * Errors: binding fails with EINVAL naming the expression (in an SQL-like
+ * text form) and the column: "bind of (name + 1): type mismatch
+ * (arithmetic needs numbers): column 'name' is utf8, 1 is int64",
+ * "unknown column 'x' (the schema has 'a', 'b')". Evaluation of a bound expression fails
+ * only on arithmetic/cast errors (EOVERFLOW, EDOM), ENOMEM, or a batch
+ * whose schema does not match the one bound (EINVAL). */
+
+typedef enum fsh_expr_op {
+  FSH_EXPR_COLUMN = 0,
+  FSH_EXPR_LITERAL,
+  FSH_EXPR_ADD,
+  FSH_EXPR_SUB,
+  FSH_EXPR_MUL,
+  FSH_EXPR_DIV,
+  FSH_EXPR_MOD,
+  FSH_EXPR_EQ,
+  FSH_EXPR_NE,
+  FSH_EXPR_LT,
+  FSH_EXPR_LE,
+  FSH_EXPR_GT,
+  FSH_EXPR_GE,
+  FSH_EXPR_AND,
+  FSH_EXPR_OR,
+  FSH_EXPR_NOT,
+  FSH_EXPR_IS_NULL,
+  FSH_EXPR_IS_NOT_NULL,
+  FSH_EXPR_IN,
+  FSH_EXPR_BETWEEN,
+  FSH_EXPR_LIKE,
+  FSH_EXPR_CAST,
+  FSH_EXPR_OP_COUNT_
+} fsh_expr_op;
+
+typedef struct fsh_expr fsh_expr;
+
+/* Constructors return a new node, or NULL on ENOMEM. Those that take
+ * argument nodes take ownership of them whatever happens (a NULL argument
+ * makes the result NULL and frees the others), so trees nest without
+ * checks: fsh_expr_call2(FSH_EXPR_GT, fsh_expr_col("x"), fsh_expr_int(
+ * FSH_TYPE_INT64, 5)) is NULL only on ENOMEM. */
+fsh_expr *fsh_expr_col(const char *name);
+/* An untyped null (type null), or a null of `type`. */
+fsh_expr *fsh_expr_null(fsh_type_id type);
+fsh_expr *fsh_expr_bool(bool v);
+/* An integer literal of an integer type, date32 (days) or date64 (ms);
+ * a value out of the type's range is EINVAL at bind. */
+fsh_expr *fsh_expr_int(fsh_type_id type, int64_t v);
+/* float32 or float64. */
+fsh_expr *fsh_expr_float(fsh_type_id type, double v);
+/* A utf8 literal of len bytes (len < 0: strlen). */
+fsh_expr *fsh_expr_string(const char *s, int64_t len);
+fsh_expr *fsh_expr_timestamp(fsh_time_unit unit, int64_t v);
+/* An operator node over args[0, n) (owned, see above); the array itself
+ * stays the caller's. */
+fsh_expr *fsh_expr_call(fsh_expr_op op, int n, fsh_expr **args);
+fsh_expr *fsh_expr_call1(fsh_expr_op op, fsh_expr *a);
+fsh_expr *fsh_expr_call2(fsh_expr_op op, fsh_expr *a, fsh_expr *b);
+fsh_expr *fsh_expr_call3(fsh_expr_op op, fsh_expr *a, fsh_expr *b, fsh_expr *c);
+/* CAST(a AS to): `to` a numeric type or bool. */
+fsh_expr *fsh_expr_cast(fsh_expr *a, fsh_type_id to);
+/* Marks an arithmetic or cast node: errors become nulls. Returns e. */
+fsh_expr *fsh_expr_null_on_error(fsh_expr *e);
+/* Frees the tree; NULL accepted. */
+void fsh_expr_free(fsh_expr *e);
+/* Deep copy (unbound), or NULL on ENOMEM. */
+fsh_expr *fsh_expr_clone(const fsh_expr *e);
+
+/* Binds e (the whole tree) to schema s: resolves columns, checks types,
+ * compiles LIKE patterns. May be called again for another schema. */
+FSH_NODISCARD int fsh_expr_bind(fsh_expr *e, const fsh_schema *s, fsh_error *err);
+/* fsh_expr_bind, and the result must be bool (or null): the check a
+ * filter makes, done before any batch arrives. */
+FSH_NODISCARD int fsh_expr_bind_predicate(fsh_expr *e, const fsh_schema *s, fsh_error *err);
+/* The result type of a bound expression. */
+fsh_type_id fsh_expr_type(const fsh_expr *e);
+/* The field a bound expression's results have, named `name`: for a bare
+ * column reference a copy of the column's field (dictionary encoding
+ * included), otherwise a nullable field of the result type. */
+FSH_NODISCARD int fsh_expr_field(const fsh_expr *e, const char *name, fsh_field *out,
+                                 fsh_error *err);
+/* Writes an SQL-like text form ("((a + 1) > 5)") into buf (truncated);
+ * returns buf. */
+const char *fsh_expr_format(const fsh_expr *e, char *buf, size_t size);
+
+/* Evaluates a bound e over b (of the schema it was bound to) into a new
+ * array of b->length rows of fsh_expr_field's type (a bare column
+ * reference returns a new reference to the column). */
+FSH_NODISCARD int fsh_expr_eval(const fsh_expr *e, fsh_batch *b, fsh_array **out,
+                                fsh_error *err);
+
+/* Filter: the rows of b where the bound boolean predicate is true (null
+ * counts as false), through fsh_filter. */
+FSH_NODISCARD int fsh_expr_filter(const fsh_expr *pred, fsh_batch *b, fsh_batch **out,
+                                  fsh_error *err);
+/* The selection bitmap of such a filter, in sel (fsh_bytes_for_bits(b->length)
+ * bytes, caller-owned); *n_selected its count (may be NULL). */
+FSH_NODISCARD int fsh_expr_select(const fsh_expr *pred, fsh_batch *b, uint8_t *sel,
+                                  int64_t *n_selected, fsh_error *err);
+
+/* Project: binds exprs[0, n) to `in` and builds the output schema, field k
+ * named names[k] (fsh_expr_field). */
+FSH_NODISCARD int fsh_project_schema(const fsh_schema *in, int64_t n, const char *const *names,
+                                     fsh_expr *const *exprs, fsh_schema **out, fsh_error *err);
+/* A new batch of schema `out_schema` (from fsh_project_schema with these
+ * exprs; a reference is taken) whose column k is exprs[k] over b. */
+FSH_NODISCARD int fsh_project(fsh_batch *b, fsh_schema *out_schema, int64_t n,
+                              fsh_expr *const *exprs, fsh_batch **out, fsh_error *err);
+
+/* Parses the JSON form (text of len bytes; len < 0: strlen) into a new
+ * unbound tree. */
+FSH_NODISCARD int fsh_expr_from_json(const char *text, int64_t len, fsh_expr **out,
+                                     fsh_error *err);
+/* Writes e's JSON form into a new NUL-terminated string (*out from
+ * fsh_malloc). */
+FSH_NODISCARD int fsh_expr_to_json(const fsh_expr *e, char **out, fsh_error *err);
 
 
 /* ---- hash aggregate ------------------------------------------------------ */
 
+/* Aggregate functions. Types and nulls (SQL semantics):
+ *   COUNT_STAR      rows of the group                     -> int64, never null
+ *   COUNT           non-null values                       -> int64, never null
+ *   COUNT_DISTINCT  distinct non-null values (any type fsh_row_keys orders,
+ *                   dictionaries compared by value)       -> int64, never null
+ *   SUM             signed integers -> int64, unsigned -> uint64 (EOVERFLOW,
+ *                   naming the column, when the sum overflows); float16/32/64
+ *                   -> float64; null when the group has no non-null value
+ *   AVG             integers and floats -> float64 (summed as float64);
+ *                   null when the group has no non-null value
+ *   MIN, MAX        integers, floats, date/time/timestamp/duration, (large)
+ *                   binary and utf8 (bytewise) -> the input's type; NaN is
+ *                   skipped unless every value is NaN (as Arrow's min_max);
+ *                   null when the group has no non-null value
+ * A null in a row's value column counts for COUNT_STAR only. Dictionary-
+ * encoded value columns are accepted by COUNT and COUNT_DISTINCT. */
+typedef enum fsh_agg_fn {
+  FSH_AGG_COUNT_STAR = 0,
+  FSH_AGG_COUNT,
+  FSH_AGG_COUNT_DISTINCT,
+  FSH_AGG_SUM,
+  FSH_AGG_AVG,
+  FSH_AGG_MIN,
+  FSH_AGG_MAX
+} fsh_agg_fn;
+
+/* One aggregate: the function, its input column (index into the input
+ * schema; ignored by COUNT_STAR) and the output column's name (NULL: "fn(col)"
+ * as "sum(x)", "count(*)"). */
+typedef struct fsh_agg_spec {
+  fsh_agg_fn fn;
+  int32_t column;
+  const char *name;
+} fsh_agg_spec;
+
+/* Two-phase aggregation. SINGLE: input rows -> final values. PARTIAL: input
+ * rows -> one row per group of keys + partial states. FINAL: partial-state
+ * batches (from any number of PARTIAL aggregates of the same specs) -> final
+ * values. PARTIAL and FINAL are created with the same arguments (the
+ * original input schema, keys and specs); FINAL derives the partial schema
+ * and accepts batches of it.
+ *
+ * The partial schema: the key columns (the input's fields, their names),
+ * then per aggregate, in order:
+ *   COUNT_STAR, COUNT   "<name>"          int64   (final: sum of counts)
+ *   SUM                 "<name>"          the sum type, null when no value
+ *   MIN, MAX            "<name>"          the input type, null when no value
+ *   AVG                 "<name>#sum"      float64, "<name>#count" int64
+ *   COUNT_DISTINCT      "<name>#values"   list<value type>: the group's
+ *                       distinct non-null values (so the partial state holds
+ *                       the distinct (keys, value) pairs of its input)
+ * The output (SINGLE and FINAL): the key columns, then one column per
+ * aggregate. Groups come out in the order they were first seen; rows whose
+ * keys are all equal under fsh_row_keys_compare (nulls equal to nulls, NaN
+ * to NaN, -0.0 to +0.0, dictionaries by value) form one group. No key
+ * columns (n_keys == 0): a global aggregate, one output row in every mode,
+ * even on no input (counts 0, other values null). */
+typedef enum fsh_agg_mode { FSH_AGG_SINGLE = 0, FSH_AGG_PARTIAL, FSH_AGG_FINAL } fsh_agg_mode;
+
+typedef struct fsh_hash_agg fsh_hash_agg;
+
+/* A hash aggregate over batches of `input` grouped by key_cols[0, n_keys)
+ * (n_keys >= 0) computing aggs[0, n_aggs). memory_budget: bytes the
+ * operator may hold (hash table, key copies, states; 0 = unlimited); a push
+ * that leaves it holding more returns EFBIG (spilling to disk is not
+ * implemented yet). EINVAL (column out of range, bad function) or ENOTSUP
+ * (a function on a type it does not support), naming the column. */
+FSH_NODISCARD int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
+                                   const fsh_agg_spec *aggs, int n_aggs, fsh_agg_mode mode,
+                                   int64_t memory_budget, fsh_hash_agg **out, fsh_error *err);
+void fsh_hash_agg_free(fsh_hash_agg *a); /* NULL accepted */
+/* The schema pushes must have (the input's, or the partial schema in FINAL
+ * mode; compared by type, names aside) and the schema of the result. */
+fsh_schema *fsh_hash_agg_input_schema(const fsh_hash_agg *a);
+fsh_schema *fsh_hash_agg_output_schema(const fsh_hash_agg *a);
+/* Adds a batch's rows. EINVAL for a batch of another schema, EOVERFLOW for
+ * an overflowing sum, EFBIG over the budget (the batch was absorbed: the
+ * caller may still finish), ENOMEM. After an error other than EFBIG the
+ * aggregate is unusable (further calls return EINVAL); free it. */
+FSH_NODISCARD int fsh_hash_agg_push(fsh_hash_agg *a, fsh_batch *b, fsh_error *err);
+/* The result: one batch holding every group (possibly 0 rows). Once. */
+FSH_NODISCARD int fsh_hash_agg_finish(fsh_hash_agg *a, fsh_batch **out, fsh_error *err);
+/* Bytes the aggregate holds now (capacity of its tables, arrays, key and
+ * state buffers). */
+int64_t fsh_hash_agg_memory(const fsh_hash_agg *a);
+int64_t fsh_hash_agg_groups(const fsh_hash_agg *a);
+
 
 /* ---- hash join ------------------------------------------------------------ */
+
+/* Join types. LEFT_SEMI / LEFT_ANTI output the left columns only: left rows
+ * with at least one match (once each) / with none (NOT EXISTS semantics: a
+ * left row with a null key has no match, so the anti join keeps it). Right
+ * semi/anti joins are the left ones with the inputs swapped. */
+typedef enum fsh_join_type {
+  FSH_JOIN_INNER = 0,
+  FSH_JOIN_LEFT,
+  FSH_JOIN_RIGHT,
+  FSH_JOIN_FULL,
+  FSH_JOIN_LEFT_SEMI,
+  FSH_JOIN_LEFT_ANTI
+} fsh_join_type;
+
+/* The planner's default for choosing a broadcast join (64 MiB): a side
+ * whose batches hold at most this many bytes of buffers is the build side
+ * and is broadcast to every task of the other; otherwise both sides are
+ * repartitioned on the keys and the smaller one is built. The operator
+ * itself builds whichever side the caller gives. */
+#define FSH_JOIN_BROADCAST_BYTES ((int64_t)64 << 20)
+
+typedef struct fsh_hash_join fsh_hash_join;
+
+/* A hash join of left and right on left_keys[k] = right_keys[k] for k in
+ * [0, n_keys) (n_keys >= 1). Key types must be equal by value type (a
+ * dictionary column joins its value type): EINVAL naming both columns
+ * otherwise, ENOTSUP for a type fsh_row_keys cannot compare. Rows with a
+ * null in any key never match. build_left: the left side is the build
+ * (hash table) side, pushed with fsh_hash_join_build; otherwise the right.
+ * memory_budget: bytes the build side and its table may hold (0 =
+ * unlimited; the table is estimated at 40 bytes a build row while the build
+ * side is pushed): fsh_hash_join_build returns EFBIG when a batch takes the
+ * join over it (the batch is kept; spilling is not implemented yet).
+ *
+ * Output schema: the left fields, then the right fields (not for semi and
+ * anti joins); a right field whose name is already taken gets the suffix
+ * "_right" (repeated until unique). Fields of a side that can be
+ * null-filled (the right side of LEFT, the left of RIGHT, both of FULL) are
+ * nullable. */
+FSH_NODISCARD int fsh_hash_join_new(fsh_schema *left, fsh_schema *right, const int32_t *left_keys,
+                                    const int32_t *right_keys, int n_keys, fsh_join_type type,
+                                    bool build_left, int64_t memory_budget, fsh_hash_join **out,
+                                    fsh_error *err);
+void fsh_hash_join_free(fsh_hash_join *j); /* NULL accepted */
+fsh_schema *fsh_hash_join_output_schema(const fsh_hash_join *j);
+/* Adds a batch of the build side (before fsh_hash_join_probe). */
+FSH_NODISCARD int fsh_hash_join_build(fsh_hash_join *j, fsh_batch *b, fsh_error *err);
+/* Joins a batch of the probe side against the whole build side: *out gets
+ * the joined rows of this batch (possibly 0 rows), in probe-row order, the
+ * matches of one probe row in build-row order. The first probe ends the
+ * build phase. */
+FSH_NODISCARD int fsh_hash_join_probe(fsh_hash_join *j, fsh_batch *b, fsh_batch **out,
+                                      fsh_error *err);
+/* After the last probe: the rows only the build side can produce (build
+ * rows never matched, null-filled on the probe side, for outer joins that
+ * keep the build side; the build side's semi/anti rows when it is the
+ * left), or NULL when there are none. Once. */
+FSH_NODISCARD int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_error *err);
+/* Bytes the join holds (build batches, table; the estimate before the
+ * first probe). */
+int64_t fsh_hash_join_memory(const fsh_hash_join *j);
 
 
 #ifdef __cplusplus

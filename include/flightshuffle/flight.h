@@ -147,7 +147,11 @@ struct fsh_flight_source {
 typedef struct fsh_flight_sink fsh_flight_sink;
 struct fsh_flight_sink {
   /* One received message; the sink takes the references in *m (and resets
-   * it). An error ends the call with that status. */
+   * it). An error ends the call with that status. DoExchange only: EBUSY
+   * means "taken, but hold further messages": the server reads nothing
+   * more until the source has sent one message (so a sink that queues for
+   * its source stays bounded while a client writes without reading). A
+   * sink may answer EBUSY only while its source has something to send. */
   int (*message)(fsh_flight_sink *s, fsh_flight_message *m, fsh_error *err);
   /* The client finished sending. For DoPut, *put_result (optional) is
    * sent back as PutResult.app_metadata. */
@@ -244,6 +248,11 @@ typedef struct fsh_flight_server_options {
   const char *tls_key_path;
   const char *tls_client_ca_path;
   int64_t max_message_bytes; /* 0 = unlimited (well, 2 GiB as gRPC allows) */
+  /* While calls are in flight, each side pings the other every keepalive_ms
+   * and drops the connection (its calls fail UNAVAILABLE) when a ping goes
+   * unanswered for keepalive_ms: a client that vanished mid-stream frees its
+   * calls. 0 = 10000, -1 = off. */
+  int64_t keepalive_ms;
 } fsh_flight_server_options;
 
 typedef struct fsh_flight_server fsh_flight_server;
@@ -265,6 +274,11 @@ typedef struct fsh_flight_client_options {
   const char *tls_key_path;
   const char *tls_override_hostname;
   int64_t timeout_ms; /* per-call deadline; 0 = none */
+  /* Keepalive (as the server's): a server that stops answering (stopped,
+   * hung, host gone, link cut) fails the calls waiting on it with
+   * UNAVAILABLE within about 2 x keepalive_ms instead of hanging.
+   * 0 = 10000, -1 = off. */
+  int64_t keepalive_ms;
 } fsh_flight_client_options;
 
 typedef struct fsh_flight_client fsh_flight_client;

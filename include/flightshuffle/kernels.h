@@ -95,6 +95,35 @@ typedef struct fsh_sort_key {
   bool nulls_first;
 } fsh_sort_key;
 
+/* ---- row comparison over key columns -----------------------------------
+ *
+ * fsh_row_keys: key columns of a batch resolved for comparing rows, within
+ * one batch or against the key columns of another batch whose value types
+ * are the same (fsh_row_keys_check_compatible). Orderable types are those
+ * of range partitioning (below); either side may be dictionary-encoded and
+ * is compared by value. The batch is borrowed: it must outlive the keys. */
+typedef struct fsh_row_keys fsh_row_keys;
+
+/* Resolves columns key_cols[0, n_keys) of b; order NULL = all ascending,
+ * nulls last. EINVAL for a column out of range, ENOTSUP for a type that
+ * cannot be ordered (both naming the column). */
+FSH_NODISCARD int fsh_row_keys_new(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                   const fsh_sort_key *order, fsh_row_keys **out,
+                                   fsh_error *err);
+void fsh_row_keys_free(fsh_row_keys *k); /* NULL accepted */
+int fsh_row_keys_count(const fsh_row_keys *k);
+/* 0 when a and b have as many keys, of the same value types; EINVAL naming
+ * the first key that differs otherwise. */
+FSH_NODISCARD int fsh_row_keys_check_compatible(const fsh_row_keys *a, const fsh_row_keys *b,
+                                                fsh_error *err);
+/* Row i of a against row j of b (logical rows, relative to the batches'
+ * offsets): < 0, 0, > 0 under a's order. Nulls compare equal to nulls and
+ * sort by nulls_first; NaN == NaN; -0.0 == +0.0. a and b must be
+ * compatible. */
+int fsh_row_keys_compare(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j);
+/* Row i has a null in at least one key column (joins: never matches). */
+bool fsh_row_keys_any_null(const fsh_row_keys *k, int64_t i);
+
 /* Range partitioning. `boundaries` holds B rows sorted by `order` with
  * n_keys columns: column k has the value type of b's column key_cols[k]
  * (either side may be dictionary-encoded). There are B + 1 partitions:
@@ -145,6 +174,117 @@ FSH_NODISCARD int fsh_concat(fsh_batch *const *batches, int64_t n, fsh_batch **o
  * slots (n_partitions >= 1); on error every slot is NULL. */
 FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int32_t n_partitions,
                               fsh_batch **out, fsh_error *err);
+
+
+/* ---- sort, top-N, merge, range boundaries, re-chunking ------------------
+ *
+ * Sorting orders rows by key columns (fsh_row_keys: orderable types,
+ * dictionaries by value, per-key direction and null placement) and is
+ * stable: rows with equal keys keep their input order. */
+
+/* indices[0, b->length) = the rows of b (relative to its offset) in sorted
+ * order, stable. A single fixed-width key (integers, temporal types,
+ * floats, bool, or a dictionary of those) is radix-sorted; otherwise rows
+ * are radix-sorted on a 64-bit order-preserving prefix of the first key
+ * (binary/utf8: its first 8 bytes) and each run of equal prefixes is
+ * merge-sorted with the full row comparison. order NULL: all ascending,
+ * nulls last. Errors as fsh_row_keys_new. Scratch memory: 25 bytes a row
+ * plus 16 per row of the largest radix bucket for a single fixed-width key,
+ * 32 bytes a row otherwise. */
+FSH_NODISCARD int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                   const fsh_sort_key *order, int64_t *indices, fsh_error *err);
+/* b's rows in sorted order: fsh_take(b, fsh_sort_indices(...)). */
+FSH_NODISCARD int fsh_sort_batch(fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                 const fsh_sort_key *order, fsh_batch **out, fsh_error *err);
+
+/* The first min(n, b->length) rows of the sorted order (ties by input
+ * order: equal to fsh_sort_indices followed by a slice), without sorting
+ * every row: a bounded heap, O(length log n), most rows settled by the
+ * first key's prefix alone. indices has room for min(n, b->length) rows;
+ * the count is stored in *n_out. n >= 0. */
+FSH_NODISCARD int fsh_top_n_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                    const fsh_sort_key *order, int64_t n, int64_t *indices,
+                                    int64_t *n_out, fsh_error *err);
+FSH_NODISCARD int fsh_top_n(fsh_batch *b, const int32_t *key_cols, int n_keys,
+                            const fsh_sort_key *order, int64_t n, fsh_batch **out,
+                            fsh_error *err);
+
+/* k-way merge of batches each already sorted by the keys (one schema, up to
+ * metadata), emitted as batches of target_rows rows (the last may be short).
+ * Stable: equal keys come out in input order (input 0's rows first), so the
+ * output equals a stable sort of the inputs' concatenation. The merger
+ * holds a reference to each input. Each output batch is the concatenation
+ * of the slices of the input batches it draws from, gathered in merged
+ * order (a zero-copy slice when it draws from one slice only). */
+typedef struct fsh_merger fsh_merger;
+FSH_NODISCARD int fsh_merger_new(fsh_batch *const *inputs, int64_t n_inputs,
+                                 const int32_t *key_cols, int n_keys, const fsh_sort_key *order,
+                                 int64_t target_rows, fsh_merger **out, fsh_error *err);
+/* The same over n_inputs streams, each a sorted run cut into any number of
+ * batches (spilled runs read back, say): one batch per input is held at a
+ * time. The streams move into the merger (released by fsh_merger_free, or
+ * here on error; the caller's structs are zeroed); their schemas must be
+ * equal up to metadata. */
+FSH_NODISCARD int fsh_merger_new_streams(fsh_batch_stream *inputs, int64_t n_inputs,
+                                         const int32_t *key_cols, int n_keys,
+                                         const fsh_sort_key *order, int64_t target_rows,
+                                         fsh_merger **out, fsh_error *err);
+/* The next merged batch in *out, or *out = NULL when every row is out. On
+ * error a merger of batches is as before the call (the call may be
+ * repeated); a merger of streams whose input moved on to its next batch in
+ * the failed call can only be freed (later calls fail with EINVAL). */
+FSH_NODISCARD int fsh_merger_next(fsh_merger *m, fsh_batch **out, fsh_error *err);
+void fsh_merger_free(fsh_merger *m); /* NULL accepted */
+/* Every row of the inputs merged into one batch (n_inputs >= 1). */
+FSH_NODISCARD int fsh_merge_sorted(fsh_batch *const *inputs, int64_t n_inputs,
+                                   const int32_t *key_cols, int n_keys,
+                                   const fsh_sort_key *order, fsh_batch **out, fsh_error *err);
+
+/* Range boundaries from a sample: the key columns of `sample` sorted, the
+ * rows at quantiles p * length / n_partitions for p = 1 .. n_partitions - 1,
+ * with rows equal to the previously chosen boundary dropped. The result has
+ * n_keys columns (the key columns, named as in the sample), at most
+ * n_partitions - 1 strictly increasing rows (fewer when keys repeat: a key
+ * holding most of the sample yields one boundary, not many equal ones; none
+ * for an empty sample), and can be passed to fsh_partition_range with the
+ * same order. */
+FSH_NODISCARD int fsh_range_boundaries(fsh_batch *sample, const int32_t *key_cols, int n_keys,
+                                       const fsh_sort_key *order, int32_t n_partitions,
+                                       fsh_batch **out, fsh_error *err);
+
+/* Re-chunking ("into batches"): a stream of batches of one schema cut into
+ * batches of exactly target_rows rows, the last one possibly short. An
+ * output lying inside one input is a zero-copy slice of it; one that spans
+ * inputs is the concatenation of the slices. Use: push inputs, pop every
+ * ready batch after each push, finish, pop the rest. */
+typedef struct fsh_rechunker fsh_rechunker;
+FSH_NODISCARD int fsh_rechunker_new(int64_t target_rows, fsh_rechunker **out, fsh_error *err);
+/* Takes a new reference to b (empty batches are skipped). EINVAL if b's
+ * schema differs from the first batch's or after finish. */
+FSH_NODISCARD int fsh_rechunker_push(fsh_rechunker *r, fsh_batch *b, fsh_error *err);
+/* No more input: the remaining rows become the last (short) batch. */
+void fsh_rechunker_finish(fsh_rechunker *r);
+/* A ready batch in *out (the caller owns it), or *out = NULL when fewer
+ * than target_rows rows wait (before finish) or none (after). On error
+ * nothing is consumed. */
+FSH_NODISCARD int fsh_rechunker_pop(fsh_rechunker *r, fsh_batch **out, fsh_error *err);
+void fsh_rechunker_free(fsh_rechunker *r); /* NULL accepted */
+
+/* "Into partitions": an ordered sequence of n_inputs inputs of
+ * input_rows[i] rows split into exactly n_out contiguous outputs, in order,
+ * as equal as possible (sizes differ by at most one row; the first
+ * total % n_out outputs get the extra row). Output p is n_rows rows starting
+ * at row first_row of input first_input and running on through the next
+ * inputs; an empty output has first_input at the next non-empty input (or
+ * n_inputs) and first_row 0. Works for n_out smaller or larger than
+ * n_inputs. */
+typedef struct fsh_part_slice {
+  int64_t first_input;
+  int64_t first_row;
+  int64_t n_rows;
+} fsh_part_slice;
+FSH_NODISCARD int fsh_plan_partitions(const int64_t *input_rows, int64_t n_inputs, int32_t n_out,
+                                      fsh_part_slice *out, fsh_error *err);
 
 #ifdef __cplusplus
 }

@@ -11,8 +11,11 @@ The C library is loaded from $FSH_LIB, or else <repo>/build/libflightshuffle.so.
 from ._lib import PATH as library_path
 from ._lib import FlightShuffleError
 from .core import RecordBatch, RecordBatchStream, Schema, Table
+from . import expr  # Expression, filter, project, evaluate
+from . import ops  # group_by and join: the hash aggregate and hash join
 from .ipc import (open_ipc, open_ipc_buffer, read_ipc, read_ipc_buffer, write_ipc,
                   write_ipc_buffer)
+from . import sort  # sort_indices, sort_batch, top_n, range_boundaries (flightshuffle.sort)
 
 
 def from_arrow(obj):

@@ -347,11 +347,17 @@ static int h_do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *
 }
 
 /* DoExchange: an echo. The sink queues what arrives, the source sends it
- * back as it is (bodies not decoded). Both halves share the queue. */
+ * back as it is (bodies not decoded). Both halves share the queue, which is
+ * bounded: past ECHO_MAX_MESSAGES or ECHO_MAX_BYTES queued, the sink answers
+ * EBUSY and the server stops reading until the source has sent one (a
+ * client that writes without reading is held back by flow control). */
+enum { ECHO_MAX_MESSAGES = 64, ECHO_MAX_BYTES = 16 << 20 };
+
 typedef struct echo {
   int refs;
   bool finished;
   int64_t head, n;
+  int64_t queued_bytes; /* bodies of queue[head, n) */
   fsh_flight_message *queue;
   fsh_flight_sink sink;
   fsh_flight_source source;
@@ -370,7 +376,11 @@ static int echo_message(fsh_flight_sink *s, fsh_flight_message *m, fsh_error *er
     fsh_flight_message_reset(m);
     return 0;
   }
-  if (e->head == e->n) e->head = e->n = 0;
+  if (e->head > 0) { /* slide what is left to the front: the slots stay bounded */
+    memmove(e->queue, e->queue + e->head, (size_t)(e->n - e->head) * sizeof *e->queue);
+    e->n -= e->head;
+    e->head = 0;
+  }
   fsh_flight_message *grown = fsh_realloc(e->queue, (size_t)(e->n + 1) * sizeof *grown);
   if (!grown) {
     fsh_flight_message_reset(m);
@@ -378,8 +388,9 @@ static int echo_message(fsh_flight_sink *s, fsh_flight_message *m, fsh_error *er
   }
   e->queue = grown;
   e->queue[e->n++] = *m;
+  e->queued_bytes += m->body ? m->body->size : 0;
   memset(m, 0, sizeof *m);
-  return 0;
+  return e->n - e->head >= ECHO_MAX_MESSAGES || e->queued_bytes >= ECHO_MAX_BYTES ? EBUSY : 0;
 }
 
 static int echo_finish(fsh_flight_sink *s, fsh_buffer **put_result, fsh_error *err) {
@@ -410,6 +421,7 @@ static int echo_next(fsh_flight_source *s, fsh_ipc_payload *out, fsh_buffer **ap
       out->body[0] = m->body;
       out->n_body = 1;
       out->body_length = m->body->size;
+      e->queued_bytes -= m->body->size;
       m->body = NULL;
     }
     out->metadata = m->metadata;

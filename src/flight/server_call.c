@@ -298,8 +298,13 @@ void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok) {
       else if (c->finish_deferred) {
         c->finish_deferred = false;
         srv_call_send_status(c);
-      } else
+      } else {
         srv_call_pump(c);
+        if (c->recv_paused) { /* the sink held reads until a send went out */
+          c->recv_paused = false;
+          srv_call_recv(c);
+        }
+      }
       break;
     case SRV_TAG_STATUS:
     case SRV_TAG_MD:

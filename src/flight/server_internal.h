@@ -127,6 +127,7 @@ struct fsh_flight_call {
   grpc_byte_buffer *send_buf;  /* the outstanding SEND_MESSAGE's buffer */
   bool recv_pending, send_pending;
   bool recv_done;   /* no more client messages (half-close, or none expected) */
+  bool recv_paused; /* DoExchange: the sink said EBUSY; read again after a send */
   bool produce_done; /* ops->produce said done: never called again */
   bool initial_md_sent;
   bool status_started;

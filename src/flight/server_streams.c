@@ -172,12 +172,16 @@ static void srv_exchange_message(fsh_flight_call *c, grpc_byte_buffer *bb) {
     fsh_error err;
     err.message[0] = '\0';
     rc = c->sink->message(c->sink, &m, &err);
+    if (rc == EBUSY) {
+      rc = 0;
+      c->recv_paused = true; /* srv_call_resume_recv after the next send */
+    }
     if (rc != 0) srv_call_finish_errno(c, rc, &err);
   }
   fsh_flight_message_reset(&m);
   if (rc != 0) return;
   srv_call_pump(c); /* the source may have something now */
-  srv_call_recv(c);
+  if (!c->recv_paused) srv_call_recv(c);
 }
 
 static void srv_exchange_end(fsh_flight_call *c) {

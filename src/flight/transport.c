@@ -1,9 +1,16 @@
 /* transport.c -- the gRPC channel arguments the Flight client and server
  * share: the HTTP/2 tuning of the bulk data path (bench_flight measures
- * each of them; see the comments). */
+ * each of them; see the comments) and keepalive, which finds a peer that is
+ * gone (host down, link cut, process stopped) while a call waits on it. */
 #include "flight/wire.h"
 
-size_t fsh_flight_transport_args(grpc_arg *args, size_t cap) {
+int64_t fsh_flight_keepalive_ms(int64_t option) {
+  if (option == 0) return 10000;
+  if (option < 0) return -1;
+  return option < 100 ? 100 : option > 86400000 ? 86400000 : option;
+}
+
+size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms) {
   size_t n = 0;
   /* A fixed 16 MiB receive window per stream instead of gRPC's BDP
    * estimator, which on loopback keeps the window small and the reads
@@ -22,6 +29,30 @@ size_t fsh_flight_transport_args(grpc_arg *args, size_t cap) {
     args[n].type = GRPC_ARG_INTEGER;
     args[n].key = (char *)tuned[i].key;
     args[n].value.integer = tuned[i].value;
+  }
+  /* Keepalive: while calls are in flight, ping the peer every keepalive_ms
+   * and fail the connection (its calls end UNAVAILABLE) when an answer
+   * takes longer than keepalive_ms. Without it a reducer fetching from a
+   * stopped worker, or across a cut link, waits for TCP's retransmission
+   * timeout (~15 min). Peers must accept pings that come without data (a
+   * stalled stream): any interval, never a GOAWAY for "too many pings".
+   * No pings on an idle connection (no calls). */
+  const int ka = keepalive_ms > 0 && keepalive_ms < INT32_MAX ? (int)keepalive_ms : INT32_MAX;
+  const struct {
+    const char *key;
+    int value;
+  } keepalive[] = {
+      {GRPC_ARG_KEEPALIVE_TIME_MS, ka},
+      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ka},
+      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0},
+      {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},
+      {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 0},
+      {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},
+  };
+  for (size_t i = 0; i < sizeof keepalive / sizeof keepalive[0] && n < cap; i++, n++) {
+    args[n].type = GRPC_ARG_INTEGER;
+    args[n].key = (char *)keepalive[i].key;
+    args[n].value.integer = keepalive[i].value;
   }
   return n;
 }

@@ -105,8 +105,13 @@ grpc_status_code fsh_flight_status_from_errno(int code);
 int fsh_flight_errno_from_status(grpc_status_code status);
 
 /* Fills up to cap gRPC channel arguments (the transport tuning both the
- * client and the server use; static keys and values); returns how many. */
-size_t fsh_flight_transport_args(grpc_arg *args, size_t cap);
+ * client and the server use; static keys) and the keepalive settings for
+ * keepalive_ms (fsh_flight_keepalive_ms: > 0, or -1 = off); returns how
+ * many. */
+size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms);
+/* The keepalive interval options ask for: 0 -> the default (10 s), < 0 ->
+ * -1 (off), else the value clamped to [100 ms, 1 day]. */
+int64_t fsh_flight_keepalive_ms(int64_t option);
 
 /* Contiguous copy of a byte buffer's bytes (for small messages). */
 FSH_NODISCARD int fsh_flight_byte_buffer_bytes(grpc_byte_buffer *bb, fsh_bytes *out,

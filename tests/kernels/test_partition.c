@@ -209,6 +209,49 @@ static void test_range_against_reference(void) {
   fsh_batch_unref(data);
 }
 
+/* fsh_row_keys directly: every pair of rows of a sliced batch (so offsets
+ * count) against the reference comparison, and any_null. */
+static void test_row_keys_against_reference(void) {
+  fsh_error err;
+  fsh_batch *data = make_data(7);
+  const int64_t off = 3, n = 120;
+  fsh_batch *sl = SBH_OK(fsh_batch_slice(data, off, n));
+  fsh_sort_key order[3] = {{true, false}, {false, true}, {false, false}};
+  int32_t keys[] = {3, 0, 1}; /* dictionary utf8, int64, float64 */
+  int ref_keys[] = {2, 0, 1};
+  g_keys = ref_keys;
+  g_order = order;
+  g_nkeys = 3;
+  fsh_row_keys *k = NULL;
+  CHECK_OK(fsh_row_keys_new(sl, keys, 3, order, &k, &err));
+  CHECK_EQ_INT(fsh_row_keys_count(k), 3);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; i++) {
+    for (int64_t j = 0; j < n && bad < 5; j++) {
+      int got = fsh_row_keys_compare(k, i, k, j);
+      int want = ref_cmp_rows((int)(i + off), (int)(j + off));
+      got = (got > 0) - (got < 0);
+      if (got != want) bad++;
+      CHECK_MSG(got == want, "rows %lld, %lld: %d, reference %d", (long long)i, (long long)j, got,
+                want);
+    }
+    bool null = !R.sv[i + off] || !R.iv[i + off] || !R.dv[i + off];
+    CHECK_EQ_INT(fsh_row_keys_any_null(k, i), null);
+  }
+  fsh_row_keys *other = NULL;
+  int32_t mismatched[] = {2, 1, 0}; /* utf8, float64, int64: key 1 differs */
+  CHECK_OK(fsh_row_keys_new(data, mismatched, 3, NULL, &other, &err));
+  CHECK_EQ_INT(fsh_row_keys_check_compatible(k, other, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "key 1") != NULL, "%s", err.message);
+  fsh_row_keys_free(other);
+  int32_t bad_col = 9;
+  CHECK_EQ_INT(fsh_row_keys_new(data, &bad_col, 1, NULL, &other, &err), EINVAL);
+  CHECK(other == NULL);
+  fsh_row_keys_free(k);
+  fsh_batch_unref(sl);
+  fsh_batch_unref(data);
+}
+
 static void test_range_types_and_errors(void) {
   fsh_error err;
   fsh_batch *b = fsh_sample_all_types();
@@ -248,4 +291,5 @@ static void test_range_types_and_errors(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_hash_partitions), TEST(test_random_partitions),
-              TEST(test_range_against_reference), TEST(test_range_types_and_errors))
+              TEST(test_range_against_reference), TEST(test_range_types_and_errors),
+              TEST(test_row_keys_against_reference))

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -200,6 +201,52 @@ def test_do_exchange_echoes(golden_server):
     writer.done_writing()
     assert reader.read_all().num_rows == 0
     writer.close()
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_do_exchange_bounded_when_client_does_not_read(tmp_path):
+    """A client that writes 256 MiB into the echo without reading must be held
+    back by flow control (the server stops reading once its echo queue is
+    full), not make the server buffer it all; then every batch comes back."""
+    server = Server([GOLDEN / "generated_primitive.arrow_file"])
+    try:
+        client = flight.connect(server.uri)
+        batch = pa.record_batch([pa.array(range(1 << 17), type=pa.int64())], names=["x"])
+        n = 256  # 1 MiB each
+        base_kib = vm_hwm_kib(server.proc.pid)
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(b"echo"))
+        writer.begin(batch.schema)
+        written = []
+
+        def write_all():
+            for i in range(n):
+                writer.write_batch(batch)
+                written.append(i)
+            writer.done_writing()
+
+        t = threading.Thread(target=write_all, daemon=True)
+        t.start()
+        time.sleep(3)
+        stalled_at = len(written)
+        assert stalled_at < n, "the client wrote everything without reading: nothing held it back"
+        grown_mib = (vm_hwm_kib(server.proc.pid) - base_kib) / 1024
+        assert grown_mib < 128, f"the server grew by {grown_mib:.0f} MiB for an unread echo"
+        got = 0
+        for chunk in reader:
+            assert chunk.data.equals(batch)
+            got += 1
+        t.join(timeout=30)
+        assert got == n
+        writer.close()
+    finally:
+        server.stop()
 
 
 def test_actions(golden_server):

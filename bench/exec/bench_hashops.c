@@ -1,0 +1,244 @@
+/* bench_hashops.c -- the hash operators on one core: a group-by of R rows
+ * on an int64 key with ~G groups (sum, count(*)), and an inner hash join of
+ * R probe rows against B build rows (unique int64 keys, every probe row
+ * matching one). The baseline, measured in the same run, is
+ * fsh_hash_columns over the same key columns (the hashing every hash
+ * operator does first). GB/s count the input batches' bytes (key and value
+ * columns) per second; min / median / max over the runs.
+ *
+ *   build/bench_hashops [--rows R] [--groups G] [--build-rows B]
+ *                       [--batch-rows N] [--runs K]
+ *
+ * Verification (every run, untimed): the group-by's group count, sum of
+ * counts and sum of sums against the input; every join output row has
+ * equal keys on both sides and the build payload of its key, and the
+ * output has R rows. Ends with one machine-readable `result:` line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flightshuffle/exec.h>
+
+#include "bench_util.h"
+
+static void die(const char *what, fsh_error *err) {
+  fprintf(stderr, "bench_hashops: %s: %s\n", what, err ? err->message : "");
+  exit(1);
+}
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+static fsh_array *int64_array(const int64_t *v, int64_t n) {
+  fsh_array *a = fsh_array_new(2, 0);
+  if (!a || !(a->buffers[1] = fsh_buffer_copy(v, n * 8))) die("out of memory", NULL);
+  a->length = n;
+  a->null_count = 0;
+  return a;
+}
+
+static fsh_schema *two_int64(const char *k, const char *v) {
+  fsh_schema *s = fsh_schema_new(2);
+  if (!s || fsh_field_init(&s->fields[0], k, FSH_TYPE_INT64, false) != 0 ||
+      fsh_field_init(&s->fields[1], v, FSH_TYPE_INT64, false) != 0)
+    die("out of memory", NULL);
+  return s;
+}
+
+/* Batches of n_rows rows in batch_rows chunks: key = key_of(row), value. */
+typedef int64_t (*gen_fn)(int64_t row, int64_t param, bool value);
+
+static int64_t gb_gen(int64_t row, int64_t groups, bool value) {
+  return value ? (int64_t)(mix((uint64_t)row * 7) % 1000) : (int64_t)(mix((uint64_t)row) % (uint64_t)groups);
+}
+static int64_t probe_gen(int64_t row, int64_t build, bool value) {
+  return value ? row : (int64_t)(mix((uint64_t)row + 99) % (uint64_t)build);
+}
+/* Build keys: a permutation of [0, B) (odd multiplier mod 2^k does not
+ * permute [0, B); use a stride coprime with B instead). */
+static int64_t build_gen(int64_t row, int64_t build, bool value) {
+  int64_t stride = 1000003 % build ? 1000003 : 999983;
+  int64_t k = (int64_t)(((__int128)row * stride) % build);
+  return value ? k * 3 : k;
+}
+
+static fsh_batch **make_batches(fsh_schema *s, int64_t n_rows, int64_t batch_rows, gen_fn g,
+                                int64_t param, int *n_out, double *bytes) {
+  int nb = (int)((n_rows + batch_rows - 1) / batch_rows);
+  fsh_batch **b = calloc((size_t)nb, sizeof *b);
+  int64_t *k = malloc((size_t)batch_rows * 8), *v = malloc((size_t)batch_rows * 8);
+  if (!b || !k || !v) die("out of memory", NULL);
+  for (int i = 0; i < nb; i++) {
+    int64_t first = i * batch_rows, n = n_rows - first < batch_rows ? n_rows - first : batch_rows;
+    for (int64_t r = 0; r < n; r++) {
+      k[r] = g(first + r, param, false);
+      v[r] = g(first + r, param, true);
+    }
+    b[i] = fsh_batch_new(s, n);
+    if (!b[i]) die("out of memory", NULL);
+    b[i]->columns[0] = int64_array(k, n);
+    b[i]->columns[1] = int64_array(v, n);
+    *bytes += 16.0 * (double)n;
+  }
+  free(k);
+  free(v);
+  *n_out = nb;
+  return b;
+}
+
+static int64_t rd(const fsh_array *a, int64_t i) {
+  int64_t v;
+  memcpy(&v, a->buffers[1]->data + 8 * (a->offset + i), 8);
+  return v;
+}
+
+/* Seconds hashing the key column of every batch. */
+static double hash_run(fsh_batch **b, int nb, uint64_t *h) {
+  fsh_error err;
+  int32_t key = 0;
+  double t0 = bench_now();
+  for (int i = 0; i < nb; i++)
+    if (fsh_hash_columns(b[i], &key, 1, 0, h, &err) != 0) die("hash", &err);
+  return bench_now() - t0;
+}
+
+/* One group-by; returns seconds; verifies against the input. */
+static double groupby_run(fsh_batch **b, int nb, int64_t rows, int64_t groups, int64_t value_sum,
+                          bool *ok) {
+  fsh_error err;
+  int32_t key = 0;
+  fsh_agg_spec specs[2] = {{FSH_AGG_SUM, 1, NULL}, {FSH_AGG_COUNT_STAR, -1, NULL}};
+  fsh_hash_agg *a = NULL;
+  fsh_batch *out = NULL;
+  double t0 = bench_now();
+  if (fsh_hash_agg_new(b[0]->schema, &key, 1, specs, 2, FSH_AGG_SINGLE, 0, &a, &err) != 0)
+    die("aggregate", &err);
+  for (int i = 0; i < nb; i++)
+    if (fsh_hash_agg_push(a, b[i], &err) != 0) die("aggregate push", &err);
+  if (fsh_hash_agg_finish(a, &out, &err) != 0) die("aggregate finish", &err);
+  double t = bench_now() - t0;
+  /* untimed checks */
+  int64_t sum = 0, cnt = 0;
+  uint8_t *seen = calloc((size_t)groups, 1);
+  bool good = seen != NULL;
+  for (int64_t g = 0; good && g < out->length; g++) {
+    int64_t k = rd(out->columns[0], g);
+    good = k >= 0 && k < groups && !seen[k];
+    if (good) seen[k] = 1;
+    sum += rd(out->columns[1], g);
+    cnt += rd(out->columns[2], g);
+  }
+  int64_t distinct = 0;
+  for (int64_t k = 0; good && k < groups; k++) distinct += seen[k];
+  (void)distinct;
+  *ok = good && cnt == rows && sum == value_sum && out->length == distinct;
+  free(seen);
+  fsh_batch_unref(out);
+  fsh_hash_agg_free(a);
+  return t;
+}
+
+static double join_run(fsh_batch **build, int nbb, fsh_batch **probe, int nbp, int64_t rows,
+                       bool *ok) {
+  fsh_error err;
+  int32_t key = 0;
+  fsh_hash_join *j = NULL;
+  int64_t out_rows = 0;
+  bool good = true;
+  double t = 0, t0 = bench_now();
+  if (fsh_hash_join_new(probe[0]->schema, build[0]->schema, &key, &key, 1, FSH_JOIN_INNER, false,
+                        0, &j, &err) != 0)
+    die("join", &err);
+  for (int i = 0; i < nbb; i++)
+    if (fsh_hash_join_build(j, build[i], &err) != 0) die("join build", &err);
+  for (int i = 0; i < nbp; i++) {
+    fsh_batch *o = NULL;
+    if (fsh_hash_join_probe(j, probe[i], &o, &err) != 0) die("join probe", &err);
+    t += bench_now() - t0;
+    out_rows += o->length; /* untimed: keys equal, payload = 3 * key */
+    for (int64_t r = 0; good && r < o->length; r++) {
+      int64_t lk = rd(o->columns[0], r), rk = rd(o->columns[2], r), rv = rd(o->columns[3], r);
+      good = lk == rk && rv == 3 * rk;
+    }
+    fsh_batch_unref(o);
+    t0 = bench_now();
+  }
+  fsh_batch *fin = NULL;
+  if (fsh_hash_join_finish(j, &fin, &err) != 0) die("join finish", &err);
+  fsh_hash_join_free(j);
+  t += bench_now() - t0;
+  *ok = good && fin == NULL && out_rows == rows;
+  fsh_batch_unref(fin);
+  return t;
+}
+
+int main(int argc, char **argv) {
+  int64_t rows = 16 << 20, groups = 1 << 20, build_rows = 1 << 20, batch_rows = 65536;
+  int runs = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--rows")) rows = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--groups")) groups = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--build-rows")) build_rows = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--batch-rows")) batch_rows = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
+  }
+  if (rows < 1 || groups < 1 || build_rows < 1 || batch_rows < 1 || runs < 1 || runs > 100)
+    die("bad arguments", NULL);
+  fsh_schema *gs = two_int64("k", "v"), *bs = two_int64("k", "payload");
+  double gb_bytes = 0, build_bytes = 0, probe_bytes = 0;
+  int ngb, nbb, npb;
+  fsh_batch **gb = make_batches(gs, rows, batch_rows, gb_gen, groups, &ngb, &gb_bytes);
+  fsh_batch **bb = make_batches(bs, build_rows, batch_rows, build_gen, build_rows, &nbb, &build_bytes);
+  fsh_batch **pb = make_batches(gs, rows, batch_rows, probe_gen, build_rows, &npb, &probe_bytes);
+  int64_t value_sum = 0;
+  for (int64_t r = 0; r < rows; r++) value_sum += gb_gen(r, groups, true);
+  uint64_t *h = malloc((size_t)batch_rows * 8);
+  if (!h) die("out of memory", NULL);
+  printf("bench_hashops: group-by %lld rows, ~%lld groups; join %lld x %lld rows; "
+         "batches of %lld rows; %d runs\n",
+         (long long)rows, (long long)groups, (long long)rows, (long long)build_rows,
+         (long long)batch_rows, runs);
+  double hs[100], gbs[100], hj[100], js[100];
+  bool verified = true;
+  for (int r = 0; r < runs; r++) {
+    bool ok1 = false, ok2 = false;
+    hs[r] = hash_run(gb, ngb, h);
+    gbs[r] = groupby_run(gb, ngb, rows, groups, value_sum, &ok1);
+    hj[r] = hash_run(pb, npb, h) + hash_run(bb, nbb, h);
+    js[r] = join_run(bb, nbb, pb, npb, rows, &ok2);
+    verified = verified && ok1 && ok2;
+  }
+  double gsec[100], jsec[100];
+  memcpy(gsec, gbs, sizeof gsec);
+  memcpy(jsec, js, sizeof jsec);
+  bench_stats sh = bench_summarize(hs, runs, gb_bytes), sg = bench_summarize(gbs, runs, gb_bytes);
+  bench_stats shj = bench_summarize(hj, runs, probe_bytes + build_bytes),
+              sj = bench_summarize(js, runs, probe_bytes + build_bytes);
+  printf("  %-34s %7s %7s %7s\n", "", "min", "median", "max");
+  printf("  %-34s %7.2f %7.2f %7.2f GB/s\n", "hash keys (group-by input)", sh.min, sh.med, sh.max);
+  bench_print("group-by sum+count(*)", sg, sh.med, "hash");
+  printf("  %-34s %7.2f %7.2f %7.2f GB/s\n", "hash keys (join inputs)", shj.min, shj.med, shj.max);
+  bench_print("inner join", sj, shj.med, "hash");
+  qsort(gsec, (size_t)runs, sizeof(double), bench_cmp_double);
+  qsort(jsec, (size_t)runs, sizeof(double), bench_cmp_double);
+  double g_rows = (double)rows / gsec[runs / 2], j_rows = (double)(rows + build_rows) / jsec[runs / 2];
+  printf("  group-by %.1f Mrows/s, join %.1f Mrows/s (median)\n", g_rows / 1e6, j_rows / 1e6);
+  printf("result: name=bench_hashops verified=%s groupby_mrows_s=%.2f groupby_gbps=%.3f "
+         "groupby_vs_hash=%.3f join_mrows_s=%.2f join_gbps=%.3f join_vs_hash=%.3f\n",
+         verified ? "yes" : "no", g_rows / 1e6, sg.med, sg.med / sh.med, j_rows / 1e6, sj.med,
+         sj.med / shj.med);
+  for (int i = 0; i < ngb; i++) fsh_batch_unref(gb[i]);
+  for (int i = 0; i < nbb; i++) fsh_batch_unref(bb[i]);
+  for (int i = 0; i < npb; i++) fsh_batch_unref(pb[i]);
+  free(gb);
+  free(bb);
+  free(pb);
+  free(h);
+  fsh_schema_unref(gs);
+  fsh_schema_unref(bs);
+  return verified ? 0 : 1;
+}

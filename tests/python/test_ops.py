@@ -1,0 +1,118 @@
+"""test_ops.py -- flightshuffle.ops.group_by and join against pyarrow's
+Table.group_by().aggregate() and Table.join() on random tables (nulls,
+skewed int64 keys, utf8 and dictionary keys, several batches)."""
+import math
+import random
+
+import pyarrow as pa
+import pytest
+
+import flightshuffle as fs
+from flightshuffle import ops
+
+
+def _random_table(seed, n, n_keys=20, batches=3):
+    rnd = random.Random(seed)
+
+    def maybe(v, p=0.1):
+        return None if rnd.random() < p else v
+
+    k1 = [maybe(0 if rnd.random() < 0.5 else rnd.randrange(n_keys)) for _ in range(n)]
+    k2 = [maybe(f"s{rnd.randrange(4)}") for _ in range(n)]
+    k3 = [maybe(rnd.choice(["apple", "kiwi", "fig", ""])) for _ in range(n)]
+    vi = [maybe(rnd.randrange(-1000, 1000), 0.2) for _ in range(n)]
+    vf = [maybe(rnd.randrange(100000) / 64.0, 0.2) for _ in range(n)]
+    vs = [maybe(f"x{rnd.randrange(30)}", 0.2) for _ in range(n)]
+    ids = list(range(n))
+    t = pa.table({
+        "k1": pa.array(k1, pa.int64()),
+        "k2": pa.array(k2, pa.string()),
+        "k3": pa.array(k3, pa.string()).dictionary_encode(),
+        "vi": pa.array(vi, pa.int32()),
+        "vf": pa.array(vf, pa.float64()),
+        "vs": pa.array(vs, pa.string()),
+        "id": pa.array(ids, pa.int64()),
+    })
+    cut = sorted(rnd.sample(range(1, n), batches - 1)) if n > batches else []
+    bounds = [0] + cut + [n]
+    return pa.Table.from_batches(
+        [b for lo, hi in zip(bounds, bounds[1:]) for b in t.slice(lo, hi - lo).to_batches()],
+        schema=t.schema)
+
+
+def _norm(v):
+    if isinstance(v, float):
+        return round(v, 6)
+    return v
+
+
+def _rows(table, columns):
+    """Rows as tuples of the given columns, dictionaries decoded, sorted."""
+    cols = []
+    for c in columns:
+        a = table.column(c)
+        if pa.types.is_dictionary(a.type):
+            a = a.cast(a.type.value_type)
+        cols.append([_norm(v) for v in a.to_pylist()])
+    rows = list(zip(*cols))
+    return sorted(rows, key=lambda r: [(v is None, v if v is not None else 0) for v in r])
+
+
+AGGS = [("vi", "sum"), ("vf", "sum"), ("vi", "mean"), ("vi", "min"), ("vi", "max"),
+        ("vf", "min"), ("vs", "max"), ("vs", "count_distinct"), ("vi", "count"),
+        (None, "count_all")]
+
+
+@pytest.mark.parametrize("keys", [["k1"], ["k2", "k3"], ["k3", "k1", "k2"], ["k3"]])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_group_by_matches_pyarrow(keys, seed):
+    t = _random_table(seed, 2000)
+    got = pa.table(ops.group_by(t, keys, AGGS))
+    want = t.group_by(keys).aggregate([(c, f) if c else ([], f) for c, f in AGGS])
+    names = keys + ["count_all" if f == "count_all" else f"{c}_{f}" for c, f in AGGS]
+    assert set(names) <= set(want.column_names)
+    assert got.column_names == names
+    assert got.num_rows == want.num_rows
+    assert _rows(got, names) == _rows(want, names)
+
+
+def test_group_by_global_and_empty():
+    t = _random_table(3, 500)
+    got = pa.table(ops.group_by(t, [], [("vi", "sum"), (None, "count_all")]))
+    assert got.to_pylist() == [{"vi_sum": pa.compute.sum(t["vi"]).as_py(), "count_all": 500}]
+    empty = t.slice(0, 0)
+    got = pa.table(ops.group_by(empty, ["k1"], [("vi", "sum")]))
+    assert got.num_rows == 0 and got.column_names == ["k1", "vi_sum"]
+
+
+def test_two_phase_group_by():
+    t = _random_table(4, 3000, batches=6)
+    aggs = [("vi", "sum"), ("vi", "mean"), ("vs", "count_distinct"), ("vf", "max"),
+            (None, "count_all")]
+    parts = [ops.group_by(t.slice(lo, 1000), ["k1", "k2"], aggs, partial=True)
+             for lo in (0, 1000, 2000)]
+    final = pa.table(ops.merge_partials(parts, t.schema, ["k1", "k2"], aggs))
+    want = t.group_by(["k1", "k2"]).aggregate([(c, f) if c else ([], f) for c, f in aggs])
+    assert _rows(final, final.column_names) == _rows(want, final.column_names)
+
+
+@pytest.mark.parametrize("join_type", list(ops.JOIN_TYPES))
+@pytest.mark.parametrize("build", ["left", "right"])
+@pytest.mark.parametrize("keys", [["k1"], ["k1", "k2"], ["k3"]])
+def test_join_matches_pyarrow(join_type, build, keys):
+    left = _random_table(10, 400).select(["k1", "k2", "k3", "vi", "id"])
+    right = _random_table(11, 300).select(["k1", "k2", "k3", "vs", "id"])
+    got = pa.table(ops.join(left, right, keys, keys, join_type, build=build))
+    want = left.join(right, keys, keys, join_type=join_type, right_suffix="_right",
+                     coalesce_keys=False)
+    cols = ["id", "vi"] + ([] if "semi" in join_type or "anti" in join_type else
+                           ["id_right", "vs"])
+    assert got.num_rows == want.num_rows
+    assert _rows(got, cols) == _rows(want, cols)
+
+
+def test_join_key_type_mismatch():
+    t = _random_table(5, 10)
+    with pytest.raises(fs.FlightShuffleError) as e:
+        ops.join(t, t, ["k1"], ["k2"])
+    assert "'k1'" in str(e.value) and "'k2'" in str(e.value)
