@@ -167,9 +167,10 @@ class Hosts:
         for p in self.procs:
             if p.p.poll() is None:
                 p.p.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10  # for all of them together, then SIGKILL
         for p in self.procs:
             try:
-                p.p.wait(timeout=10)
+                p.p.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 p.p.kill()
                 p.p.wait()
