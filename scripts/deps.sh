@@ -23,6 +23,7 @@ PACKAGES=(
   clang               # clang-14: the libFuzzer builds (make fuzz)
   libclang-rt-14-dev  # clang's fuzzer/sanitizer runtimes
   python3-venv        # a Debian python3 able to make venvs, as a fallback
+  iproute2            # ip netns, veth, bridge, tc: tests/python/test_netns.py
 )
 
 missing=()

@@ -282,6 +282,12 @@ typedef struct fsh_flight_client_options {
 } fsh_flight_client_options;
 
 typedef struct fsh_flight_client fsh_flight_client;
+/* The keepalive interval that keepalive_ms = 0 stands for, in every client
+ * and server opened afterwards in this process (10000 until set; 0 resets
+ * it to 10000, < 0 turns keepalive off, else clamped to [100 ms, 1 day]).
+ * For processes whose Flight endpoints are opened deep inside other layers
+ * (the CLI's worker and driver: --keepalive-ms). Thread-safe. */
+void fsh_flight_set_default_keepalive_ms(int64_t ms);
 /* One channel, reused by every call; thread-safe. */
 FSH_NODISCARD int fsh_flight_client_open(const fsh_flight_client_options *opts,
                                          fsh_flight_client **out, fsh_error *err);

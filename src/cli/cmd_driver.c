@@ -16,15 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flightshuffle/flight.h>
 #include <flightshuffle/sched.h>
 
 static int driver_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle driver --listen HOST:PORT [--heartbeat-timeout-ms N] "
-          "[--auth-token T] [--threads N]\n"
+          "[--auth-token T] [--threads N] [--keepalive-ms N]\n"
           "  --heartbeat-timeout-ms: a worker not heard from for that long is dead "
           "(default 10000;\n"
-          "                          workers beat every third of it)\n");
+          "                          workers beat every third of it)\n"
+          "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
+          "                  dropped after about twice that; default 10000)\n");
   return 2;
 }
 
@@ -53,6 +56,11 @@ int cmd_driver(int argc, char **argv) {
       o.auth_token = v;
     } else if (strcmp(a, "--threads") == 0) {
       if ((o.n_threads = atoi(v)) <= 0) return cli_fail(2, "driver: --threads '%s'", v);
+    } else if (strcmp(a, "--keepalive-ms") == 0) {
+      long long t = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || t < 100 || t > 86400000LL)
+        return cli_fail(2, "driver: --keepalive-ms '%s': expected 100..86400000", v);
+      fsh_flight_set_default_keepalive_ms(t);
     } else {
       cli_fail(2, "driver: unknown option %s", a);
       return driver_usage();

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flightshuffle/flight.h>
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
 
@@ -29,8 +30,10 @@ static int worker_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle worker --listen HOST:PORT [--spill-dir DIR]... "
           "[--memory-limit BYTES] [--auth-token T] [--threads N] [--fs-dir DIR]\n"
-          "       [--driver URI]\n"
+          "       [--driver URI] [--keepalive-ms N]\n"
           "  --driver: join that driver's cluster (register, then heartbeat)\n"
+          "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
+          "                  dropped after about twice that; default 10000)\n"
           "  --fs-dir: the shared directory of fs-backend tasks (map-synthetic)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
@@ -69,6 +72,12 @@ int cmd_worker(int argc, char **argv) {
       o.auth_token = v;
     } else if (strcmp(a, "--threads") == 0) {
       if ((o.n_threads = atoi(v)) <= 0) return cli_fail(2, "worker: --threads '%s'", v);
+    } else if (strcmp(a, "--keepalive-ms") == 0) {
+      char *end = NULL;
+      long long t = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || t < 100 || t > 86400000LL)
+        return cli_fail(2, "worker: --keepalive-ms '%s': expected 100..86400000", v);
+      fsh_flight_set_default_keepalive_ms(t);
     } else {
       cli_fail(2, "worker: unknown option %s", a);
       return worker_usage();

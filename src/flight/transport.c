@@ -4,10 +4,23 @@
  * gone (host down, link cut, process stopped) while a call waits on it. */
 #include "flight/wire.h"
 
-int64_t fsh_flight_keepalive_ms(int64_t option) {
-  if (option == 0) return 10000;
+#include <stdatomic.h>
+
+static int64_t clamp_keepalive(int64_t option) {
   if (option < 0) return -1;
   return option < 100 ? 100 : option > 86400000 ? 86400000 : option;
+}
+
+/* What keepalive_ms = 0 means in this process (fsh_flight_set_default_keepalive_ms). */
+static _Atomic int64_t default_keepalive_ms = 10000;
+
+void fsh_flight_set_default_keepalive_ms(int64_t ms) {
+  atomic_store(&default_keepalive_ms, ms == 0 ? 10000 : clamp_keepalive(ms));
+}
+
+int64_t fsh_flight_keepalive_ms(int64_t option) {
+  if (option == 0) return atomic_load(&default_keepalive_ms);
+  return clamp_keepalive(option);
 }
 
 size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms) {

@@ -109,7 +109,8 @@ int fsh_flight_errno_from_status(grpc_status_code status);
  * keepalive_ms (fsh_flight_keepalive_ms: > 0, or -1 = off); returns how
  * many. */
 size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms);
-/* The keepalive interval options ask for: 0 -> the default (10 s), < 0 ->
+/* The keepalive interval options ask for: 0 -> the process default (10 s
+ * unless fsh_flight_set_default_keepalive_ms changed it), < 0 ->
  * -1 (off), else the value clamped to [100 ms, 1 day]. */
 int64_t fsh_flight_keepalive_ms(int64_t option);
 

@@ -2,7 +2,8 @@
  * process stopped with SIGSTOP: its kernel keeps the connection open, but
  * nothing answers) makes the client's waiting DoGet fail within about two
  * keepalive intervals with UNAVAILABLE; with keepalive off, only the call's
- * deadline ends it (so the failure is the keepalive's doing). The server
+ * deadline ends it (so the failure is the keepalive's doing); keepalive_ms
+ * 0 follows fsh_flight_set_default_keepalive_ms. The server
  * runs in a forked child process: in one process gRPC's single epoll set
  * would let the client's threads answer the server's pings. */
 #include <errno.h>
@@ -121,6 +122,15 @@ static void test_stopped_server_fails_the_stream(void) {
     rc = read_until_stopped(child, port, -1, 2500, &secs, &err);
     CHECK_EQ_INT(rc, ETIMEDOUT);
     fprintf(stderr, "keepalive off: failed %.2f s after the stop: %s\n", secs, err.message);
+    /* keepalive_ms 0 is the process default, here set to 300 ms (the CLI's
+     * --keepalive-ms): found as fast as with 300 asked for, long before
+     * the 10 s deadline (or the 2 x 10 s of the built-in default). */
+    fsh_flight_set_default_keepalive_ms(300);
+    rc = read_until_stopped(child, port, 0, 10000, &secs, &err);
+    fsh_flight_set_default_keepalive_ms(0);
+    CHECK_EQ_INT(rc, EAGAIN);
+    CHECK_MSG(secs >= 0 && secs < 3.0, "with the default set to 300 ms: found after %.2f s", secs);
+    fprintf(stderr, "default 300 ms: failed %.2f s after the stop: %s\n", secs, err.message);
   }
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
