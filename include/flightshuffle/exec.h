@@ -556,6 +556,15 @@ typedef struct fsh_plan_run_options {
   int n_threads;                /* map tasks of hash / random / gather exchanges
                                    run on up to this many threads (<= 1: one
                                    after another; at most 64) */
+  /* Tasks placed on several backends (e.g. one flight backend per
+   * in-process worker): when n_backends > 0, map output g of every
+   * exchange is written through backends[g % n_backends] and reduce
+   * partition p is read through backends[p % n_backends] (each must reach
+   * every map output's location: flight backends read their own store
+   * in-process and fetch the others' by DoGet); `backend` is then ignored,
+   * and release() goes through every one of them. Borrowed. */
+  fsh_shuffle_backend *const *backends;
+  int n_backends;
 } fsh_plan_run_options;
 
 typedef struct fsh_plan_result {

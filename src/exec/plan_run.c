@@ -27,6 +27,8 @@ typedef struct run_ctx {
   int64_t merge_threshold;
   uint64_t first_shuffle_id;
   fsh_shuffle_backend *backend;
+  fsh_shuffle_backend *const *backends; /* [n_backends]: tasks placed round-robin */
+  int n_backends;
   xstate *x; /* [n_nodes] */
   fsh_plan_result *res;
   int n_threads;      /* map tasks at once */
@@ -35,6 +37,11 @@ typedef struct run_ctx {
 
 static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
 static int run_exchange(run_ctx *c, const plan_node *x, fsh_error *err);
+
+/* The backend that map output / reduce partition i goes through. */
+static fsh_shuffle_backend *backend_of(const run_ctx *c, int64_t i) {
+  return c->n_backends > 0 ? c->backends[i % c->n_backends] : c->backend;
+}
 
 static int32_t parts_of(const run_ctx *c, const plan_node *n) {
   return c->reference ? 1 : n->n_partitions;
@@ -484,7 +491,7 @@ static int run_group(run_ctx *c, const plan_node *x, xstate *xs, xshared *sh, xs
   int64_t m = sh->m, group = sh->group;
   int32_t r = sh->r;
   mapw mw = {.map_id = g};
-  int rc = fsh_shuffle_open_writer(c->backend, &xs->spec, g, 0, &mw.w, err);
+  int rc = fsh_shuffle_open_writer(backend_of(c, g), &xs->spec, g, 0, &mw.w, err);
   if (rc) return rc;
   for (int64_t i = g * group; i < m && i < (g + 1) * group && !rc; i++) {
     if (x->limit_hint >= 0 && sh->total >= x->limit_hint) {
@@ -690,8 +697,8 @@ static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out
     if (!c->x[node].done) FSH_RETURN_NOT_OK(run_exchange(c, n, err));
     xstate *xs = &c->x[node];
     if (xs->n_outputs == 0) return fsh_batch_stream_from_batches(n->schema, NULL, 0, out, err);
-    int rc = fsh_shuffle_open_reader(c->backend, &xs->spec, part, xs->outputs, xs->n_outputs, out,
-                                     err);
+    int rc = fsh_shuffle_open_reader(backend_of(c, part), &xs->spec, part, xs->outputs,
+                                     xs->n_outputs, out, err);
     return rc ? name_fail(n, rc, err) : 0;
   }
   ostate *s = fsh_calloc(1, sizeof *s);
@@ -755,13 +762,16 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   run_ctx c = {.p = p, .reference = o->reference, .merge = o->merge,
                .merge_threshold = o->merge_threshold ? o->merge_threshold : p->merge_threshold,
                .first_shuffle_id = o->first_shuffle_id ? o->first_shuffle_id : 1,
-               .backend = o->backend, .res = out};
+               .backend = o->backend, .backends = o->backends,
+               .n_backends = o->backends && o->n_backends > 0 ? o->n_backends : 0, .res = out};
   if (c.merge_threshold < 1) c.merge_threshold = 200;
   c.n_threads = o->n_threads < 1 ? 1 : o->n_threads > 64 ? 64 : o->n_threads;
   pthread_mutex_init(&c.mu, NULL);
   fsh_shuffle_backend *own = NULL;
   int rc = 0;
-  if (!c.backend && !c.reference) {
+  for (int i = 0; i < c.n_backends && !c.reference; i++)
+    if (!c.backends[i]) return fsh_error_set(err, EINVAL, "run: backends[%d] is NULL", i);
+  if (!c.backend && !c.reference && !c.n_backends) {
     if ((rc = fsh_shuffle_memory_new(&own, err)) != 0) return rc;
     c.backend = own;
   }
@@ -802,9 +812,10 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   if (c.x) {
     for (int i = 0; i < p->n_nodes; i++) {
       xstate *xs = &c.x[i];
-      if (xs->outputs || xs->done) {
+      int nb = c.n_backends ? c.n_backends : 1;
+      for (int k = 0; (xs->outputs || xs->done) && k < nb; k++) {
         fsh_error rerr;
-        if (fsh_shuffle_release(c.backend, xs->spec.shuffle_id, &rerr) != 0 && !rc)
+        if (fsh_shuffle_release(backend_of(&c, k), xs->spec.shuffle_id, &rerr) != 0 && !rc)
           rc = fsh_error_set(err, EIO, "releasing shuffle %" PRIu64 ": %s", xs->spec.shuffle_id,
                              rerr.message);
       }

@@ -1,7 +1,8 @@
 """test_plans.py -- `flightshuffle explain` and `flightshuffle run` as a user
 runs them: every example plan in examples/plans/ runs with --verify on the
-memory and fs backends; plans over IPC files written by pyarrow are checked
-against pyarrow's own sort / filter / group-by (the reference
+memory, fs and flight (in-process workers) backends; plans over IPC files
+written by pyarrow are checked against pyarrow's own sort / filter /
+group-by (the reference
 implementation); invalid plans fail before running with a message naming
 the operator and the column."""
 import json
@@ -43,10 +44,13 @@ def test_there_is_an_example_per_shuffling_operator():
     assert any("merge_threshold" in json.loads(p.read_text()) for p in EXAMPLES)
 
 
-@pytest.mark.parametrize("backend", ["memory", "fs"])
+@pytest.mark.parametrize("backend", ["memory", "fs", "flight"])
 @pytest.mark.parametrize("plan", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs_verified(plan, backend):
-    r = run("run", plan, "--backend", backend, "--verify", check=0)
+    # flight: 3 in-process workers, map outputs in their stores, reducers
+    # fetching over loopback DoGet
+    extra = ["--flight-workers", "3"] if backend == "flight" else []
+    r = run("run", plan, "--backend", backend, *extra, "--verify", check=0)
     res = result_line(r.stdout)
     assert res["verified"] == "yes"
     assert res["backend"] == backend
