@@ -766,11 +766,11 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
                .n_backends = o->backends && o->n_backends > 0 ? o->n_backends : 0, .res = out};
   if (c.merge_threshold < 1) c.merge_threshold = 200;
   c.n_threads = o->n_threads < 1 ? 1 : o->n_threads > 64 ? 64 : o->n_threads;
+  for (int i = 0; i < c.n_backends && !c.reference; i++)
+    if (!c.backends[i]) return fsh_error_set(err, EINVAL, "run: backends[%d] is NULL", i);
   pthread_mutex_init(&c.mu, NULL);
   fsh_shuffle_backend *own = NULL;
   int rc = 0;
-  for (int i = 0; i < c.n_backends && !c.reference; i++)
-    if (!c.backends[i]) return fsh_error_set(err, EINVAL, "run: backends[%d] is NULL", i);
   if (!c.backend && !c.reference && !c.n_backends) {
     if ((rc = fsh_shuffle_memory_new(&own, err)) != 0) return rc;
     c.backend = own;
