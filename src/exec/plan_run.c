@@ -15,6 +15,7 @@
 
 typedef struct xstate {
   bool done;
+  bool released; /* every reader done: released early (release_consumed) */
   fsh_shuffle_spec spec;
   int64_t n_outputs;
   fsh_map_output *outputs;
@@ -601,6 +602,53 @@ static void *pool_main(void *arg) {
   return NULL;
 }
 
+/* The shuffle of exchange x on every backend. */
+static int release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err) {
+  int nb = c->n_backends ? c->n_backends : 1;
+  int rc = 0;
+  for (int k = 0; k < nb; k++) {
+    fsh_error rerr;
+    if (fsh_shuffle_release(backend_of(c, k), xs->spec.shuffle_id, &rerr) != 0 && !rc)
+      rc = fsh_error_set(err, EIO, "releasing shuffle %" PRIu64 ": %s", xs->spec.shuffle_id,
+                         rerr.message);
+  }
+  return rc;
+}
+
+/* Releases, as soon as an exchange has run, every exchange nobody will
+ * read any more: those whose readers (the nodes fed from it up to the next
+ * exchanges) end only in exchanges that have run -- their map tasks read
+ * every partition they needed -- and not in the plan's output. Keeps the
+ * stores (and the memory backend) from holding every exchange of a long
+ * plan until the end. */
+static int release_consumed(run_ctx *c, fsh_error *err) {
+  const fsh_plan *p = c->p;
+  int root = p->n_nodes - 1;
+  bool *reach = fsh_malloc((size_t)p->n_nodes * sizeof *reach);
+  if (!reach) return fsh_error_set(err, ENOMEM, "out of memory");
+  int rc = 0;
+  for (int x = 0; x < root && !rc; x++) {
+    if (p->nodes[x]->kind != PN_EXCHANGE || !c->x[x].done || c->x[x].released) continue;
+    memset(reach, 0, (size_t)p->n_nodes * sizeof *reach);
+    reach[x] = true;
+    bool still_read = false;
+    for (int j = x + 1; j < p->n_nodes && !still_read; j++) {
+      const plan_node *n = p->nodes[j];
+      for (int k = 0; k < n->n_inputs; k++) {
+        int in = n->inputs[k];
+        if (reach[in] && (in == x || p->nodes[in]->kind != PN_EXCHANGE)) reach[j] = true;
+      }
+      if (!reach[j]) continue;
+      if (n->kind == PN_EXCHANGE ? !c->x[j].done : j == root) still_read = true;
+    }
+    if (still_read) continue;
+    c->x[x].released = true;
+    rc = release_shuffle(c, &c->x[x], err);
+  }
+  fsh_free(reach);
+  return rc;
+}
+
 /* Runs every exchange the stage of x reads that has not run yet (so that
  * parallel map tasks only read). */
 static int run_inputs(run_ctx *c, const plan_node *x, fsh_error *err) {
@@ -684,7 +732,7 @@ static int run_exchange(run_ctx *c, const plan_node *x, fsh_error *err) {
   if (rc) return name_fail(x, rc, err);
   xs->done = true;
   stat_add(c, &c->res->exchanges, 1);
-  return 0;
+  return release_consumed(c, err);
 }
 
 /* ---- opening a partition of a node ------------------------------------------------ */
@@ -812,12 +860,12 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   if (c.x) {
     for (int i = 0; i < p->n_nodes; i++) {
       xstate *xs = &c.x[i];
-      int nb = c.n_backends ? c.n_backends : 1;
-      for (int k = 0; (xs->outputs || xs->done) && k < nb; k++) {
+      if ((xs->outputs || xs->done) && !xs->released) {
         fsh_error rerr;
-        if (fsh_shuffle_release(backend_of(&c, k), xs->spec.shuffle_id, &rerr) != 0 && !rc)
-          rc = fsh_error_set(err, EIO, "releasing shuffle %" PRIu64 ": %s", xs->spec.shuffle_id,
-                             rerr.message);
+        if (release_shuffle(&c, xs, &rerr) != 0 && !rc) {
+          if (err) *err = rerr;
+          rc = EIO;
+        }
       }
       for (int64_t k = 0; k < xs->n_outputs; k++) fsh_map_output_reset(&xs->outputs[k]);
       fsh_free(xs->outputs);
