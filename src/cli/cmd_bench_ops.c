@@ -7,7 +7,9 @@
  * them round-robin, reducers fetching by DoGet), runs interleaved
  * (memory, fs, flight, memory, ...). Prints per plan and backend the
  * seconds and input GB/s min / median / max, and the flight backend's
- * time ratio to memory and to fs (per round, min / median / max). Every
+ * time ratio to memory and to fs (per round, min / median / max), and the
+ * same ratio of the process's CPU seconds (every thread, the in-process
+ * workers' too: steadier than wall time on a shared machine). Every
  * run's output checksum (the sum of its row hashes) must equal the first
  * memory run's; the last line is `result: ... verified=yes|no`. */
 #include "cli/cli.h"
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <flightshuffle/exec.h>
@@ -35,6 +38,14 @@ static double ops_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of this process (every thread: the in-process workers too). */
+static double ops_cpu(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 static int ops_cmp(const void *a, const void *b) {
@@ -82,13 +93,14 @@ static int input_bytes(const char *scans_json, int64_t *out, fsh_error *err) {
 }
 
 static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o, double *secs,
-                    uint64_t *sum, int64_t *rows, fsh_error *err) {
+                    double *cpu, uint64_t *sum, int64_t *rows, fsh_error *err) {
   fsh_plan_run_options ro = {.backends = bk->backends, .n_backends = bk->n,
                              .n_threads = (int)o->threads};
   fsh_plan_result r;
-  double t0 = ops_now();
+  double t0 = ops_now(), c0 = ops_cpu();
   FSH_RETURN_NOT_OK(fsh_plan_run(p, &ro, &r, err));
   *secs = ops_now() - t0;
+  *cpu = ops_cpu() - c0;
   uint64_t *h = NULL;
   int64_t n = 0;
   int rc = fsh_plan_result_row_hashes(&r, NULL, 0, &h, &n, err);
@@ -190,7 +202,7 @@ int cmd_bench_ops(int argc, char **argv) {
   memset(bk, 0, sizeof bk);
   fsh_error err;
   int rc = 0, status = 0;
-  static double secs[2][OPS_BACKENDS][OPS_MAX_RUNS];
+  static double secs[2][OPS_BACKENDS][OPS_MAX_RUNS], cpu[2][OPS_BACKENDS][OPS_MAX_RUNS];
   bool verified = true;
   char result[1024] = "";
   size_t rl = 0;
@@ -224,7 +236,8 @@ int cmd_bench_ops(int argc, char **argv) {
       for (int k = 0; k < OPS_BACKENDS && !rc; k++) {
         uint64_t sum;
         int64_t rows;
-        rc = run_once(plans[w], &bk[k], &o, &secs[w][k][run], &sum, &rows, &err);
+        rc = run_once(plans[w], &bk[k], &o, &secs[w][k][run], &cpu[w][k][run], &sum, &rows,
+                      &err);
         if (rc) {
           status = cli_fail(1, "bench ops: %s on %s: %s", names[w], ops_backend_names[k],
                             err.message);
@@ -233,31 +246,39 @@ int cmd_bench_ops(int argc, char **argv) {
         if (ref_rows < 0) ref = sum, ref_rows = rows;
         bool same = sum == ref && rows == ref_rows;
         if (!same) verified = false;
-        printf("  run %" PRId64 " %-14s %-7s %8.3f s  rows=%" PRId64 " checksum=%016" PRIx64
-               "%s\n", run, names[w], ops_backend_names[k], secs[w][k][run], rows, sum,
+        printf("  run %" PRId64 " %-14s %-7s %8.3f s (cpu %.3f s)  rows=%" PRId64
+               " checksum=%016" PRIx64 "%s\n", run, names[w], ops_backend_names[k],
+               secs[w][k][run], cpu[w][k][run], rows, sum,
                same ? "" : "  MISMATCH with the memory backend");
         fflush(stdout);
       }
     }
     if (rc) break;
-    printf("%s (%.1f MB in):   seconds min / median / max    GB/s min / median / max\n",
-           names[w], (double)bytes[w] / 1e6);
+    printf("%s (%.1f MB in):   seconds min / median / max    GB/s min / median / max"
+           "    cpu seconds median\n", names[w], (double)bytes[w] / 1e6);
     for (int k = 0; k < OPS_BACKENDS; k++) {
-      double s[3];
+      double s[3], cs[3];
       ops_stats(secs[w][k], (int)o.runs, s);
-      printf("  %-7s %8.3f %8.3f %8.3f       %6.3f %6.3f %6.3f\n", ops_backend_names[k], s[0],
-             s[1], s[2], (double)bytes[w] / s[2] / 1e9, (double)bytes[w] / s[1] / 1e9,
-             (double)bytes[w] / s[0] / 1e9);
+      ops_stats(cpu[w][k], (int)o.runs, cs);
+      printf("  %-7s %8.3f %8.3f %8.3f       %6.3f %6.3f %6.3f       %8.3f\n",
+             ops_backend_names[k], s[0], s[1], s[2], (double)bytes[w] / s[2] / 1e9,
+             (double)bytes[w] / s[1] / 1e9, (double)bytes[w] / s[0] / 1e9, cs[1]);
     }
     for (int base = 0; base < 2; base++) {
       double ratio[OPS_MAX_RUNS], r[3];
       for (int64_t run = 0; run < o.runs; run++)
         ratio[run] = secs[w][2][run] / secs[w][base][run];
       ops_stats(ratio, (int)o.runs, r);
-      printf("  flight / %-6s time ratio (per round) %5.2f %5.2f %5.2f\n",
-             ops_backend_names[base], r[0], r[1], r[2]);
+      printf("  flight / %-6s time ratio (per round) %5.2f %5.2f %5.2f", ops_backend_names[base],
+             r[0], r[1], r[2]);
       rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_vs_%s=%.2f", names[w],
                              ops_backend_names[base], r[1]);
+      for (int64_t run = 0; run < o.runs; run++)
+        ratio[run] = cpu[w][2][run] / (cpu[w][base][run] > 0 ? cpu[w][base][run] : 1e-9);
+      ops_stats(ratio, (int)o.runs, r);
+      printf("   cpu ratio %5.2f %5.2f %5.2f\n", r[0], r[1], r[2]);
+      rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_vs_%s_cpu=%.2f",
+                             names[w], ops_backend_names[base], r[1]);
     }
     double m[3];
     ops_stats(secs[w][2], (int)o.runs, m);
