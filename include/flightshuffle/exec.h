@@ -413,9 +413,12 @@ int64_t fsh_hash_join_memory(const fsh_hash_join *j);
  * consecutive map tasks share one writer so that at most
  * merge_threshold^2 / R map outputs exist (every block of a partition is
  * coalesced by the backend); "auto" turns it on when sqrt(M * R) exceeds
- * merge_threshold (default 200, Daft's rule). The reference mode runs the
- * same plan in one partition without exchanges: what --verify compares
- * with. */
+ * merge_threshold (default 200, Daft's rule). With several backends
+ * (fsh_plan_run_options.backends, e.g. one flight backend per worker),
+ * map outputs and reduce partitions are placed on them round-robin. An
+ * exchange is released (on every backend) as soon as every stage reading
+ * it has run. The reference mode runs the same plan in one partition
+ * without exchanges: what --verify compares with. */
 
 typedef struct fsh_plan fsh_plan;
 
