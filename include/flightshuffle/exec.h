@@ -425,9 +425,12 @@ int64_t fsh_hash_join_memory(const fsh_hash_join *j);
  * consecutive map tasks share one writer so that at most
  * merge_threshold^2 / R map outputs exist (every block of a partition is
  * coalesced by the backend); "auto" turns it on when sqrt(M * R) exceeds
- * merge_threshold (default 200, Daft's rule). The reference mode runs the
- * same plan in one partition without exchanges: what --verify compares
- * with. */
+ * merge_threshold (default 200, Daft's rule). With several backends
+ * (fsh_plan_run_options.backends, e.g. one flight backend per worker),
+ * map outputs and reduce partitions are placed on them round-robin. An
+ * exchange is released (on every backend) as soon as every stage reading
+ * it has run. The reference mode runs the same plan in one partition
+ * without exchanges: what --verify compares with. */
 
 typedef struct fsh_plan fsh_plan;
 
@@ -568,6 +571,15 @@ typedef struct fsh_plan_run_options {
   int n_threads;                /* map tasks of hash / random / gather exchanges
                                    run on up to this many threads (<= 1: one
                                    after another; at most 64) */
+  /* Tasks placed on several backends (e.g. one flight backend per
+   * in-process worker): when n_backends > 0, map output g of every
+   * exchange is written through backends[g % n_backends] and reduce
+   * partition p is read through backends[p % n_backends] (each must reach
+   * every map output's location: flight backends read their own store
+   * in-process and fetch the others' by DoGet); `backend` is then ignored,
+   * and release() goes through every one of them. Borrowed. */
+  fsh_shuffle_backend *const *backends;
+  int n_backends;
 } fsh_plan_run_options;
 
 typedef struct fsh_plan_result {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <flightshuffle/ipc.h>
+#include <flightshuffle/shuffle.h>
 
 /* A whole table in memory: the schema and its batches (references held). */
 typedef struct cli_table {
@@ -44,6 +45,26 @@ int cmd_job(int argc, char **argv);
 /* `explain` and `run` (cmd_plan.c): a plan's stages; a plan run in process. */
 int cmd_explain(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+/* `bench ops` (cmd_bench_ops.c): plans (sort, join + group-by) on each backend. */
+int cmd_bench_ops(int argc, char **argv);
+
+/* The backends a plan runs on in this process (cmd_plan.c): "memory", "fs"
+ * (a directory; a temporary one when fs_dir is NULL) or "flight" (n_workers
+ * in-process workers on 127.0.0.1:0, each with its own store -- spill
+ * directory <spill_dir>/w<i>, a temporary one when spill_dir is NULL -- and
+ * one flight backend per worker: fsh_plan_run_options.backends). */
+typedef struct cli_plan_backends {
+  const char *name;
+  int n;                          /* backends (workers for flight) */
+  fsh_shuffle_backend **backends; /* [n] */
+  fsh_shuffle_worker **workers;   /* [n] for flight */
+  char tmpdir[64];                /* made here, removed on close */
+  char **dirs;                    /* [n] spill dirs made here (flight) */
+} cli_plan_backends;
+int cli_plan_backends_open(const char *name, int n_workers, const char *fs_dir,
+                           const char *spill_dir, int64_t memory_limit, cli_plan_backends *out,
+                           fsh_error *err);
+void cli_plan_backends_close(cli_plan_backends *b);
 
 /* "123", "64K", "512M", "2G" (powers of 1024) -> bytes; false if malformed. */
 bool cli_parse_bytes(const char *s, int64_t *out);

@@ -1,7 +1,9 @@
 /* cmd_plan.c -- `flightshuffle explain PLAN.json` (the stages and exchanges
  * of a plan) and `flightshuffle run PLAN.json` (runs it in this process
- * through a shuffle backend; --verify compares with a single-process run of
- * the same plan without exchanges). */
+ * through a shuffle backend -- memory, fs, or flight: N in-process workers,
+ * each a store behind a Flight server on loopback, map tasks placed on them
+ * round-robin and reduce partitions reading over DoGet; --verify compares
+ * with a single-process run of the same plan without exchanges). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -63,7 +65,8 @@ static double now_s(void) {
 static int usage_plan(void) {
   fprintf(stderr,
           "usage: flightshuffle explain PLAN.json [--partitions N]\n"
-          "       flightshuffle run PLAN.json [--backend memory|fs] [--fs-dir DIR]\n"
+          "       flightshuffle run PLAN.json [--backend memory|fs|flight] [--fs-dir DIR]\n"
+          "                 [--flight-workers N] [--spill-dir DIR] [--memory-limit BYTES]\n"
           "                 [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
           "                 [--merge-threshold T] [--threads N] [--verify] [--output OUT.arrow]\n"
           "                 [--workers N]\n");
@@ -108,6 +111,78 @@ int cmd_explain(int argc, char **argv) {
   return 0;
 }
 
+/* ---- the backends a plan runs on ---------------------------------------------------- */
+
+void cli_plan_backends_close(cli_plan_backends *b) {
+  if (!b) return;
+  for (int i = 0; b->backends && i < b->n; i++) fsh_shuffle_backend_destroy(b->backends[i]);
+  for (int i = 0; b->workers && i < b->n; i++) fsh_shuffle_worker_stop(b->workers[i], 2000);
+  for (int i = 0; b->dirs && i < b->n; i++) {
+    if (b->dirs[i]) rmdir(b->dirs[i]);
+    fsh_free(b->dirs[i]);
+  }
+  if (b->tmpdir[0]) rmdir(b->tmpdir);
+  fsh_free(b->backends);
+  fsh_free(b->workers);
+  fsh_free(b->dirs);
+  memset(b, 0, sizeof *b);
+}
+
+int cli_plan_backends_open(const char *name, int n_workers, const char *fs_dir,
+                           const char *spill_dir, int64_t memory_limit, cli_plan_backends *out,
+                           fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  bool flight = strcmp(name, "flight") == 0;
+  if (!flight && strcmp(name, "memory") && strcmp(name, "fs"))
+    return fsh_error_set(err, EINVAL, "unknown backend '%s' (memory, fs or flight)", name);
+  if (flight && n_workers < 1)
+    return fsh_error_set(err, EINVAL, "the flight backend needs at least one worker");
+  out->name = name;
+  out->n = flight ? n_workers : 1;
+  out->backends = fsh_calloc((size_t)out->n, sizeof *out->backends);
+  if (flight) {
+    out->workers = fsh_calloc((size_t)out->n, sizeof *out->workers);
+    out->dirs = fsh_calloc((size_t)out->n, sizeof *out->dirs);
+  }
+  int rc = 0;
+  if (!out->backends || (flight && (!out->workers || !out->dirs)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc && ((!flight && strcmp(name, "fs") == 0 && !fs_dir) || (flight && !spill_dir))) {
+    snprintf(out->tmpdir, sizeof out->tmpdir, "/tmp/fsh-plan-XXXXXX");
+    if (!mkdtemp(out->tmpdir)) {
+      out->tmpdir[0] = 0;
+      rc = fsh_error_set(err, errno, "mkdtemp: %s", strerror(errno));
+    }
+    fs_dir = spill_dir = out->tmpdir;
+  }
+  if (!rc && strcmp(name, "memory") == 0) {
+    rc = fsh_shuffle_memory_new(&out->backends[0], err);
+  } else if (!rc && !flight) {
+    rc = fsh_shuffle_fs_new(fs_dir, &out->backends[0], err);
+  }
+  for (int i = 0; flight && !rc && i < out->n; i++) {
+    size_t len = strlen(spill_dir) + 16;
+    if (!(out->dirs[i] = fsh_malloc(len))) {
+      rc = fsh_error_set(err, ENOMEM, "out of memory");
+      break;
+    }
+    snprintf(out->dirs[i], len, "%s/w%d", spill_dir, i);
+    const char *dirs[1] = {out->dirs[i]};
+    fsh_shuffle_worker_options wo = {.listen = "127.0.0.1:0", .spill_dirs = dirs,
+                                     .n_spill_dirs = 1, .memory_limit = memory_limit};
+    if ((rc = fsh_shuffle_worker_start(&wo, &out->workers[i], err)) != 0) {
+      fsh_error_prefix(err, rc, "in-process worker %d: ", i);
+      break;
+    }
+    fsh_shuffle_flight_options fo = {.local = out->workers[i]};
+    if ((rc = fsh_shuffle_flight_new(&fo, &out->backends[i], err)) != 0)
+      fsh_error_prefix(err, rc, "flight backend of worker %s: ",
+                       fsh_shuffle_worker_uri(out->workers[i]));
+  }
+  if (rc) cli_plan_backends_close(out);
+  return rc;
+}
+
 /* The order-independent checksum of a result: the sum of its row hashes. */
 static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
   uint64_t *h;
@@ -123,7 +198,9 @@ static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
 
 int cmd_run(int argc, char **argv) {
   const char *path = NULL, *backend_name = "memory", *fs_dir = NULL, *output = NULL;
-  int64_t parts = 0, workers = 0, threshold = 0, threads = 1;
+  const char *spill_dir = NULL;
+  int64_t parts = 0, workers = 0, threshold = 0, threads = 1, flight_workers = 2;
+  int64_t memory_limit = (int64_t)1 << 30;
   bool verify = false;
   fsh_plan_merge merge = FSH_PLAN_MERGE_AUTO;
   for (int i = 1; i < argc; i++) {
@@ -138,6 +215,15 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--partitions") == 0 && has) {
       if (!parse_int(argv[++i], 1, 1 << 20, &parts))
         return cli_fail(2, "run: --partitions must be in [1, 2^20]");
+    } else if (strcmp(a, "--flight-workers") == 0 && has) {
+      if (!parse_int(argv[++i], 1, 64, &flight_workers))
+        return cli_fail(2, "run: --flight-workers must be in [1, 64]");
+    } else if (strcmp(a, "--spill-dir") == 0 && has) {
+      spill_dir = argv[++i];
+    } else if (strcmp(a, "--memory-limit") == 0 && has) {
+      if (!cli_parse_bytes(argv[++i], &memory_limit))
+        return cli_fail(2, "run: --memory-limit '%s': expected bytes (e.g. 1073741824, 512M)",
+                        argv[i]);
     } else if (strcmp(a, "--workers") == 0 && has) {
       if (!parse_int(argv[++i], 0, 4096, &workers))
         return cli_fail(2, "run: --workers must be a count");
@@ -165,43 +251,29 @@ int cmd_run(int argc, char **argv) {
   if (workers > 0)
     return cli_fail(2, "run: --workers %lld: running a plan on a local cluster is not available "
                        "yet (the distributed runtime has not landed); omit --workers to run it "
-                       "in this process", (long long)workers);
-  if (strcmp(backend_name, "memory") && strcmp(backend_name, "fs"))
-    return cli_fail(2, "run: --backend must be memory or fs (flight needs --workers, not yet "
-                       "available), got '%s'", backend_name);
+                       "in this process (--backend flight --flight-workers N runs it on "
+                       "in-process workers)", (long long)workers);
+  if (strcmp(backend_name, "memory") && strcmp(backend_name, "fs") && strcmp(backend_name, "flight"))
+    return cli_fail(2, "run: --backend must be memory, fs or flight, got '%s'", backend_name);
   fsh_plan *p;
   int rc = load_plan(path, (int32_t)parts, &p);
   if (rc) return rc;
   fsh_error err;
-  fsh_shuffle_backend *backend = NULL;
-  char tmpdir[64] = "";
-  if (strcmp(backend_name, "fs") == 0) {
-    if (!fs_dir) {
-      snprintf(tmpdir, sizeof tmpdir, "/tmp/fsh-plan-XXXXXX");
-      if (!mkdtemp(tmpdir)) {
-        fsh_plan_free(p);
-        return cli_fail(1, "run: mkdtemp: %s", strerror(errno));
-      }
-      fs_dir = tmpdir;
-    }
-    rc = fsh_shuffle_fs_new(fs_dir, &backend, &err);
-  } else {
-    rc = fsh_shuffle_memory_new(&backend, &err);
-  }
-  if (rc) {
+  cli_plan_backends bk;
+  if ((rc = cli_plan_backends_open(backend_name, (int)flight_workers, fs_dir, spill_dir,
+                                   memory_limit, &bk, &err)) != 0) {
     fsh_plan_free(p);
-    if (tmpdir[0]) rmdir(tmpdir);
     return cli_fail(1, "run: %s backend: %s", backend_name, err.message);
   }
-  fsh_plan_run_options o = {.backend = backend, .merge = merge, .merge_threshold = threshold,
-                            .n_threads = (int)threads};
+  fsh_plan_run_options o = {.merge = merge, .merge_threshold = threshold,
+                            .n_threads = (int)threads, .backends = bk.backends,
+                            .n_backends = bk.n};
   fsh_plan_result res, ref;
   memset(&ref, 0, sizeof ref);
   double t0 = now_s();
   rc = fsh_plan_run(p, &o, &res, &err);
   double secs = now_s() - t0;
-  fsh_shuffle_backend_destroy(backend);
-  if (tmpdir[0]) rmdir(tmpdir);
+  cli_plan_backends_close(&bk);
   if (rc) {
     fsh_plan_free(p);
     return cli_fail(1, "run: %s: %s", path, err.message);

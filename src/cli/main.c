@@ -37,11 +37,15 @@ static void usage(FILE *f) {
           "                                 a driver and N workers on loopback until Ctrl-C\n"
           "  bench shuffle --workers N --maps M --reduces R --bytes S --backend flight|memory|fs\n"
           "         [...]                   a verified, timed shuffle on a local cluster\n"
+          "  bench ops [--sort-rows N] [--left-rows N] [--right-rows N] [--runs K] ...\n"
+          "                                 plans (sort, join + group-by) on memory, fs and\n"
+          "                                 flight (in-process workers), ratios, verified\n"
           "  job shuffle --driver URI --maps M --reduces R --rows N [...]\n"
           "  job status --driver URI --job ID\n"
           "                                 run / query a job on a driver (job -h)\n"
           "  explain PLAN.json [--partitions N]  the stages and exchanges of a plan\n"
-          "  run PLAN.json [--backend memory|fs] [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
+          "  run PLAN.json [--backend memory|fs|flight] [--flight-workers N] [--partitions N]\n"
+          "      [--pre-shuffle-merge auto|on|off]\n"
           "      [--verify]                 runs a plan in this process; --verify compares it\n"
           "                                 with a single-process run without exchanges\n");
 }
@@ -89,6 +93,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "worker") == 0) return cmd_worker(argc - 1, argv + 1);
   if (strcmp(argv[1], "driver") == 0) return cmd_driver(argc - 1, argv + 1);
   if (strcmp(argv[1], "local") == 0) return cmd_local(argc - 1, argv + 1);
+  if (strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "ops") == 0)
+    return cmd_bench_ops(argc - 2, argv + 2);
   if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   if (strcmp(argv[1], "job") == 0) return cmd_job(argc - 1, argv + 1);
   if (strcmp(argv[1], "explain") == 0) return cmd_explain(argc - 1, argv + 1);

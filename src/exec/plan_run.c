@@ -15,6 +15,7 @@
 
 typedef struct xstate {
   bool done;
+  bool released; /* every reader done: released early (release_consumed) */
   fsh_shuffle_spec spec;
   int64_t n_outputs;
   fsh_map_output *outputs;
@@ -27,6 +28,8 @@ typedef struct run_ctx {
   int64_t merge_threshold;
   uint64_t first_shuffle_id;
   fsh_shuffle_backend *backend;
+  fsh_shuffle_backend *const *backends; /* [n_backends]: tasks placed round-robin */
+  int n_backends;
   xstate *x; /* [n_nodes] */
   fsh_plan_result *res;
   int n_threads;      /* map tasks at once */
@@ -35,6 +38,11 @@ typedef struct run_ctx {
 
 static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
 static int run_exchange(run_ctx *c, const plan_node *x, fsh_error *err);
+
+/* The backend that map output / reduce partition i goes through. */
+static fsh_shuffle_backend *backend_of(const run_ctx *c, int64_t i) {
+  return c->n_backends > 0 ? c->backends[i % c->n_backends] : c->backend;
+}
 
 static int32_t parts_of(const run_ctx *c, const plan_node *n) {
   return c->reference ? 1 : n->n_partitions;
@@ -484,7 +492,7 @@ static int run_group(run_ctx *c, const plan_node *x, xstate *xs, xshared *sh, xs
   int64_t m = sh->m, group = sh->group;
   int32_t r = sh->r;
   mapw mw = {.map_id = g};
-  int rc = fsh_shuffle_open_writer(c->backend, &xs->spec, g, 0, &mw.w, err);
+  int rc = fsh_shuffle_open_writer(backend_of(c, g), &xs->spec, g, 0, &mw.w, err);
   if (rc) return rc;
   for (int64_t i = g * group; i < m && i < (g + 1) * group && !rc; i++) {
     if (x->limit_hint >= 0 && sh->total >= x->limit_hint) {
@@ -594,6 +602,53 @@ static void *pool_main(void *arg) {
   return NULL;
 }
 
+/* The shuffle of exchange x on every backend. */
+static int release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err) {
+  int nb = c->n_backends ? c->n_backends : 1;
+  int rc = 0;
+  for (int k = 0; k < nb; k++) {
+    fsh_error rerr;
+    if (fsh_shuffle_release(backend_of(c, k), xs->spec.shuffle_id, &rerr) != 0 && !rc)
+      rc = fsh_error_set(err, EIO, "releasing shuffle %" PRIu64 ": %s", xs->spec.shuffle_id,
+                         rerr.message);
+  }
+  return rc;
+}
+
+/* Releases, as soon as an exchange has run, every exchange nobody will
+ * read any more: those whose readers (the nodes fed from it up to the next
+ * exchanges) end only in exchanges that have run -- their map tasks read
+ * every partition they needed -- and not in the plan's output. Keeps the
+ * stores (and the memory backend) from holding every exchange of a long
+ * plan until the end. */
+static int release_consumed(run_ctx *c, fsh_error *err) {
+  const fsh_plan *p = c->p;
+  int root = p->n_nodes - 1;
+  bool *reach = fsh_malloc((size_t)p->n_nodes * sizeof *reach);
+  if (!reach) return fsh_error_set(err, ENOMEM, "out of memory");
+  int rc = 0;
+  for (int x = 0; x < root && !rc; x++) {
+    if (p->nodes[x]->kind != PN_EXCHANGE || !c->x[x].done || c->x[x].released) continue;
+    memset(reach, 0, (size_t)p->n_nodes * sizeof *reach);
+    reach[x] = true;
+    bool still_read = false;
+    for (int j = x + 1; j < p->n_nodes && !still_read; j++) {
+      const plan_node *n = p->nodes[j];
+      for (int k = 0; k < n->n_inputs; k++) {
+        int in = n->inputs[k];
+        if (reach[in] && (in == x || p->nodes[in]->kind != PN_EXCHANGE)) reach[j] = true;
+      }
+      if (!reach[j]) continue;
+      if (n->kind == PN_EXCHANGE ? !c->x[j].done : j == root) still_read = true;
+    }
+    if (still_read) continue;
+    c->x[x].released = true;
+    rc = release_shuffle(c, &c->x[x], err);
+  }
+  fsh_free(reach);
+  return rc;
+}
+
 /* Runs every exchange the stage of x reads that has not run yet (so that
  * parallel map tasks only read). */
 static int run_inputs(run_ctx *c, const plan_node *x, fsh_error *err) {
@@ -677,7 +732,7 @@ static int run_exchange(run_ctx *c, const plan_node *x, fsh_error *err) {
   if (rc) return name_fail(x, rc, err);
   xs->done = true;
   stat_add(c, &c->res->exchanges, 1);
-  return 0;
+  return release_consumed(c, err);
 }
 
 /* ---- opening a partition of a node ------------------------------------------------ */
@@ -690,8 +745,8 @@ static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out
     if (!c->x[node].done) FSH_RETURN_NOT_OK(run_exchange(c, n, err));
     xstate *xs = &c->x[node];
     if (xs->n_outputs == 0) return fsh_batch_stream_from_batches(n->schema, NULL, 0, out, err);
-    int rc = fsh_shuffle_open_reader(c->backend, &xs->spec, part, xs->outputs, xs->n_outputs, out,
-                                     err);
+    int rc = fsh_shuffle_open_reader(backend_of(c, part), &xs->spec, part, xs->outputs,
+                                     xs->n_outputs, out, err);
     return rc ? name_fail(n, rc, err) : 0;
   }
   ostate *s = fsh_calloc(1, sizeof *s);
@@ -755,13 +810,16 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   run_ctx c = {.p = p, .reference = o->reference, .merge = o->merge,
                .merge_threshold = o->merge_threshold ? o->merge_threshold : p->merge_threshold,
                .first_shuffle_id = o->first_shuffle_id ? o->first_shuffle_id : 1,
-               .backend = o->backend, .res = out};
+               .backend = o->backend, .backends = o->backends,
+               .n_backends = o->backends && o->n_backends > 0 ? o->n_backends : 0, .res = out};
   if (c.merge_threshold < 1) c.merge_threshold = 200;
   c.n_threads = o->n_threads < 1 ? 1 : o->n_threads > 64 ? 64 : o->n_threads;
+  for (int i = 0; i < c.n_backends && !c.reference; i++)
+    if (!c.backends[i]) return fsh_error_set(err, EINVAL, "run: backends[%d] is NULL", i);
   pthread_mutex_init(&c.mu, NULL);
   fsh_shuffle_backend *own = NULL;
   int rc = 0;
-  if (!c.backend && !c.reference) {
+  if (!c.backend && !c.reference && !c.n_backends) {
     if ((rc = fsh_shuffle_memory_new(&own, err)) != 0) return rc;
     c.backend = own;
   }
@@ -802,11 +860,12 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   if (c.x) {
     for (int i = 0; i < p->n_nodes; i++) {
       xstate *xs = &c.x[i];
-      if (xs->outputs || xs->done) {
+      if ((xs->outputs || xs->done) && !xs->released) {
         fsh_error rerr;
-        if (fsh_shuffle_release(c.backend, xs->spec.shuffle_id, &rerr) != 0 && !rc)
-          rc = fsh_error_set(err, EIO, "releasing shuffle %" PRIu64 ": %s", xs->spec.shuffle_id,
-                             rerr.message);
+        if (release_shuffle(&c, xs, &rerr) != 0 && !rc) {
+          if (err) *err = rerr;
+          rc = EIO;
+        }
       }
       for (int64_t k = 0; k < xs->n_outputs; k++) fsh_map_output_reset(&xs->outputs[k]);
       fsh_free(xs->outputs);

@@ -1,7 +1,8 @@
 """test_plans.py -- `flightshuffle explain` and `flightshuffle run` as a user
 runs them: every example plan in examples/plans/ runs with --verify on the
-memory and fs backends; plans over IPC files written by pyarrow are checked
-against pyarrow's own sort / filter / group-by (the reference
+memory, fs and flight (in-process workers) backends; plans over IPC files
+written by pyarrow are checked against pyarrow's own sort / filter /
+group-by (the reference
 implementation); invalid plans fail before running with a message naming
 the operator and the column."""
 import json
@@ -43,10 +44,13 @@ def test_there_is_an_example_per_shuffling_operator():
     assert any("merge_threshold" in json.loads(p.read_text()) for p in EXAMPLES)
 
 
-@pytest.mark.parametrize("backend", ["memory", "fs"])
+@pytest.mark.parametrize("backend", ["memory", "fs", "flight"])
 @pytest.mark.parametrize("plan", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs_verified(plan, backend):
-    r = run("run", plan, "--backend", backend, "--verify", check=0)
+    # flight: 3 in-process workers, map outputs in their stores, reducers
+    # fetching over loopback DoGet
+    extra = ["--flight-workers", "3"] if backend == "flight" else []
+    r = run("run", plan, "--backend", backend, *extra, "--verify", check=0)
     res = result_line(r.stdout)
     assert res["verified"] == "yes"
     assert res["backend"] == backend
@@ -224,3 +228,38 @@ def test_joins_match_pyarrow(tmp_path, jtype, pa_type, strategy):
         pairs = lambda t: sorted(zip(t.column("lid").to_pylist(), t.column("rid").to_pylist()),
                                  key=lambda p: (p[0] is None, p[0] or 0, p[1] is None, p[1] or 0))
         assert pairs(got) == pairs(want)
+
+
+def test_flight_backend_spilling_to_a_given_directory(tmp_path):
+    # every map output spills (memory limit 0) into <dir>/w<i>; all of it
+    # is gone once the run ends, and the output still equals the reference
+    plan = REPO / "examples" / "plans" / "join_group_by.json"
+    r = run("run", plan, "--backend", "flight", "--flight-workers", "2", "--memory-limit", "0",
+            "--spill-dir", tmp_path, "--verify", check=0)
+    assert result_line(r.stdout)["verified"] == "yes"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_flight_workers_flag_is_checked():
+    plan = REPO / "examples" / "plans" / "gather.json"
+    r = run("run", plan, "--backend", "flight", "--flight-workers", "0", check=2)
+    assert "--flight-workers" in r.stderr
+    r = run("run", plan, "--backend", "nosuch", check=2)
+    assert "nosuch" in r.stderr
+
+
+def test_bench_ops_small():
+    r = run("bench", "ops", "--sort-rows", "20000", "--left-rows", "20000", "--right-rows", "2000",
+            "--runs", "2", "--flight-workers", "2", check=0)
+    res = result_line(r.stdout)
+    assert res["verified"] == "yes"
+    for w in ["sort", "join_group_by"]:
+        for base in ["memory", "fs"]:
+            assert float(res[f"{w}_flight_vs_{base}"]) > 0
+    # every run of a plan printed the same checksum (the memory backend's)
+    for w in ["sort", "join_group_by"]:
+        sums = {l.split("checksum=")[1] for l in r.stdout.splitlines()
+                if l.strip().startswith("run ") and f" {w} " in l}
+        assert len(sums) == 1, sums
+        rows = sum(1 for l in r.stdout.splitlines() if l.strip().startswith("run ") and f" {w} " in l)
+        assert rows == 2 * 3

@@ -1,0 +1,296 @@
+/* cmd_bench_ops.c -- `flightshuffle bench ops` (issue 6 section 4): the
+ * shuffling operators on each backend in one process. Two plans over
+ * generated data -- a distributed sort of the synthetic table (int64 key +
+ * float64 / utf8 payload) and a partitioned hash join of two keyed tables
+ * followed by a two-phase group-by -- run on the memory, fs and flight
+ * backends (flight: N in-process workers on loopback, map tasks placed on
+ * them round-robin, reducers fetching by DoGet), runs interleaved
+ * (memory, fs, flight, memory, ...). Prints per plan and backend the
+ * seconds and input GB/s min / median / max, and the flight backend's
+ * time ratio to memory and to fs (per round, min / median / max), and the
+ * same ratio of the process's CPU seconds (every thread, the in-process
+ * workers' too: steadier than wall time on a shared machine). Every
+ * run's output checksum (the sum of its row hashes) must equal the first
+ * memory run's; the last line is `result: ... verified=yes|no`. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <flightshuffle/exec.h>
+
+#define OPS_MAX_RUNS 64
+#define OPS_BACKENDS 3
+
+static const char *const ops_backend_names[OPS_BACKENDS] = {"memory", "fs", "flight"};
+
+typedef struct ops_opts {
+  int64_t sort_rows, left_rows, right_rows;
+  int64_t runs, workers, partitions, threads, memory_limit;
+} ops_opts;
+
+static double ops_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of this process (every thread: the in-process workers too). */
+static double ops_cpu(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static int ops_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* min / median / max of v[0, n) (sorts a copy). */
+static void ops_stats(const double *v, int n, double out[3]) {
+  double s[OPS_MAX_RUNS];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, ops_cmp);
+  out[0] = s[0], out[1] = s[n / 2], out[2] = s[n - 1];
+}
+
+static int64_t array_bytes(const fsh_array *a) {
+  if (!a) return 0;
+  int64_t n = 0;
+  for (int32_t i = 0; i < a->n_buffers; i++)
+    if (a->buffers[i]) n += a->buffers[i]->size;
+  for (int64_t i = 0; i < a->n_children; i++) n += array_bytes(a->children[i]);
+  return n;
+}
+
+static int parse_plan(const char *json, int32_t parts, fsh_plan **out, fsh_error *err) {
+  return fsh_plan_from_json(json, (int64_t)strlen(json), parts, out, err);
+}
+
+/* The bytes of the plan's generated input: its scans run alone (reference
+ * mode), buffers summed. */
+static int input_bytes(const char *scans_json, int64_t *out, fsh_error *err) {
+  *out = 0;
+  fsh_plan *p;
+  FSH_RETURN_NOT_OK(parse_plan(scans_json, 0, &p, err));
+  fsh_plan_run_options o = {.reference = true};
+  fsh_plan_result r;
+  int rc = fsh_plan_run(p, &o, &r, err);
+  fsh_plan_free(p);
+  if (rc) return rc;
+  for (int64_t i = 0; i < r.n_batches; i++)
+    for (int64_t c = 0; c < r.batches[i]->n_columns; c++)
+      *out += array_bytes(r.batches[i]->columns[c]);
+  fsh_plan_result_reset(&r);
+  return 0;
+}
+
+static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o, double *secs,
+                    double *cpu, uint64_t *sum, int64_t *rows, fsh_error *err) {
+  fsh_plan_run_options ro = {.backends = bk->backends, .n_backends = bk->n,
+                             .n_threads = (int)o->threads};
+  fsh_plan_result r;
+  double t0 = ops_now(), c0 = ops_cpu();
+  FSH_RETURN_NOT_OK(fsh_plan_run(p, &ro, &r, err));
+  *secs = ops_now() - t0;
+  *cpu = ops_cpu() - c0;
+  uint64_t *h = NULL;
+  int64_t n = 0;
+  int rc = fsh_plan_result_row_hashes(&r, NULL, 0, &h, &n, err);
+  *sum = 0;
+  for (int64_t i = 0; !rc && i < n; i++) *sum += h[i];
+  *rows = r.rows;
+  fsh_free(h);
+  fsh_plan_result_reset(&r);
+  return rc;
+}
+
+static int usage_ops(void) {
+  fprintf(stderr,
+          "usage: flightshuffle bench ops [--sort-rows N] [--left-rows N] [--right-rows N]\n"
+          "           [--runs K] [--flight-workers N] [--partitions P] [--threads T]\n"
+          "           [--memory-limit BYTES]\n"
+          "  a distributed sort of the synthetic table and a partitioned hash join +\n"
+          "  group-by of two keyed tables, on the memory, fs and flight backends (flight:\n"
+          "  N in-process workers on loopback), runs interleaved; every output is\n"
+          "  checked against the memory backend's\n");
+  return 2;
+}
+
+static bool ops_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int cmd_bench_ops(int argc, char **argv) {
+  ops_opts o = {.sort_rows = 2000000, .left_rows = 2000000, .right_rows = 200000, .runs = 3,
+                .workers = 4, .partitions = 8, .threads = 2,
+                .memory_limit = (int64_t)1 << 30};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    bool ok = v != NULL;
+    if (strcmp(a, "--sort-rows") == 0) ok = ok && ops_int(v, 1, INT64_MAX / 2, &o.sort_rows);
+    else if (strcmp(a, "--left-rows") == 0) ok = ok && ops_int(v, 1, INT64_MAX / 2, &o.left_rows);
+    else if (strcmp(a, "--right-rows") == 0) ok = ok && ops_int(v, 1, INT32_MAX, &o.right_rows);
+    else if (strcmp(a, "--runs") == 0) ok = ok && ops_int(v, 1, OPS_MAX_RUNS, &o.runs);
+    else if (strcmp(a, "--flight-workers") == 0) ok = ok && ops_int(v, 1, 64, &o.workers);
+    else if (strcmp(a, "--partitions") == 0) ok = ok && ops_int(v, 1, 4096, &o.partitions);
+    else if (strcmp(a, "--threads") == 0) ok = ok && ops_int(v, 1, 64, &o.threads);
+    else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
+    else return usage_ops();
+    if (!ok) return cli_fail(2, "bench ops: bad value for %s", a);
+    i++;
+  }
+  char sort_json[2048], sort_scan[1024], join_json[4096], join_scans[1024];
+  int P = (int)o.partitions;
+  snprintf(sort_scan, sizeof sort_scan,
+           "{\"partitions\": %d, \"nodes\": [{\"op\": \"scan\", \"generate\": \"synthetic\", "
+           "\"rows\": %" PRId64 ", \"batch_rows\": 8192, \"partitions\": %d, \"seed\": 7}",
+           P, o.sort_rows, P);
+  snprintf(sort_json, sizeof sort_json, "%s, {\"op\": \"sort\", \"keys\": [\"key\"]}]}",
+           sort_scan);
+  strcat(sort_scan, "]}");
+  snprintf(join_scans, sizeof join_scans,
+           "{\"partitions\": %d, \"nodes\": ["
+           "{\"id\": \"facts\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": %" PRId64
+           ", \"batch_rows\": 8192, \"partitions\": %d, \"key_range\": %" PRId64 ", \"seed\": 1},"
+           "{\"id\": \"dims\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": %" PRId64
+           ", \"batch_rows\": 8192, \"partitions\": %d, \"key_range\": %" PRId64
+           ", \"seed\": 2, \"groups\": 64}",
+           P, o.left_rows, P, o.right_rows, o.right_rows, P, o.right_rows);
+  snprintf(join_json, sizeof join_json,
+           "%s, {\"id\": \"dims_p\", \"op\": \"project\", \"input\": \"dims\", \"columns\": "
+           "[{\"name\": \"dkey\", \"expr\": {\"col\": \"id\"}}, {\"name\": \"category\", "
+           "\"expr\": {\"col\": \"grp\"}}]},"
+           "{\"op\": \"join\", \"left\": \"facts\", \"right\": \"dims_p\", \"left_keys\": "
+           "[\"key\"], \"right_keys\": [\"dkey\"], \"type\": \"inner\", \"strategy\": "
+           "\"partitioned\"},"
+           "{\"op\": \"aggregate\", \"keys\": [\"category\"], \"aggs\": [{\"fn\": \"count_star\", "
+           "\"name\": \"n\"}, {\"fn\": \"sum\", \"column\": \"amount\", \"name\": \"total\"}]}]}",
+           join_scans);
+  /* the scans-only plan ends with both scans; run both as outputs would need
+   * a union, so measure each scan alone */
+  char dims_scan[512];
+  snprintf(dims_scan, sizeof dims_scan,
+           "{\"nodes\": [{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": %" PRId64
+           ", \"batch_rows\": 8192, \"partitions\": 1, \"key_range\": %" PRId64
+           ", \"seed\": 2, \"groups\": 64}]}",
+           o.right_rows, o.right_rows);
+  char facts_scan[512];
+  snprintf(facts_scan, sizeof facts_scan,
+           "{\"nodes\": [{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": %" PRId64
+           ", \"batch_rows\": 8192, \"partitions\": 1, \"key_range\": %" PRId64 ", \"seed\": 1}]}",
+           o.left_rows, o.right_rows);
+
+  const char *names[2] = {"sort", "join_group_by"};
+  const char *plans_json[2] = {sort_json, join_json};
+  fsh_plan *plans[2] = {NULL, NULL};
+  int64_t bytes[2] = {0, 0};
+  cli_plan_backends bk[OPS_BACKENDS];
+  memset(bk, 0, sizeof bk);
+  fsh_error err;
+  int rc = 0, status = 0;
+  static double secs[2][OPS_BACKENDS][OPS_MAX_RUNS], cpu[2][OPS_BACKENDS][OPS_MAX_RUNS];
+  bool verified = true;
+  char result[1024] = "";
+  size_t rl = 0;
+  for (int w = 0; w < 2 && !rc; w++) {
+    if ((rc = parse_plan(plans_json[w], 0, &plans[w], &err)) != 0)
+      status = cli_fail(1, "bench ops: %s plan: %s", names[w], err.message);
+  }
+  int64_t b1 = 0, b2 = 0;
+  if (!rc && (rc = input_bytes(sort_scan, &bytes[0], &err)) == 0 &&
+      (rc = input_bytes(facts_scan, &b1, &err)) == 0 && (rc = input_bytes(dims_scan, &b2, &err)) == 0)
+    bytes[1] = b1 + b2;
+  if (rc && !status) status = cli_fail(1, "bench ops: generating the input: %s", err.message);
+  for (int k = 0; k < OPS_BACKENDS && !rc; k++)
+    if ((rc = cli_plan_backends_open(ops_backend_names[k], (int)o.workers, NULL, NULL,
+                                     o.memory_limit, &bk[k], &err)) != 0)
+      status = cli_fail(1, "bench ops: %s backend: %s", ops_backend_names[k], err.message);
+  if (rc) goto done;
+
+  printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions, "
+         "%" PRId64 " map thread(s); flight: %" PRId64 " in-process workers on loopback\n",
+         o.runs, P, o.threads, o.workers);
+  printf("  sort: %" PRId64 " rows of (key int64, value float64, name utf8), %.1f MB\n",
+         o.sort_rows, (double)bytes[0] / 1e6);
+  printf("  join_group_by: %" PRId64 " x %" PRId64 " rows (keyed), join on key, group by "
+         "category, %.1f MB\n", o.left_rows, o.right_rows, (double)bytes[1] / 1e6);
+
+  for (int w = 0; w < 2 && !rc; w++) {
+    uint64_t ref = 0;
+    int64_t ref_rows = -1;
+    for (int64_t run = 0; run < o.runs && !rc; run++) {
+      for (int k = 0; k < OPS_BACKENDS && !rc; k++) {
+        uint64_t sum;
+        int64_t rows;
+        rc = run_once(plans[w], &bk[k], &o, &secs[w][k][run], &cpu[w][k][run], &sum, &rows,
+                      &err);
+        if (rc) {
+          status = cli_fail(1, "bench ops: %s on %s: %s", names[w], ops_backend_names[k],
+                            err.message);
+          break;
+        }
+        if (ref_rows < 0) ref = sum, ref_rows = rows;
+        bool same = sum == ref && rows == ref_rows;
+        if (!same) verified = false;
+        printf("  run %" PRId64 " %-14s %-7s %8.3f s (cpu %.3f s)  rows=%" PRId64
+               " checksum=%016" PRIx64 "%s\n", run, names[w], ops_backend_names[k],
+               secs[w][k][run], cpu[w][k][run], rows, sum,
+               same ? "" : "  MISMATCH with the memory backend");
+        fflush(stdout);
+      }
+    }
+    if (rc) break;
+    printf("%s (%.1f MB in):   seconds min / median / max    GB/s min / median / max"
+           "    cpu seconds median\n", names[w], (double)bytes[w] / 1e6);
+    for (int k = 0; k < OPS_BACKENDS; k++) {
+      double s[3], cs[3];
+      ops_stats(secs[w][k], (int)o.runs, s);
+      ops_stats(cpu[w][k], (int)o.runs, cs);
+      printf("  %-7s %8.3f %8.3f %8.3f       %6.3f %6.3f %6.3f       %8.3f\n",
+             ops_backend_names[k], s[0], s[1], s[2], (double)bytes[w] / s[2] / 1e9,
+             (double)bytes[w] / s[1] / 1e9, (double)bytes[w] / s[0] / 1e9, cs[1]);
+    }
+    for (int base = 0; base < 2; base++) {
+      double ratio[OPS_MAX_RUNS], r[3];
+      for (int64_t run = 0; run < o.runs; run++)
+        ratio[run] = secs[w][2][run] / secs[w][base][run];
+      ops_stats(ratio, (int)o.runs, r);
+      printf("  flight / %-6s time ratio (per round) %5.2f %5.2f %5.2f", ops_backend_names[base],
+             r[0], r[1], r[2]);
+      rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_vs_%s=%.2f", names[w],
+                             ops_backend_names[base], r[1]);
+      for (int64_t run = 0; run < o.runs; run++)
+        ratio[run] = cpu[w][2][run] / (cpu[w][base][run] > 0 ? cpu[w][base][run] : 1e-9);
+      ops_stats(ratio, (int)o.runs, r);
+      printf("   cpu ratio %5.2f %5.2f %5.2f\n", r[0], r[1], r[2]);
+      rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_vs_%s_cpu=%.2f",
+                             names[w], ops_backend_names[base], r[1]);
+    }
+    double m[3];
+    ops_stats(secs[w][2], (int)o.runs, m);
+    rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_gbps=%.3f", names[w],
+                           (double)bytes[w] / m[1] / 1e9);
+  }
+  if (!rc) {
+    printf("result:%s verified=%s\n", result, verified ? "yes" : "no");
+    if (!verified) status = 1;
+  }
+done:
+  for (int k = 0; k < OPS_BACKENDS; k++) cli_plan_backends_close(&bk[k]);
+  for (int w = 0; w < 2; w++) fsh_plan_free(plans[w]);
+  return status;
+}
