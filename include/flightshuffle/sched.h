@@ -76,6 +76,8 @@ typedef struct fsh_sched_driver_options {
   const char *auth_token;       /* required of every caller when set */
   int n_threads;                /* server pool; 0 = 4 */
   bool log;                     /* membership changes on stderr */
+  int32_t keep_jobs;            /* finished jobs kept for job-status (the
+                                   newest ones; older ones are freed); 0 = 64 */
 } fsh_sched_driver_options;
 
 typedef struct fsh_sched_driver fsh_sched_driver;
@@ -240,6 +242,10 @@ FSH_NODISCARD int fsh_sched_driver_job_status(fsh_sched_driver *d, uint64_t job_
  * see its status). */
 FSH_NODISCARD int fsh_sched_driver_wait_job(fsh_sched_driver *d, uint64_t job_id,
                                             int64_t timeout_ms, fsh_error *err);
+/* Jobs the driver holds in memory: the running ones plus at most
+ * keep_jobs finished (and settled) ones -- older finished jobs are freed
+ * (job-status then answers ENOENT for them). */
+int64_t fsh_sched_driver_jobs_held(fsh_sched_driver *d);
 /* Declares a worker dead now, as if its heartbeat had timed out (tests, and
  * a caller that knows). ENOENT if no alive worker has that uri. */
 FSH_NODISCARD int fsh_sched_driver_declare_dead(fsh_sched_driver *d, const char *uri,

@@ -113,8 +113,14 @@ static int action_heartbeat(fsh_sched_driver *d, const fsh_flight_action *a,
     else if (d->workers[i].state == FSH_SCHED_WORKER_DEAD)
       rc = fsh_error_set(err, ENOENT, "driver %s: heartbeat: worker %" PRIu64 " (%s) was "
                          "declared dead: register again", d->uri, id, d->workers[i].uri);
-    else
+    else {
       d->workers[i].last_ms = fsh_sched_now_ms();
+      if (d->workers[i].suspect_ms) { /* it answers again: tasks may go to it */
+        d->workers[i].suspect_ms = 0;
+        d->kick = true;
+        pthread_cond_broadcast(&d->sched_cv);
+      }
+    }
     pthread_mutex_unlock(&d->mu);
   }
   flightshuffle__sched__heartbeat__free_unpacked(m, &fsh_sched_pb_allocator);
@@ -274,6 +280,7 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
   fsh_sched_driver *d = fsh_calloc(1, sizeof *d);
   if (!d) return fsh_error_set(err, ENOMEM, "driver: out of memory");
   d->timeout_ms = opts->heartbeat_timeout_ms ? opts->heartbeat_timeout_ms : 10000;
+  d->keep_jobs = opts->keep_jobs > 0 ? opts->keep_jobs : 64;
   d->log = opts->log;
   d->next_id = 1;
   d->next_job_id = 1;

@@ -731,8 +731,7 @@ int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
 /* ---- the scheduler thread ---------------------------------------------- */
 
 typedef struct launch {
-  sched_job *job; /* stays linked while the driver runs */
-  uint64_t job_id;
+  uint64_t job_id; /* looked up again when the answer comes (it may be gone) */
   int stage;
   int32_t task, attempt;
   char uri[320];
@@ -870,7 +869,7 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
   for (int64_t i = 0; i < d->n; i++) {
     driver_worker *w = &d->workers[i];
     int busy = reduce_slot(j, st) ? w->running_reduce : w->running;
-    if (w->state != FSH_SCHED_WORKER_ALIVE || busy >= j->slots) continue;
+    if (w->state != FSH_SCHED_WORKER_ALIVE || w->suspect_ms || busy >= j->slots) continue;
     if (best_uri && strcmp(w->uri, best_uri) == 0) return w;
     if (!best || busy < best_busy) {
       best = w;
@@ -936,7 +935,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           launch *x = w ? launch_push(l) : NULL;
           if (!x) continue;
           k->poll_ms = now;
-          *x = (launch){.job = j, .job_id = j->id, .stage = s, .task = t, .attempt = k->attempt,
+          *x = (launch){.job_id = j->id, .stage = s, .task = t, .attempt = k->attempt,
                         .poll = true, .wtask = k->wtask};
           snprintf(x->uri, sizeof x->uri, "%s", w->uri);
           continue;
@@ -996,7 +995,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           fsh_free(k->lost);
           k->lost = NULL;
         }
-        *x = (launch){.job = j, .job_id = j->id, .stage = s, .task = t, .attempt = attempt,
+        *x = (launch){.job_id = j->id, .stage = s, .task = t, .attempt = attempt,
                       .body = env};
         snprintf(x->uri, sizeof x->uri, "%s", w->uri);
       }
@@ -1005,26 +1004,34 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
   }
 }
 
-/* The scheduler thread's client of a worker (opened on first use). */
+/* The driver's client of a worker (opened on first use; shared by the
+ * scheduler and the launcher threads: the list is guarded by mu, which the
+ * caller must NOT hold; a client is thread-safe and lives until the driver
+ * stops). */
 static fsh_flight_client *client_of(fsh_sched_driver *d, const char *uri, fsh_error *err) {
-  for (sched_client *c = d->clients; c; c = c->next)
-    if (strcmp(c->uri, uri) == 0) return c->client;
-  sched_client *c = fsh_calloc(1, sizeof *c);
-  if (!c || !(c->uri = fsh_strdup(uri))) {
+  pthread_mutex_lock(&d->mu);
+  fsh_flight_client *found = NULL;
+  for (sched_client *c = d->clients; c && !found; c = c->next)
+    if (strcmp(c->uri, uri) == 0) found = c->client;
+  sched_client *c = found ? NULL : fsh_calloc(1, sizeof *c);
+  if (!found && (!c || !(c->uri = fsh_strdup(uri)))) {
     fsh_free(c);
     fsh_error_set(err, ENOMEM, "out of memory");
-    return NULL;
+    c = NULL;
+  } else if (!found) {
+    fsh_flight_client_options o = {.uri = uri, .auth_token = d->auth_token,
+                                   .timeout_ms = TASK_CALL_TIMEOUT_MS};
+    if (fsh_flight_client_open(&o, &c->client, err) != 0) {
+      fsh_free(c->uri);
+      fsh_free(c);
+    } else {
+      c->next = d->clients;
+      d->clients = c;
+      found = c->client;
+    }
   }
-  fsh_flight_client_options o = {.uri = uri, .auth_token = d->auth_token,
-                                 .timeout_ms = TASK_CALL_TIMEOUT_MS};
-  if (fsh_flight_client_open(&o, &c->client, err) != 0) {
-    fsh_free(c->uri);
-    fsh_free(c);
-    return NULL;
-  }
-  c->next = d->clients;
-  d->clients = c;
-  return c->client;
+  pthread_mutex_unlock(&d->mu);
+  return found;
 }
 
 static bool transport_error(int rc) {
@@ -1038,6 +1045,17 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
   fsh_flight_client *c = client_of(d, x->uri, &err);
   fsh_flight_result_list res = {0};
   int rc = c ? 0 : EIO;
+  if (rc == 0 && !x->poll) {
+    /* planned before its worker became suspect: not sent (another call
+     * would wait out its timeout too), retried elsewhere */
+    pthread_mutex_lock(&d->mu);
+    for (int64_t i = 0; i < d->n; i++)
+      if (d->workers[i].suspect_ms && strcmp(d->workers[i].uri, x->uri) == 0)
+        rc = fsh_error_set(&err, EAGAIN, "worker %s is suspect (a call to it failed %" PRId64
+                           " ms ago): not sent", x->uri,
+                           fsh_sched_now_ms() - d->workers[i].suspect_ms);
+    pthread_mutex_unlock(&d->mu);
+  }
   uint8_t id8[8];
   if (rc == 0 && x->poll) {
     for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
@@ -1068,20 +1086,25 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
       for (int i = 0; i < 8; i++) id |= (uint64_t)res.items[0].data[i] << (8 * i);
       k->wtask = id;
     } else if (current && transport_error(rc)) {
-      /* the worker is unreachable: it is lost (a live one registers again) */
+      /* the worker does not answer (hung, stopped, gone): the attempt
+       * failed -- retried elsewhere, not counted against the task -- and
+       * the worker is suspect: nothing more is placed on it until it
+       * heartbeats again (a dead one is then declared dead by its
+       * heartbeat timeout, or by a fetch from it failing) */
       event_push(&j->retried, j->stages[x->stage].id, x->task, x->attempt,
                  "sending it to %s failed: %s", x->uri, err.message);
-      driver_worker *w = find_worker(d, k->worker_id);
       k->state = T_PENDING;
+      k->wtask = 0;
       worker_release(d, k->worker_id, reduce_slot(j, &j->stages[x->stage]));
-      if (w && w->state == FSH_SCHED_WORKER_ALIVE) {
-        w->state = FSH_SCHED_WORKER_DEAD;
-        w->lost_handled = true;
+      driver_worker *w = find_worker(d, k->worker_id);
+      if (w && w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms) {
+        w->suspect_ms = fsh_sched_now_ms();
         if (d->log)
-          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (%s)\n",
-                  w->id, w->uri, err.message);
-        fsh_sched_jobs_worker_lost(d, w->id, w->uri, "unreachable");
+          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no "
+                  "tasks placed on it until it heartbeats again\n", w->id, w->uri, err.message);
       }
+      d->kick = true;
+      pthread_cond_broadcast(&d->sched_cv);
     } else if (current) {
       attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
     }
@@ -1172,9 +1195,91 @@ static bool job_settled(const sched_job *j) {
   return true;
 }
 
+/* The launchers: a small pool of threads that send the planned "task" and
+ * "task-wait" calls, so that a worker that does not answer (hung, stopped:
+ * a call then takes up to TASK_CALL_TIMEOUT_MS) holds up one launcher, never
+ * the scheduler nor the launches to other workers. At most one call per
+ * worker URI is in flight (in planning order), so a silent worker holds at
+ * most one launcher. The queue and the busy set are guarded by d->mu. */
+#define N_LAUNCHERS 4
+
+typedef struct launch_pool {
+  fsh_sched_driver *d;
+  pthread_cond_t cv; /* the queue or the busy set changed, or stop */
+  launch_list q;     /* planned, not yet taken */
+  char busy[N_LAUNCHERS][320]; /* URIs with a call in flight ("" free) */
+  pthread_t threads[N_LAUNCHERS];
+  int n_threads;
+  bool stop;
+} launch_pool;
+
+static bool uri_busy(const launch_pool *p, const char *uri) {
+  for (int i = 0; i < N_LAUNCHERS; i++)
+    if (p->busy[i][0] && strcmp(p->busy[i], uri) == 0) return true;
+  return false;
+}
+
+static void *launcher_main(void *arg) {
+  launch_pool *p = arg;
+  fsh_sched_driver *d = p->d;
+  pthread_mutex_lock(&d->mu);
+  while (!p->stop) {
+    int32_t i = 0;
+    while (i < p->q.n && uri_busy(p, p->q.items[i].uri)) i++;
+    int slot = 0;
+    while (slot < N_LAUNCHERS && p->busy[slot][0]) slot++;
+    if (i == p->q.n || slot == N_LAUNCHERS) {
+      pthread_cond_wait(&p->cv, &d->mu);
+      continue;
+    }
+    launch x = p->q.items[i];
+    memmove(&p->q.items[i], &p->q.items[i + 1], (size_t)(p->q.n - i - 1) * sizeof x);
+    p->q.n--;
+    snprintf(p->busy[slot], sizeof p->busy[slot], "%s", x.uri);
+    pthread_mutex_unlock(&d->mu);
+    run_launch(d, &x);
+    fsh_buffer_unref(x.body);
+    pthread_mutex_lock(&d->mu);
+    p->busy[slot][0] = '\0';
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* Frees the oldest finished and settled jobs beyond the newest keep_jobs
+ * (the list is in submission order). A launch or answer naming a freed job
+ * finds no job and is dropped. mu held. */
+static void prune_jobs(fsh_sched_driver *d) {
+  int64_t settled = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) settled += job_settled(j);
+  for (sched_job **at = &d->jobs; *at && settled > d->keep_jobs;) {
+    sched_job *j = *at;
+    if (!job_settled(j)) {
+      at = &j->next;
+      continue;
+    }
+    *at = j->next;
+    job_free(j);
+    settled--;
+  }
+}
+
+int64_t fsh_sched_driver_jobs_held(fsh_sched_driver *d) {
+  pthread_mutex_lock(&d->mu);
+  int64_t n = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) n++;
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
 void *fsh_sched_scheduler_main(void *arg) {
   fsh_sched_driver *d = arg;
   launch_list l = {0};
+  launch_pool pool = {.d = d};
+  bool pool_ok = fsh_sched_cond_init(&pool.cv) == 0;
+  for (int i = 0; pool_ok && i < N_LAUNCHERS; i++)
+    if (pthread_create(&pool.threads[i], NULL, launcher_main, &pool) == 0) pool.n_threads++;
   pthread_mutex_lock(&d->mu);
   while (!d->stop) {
     d->kick = false;
@@ -1182,6 +1287,7 @@ void *fsh_sched_scheduler_main(void *arg) {
     plan_round(d, &l);
     if (l.n == 0) {
       release_round(d);
+      prune_jobs(d);
       if (!d->kick && !d->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1193,14 +1299,36 @@ void *fsh_sched_scheduler_main(void *arg) {
       }
       continue;
     }
-    pthread_mutex_unlock(&d->mu);
+    if (pool.n_threads == 0) { /* no launcher could start: send them here */
+      pthread_mutex_unlock(&d->mu);
+      for (int32_t i = 0; i < l.n; i++) {
+        run_launch(d, &l.items[i]);
+        fsh_buffer_unref(l.items[i].body);
+      }
+      pthread_mutex_lock(&d->mu);
+      continue;
+    }
     for (int32_t i = 0; i < l.n; i++) {
+      launch *x = launch_push(&pool.q);
+      if (x) {
+        *x = l.items[i];
+        continue;
+      }
+      /* out of memory: send it from here */
+      pthread_mutex_unlock(&d->mu);
       run_launch(d, &l.items[i]);
       fsh_buffer_unref(l.items[i].body);
+      pthread_mutex_lock(&d->mu);
     }
-    pthread_mutex_lock(&d->mu);
+    pthread_cond_broadcast(&pool.cv);
   }
+  pool.stop = true;
+  if (pool_ok) pthread_cond_broadcast(&pool.cv);
   pthread_mutex_unlock(&d->mu);
+  for (int i = 0; i < pool.n_threads; i++) pthread_join(pool.threads[i], NULL);
+  for (int32_t i = 0; i < pool.q.n; i++) fsh_buffer_unref(pool.q.items[i].body);
+  fsh_free(pool.q.items);
+  if (pool_ok) pthread_cond_destroy(&pool.cv);
   fsh_free(l.items);
   return NULL;
 }
