@@ -169,6 +169,9 @@ void fsh_sched_jobs_free(fsh_sched_driver *d) {
     fsh_free(c);
   }
   d->clients = NULL;
+  fsh_free(d->cancels);
+  d->cancels = NULL;
+  d->n_cancels = d->cap_cancels = 0;
 }
 
 static sched_job *find_job(fsh_sched_driver *d, uint64_t id) {
@@ -181,6 +184,34 @@ static driver_worker *find_worker(fsh_sched_driver *d, uint64_t id) {
   for (int64_t i = 0; i < d->n; i++)
     if (d->workers[i].id == id) return &d->workers[i];
   return NULL;
+}
+
+/* Attempt `attempt` of task t of stage st is superseded (or its job is
+ * over) while it may still run on worker wid: it is to be cancelled there
+ * ("cancel", sent by a launcher) unless the worker is suspect (a call to
+ * it would only wait out its deadline). A "task" call still being sent to
+ * that worker goes first (the launchers keep one call per worker at a
+ * time, in order), so the cancel finds the task. Best effort: nothing is queued if
+ * out of memory; a late answer is ignored anyway. mu held. */
+static void cancel_attempt(fsh_sched_driver *d, const sched_job *j, const jstage *st, int32_t t,
+                           int32_t attempt, uint64_t wid) {
+  driver_worker *w = find_worker(d, wid);
+  if (!w || w->suspect_ms) return;
+  if (d->n_cancels == d->cap_cancels) {
+    int32_t cap = d->cap_cancels ? d->cap_cancels * 2 : 16;
+    sched_cancel *c = fsh_realloc(d->cancels, (size_t)cap * sizeof *c);
+    if (!c) return;
+    d->cancels = c;
+    d->cap_cancels = cap;
+  }
+  sched_cancel *c = &d->cancels[d->n_cancels++];
+  snprintf(c->uri, sizeof c->uri, "%s", w->uri);
+  c->job_id = j->id;
+  c->stage_id = st->id;
+  c->task = t;
+  c->attempt = attempt;
+  d->kick = true;
+  pthread_cond_broadcast(&d->sched_cv);
 }
 
 /* Whether the tasks of st take the reduce slots (incremental reduces). */
@@ -220,6 +251,7 @@ static void job_end(fsh_sched_driver *d, sched_job *j, fsh_sched_job_state state
       jtask *k = &j->stages[s].tasks[t];
       if (k->state != T_RUNNING) continue;
       worker_release(d, k->worker_id, reduce_slot(j, &j->stages[s]));
+      cancel_attempt(d, j, &j->stages[s], t, k->attempt, k->worker_id);
       k->state = T_PENDING;
     }
   if (d->log)
@@ -515,6 +547,9 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
         if (k->state == T_RUNNING) {
           event_push(&j->retried, st->id, t, k->attempt, "worker %s lost (%s) while running it",
                      uri, why);
+          /* declared dead, it may still be alive (a fetch from it failed,
+           * or it was late): stop the attempt there */
+          cancel_attempt(d, j, st, t, k->attempt, wid);
           k->state = T_PENDING;
           k->wtask = 0;
         } else if (k->state == T_DONE && producer(st) && !st->released) {
@@ -551,6 +586,7 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
           if (k->state != T_RUNNING || !hit[p]) continue;
           event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) was on "
                      "worker %s, lost (%s)", st->id, uri, why);
+          cancel_attempt(d, j, cs, p, k->attempt, k->worker_id);
           worker_release(d, k->worker_id, reduce_slot(j, cs));
           k->state = T_PENDING;
           k->wtask = 0;
@@ -735,8 +771,9 @@ typedef struct launch {
   int stage;
   int32_t task, attempt;
   char uri[320];
-  fsh_buffer *body; /* the "task" envelope */
+  fsh_buffer *body; /* the "task" envelope, or the "cancel" tag */
   bool poll;        /* a task-wait of wtask instead */
+  bool cancel;      /* a "cancel" of the attempt instead */
   uint64_t wtask;
 } launch;
 
@@ -920,6 +957,25 @@ static void bring_back(fsh_sched_driver *d, sched_job *j, int in, const jstage *
 /* Plans the launches and polls of this round; mu held. */
 static void plan_round(fsh_sched_driver *d, launch_list *l) {
   int64_t now = fsh_sched_now_ms();
+  for (int32_t i = 0; i < d->n_cancels; i++) {
+    const sched_cancel *c = &d->cancels[i];
+    Flightshuffle__Sched__TaskRef ref = FLIGHTSHUFFLE__SCHED__TASK_REF__INIT;
+    ref.job_id = c->job_id;
+    ref.stage_id = c->stage_id;
+    ref.task = c->task;
+    ref.attempt = c->attempt;
+    fsh_buffer *b = fsh_buffer_new((int64_t)protobuf_c_message_get_packed_size(&ref.base), false);
+    launch *x = b ? launch_push(l) : NULL;
+    if (!x) {
+      fsh_buffer_unref(b);
+      continue; /* best effort */
+    }
+    protobuf_c_message_pack(&ref.base, b->data);
+    *x = (launch){.job_id = c->job_id, .task = c->task, .attempt = c->attempt, .cancel = true,
+                  .body = b};
+    snprintf(x->uri, sizeof x->uri, "%s", c->uri);
+  }
+  d->n_cancels = 0;
   for (sched_job *j = d->jobs; j; j = j->next) {
     if (j->state != FSH_SCHED_JOB_RUNNING) continue;
     for (int s = 0; s < j->n_stages; s++) {
@@ -1045,6 +1101,17 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
   fsh_flight_client *c = client_of(d, x->uri, &err);
   fsh_flight_result_list res = {0};
   int rc = c ? 0 : EIO;
+  if (x->cancel) { /* best effort: the attempt's late answer is ignored anyway */
+    if (rc == 0) {
+      fsh_flight_action a = {.type = (char *)"cancel", .body = {x->body->data, x->body->size}};
+      rc = fsh_flight_do_action(c, &a, &res, &err);
+    }
+    if (d->log)
+      fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " task %d attempt %d: cancel on %s: "
+              "%s\n", x->job_id, x->task, x->attempt, x->uri, rc ? err.message : "sent");
+    fsh_flight_result_list_reset(&res);
+    return;
+  }
   if (rc == 0 && !x->poll) {
     /* planned before its worker became suspect: not sent (another call
      * would wait out its timeout too), retried elsewhere */

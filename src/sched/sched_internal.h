@@ -43,6 +43,15 @@ typedef struct driver_worker {
 typedef struct sched_job sched_job;
 typedef struct sched_client sched_client;
 
+/* An attempt to stop on a worker (DoAction "cancel"): superseded, or its
+ * job ended. */
+typedef struct sched_cancel {
+  char uri[320];
+  uint64_t job_id;
+  uint32_t stage_id;
+  int32_t task, attempt;
+} sched_cancel;
+
 struct fsh_sched_driver {
   fsh_flight_server *server;
   int64_t timeout_ms;
@@ -65,6 +74,8 @@ struct fsh_sched_driver {
   sched_job *jobs;
   bool kick; /* the scheduler has something to do */
   sched_client *clients; /* the scheduler's and launchers' (list under mu) */
+  sched_cancel *cancels; /* to send (the scheduler takes them) */
+  int32_t n_cancels, cap_cancels;
 };
 
 /* job.c: the scheduler thread; the job actions (called on pool threads,

@@ -10,10 +10,12 @@
  * superseded attempts are ignored and listed; bad plans, bodies and
  * envelopes are refused with messages saying what is wrong. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -32,8 +34,23 @@ static void sleep_ms(int64_t ms) {
   nanosleep(&ts, NULL);
 }
 
+/* The workers' task-done hook: counts the tasks that ended cancelled
+ * (ECANCELED), then reports to the driver like fsh_sched_notify_task_done. */
+typedef struct done_hook {
+  fsh_sched_notifier *n;
+  atomic_int cancelled;
+} done_hook;
+
+static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
+                           const char *error, const uint8_t *answer, int64_t answer_size) {
+  done_hook *h = ctx;
+  if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
+  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+}
+
 typedef struct cluster {
   fsh_sched_driver *d;
+  done_hook hook[N_WORKERS];
   fsh_shuffle_worker *w[N_WORKERS];
   fsh_sched_notifier *n[N_WORKERS];
   fsh_sched_heartbeat *h[N_WORKERS];
@@ -43,9 +60,11 @@ static void start_workers(cluster *c) {
   fsh_error err;
   for (int i = 0; i < N_WORKERS; i++) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
+    c->hook[i].n = c->n[i];
+    atomic_init(&c->hook[i].cancelled, 0);
     fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
-                                    .n_threads = 6, .on_task_done = fsh_sched_notify_task_done,
-                                    .on_task_done_ctx = c->n[i],
+                                    .n_threads = 6, .on_task_done = hook_task_done,
+                                    .on_task_done_ctx = &c->hook[i],
                                     .on_more_sources = fsh_sched_more_sources,
                                     .on_more_sources_ctx = c->n[i]};
     CHECK_OK(fsh_shuffle_worker_start(&o, &c->w[i], &err));
@@ -61,7 +80,8 @@ static void start_workers(cluster *c) {
 static void start_cluster(cluster *c, int64_t timeout_ms, bool with_workers) {
   fsh_error err;
   memset(c, 0, sizeof *c);
-  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms};
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms,
+                                .log = getenv("FSH_TEST_LOG") != NULL}; /* driver log on stderr */
   CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
   if (with_workers) start_workers(c);
 }
@@ -525,6 +545,63 @@ static void finished_jobs_are_freed(void) {
   stop_cluster(&c);
 }
 
+/* A superseded attempt still running on a live worker is cancelled there:
+ * the worker running a long map is declared dead (it is alive); its
+ * attempt ends with ECANCELED well before it would have finished, its late
+ * failure is ignored, the map re-runs elsewhere and the job verifies. */
+static void superseded_attempt_cancelled(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 60000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 3;
+  j.reduces = 3;
+  j.rows = 3 * 500000;
+  j.batch_rows = 5000;
+  j.slots_per_worker = 1;
+  uint64_t id = submit(&c, &j);
+  int victim = -1;
+  for (int t = 0; t < 1000 && victim < 0; t++) { /* every map running, none done */
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    bool all = s.n_stages == 2 && s.stages[0].tasks_running == 3 && s.stages[0].tasks_done == 0;
+    fsh_sched_job_status_reset(&s);
+    if (all) {
+      sleep_ms(50); /* the workers have them (the task calls answered) */
+      victim = 1;
+      CHECK_OK(fsh_sched_driver_declare_dead(c.d, fsh_shuffle_worker_uri(c.w[victim]),
+                                             "declared by the test", &err));
+    } else {
+      sleep_ms(5);
+    }
+  }
+  CHECK(victim >= 0);
+  int cancelled = 0;
+  for (int t = 0; t < 200 && victim >= 0; t++) { /* within 2 s */
+    cancelled = atomic_load(&c.hook[victim].cancelled);
+    if (cancelled) break;
+    sleep_ms(10);
+  }
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  int32_t maps_done = s.n_stages ? s.stages[0].tasks_done : -1;
+  fsh_sched_job_status_reset(&s);
+  CHECK_MSG(cancelled == 1, "the victim's attempt was not cancelled (%d; %d maps done)",
+            cancelled, maps_done);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 60000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  bool ignored = false;
+  for (int32_t i = 0; i < s.n_ignored; i++)
+    ignored |= s.ignored[i].stage_id == 1 && strstr(s.ignored[i].reason, "failure") != NULL;
+  CHECK_MSG(ignored, "the cancelled attempt's failure is not listed as ignored");
+  fsh_sched_job_status_reset(&s);
+  for (int i = 0; i < N_WORKERS; i++)
+    if (i != victim) CHECK_EQ_INT(atomic_load(&c.hook[i].cancelled), 0);
+  stop_cluster(&c);
+}
+
 /* Bad control input: clear errors, the driver keeps serving. */
 static void bad_input(void) {
   fsh_error err;
@@ -620,6 +697,7 @@ int main(int argc, char **argv) {
       {"bad_input", bad_input},
       {"hung_worker_does_not_stall", hung_worker_does_not_stall},
       {"finished_jobs_are_freed", finished_jobs_are_freed},
+      {"superseded_attempt_cancelled", superseded_attempt_cancelled},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }
