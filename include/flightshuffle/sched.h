@@ -15,6 +15,11 @@
  *    HeartbeatReply. NOT_FOUND when the driver does not know that id with
  *    that uri (e.g. the driver restarted) or has declared it dead: the
  *    worker must register again (it gets a new id).
+ *  - "deregister", body Heartbeat{worker_id, uri}: a worker shutting down
+ *    cleanly. It is dead at once (as if its heartbeat had timed out: its
+ *    running attempts are retried, the outputs it held are lost and
+ *    recomputed if needed); answers one HeartbeatReply. NOT_FOUND like
+ *    "heartbeat" for an id / uri the driver does not know alive.
  *  - "workers", empty body: answers one WorkerList -- every worker, alive or
  *    dead, by id, with its state and the age of its last heartbeat.
  * A body that does not decode, or misses a required field, is
@@ -293,6 +298,9 @@ typedef struct fsh_sched_heartbeat_options {
   int64_t retry_ms;       /* wait between attempts while the driver is
                              unreachable; 0 = 1000 */
   bool log;               /* registrations and driver trouble on stderr */
+  bool deregister_on_stop; /* fsh_sched_heartbeat_stop sends "deregister"
+                              (a clean shutdown: the driver drops the worker
+                              at once, its outputs lost, not at its timeout) */
 } fsh_sched_heartbeat_options;
 
 typedef struct fsh_sched_heartbeat fsh_sched_heartbeat;
@@ -305,8 +313,9 @@ FSH_NODISCARD int fsh_sched_heartbeat_start(const fsh_sched_heartbeat_options *o
 uint64_t fsh_sched_heartbeat_worker_id(fsh_sched_heartbeat *h);
 /* Registrations so far (the first one included). */
 int64_t fsh_sched_heartbeat_registrations(fsh_sched_heartbeat *h);
-/* Stops and joins the thread (an ongoing call ends within its deadline),
- * frees h. NULL accepted. */
+/* Stops and joins the thread (an ongoing call ends within its deadline;
+ * with deregister_on_stop, a registered worker then sends "deregister",
+ * within the same deadline), frees h. NULL accepted. */
 void fsh_sched_heartbeat_stop(fsh_sched_heartbeat *h);
 
 /* ---- shuffle metadata -------------------------------------------------
