@@ -120,7 +120,21 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *  - a task is sent as the worker's DoAction "task" (shuffle.h) whose tag
  *    is a TaskRef; the worker pushes DoAction "task-done" (TaskDone) to the
  *    driver the moment it ends; attempts not heard of for a while are
- *    polled with "task-wait" (a fallback for lost notifications);
+ *    polled with "task-wait" (a fallback for lost notifications). The
+ *    calls are made by a small pool of launcher threads, at most one call
+ *    per worker at a time, so a worker that does not answer holds up one
+ *    launcher for the call's deadline, never the scheduler nor the other
+ *    workers' launches. A "task" call that fails (timeout, unreachable)
+ *    retries the attempt elsewhere (not counted against max_attempts) and
+ *    makes the worker suspect: nothing is placed on it (nor sent to it)
+ *    until its next heartbeat;
+ *  - cancellation: an attempt superseded while it may still run on a
+ *    worker (its worker declared dead, an input of it lost) or running when
+ *    its job ends is cancelled there with the worker's DoAction "cancel"
+ *    (body: the attempt's tag; the task ends with ECANCELED at its next
+ *    batch; its late answer is ignored like any superseded one);
+ *  - finished jobs: the newest keep_jobs finished jobs are kept for
+ *    job-status; older ones are freed (ENOENT);
  *  - every attempt is tracked; a failed attempt is retried (at most
  *    max_attempts failures per task, then the job fails naming the task and
  *    its last error); answers of superseded attempts are ignored (listed);
