@@ -1221,7 +1221,10 @@ static void release_round(fsh_sched_driver *d) {
   int64_t nw = 0;
   char **uris = fsh_calloc((size_t)(d->n ? d->n : 1), sizeof *uris);
   for (int64_t i = 0; uris && i < d->n; i++)
-    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && (uris[nw] = fsh_strdup(d->workers[i].uri)))
+    /* a suspect worker does not answer: the calls would hold up the
+     * scheduler for their deadline (its outputs stay until it stops) */
+    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && !d->workers[i].suspect_ms &&
+        (uris[nw] = fsh_strdup(d->workers[i].uri)))
       nw++;
   pthread_mutex_unlock(&d->mu);
   for (int i = 0; i < n; i++) {
