@@ -4,7 +4,8 @@
  * silent worker declared dead after the timeout (its heartbeat then
  * NOT_FOUND, its re-registration a restart with a new id), workers
  * re-registering with a restarted driver, malformed bodies refused with
- * INVALID_ARGUMENT. */
+ * INVALID_ARGUMENT, a heartbeat stopped with deregister_on_stop making its
+ * worker dead at once ("deregister"). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

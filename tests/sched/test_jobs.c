@@ -8,7 +8,11 @@
  * worker) and the result is unchanged; a task that always fails ends the
  * job after max_attempts with a message naming the task; answers of
  * superseded attempts are ignored and listed; bad plans, bodies and
- * envelopes are refused with messages saying what is wrong. */
+ * envelopes are refused with messages saying what is wrong; a worker that
+ * never answers (a listening socket nobody serves) stalls neither the
+ * scheduler nor the launches to the others; only the newest keep_jobs
+ * finished jobs stay in memory; an attempt superseded on a live worker is
+ * cancelled there (it ends with ECANCELED, its failure ignored). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <netinet/in.h>
