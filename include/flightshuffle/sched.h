@@ -15,6 +15,11 @@
  *    HeartbeatReply. NOT_FOUND when the driver does not know that id with
  *    that uri (e.g. the driver restarted) or has declared it dead: the
  *    worker must register again (it gets a new id).
+ *  - "deregister", body Heartbeat{worker_id, uri}: a worker shutting down
+ *    cleanly. It is dead at once (as if its heartbeat had timed out: its
+ *    running attempts are retried, the outputs it held are lost and
+ *    recomputed if needed); answers one HeartbeatReply. NOT_FOUND like
+ *    "heartbeat" for an id / uri the driver does not know alive.
  *  - "workers", empty body: answers one WorkerList -- every worker, alive or
  *    dead, by id, with its state and the age of its last heartbeat.
  * A body that does not decode, or misses a required field, is
@@ -76,6 +81,8 @@ typedef struct fsh_sched_driver_options {
   const char *auth_token;       /* required of every caller when set */
   int n_threads;                /* server pool; 0 = 4 */
   bool log;                     /* membership changes on stderr */
+  int32_t keep_jobs;            /* finished jobs kept for job-status (the
+                                   newest ones; older ones are freed); 0 = 64 */
 } fsh_sched_driver_options;
 
 typedef struct fsh_sched_driver fsh_sched_driver;
@@ -113,7 +120,21 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *  - a task is sent as the worker's DoAction "task" (shuffle.h) whose tag
  *    is a TaskRef; the worker pushes DoAction "task-done" (TaskDone) to the
  *    driver the moment it ends; attempts not heard of for a while are
- *    polled with "task-wait" (a fallback for lost notifications);
+ *    polled with "task-wait" (a fallback for lost notifications). The
+ *    calls are made by a small pool of launcher threads, at most one call
+ *    per worker at a time, so a worker that does not answer holds up one
+ *    launcher for the call's deadline, never the scheduler nor the other
+ *    workers' launches. A "task" call that fails (timeout, unreachable)
+ *    retries the attempt elsewhere (not counted against max_attempts) and
+ *    makes the worker suspect: nothing is placed on it (nor sent to it)
+ *    until its next heartbeat;
+ *  - cancellation: an attempt superseded while it may still run on a
+ *    worker (its worker declared dead, an input of it lost) or running when
+ *    its job ends is cancelled there with the worker's DoAction "cancel"
+ *    (body: the attempt's tag; the task ends with ECANCELED at its next
+ *    batch; its late answer is ignored like any superseded one);
+ *  - finished jobs: the newest keep_jobs finished jobs are kept for
+ *    job-status; older ones are freed (ENOENT);
  *  - every attempt is tracked; a failed attempt is retried (at most
  *    max_attempts failures per task, then the job fails naming the task and
  *    its last error); answers of superseded attempts are ignored (listed);
@@ -240,6 +261,10 @@ FSH_NODISCARD int fsh_sched_driver_job_status(fsh_sched_driver *d, uint64_t job_
  * see its status). */
 FSH_NODISCARD int fsh_sched_driver_wait_job(fsh_sched_driver *d, uint64_t job_id,
                                             int64_t timeout_ms, fsh_error *err);
+/* Jobs the driver holds in memory: the running ones plus at most
+ * keep_jobs finished (and settled) ones -- older finished jobs are freed
+ * (job-status then answers ENOENT for them). */
+int64_t fsh_sched_driver_jobs_held(fsh_sched_driver *d);
 /* Declares a worker dead now, as if its heartbeat had timed out (tests, and
  * a caller that knows). ENOENT if no alive worker has that uri. */
 FSH_NODISCARD int fsh_sched_driver_declare_dead(fsh_sched_driver *d, const char *uri,
@@ -287,6 +312,9 @@ typedef struct fsh_sched_heartbeat_options {
   int64_t retry_ms;       /* wait between attempts while the driver is
                              unreachable; 0 = 1000 */
   bool log;               /* registrations and driver trouble on stderr */
+  bool deregister_on_stop; /* fsh_sched_heartbeat_stop sends "deregister"
+                              (a clean shutdown: the driver drops the worker
+                              at once, its outputs lost, not at its timeout) */
 } fsh_sched_heartbeat_options;
 
 typedef struct fsh_sched_heartbeat fsh_sched_heartbeat;
@@ -299,8 +327,9 @@ FSH_NODISCARD int fsh_sched_heartbeat_start(const fsh_sched_heartbeat_options *o
 uint64_t fsh_sched_heartbeat_worker_id(fsh_sched_heartbeat *h);
 /* Registrations so far (the first one included). */
 int64_t fsh_sched_heartbeat_registrations(fsh_sched_heartbeat *h);
-/* Stops and joins the thread (an ongoing call ends within its deadline),
- * frees h. NULL accepted. */
+/* Stops and joins the thread (an ongoing call ends within its deadline;
+ * with deregister_on_stop, a registered worker then sends "deregister",
+ * within the same deadline), frees h. NULL accepted. */
 void fsh_sched_heartbeat_stop(fsh_sched_heartbeat *h);
 
 /* ---- shuffle metadata -------------------------------------------------

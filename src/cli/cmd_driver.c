@@ -22,12 +22,13 @@
 static int driver_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle driver --listen HOST:PORT [--heartbeat-timeout-ms N] "
-          "[--auth-token T] [--threads N] [--keepalive-ms N]\n"
+          "[--auth-token T] [--threads N] [--keepalive-ms N] [--keep-jobs N]\n"
           "  --heartbeat-timeout-ms: a worker not heard from for that long is dead "
           "(default 10000;\n"
           "                          workers beat every third of it)\n"
           "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
-          "                  dropped after about twice that; default 10000)\n");
+          "                  dropped after about twice that; default 10000)\n"
+          "  --keep-jobs: finished jobs kept for job-status (older ones are freed; default 64)\n");
   return 2;
 }
 
@@ -56,6 +57,11 @@ int cmd_driver(int argc, char **argv) {
       o.auth_token = v;
     } else if (strcmp(a, "--threads") == 0) {
       if ((o.n_threads = atoi(v)) <= 0) return cli_fail(2, "driver: --threads '%s'", v);
+    } else if (strcmp(a, "--keep-jobs") == 0) {
+      long long k = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || k < 1 || k > 1000000)
+        return cli_fail(2, "driver: --keep-jobs '%s': expected 1..1000000", v);
+      o.keep_jobs = (int32_t)k;
     } else if (strcmp(a, "--keepalive-ms") == 0) {
       long long t = strtoll(v, &end, 10);
       if (*v == '\0' || *end || t < 100 || t > 86400000LL)

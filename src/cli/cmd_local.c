@@ -8,7 +8,9 @@
  *   worker 1 grpc://127.0.0.1:Q pid N
  *   ...
  *   cluster ready: N workers
- * then runs until SIGINT/SIGTERM (exit 0) or --run-seconds S. Every worker
+ * then runs until SIGINT/SIGTERM (exit 0) or --run-seconds S. --auth-token T
+ * is required by the driver and every worker (and sent between them);
+ * --keepalive-ms N is the driver's Flight keepalive and the workers'. Every worker
  * is stopped on every way out (SIGTERM, SIGKILL after 10 s; they also get
  * SIGTERM if this process dies: PR_SET_PDEATHSIG), and their spill
  * directories go: DIR/w<i> under --spill-dir DIR, else a temp directory.
@@ -48,8 +50,12 @@ static int local_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle local --workers N [--spill-dir DIR] [--memory-limit BYTES]\n"
           "                          [--run-seconds S] [--heartbeat-timeout-ms N]\n"
+          "                          [--auth-token T] [--keepalive-ms N]\n"
           "  a driver and N worker processes on 127.0.0.1, until Ctrl-C (or S seconds);\n"
-          "  worker i spills into DIR/w<i> (default: a temp directory), removed at the end\n");
+          "  worker i spills into DIR/w<i> (default: a temp directory), removed at the end\n"
+          "  --auth-token: the driver and every worker require T of every caller (and\n"
+          "                send it to each other); pass it to `job` too\n"
+          "  --keepalive-ms: Flight keepalive of the driver's and the workers' connections\n");
   return 2;
 }
 
@@ -77,13 +83,19 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static bool interrupted(void *c) { return take_signal(c, 0); }
 
 /* Starts worker i (fork + exec of this executable; stdout a pipe). */
-static int start_worker(local_cluster *c, int i, int64_t memory_limit) {
-  char limit[32];
+static int start_worker(local_cluster *c, int i, int64_t memory_limit, const char *auth_token,
+                        long long keepalive_ms) {
+  char limit[32], keepalive[32];
   snprintf(c->spill[i], sizeof c->spill[i], "%s/w%d", c->base, i + 1);
   snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
-  const char *args[] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
-                        c->spill[i], "--memory-limit", limit, "--driver",
-                        fsh_sched_driver_uri(c->driver), NULL};
+  snprintf(keepalive, sizeof keepalive, "%lld", keepalive_ms);
+  const char *args[16] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
+                          c->spill[i], "--memory-limit", limit, "--driver",
+                          fsh_sched_driver_uri(c->driver)};
+  int n = 10;
+  if (auth_token) args[n++] = "--auth-token", args[n++] = auth_token;
+  if (keepalive_ms > 0) args[n++] = "--keepalive-ms", args[n++] = keepalive;
+  args[n] = NULL;
   sigset_t none;
   sigemptyset(&none);
   cli_child_options o = {.who = "local", .child_mask = &none, .timeout_s = 30,
@@ -158,7 +170,8 @@ static int wait_registered(local_cluster *c) {
 }
 
 int cmd_local(int argc, char **argv) {
-  long long n_workers = 0, run_seconds = -1, timeout_ms = 0;
+  long long n_workers = 0, run_seconds = -1, timeout_ms = 0, keepalive_ms = 0;
+  const char *auth_token = NULL;
   int64_t memory_limit = (int64_t)1 << 30;
   const char *spill_dir = NULL;
   for (int i = 1; i < argc; i++) {
@@ -185,6 +198,14 @@ int cmd_local(int argc, char **argv) {
       timeout_ms = strtoll(v, &end, 10);
       if (*v == '\0' || *end || timeout_ms < 1 || timeout_ms > 86400000LL)
         return cli_fail(2, "local: --heartbeat-timeout-ms '%s': expected 1..86400000", v);
+    } else if (strcmp(a, "--auth-token") == 0) {
+      if (!*v) return cli_fail(2, "local: --auth-token: empty");
+      auth_token = v;
+    } else if (strcmp(a, "--keepalive-ms") == 0) {
+      keepalive_ms = strtoll(v, &end, 10);
+      if (*v == '\0' || *end || keepalive_ms < 100 || keepalive_ms > 86400000LL)
+        return cli_fail(2, "local: --keepalive-ms '%s': expected 100..86400000", v);
+      fsh_flight_set_default_keepalive_ms(keepalive_ms); /* the driver's */
     } else if (strcmp(a, "--spill-dir") == 0) {
       spill_dir = v;
     } else if (strcmp(a, "--memory-limit") == 0) {
@@ -221,10 +242,10 @@ int cmd_local(int argc, char **argv) {
 
   fsh_error err;
   fsh_sched_driver_options dopts = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms,
-                                    .log = true};
+                                    .auth_token = auth_token, .log = true};
   int rc = fsh_sched_driver_start(&dopts, &c.driver, &err);
   if (rc != 0) rc = cli_fail(1, "local: driver: %s", err.message);
-  for (int i = 0; rc == 0 && i < n_workers; i++) rc = start_worker(&c, i, memory_limit);
+  for (int i = 0; rc == 0 && i < n_workers; i++) rc = start_worker(&c, i, memory_limit, auth_token, keepalive_ms);
   if (rc == 0) rc = wait_registered(&c);
   if (rc == 0) {
     printf("driver %s\n", fsh_sched_driver_uri(c.driver));

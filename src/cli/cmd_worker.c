@@ -10,7 +10,9 @@
  * With --driver URI the worker joins that driver's cluster: a heartbeat
  * thread (sched.h) registers and heartbeats; a driver that is down is
  * retried, never fatal; the tasks the driver sends ("task") report their
- * end to it at once ("task-done", fsh_sched_notify_task_done). */
+ * end to it at once ("task-done", fsh_sched_notify_task_done); on
+ * SIGINT/SIGTERM it deregisters from the driver ("deregister") before
+ * stopping, so the driver does not wait for its heartbeat timeout. */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -111,7 +113,8 @@ int cmd_worker(int argc, char **argv) {
   fsh_sched_heartbeat *hb = NULL;
   if (driver) {
     fsh_sched_heartbeat_options ho = {.driver_uri = driver, .worker_uri = fsh_shuffle_worker_uri(w),
-                                      .auth_token = o.auth_token, .log = true};
+                                      .auth_token = o.auth_token, .log = true,
+                                      .deregister_on_stop = true};
     if (fsh_sched_heartbeat_start(&ho, &hb, &err) != 0) {
       fsh_shuffle_worker_stop(w, 0);
       fsh_sched_notifier_free(notifier);

@@ -113,8 +113,14 @@ static int action_heartbeat(fsh_sched_driver *d, const fsh_flight_action *a,
     else if (d->workers[i].state == FSH_SCHED_WORKER_DEAD)
       rc = fsh_error_set(err, ENOENT, "driver %s: heartbeat: worker %" PRIu64 " (%s) was "
                          "declared dead: register again", d->uri, id, d->workers[i].uri);
-    else
+    else {
       d->workers[i].last_ms = fsh_sched_now_ms();
+      if (d->workers[i].suspect_ms) { /* it answers again: tasks may go to it */
+        d->workers[i].suspect_ms = 0;
+        d->kick = true;
+        pthread_cond_broadcast(&d->sched_cv);
+      }
+    }
     pthread_mutex_unlock(&d->mu);
   }
   flightshuffle__sched__heartbeat__free_unpacked(m, &fsh_sched_pb_allocator);
@@ -122,6 +128,43 @@ static int action_heartbeat(fsh_sched_driver *d, const fsh_flight_action *a,
   Flightshuffle__Sched__HeartbeatReply r = FLIGHTSHUFFLE__SCHED__HEARTBEAT_REPLY__INIT;
   r.heartbeat_interval_ms = interval_ms(d);
   return fsh_sched_push_message(out, &r.base, "driver: heartbeat", err);
+}
+
+/* "deregister": the worker is dead now (a clean shutdown). */
+static int action_deregister(fsh_sched_driver *d, const fsh_flight_action *a,
+                             fsh_flight_result_list *out, fsh_error *err) {
+  static const uint8_t empty[1];
+  Flightshuffle__Sched__Heartbeat *m = flightshuffle__sched__heartbeat__unpack(
+      &fsh_sched_pb_allocator, (size_t)a->body.size, a->body.data ? a->body.data : empty);
+  if (!m) return fsh_error_set(err, EINVAL, "driver %s: deregister: malformed Heartbeat body "
+                               "(%lld bytes)", d->uri, (long long)a->body.size);
+  int rc = 0;
+  uint64_t id = m->worker_id;
+  if (id == 0) {
+    rc = fsh_error_set(err, EINVAL, "driver %s: deregister: no worker id", d->uri);
+  } else {
+    pthread_mutex_lock(&d->mu);
+    int64_t i = find_id(d, id);
+    if (i < 0 || (m->uri && m->uri[0] && strcmp(m->uri, d->workers[i].uri) != 0) ||
+        d->workers[i].state != FSH_SCHED_WORKER_ALIVE) {
+      rc = fsh_error_set(err, ENOENT, "driver %s: deregister: no alive worker %" PRIu64 " (%s)",
+                         d->uri, id, m->uri ? m->uri : "");
+    } else {
+      driver_worker *w = &d->workers[i];
+      w->state = FSH_SCHED_WORKER_DEAD;
+      w->lost_handled = true;
+      if (d->log)
+        fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s deregistered (shutting "
+                "down)\n", w->id, w->uri);
+      fsh_sched_jobs_worker_lost(d, w->id, w->uri, "it deregistered (shutting down)");
+    }
+    pthread_mutex_unlock(&d->mu);
+  }
+  flightshuffle__sched__heartbeat__free_unpacked(m, &fsh_sched_pb_allocator);
+  if (rc) return rc;
+  Flightshuffle__Sched__HeartbeatReply r = FLIGHTSHUFFLE__SCHED__HEARTBEAT_REPLY__INIT;
+  r.heartbeat_interval_ms = interval_ms(d);
+  return fsh_sched_push_message(out, &r.base, "driver: deregister", err);
 }
 
 int fsh_sched_driver_workers(fsh_sched_driver *d, fsh_sched_worker_list *out, fsh_error *err) {
@@ -185,13 +228,14 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   fsh_sched_driver *d = ctx;
   if (strcmp(a->type, "register") == 0) return action_register(d, a, out, err);
   if (strcmp(a->type, "heartbeat") == 0) return action_heartbeat(d, a, out, err);
+  if (strcmp(a->type, "deregister") == 0) return action_deregister(d, a, out, err);
   if (strcmp(a->type, "workers") == 0) return action_workers(d, out, err);
   if (strcmp(a->type, "submit") == 0) return fsh_sched_action_submit(d, a, out, err);
   if (strcmp(a->type, "task-done") == 0) return fsh_sched_action_task_done(d, a, out, err);
   if (strcmp(a->type, "job-status") == 0) return fsh_sched_action_job_status(d, a, out, err);
   if (strcmp(a->type, "map-outputs") == 0) return fsh_sched_action_map_outputs(d, a, out, err);
   return fsh_error_set(err, ENOTSUP, "driver %s: unknown action '%s' (known: register, "
-                       "heartbeat, workers, submit, task-done, job-status, map-outputs)", d->uri, a->type);
+                       "heartbeat, deregister, workers, submit, task-done, job-status, map-outputs)", d->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -202,6 +246,8 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
       fsh_flight_action_type_list_push(out, "heartbeat",
                                        "a worker is alive (body: Heartbeat; NOT_FOUND: register "
                                        "again)") ||
+      fsh_flight_action_type_list_push(out, "deregister",
+                                       "a worker shuts down (body: Heartbeat; it is dead at once)") ||
       fsh_flight_action_type_list_push(out, "workers", "the membership (answers WorkerList)") ||
       fsh_flight_action_type_list_push(out, "submit", "run a job (body: JobPlan; answers "
                                        "SubmitReply)") ||
@@ -274,6 +320,7 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
   fsh_sched_driver *d = fsh_calloc(1, sizeof *d);
   if (!d) return fsh_error_set(err, ENOMEM, "driver: out of memory");
   d->timeout_ms = opts->heartbeat_timeout_ms ? opts->heartbeat_timeout_ms : 10000;
+  d->keep_jobs = opts->keep_jobs > 0 ? opts->keep_jobs : 64;
   d->log = opts->log;
   d->next_id = 1;
   d->next_job_id = 1;

@@ -13,6 +13,7 @@ struct fsh_sched_heartbeat {
   char *driver_uri, *worker_uri, *auth_token; /* owned */
   int64_t retry_ms;
   bool log;
+  bool deregister; /* "deregister" when stopped */
   pthread_t thread;
   pthread_mutex_t mu; /* guards stop, id, registrations */
   pthread_cond_t cv;
@@ -141,6 +142,19 @@ static void *heartbeat_main(void *arg) {
     if (wait > 0) fsh_sched_wait_ms(&h->cv, &h->mu, &h->stop, wait);
   }
   pthread_mutex_unlock(&h->mu);
+  if (h->deregister && c && id) {
+    /* a clean shutdown: the driver drops us now, not at our heartbeat
+     * timeout (its call has the client's deadline) */
+    Flightshuffle__Sched__Heartbeat m = FLIGHTSHUFFLE__SCHED__HEARTBEAT__INIT;
+    m.worker_id = id;
+    m.uri = h->worker_uri;
+    fsh_flight_result_list res = {0};
+    int rc = call(c, "deregister", &m.base, &res, &err);
+    fsh_flight_result_list_reset(&res);
+    if (h->log)
+      fprintf(stderr, "flightshuffle: worker %s: deregistering from driver %s: %s\n",
+              h->worker_uri, h->driver_uri, rc ? err.message : "done");
+  }
   fsh_flight_client_close(c);
   return NULL;
 }
@@ -169,6 +183,7 @@ int fsh_sched_heartbeat_start(const fsh_sched_heartbeat_options *opts,
   h->auth_token = opts->auth_token ? fsh_strdup(opts->auth_token) : NULL;
   h->retry_ms = opts->retry_ms > 0 ? opts->retry_ms : 1000;
   h->log = opts->log;
+  h->deregister = opts->deregister_on_stop;
   if (!h->driver_uri || !h->worker_uri || (opts->auth_token && !h->auth_token)) {
     heartbeat_free(h);
     return fsh_error_set(err, ENOMEM, "heartbeat: out of memory");

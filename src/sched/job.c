@@ -169,6 +169,9 @@ void fsh_sched_jobs_free(fsh_sched_driver *d) {
     fsh_free(c);
   }
   d->clients = NULL;
+  fsh_free(d->cancels);
+  d->cancels = NULL;
+  d->n_cancels = d->cap_cancels = 0;
 }
 
 static sched_job *find_job(fsh_sched_driver *d, uint64_t id) {
@@ -181,6 +184,34 @@ static driver_worker *find_worker(fsh_sched_driver *d, uint64_t id) {
   for (int64_t i = 0; i < d->n; i++)
     if (d->workers[i].id == id) return &d->workers[i];
   return NULL;
+}
+
+/* Attempt `attempt` of task t of stage st is superseded (or its job is
+ * over) while it may still run on worker wid: it is to be cancelled there
+ * ("cancel", sent by a launcher) unless the worker is suspect (a call to
+ * it would only wait out its deadline). A "task" call still being sent to
+ * that worker goes first (the launchers keep one call per worker at a
+ * time, in order), so the cancel finds the task. Best effort: nothing is queued if
+ * out of memory; a late answer is ignored anyway. mu held. */
+static void cancel_attempt(fsh_sched_driver *d, const sched_job *j, const jstage *st, int32_t t,
+                           int32_t attempt, uint64_t wid) {
+  driver_worker *w = find_worker(d, wid);
+  if (!w || w->suspect_ms) return;
+  if (d->n_cancels == d->cap_cancels) {
+    int32_t cap = d->cap_cancels ? d->cap_cancels * 2 : 16;
+    sched_cancel *c = fsh_realloc(d->cancels, (size_t)cap * sizeof *c);
+    if (!c) return;
+    d->cancels = c;
+    d->cap_cancels = cap;
+  }
+  sched_cancel *c = &d->cancels[d->n_cancels++];
+  snprintf(c->uri, sizeof c->uri, "%s", w->uri);
+  c->job_id = j->id;
+  c->stage_id = st->id;
+  c->task = t;
+  c->attempt = attempt;
+  d->kick = true;
+  pthread_cond_broadcast(&d->sched_cv);
 }
 
 /* Whether the tasks of st take the reduce slots (incremental reduces). */
@@ -220,6 +251,7 @@ static void job_end(fsh_sched_driver *d, sched_job *j, fsh_sched_job_state state
       jtask *k = &j->stages[s].tasks[t];
       if (k->state != T_RUNNING) continue;
       worker_release(d, k->worker_id, reduce_slot(j, &j->stages[s]));
+      cancel_attempt(d, j, &j->stages[s], t, k->attempt, k->worker_id);
       k->state = T_PENDING;
     }
   if (d->log)
@@ -515,6 +547,9 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
         if (k->state == T_RUNNING) {
           event_push(&j->retried, st->id, t, k->attempt, "worker %s lost (%s) while running it",
                      uri, why);
+          /* declared dead, it may still be alive (a fetch from it failed,
+           * or it was late): stop the attempt there */
+          cancel_attempt(d, j, st, t, k->attempt, wid);
           k->state = T_PENDING;
           k->wtask = 0;
         } else if (k->state == T_DONE && producer(st) && !st->released) {
@@ -551,6 +586,7 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
           if (k->state != T_RUNNING || !hit[p]) continue;
           event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) was on "
                      "worker %s, lost (%s)", st->id, uri, why);
+          cancel_attempt(d, j, cs, p, k->attempt, k->worker_id);
           worker_release(d, k->worker_id, reduce_slot(j, cs));
           k->state = T_PENDING;
           k->wtask = 0;
@@ -731,13 +767,13 @@ int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
 /* ---- the scheduler thread ---------------------------------------------- */
 
 typedef struct launch {
-  sched_job *job; /* stays linked while the driver runs */
-  uint64_t job_id;
+  uint64_t job_id; /* looked up again when the answer comes (it may be gone) */
   int stage;
   int32_t task, attempt;
   char uri[320];
-  fsh_buffer *body; /* the "task" envelope */
+  fsh_buffer *body; /* the "task" envelope, or the "cancel" tag */
   bool poll;        /* a task-wait of wtask instead */
+  bool cancel;      /* a "cancel" of the attempt instead */
   uint64_t wtask;
 } launch;
 
@@ -870,7 +906,7 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
   for (int64_t i = 0; i < d->n; i++) {
     driver_worker *w = &d->workers[i];
     int busy = reduce_slot(j, st) ? w->running_reduce : w->running;
-    if (w->state != FSH_SCHED_WORKER_ALIVE || busy >= j->slots) continue;
+    if (w->state != FSH_SCHED_WORKER_ALIVE || w->suspect_ms || busy >= j->slots) continue;
     if (best_uri && strcmp(w->uri, best_uri) == 0) return w;
     if (!best || busy < best_busy) {
       best = w;
@@ -921,6 +957,25 @@ static void bring_back(fsh_sched_driver *d, sched_job *j, int in, const jstage *
 /* Plans the launches and polls of this round; mu held. */
 static void plan_round(fsh_sched_driver *d, launch_list *l) {
   int64_t now = fsh_sched_now_ms();
+  for (int32_t i = 0; i < d->n_cancels; i++) {
+    const sched_cancel *c = &d->cancels[i];
+    Flightshuffle__Sched__TaskRef ref = FLIGHTSHUFFLE__SCHED__TASK_REF__INIT;
+    ref.job_id = c->job_id;
+    ref.stage_id = c->stage_id;
+    ref.task = c->task;
+    ref.attempt = c->attempt;
+    fsh_buffer *b = fsh_buffer_new((int64_t)protobuf_c_message_get_packed_size(&ref.base), false);
+    launch *x = b ? launch_push(l) : NULL;
+    if (!x) {
+      fsh_buffer_unref(b);
+      continue; /* best effort */
+    }
+    protobuf_c_message_pack(&ref.base, b->data);
+    *x = (launch){.job_id = c->job_id, .task = c->task, .attempt = c->attempt, .cancel = true,
+                  .body = b};
+    snprintf(x->uri, sizeof x->uri, "%s", c->uri);
+  }
+  d->n_cancels = 0;
   for (sched_job *j = d->jobs; j; j = j->next) {
     if (j->state != FSH_SCHED_JOB_RUNNING) continue;
     for (int s = 0; s < j->n_stages; s++) {
@@ -936,7 +991,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           launch *x = w ? launch_push(l) : NULL;
           if (!x) continue;
           k->poll_ms = now;
-          *x = (launch){.job = j, .job_id = j->id, .stage = s, .task = t, .attempt = k->attempt,
+          *x = (launch){.job_id = j->id, .stage = s, .task = t, .attempt = k->attempt,
                         .poll = true, .wtask = k->wtask};
           snprintf(x->uri, sizeof x->uri, "%s", w->uri);
           continue;
@@ -996,7 +1051,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           fsh_free(k->lost);
           k->lost = NULL;
         }
-        *x = (launch){.job = j, .job_id = j->id, .stage = s, .task = t, .attempt = attempt,
+        *x = (launch){.job_id = j->id, .stage = s, .task = t, .attempt = attempt,
                       .body = env};
         snprintf(x->uri, sizeof x->uri, "%s", w->uri);
       }
@@ -1005,26 +1060,34 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
   }
 }
 
-/* The scheduler thread's client of a worker (opened on first use). */
+/* The driver's client of a worker (opened on first use; shared by the
+ * scheduler and the launcher threads: the list is guarded by mu, which the
+ * caller must NOT hold; a client is thread-safe and lives until the driver
+ * stops). */
 static fsh_flight_client *client_of(fsh_sched_driver *d, const char *uri, fsh_error *err) {
-  for (sched_client *c = d->clients; c; c = c->next)
-    if (strcmp(c->uri, uri) == 0) return c->client;
-  sched_client *c = fsh_calloc(1, sizeof *c);
-  if (!c || !(c->uri = fsh_strdup(uri))) {
+  pthread_mutex_lock(&d->mu);
+  fsh_flight_client *found = NULL;
+  for (sched_client *c = d->clients; c && !found; c = c->next)
+    if (strcmp(c->uri, uri) == 0) found = c->client;
+  sched_client *c = found ? NULL : fsh_calloc(1, sizeof *c);
+  if (!found && (!c || !(c->uri = fsh_strdup(uri)))) {
     fsh_free(c);
     fsh_error_set(err, ENOMEM, "out of memory");
-    return NULL;
+    c = NULL;
+  } else if (!found) {
+    fsh_flight_client_options o = {.uri = uri, .auth_token = d->auth_token,
+                                   .timeout_ms = TASK_CALL_TIMEOUT_MS};
+    if (fsh_flight_client_open(&o, &c->client, err) != 0) {
+      fsh_free(c->uri);
+      fsh_free(c);
+    } else {
+      c->next = d->clients;
+      d->clients = c;
+      found = c->client;
+    }
   }
-  fsh_flight_client_options o = {.uri = uri, .auth_token = d->auth_token,
-                                 .timeout_ms = TASK_CALL_TIMEOUT_MS};
-  if (fsh_flight_client_open(&o, &c->client, err) != 0) {
-    fsh_free(c->uri);
-    fsh_free(c);
-    return NULL;
-  }
-  c->next = d->clients;
-  d->clients = c;
-  return c->client;
+  pthread_mutex_unlock(&d->mu);
+  return found;
 }
 
 static bool transport_error(int rc) {
@@ -1038,6 +1101,28 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
   fsh_flight_client *c = client_of(d, x->uri, &err);
   fsh_flight_result_list res = {0};
   int rc = c ? 0 : EIO;
+  if (x->cancel) { /* best effort: the attempt's late answer is ignored anyway */
+    if (rc == 0) {
+      fsh_flight_action a = {.type = (char *)"cancel", .body = {x->body->data, x->body->size}};
+      rc = fsh_flight_do_action(c, &a, &res, &err);
+    }
+    if (d->log)
+      fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " task %d attempt %d: cancel on %s: "
+              "%s\n", x->job_id, x->task, x->attempt, x->uri, rc ? err.message : "sent");
+    fsh_flight_result_list_reset(&res);
+    return;
+  }
+  if (rc == 0 && !x->poll) {
+    /* planned before its worker became suspect: not sent (another call
+     * would wait out its timeout too), retried elsewhere */
+    pthread_mutex_lock(&d->mu);
+    for (int64_t i = 0; i < d->n; i++)
+      if (d->workers[i].suspect_ms && strcmp(d->workers[i].uri, x->uri) == 0)
+        rc = fsh_error_set(&err, EAGAIN, "worker %s is suspect (a call to it failed %" PRId64
+                           " ms ago): not sent", x->uri,
+                           fsh_sched_now_ms() - d->workers[i].suspect_ms);
+    pthread_mutex_unlock(&d->mu);
+  }
   uint8_t id8[8];
   if (rc == 0 && x->poll) {
     for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
@@ -1068,20 +1153,25 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
       for (int i = 0; i < 8; i++) id |= (uint64_t)res.items[0].data[i] << (8 * i);
       k->wtask = id;
     } else if (current && transport_error(rc)) {
-      /* the worker is unreachable: it is lost (a live one registers again) */
+      /* the worker does not answer (hung, stopped, gone): the attempt
+       * failed -- retried elsewhere, not counted against the task -- and
+       * the worker is suspect: nothing more is placed on it until it
+       * heartbeats again (a dead one is then declared dead by its
+       * heartbeat timeout, or by a fetch from it failing) */
       event_push(&j->retried, j->stages[x->stage].id, x->task, x->attempt,
                  "sending it to %s failed: %s", x->uri, err.message);
-      driver_worker *w = find_worker(d, k->worker_id);
       k->state = T_PENDING;
+      k->wtask = 0;
       worker_release(d, k->worker_id, reduce_slot(j, &j->stages[x->stage]));
-      if (w && w->state == FSH_SCHED_WORKER_ALIVE) {
-        w->state = FSH_SCHED_WORKER_DEAD;
-        w->lost_handled = true;
+      driver_worker *w = find_worker(d, k->worker_id);
+      if (w && w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms) {
+        w->suspect_ms = fsh_sched_now_ms();
         if (d->log)
-          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (%s)\n",
-                  w->id, w->uri, err.message);
-        fsh_sched_jobs_worker_lost(d, w->id, w->uri, "unreachable");
+          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no "
+                  "tasks placed on it until it heartbeats again\n", w->id, w->uri, err.message);
       }
+      d->kick = true;
+      pthread_cond_broadcast(&d->sched_cv);
     } else if (current) {
       attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
     }
@@ -1131,7 +1221,10 @@ static void release_round(fsh_sched_driver *d) {
   int64_t nw = 0;
   char **uris = fsh_calloc((size_t)(d->n ? d->n : 1), sizeof *uris);
   for (int64_t i = 0; uris && i < d->n; i++)
-    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && (uris[nw] = fsh_strdup(d->workers[i].uri)))
+    /* a suspect worker does not answer: the calls would hold up the
+     * scheduler for their deadline (its outputs stay until it stops) */
+    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && !d->workers[i].suspect_ms &&
+        (uris[nw] = fsh_strdup(d->workers[i].uri)))
       nw++;
   pthread_mutex_unlock(&d->mu);
   for (int i = 0; i < n; i++) {
@@ -1172,9 +1265,91 @@ static bool job_settled(const sched_job *j) {
   return true;
 }
 
+/* The launchers: a small pool of threads that send the planned "task" and
+ * "task-wait" calls, so that a worker that does not answer (hung, stopped:
+ * a call then takes up to TASK_CALL_TIMEOUT_MS) holds up one launcher, never
+ * the scheduler nor the launches to other workers. At most one call per
+ * worker URI is in flight (in planning order), so a silent worker holds at
+ * most one launcher. The queue and the busy set are guarded by d->mu. */
+#define N_LAUNCHERS 4
+
+typedef struct launch_pool {
+  fsh_sched_driver *d;
+  pthread_cond_t cv; /* the queue or the busy set changed, or stop */
+  launch_list q;     /* planned, not yet taken */
+  char busy[N_LAUNCHERS][320]; /* URIs with a call in flight ("" free) */
+  pthread_t threads[N_LAUNCHERS];
+  int n_threads;
+  bool stop;
+} launch_pool;
+
+static bool uri_busy(const launch_pool *p, const char *uri) {
+  for (int i = 0; i < N_LAUNCHERS; i++)
+    if (p->busy[i][0] && strcmp(p->busy[i], uri) == 0) return true;
+  return false;
+}
+
+static void *launcher_main(void *arg) {
+  launch_pool *p = arg;
+  fsh_sched_driver *d = p->d;
+  pthread_mutex_lock(&d->mu);
+  while (!p->stop) {
+    int32_t i = 0;
+    while (i < p->q.n && uri_busy(p, p->q.items[i].uri)) i++;
+    int slot = 0;
+    while (slot < N_LAUNCHERS && p->busy[slot][0]) slot++;
+    if (i == p->q.n || slot == N_LAUNCHERS) {
+      pthread_cond_wait(&p->cv, &d->mu);
+      continue;
+    }
+    launch x = p->q.items[i];
+    memmove(&p->q.items[i], &p->q.items[i + 1], (size_t)(p->q.n - i - 1) * sizeof x);
+    p->q.n--;
+    snprintf(p->busy[slot], sizeof p->busy[slot], "%s", x.uri);
+    pthread_mutex_unlock(&d->mu);
+    run_launch(d, &x);
+    fsh_buffer_unref(x.body);
+    pthread_mutex_lock(&d->mu);
+    p->busy[slot][0] = '\0';
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* Frees the oldest finished and settled jobs beyond the newest keep_jobs
+ * (the list is in submission order). A launch or answer naming a freed job
+ * finds no job and is dropped. mu held. */
+static void prune_jobs(fsh_sched_driver *d) {
+  int64_t settled = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) settled += job_settled(j);
+  for (sched_job **at = &d->jobs; *at && settled > d->keep_jobs;) {
+    sched_job *j = *at;
+    if (!job_settled(j)) {
+      at = &j->next;
+      continue;
+    }
+    *at = j->next;
+    job_free(j);
+    settled--;
+  }
+}
+
+int64_t fsh_sched_driver_jobs_held(fsh_sched_driver *d) {
+  pthread_mutex_lock(&d->mu);
+  int64_t n = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) n++;
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
 void *fsh_sched_scheduler_main(void *arg) {
   fsh_sched_driver *d = arg;
   launch_list l = {0};
+  launch_pool pool = {.d = d};
+  bool pool_ok = fsh_sched_cond_init(&pool.cv) == 0;
+  for (int i = 0; pool_ok && i < N_LAUNCHERS; i++)
+    if (pthread_create(&pool.threads[i], NULL, launcher_main, &pool) == 0) pool.n_threads++;
   pthread_mutex_lock(&d->mu);
   while (!d->stop) {
     d->kick = false;
@@ -1182,6 +1357,7 @@ void *fsh_sched_scheduler_main(void *arg) {
     plan_round(d, &l);
     if (l.n == 0) {
       release_round(d);
+      prune_jobs(d);
       if (!d->kick && !d->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1193,14 +1369,36 @@ void *fsh_sched_scheduler_main(void *arg) {
       }
       continue;
     }
-    pthread_mutex_unlock(&d->mu);
+    if (pool.n_threads == 0) { /* no launcher could start: send them here */
+      pthread_mutex_unlock(&d->mu);
+      for (int32_t i = 0; i < l.n; i++) {
+        run_launch(d, &l.items[i]);
+        fsh_buffer_unref(l.items[i].body);
+      }
+      pthread_mutex_lock(&d->mu);
+      continue;
+    }
     for (int32_t i = 0; i < l.n; i++) {
+      launch *x = launch_push(&pool.q);
+      if (x) {
+        *x = l.items[i];
+        continue;
+      }
+      /* out of memory: send it from here */
+      pthread_mutex_unlock(&d->mu);
       run_launch(d, &l.items[i]);
       fsh_buffer_unref(l.items[i].body);
+      pthread_mutex_lock(&d->mu);
     }
-    pthread_mutex_lock(&d->mu);
+    pthread_cond_broadcast(&pool.cv);
   }
+  pool.stop = true;
+  if (pool_ok) pthread_cond_broadcast(&pool.cv);
   pthread_mutex_unlock(&d->mu);
+  for (int i = 0; i < pool.n_threads; i++) pthread_join(pool.threads[i], NULL);
+  for (int32_t i = 0; i < pool.q.n; i++) fsh_buffer_unref(pool.q.items[i].body);
+  fsh_free(pool.q.items);
+  if (pool_ok) pthread_cond_destroy(&pool.cv);
   fsh_free(l.items);
   return NULL;
 }

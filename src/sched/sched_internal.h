@@ -36,14 +36,26 @@ typedef struct driver_worker {
   int running;     /* task attempts placed on it and not ended (map slots) */
   int running_reduce; /* incremental reduces: slots of their own */
   bool lost_handled; /* dead, and the jobs were told */
+  int64_t suspect_ms; /* != 0: a task could not be sent to it (at that time);
+                         no placements until its next heartbeat */
 } driver_worker;
 
 typedef struct sched_job sched_job;
 typedef struct sched_client sched_client;
 
+/* An attempt to stop on a worker (DoAction "cancel"): superseded, or its
+ * job ended. */
+typedef struct sched_cancel {
+  char uri[320];
+  uint64_t job_id;
+  uint32_t stage_id;
+  int32_t task, attempt;
+} sched_cancel;
+
 struct fsh_sched_driver {
   fsh_flight_server *server;
   int64_t timeout_ms;
+  int32_t keep_jobs; /* finished jobs kept (the newest) */
   bool log;
   char uri[320];
   char *auth_token; /* owned; sent to workers */
@@ -61,7 +73,9 @@ struct fsh_sched_driver {
   uint64_t next_job_id;
   sched_job *jobs;
   bool kick; /* the scheduler has something to do */
-  sched_client *clients; /* the scheduler thread's own (no lock) */
+  sched_client *clients; /* the scheduler's and launchers' (list under mu) */
+  sched_cancel *cancels; /* to send (the scheduler takes them) */
+  int32_t n_cancels, cap_cancels;
 };
 
 /* job.c: the scheduler thread; the job actions (called on pool threads,

@@ -16,6 +16,7 @@
 #include <flightshuffle/workloads.h>
 
 #include "shuffle/shuffle_internal.h"
+#include "shuffle/worker_internal.h" /* fsh_worker_task_cancelled */
 
 #define MAP_TASK_MAGIC "FSMT"
 #define MAP_TASK_BYTES 64
@@ -156,6 +157,11 @@ int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task
     int64_t index = (t->first_row + done) / t->batch_rows;
     int64_t n = t->rows - done < t->batch_rows ? t->rows - done : t->batch_rows;
     fsh_batch *full = NULL, *batch = NULL;
+    if (fsh_worker_task_cancelled()) { /* superseded: the worker was asked to stop it */
+      rc = fsh_error_set(err, ECANCELED, "map %" PRId64 " attempt %d cancelled after %" PRId64
+                         " of %" PRId64 " rows", t->map_id, t->attempt, done, t->rows);
+      break;
+    }
     rc = fsh_synthetic_batch(schema, &so, index, t->batch_rows, &full, err);
     if (rc == 0 && !(batch = n < t->batch_rows ? fsh_batch_slice(full, 0, n)
                                                : fsh_batch_ref(full)))
@@ -206,6 +212,9 @@ typedef struct rm_ctx {
 
 static int rm_batch(void *p, fsh_batch *b, fsh_error *err) {
   rm_ctx *c = p;
+  if (fsh_worker_task_cancelled())
+    return fsh_error_set(err, ECANCELED, "reduce-then-map %" PRId64 " attempt %d cancelled",
+                         c->t->map_id, c->t->attempt);
   if (b->length > c->cap) {
     int64_t cap = b->length > 2 * c->cap ? b->length : 2 * c->cap;
     uint64_t *h = fsh_malloc(sizeof *h * (size_t)cap);

@@ -11,6 +11,7 @@
 #include <flightshuffle/workloads.h>
 
 #include "shuffle/shuffle_internal.h"
+#include "shuffle/worker_internal.h" /* fsh_worker_task_cancelled */
 
 #define REDUCE_TASK_MAGIC "FSRT"
 #define REDUCE_TASK_HEADER_BYTES 40
@@ -94,6 +95,10 @@ int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
   if (rc != 0) goto done;
   for (;;) {
     fsh_batch *x = NULL;
+    if (fsh_worker_task_cancelled()) { /* superseded: the worker was asked to stop it */
+      rc = fsh_error_set(err, ECANCELED, "reduce of partition %d cancelled", t->partition);
+      break;
+    }
     if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
     if (x->n_columns != 3)
       rc = fsh_error_set(err, EINVAL, "a batch of %" PRId64 " columns (the synthetic schema "

@@ -224,6 +224,11 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
   clock_gettime(CLOCK_MONOTONIC, &ts);
   t0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   while (rc == 0 && !complete) {
+    if (fsh_worker_task_cancelled()) {
+      rc = fsh_error_set(err, ECANCELED, "worker %s: reduce of partition %d cancelled", w->uri,
+                         j->reduce.partition);
+      break;
+    }
     fsh_reduce_task more = {0};
     rc = w->on_more_sources(w->on_more_sources_ctx, j->tag, j->tag_size, &version, &more,
                             &complete, err);
@@ -415,6 +420,25 @@ static int action_task_wait(fsh_shuffle_worker *w, const fsh_flight_action *a,
   return rc;
 }
 
+/* "cancel", body: the tag of a "task" (the scheduler's TaskRef): asks the
+ * running tasks with that tag to stop (they end with ECANCELED at their
+ * next batch and report it like any failure). Answers one result, the
+ * number of tasks asked, in decimal ("0": none runs with that tag -- not
+ * an error: it may have just ended). */
+static int action_cancel(fsh_shuffle_worker *w, const fsh_flight_action *a,
+                         fsh_flight_result_list *out, fsh_error *err) {
+  if (a->body.size < 1 || a->body.size > TASK_MAX_TAG)
+    return fsh_error_set(err, EINVAL, "worker %s: cancel: the body must be a task's tag (1 .. %d "
+                         "bytes), not %lld bytes", w->uri, TASK_MAX_TAG, (long long)a->body.size);
+  int64_t n = 0;
+  fsh_worker_tasks_cancel(w->tasks, a->body.data, a->body.size, &n);
+  char msg[24];
+  int len = snprintf(msg, sizeof msg, "%" PRId64, n);
+  if (fsh_flight_result_list_push(out, msg, len) != 0)
+    return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  return 0;
+}
+
 static int action_stats(fsh_shuffle_worker *w, fsh_flight_result_list *out, fsh_error *err) {
   fsh_shuffle_store_stats st;
   fsh_shuffle_store_get_stats(w->store, &st);
@@ -438,8 +462,10 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "task") == 0) return action_task(w, a, out, err);
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
+  if (strcmp(a->type, "cancel") == 0) return action_cancel(w, a, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
-                       "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats)", w->uri, a->type);
+                       "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats, "
+                       "cancel)", w->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -458,6 +484,8 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
                                        "a tagged map-synthetic / reduce-verify task (shuffle.h)") ||
       fsh_flight_action_type_list_push(out, "task-wait",
                                        "whether a task is done (body: its id), and its answer") ||
+      fsh_flight_action_type_list_push(out, "cancel",
+                                       "stop the running tasks with that tag (body: the tag)") ||
       fsh_flight_action_type_list_push(out, "stats", "the store's figures, one line of text"))
     return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   return 0;

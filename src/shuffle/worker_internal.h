@@ -40,6 +40,14 @@ FSH_NODISCARD int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_
                                                 const uint8_t *tag, int64_t tag_size,
                                                 fsh_worker_task_done_fn done_fn, void *done_ctx,
                                                 uint64_t *id, fsh_error *err);
+/* Asks the running tasks whose tag is tag[0, tag_size) to stop: their
+ * cancel flag is set; the task body sees it (fsh_worker_task_cancelled)
+ * between batches and ends with ECANCELED. *n: how many were asked. */
+void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t tag_size,
+                             int64_t *n);
+/* On a task's thread: whether its task was asked to stop (false on any
+ * other thread, e.g. a task run outside a worker). */
+bool fsh_worker_task_cancelled(void);
 /* Never blocks. Running: *done false, 0. Finished: *done true and the
  * task's answer (moved) or its error; the task is then forgotten. ENOENT
  * for an id it does not know. */

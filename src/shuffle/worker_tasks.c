@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct worker_task {
@@ -30,6 +31,7 @@ typedef struct worker_task {
   fsh_worker_task_done_fn done_fn;
   void *done_ctx;
   bool delivered; /* done_fn took the outcome: nobody polls it */
+  atomic_bool cancelled; /* fsh_worker_tasks_cancel asked it to stop */
   struct worker_task *next;
   struct fsh_worker_tasks *owner;
 } worker_task;
@@ -68,10 +70,31 @@ void fsh_worker_tasks_free(fsh_worker_tasks *t) {
   fsh_free(t);
 }
 
+/* The task this thread runs (task threads only). */
+static _Thread_local worker_task *current_task;
+
+bool fsh_worker_task_cancelled(void) {
+  return current_task && atomic_load(&current_task->cancelled);
+}
+
+void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t tag_size,
+                             int64_t *n) {
+  *n = 0;
+  if (tag_size <= 0) return;
+  pthread_mutex_lock(&t->mu);
+  for (worker_task *k = t->head; k; k = k->next)
+    if (!k->done && k->tag_size == tag_size && memcmp(k->tag, tag, (size_t)tag_size) == 0) {
+      atomic_store(&k->cancelled, true);
+      (*n)++;
+    }
+  pthread_mutex_unlock(&t->mu);
+}
+
 static void *task_main(void *p) {
   worker_task *k = p;
   fsh_error err = {{0}};
   fsh_buffer *answer = NULL;
+  current_task = k;
   int rc = k->fn(k->arg, &answer, &err);
   bool delivered = false;
   if (k->done_fn)

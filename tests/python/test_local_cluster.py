@@ -4,7 +4,11 @@ its workers alive and leaves no process nor spill file behind, whether it
 ends after --run-seconds or on SIGINT; `flightshuffle driver` with
 `flightshuffle worker --driver` processes marks a worker killed with
 SIGKILL dead within the heartbeat timeout, and refuses malformed bodies
-with INVALID_ARGUMENT. The driver's "workers" action is read with
+with INVALID_ARGUMENT. `local --auth-token T --keepalive-ms N`: the driver
+and every worker refuse callers without T, a job sent with T runs, the
+workers got --keepalive-ms; a worker stopped with SIGTERM deregisters: the
+driver lists it dead at once, not after its heartbeat timeout. The driver's
+"workers" action is read with
 pyarrow.flight; its WorkerList (proto/Sched.proto) is decoded by hand.
 
 The CLI is <dir of FSH_LIB>/flightshuffle (FSH_CLI overrides)."""
@@ -73,9 +77,11 @@ def decode_worker_list(buf):
     return out
 
 
-def workers(driver_uri):
+def workers(driver_uri, token=None):
+    opts = flight.FlightCallOptions(
+        headers=[(b"authorization", f"Bearer {token}".encode())] if token else [])
     with flight.connect(driver_uri) as client:
-        res = list(client.do_action(flight.Action("workers", b"")))
+        res = list(client.do_action(flight.Action("workers", b""), opts))
     assert len(res) == 1
     return decode_worker_list(res[0].body.to_pybytes())
 
@@ -255,3 +261,59 @@ def test_bad_arguments_exit_2(args, needle):
     p = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
     assert needle in p.stderr
+
+
+TOKEN = "s3cret-token"
+
+
+def test_local_auth_token_and_keepalive(tmp_path):
+    proc, spill, driver, ws = start_local(tmp_path, "--auth-token", TOKEN, "--keepalive-ms", 700,
+                                          "--heartbeat-timeout-ms", 60000)
+    try:
+        # every process requires the token
+        for uri in [driver] + [u for u, _ in ws]:
+            with pytest.raises(flight.FlightUnauthenticatedError):
+                workers(uri)
+        assert [w["state"] for w in workers(driver, TOKEN)] == [ALIVE] * 3
+        # the workers were given the keepalive (and the token)
+        for _, pid in ws:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert cmd[cmd.index(b"--keepalive-ms") + 1] == b"700", cmd
+            assert cmd[cmd.index(b"--auth-token") + 1] == TOKEN.encode(), cmd
+        job = [str(CLI), "job", "shuffle", "--driver", driver, "--maps", "4", "--reduces", "3",
+               "--rows", "20000", "--batch-rows", "1000", "--timeout-s", "60"]
+        r = subprocess.run(job, capture_output=True, text=True, timeout=90)
+        assert r.returncode != 0 and "Bearer" in r.stderr + r.stdout, r
+        r = subprocess.run(job + ["--auth-token", TOKEN], capture_output=True, text=True,
+                           timeout=90)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "verified=yes" in r.stdout, r.stdout
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    check_gone(proc, spill, [pid for _, pid in ws])
+
+
+def test_a_worker_stopped_cleanly_deregisters(tmp_path):
+    """SIGTERM: the worker deregisters; the driver (heartbeat timeout 60 s)
+    lists it dead at once, the others alive."""
+    proc, spill, driver, ws = start_local(tmp_path, "--heartbeat-timeout-ms", 60000)
+    try:
+        uri, pid = ws[0]
+        os.kill(pid, signal.SIGTERM)
+        t0 = time.time()
+        while time.time() < t0 + 5:
+            states = {w["uri"]: w["state"] for w in workers(driver)}
+            if states[uri] == DEAD:
+                break
+            time.sleep(0.05)
+        took = time.time() - t0
+        assert states[uri] == DEAD, states
+        assert took < 3, took
+        assert [states[u] for u, _ in ws[1:]] == [ALIVE, ALIVE]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    err = proc.stderr.read()
+    assert f"{uri} deregistered" in err, err
+    assert processes_mentioning(str(spill)) == []

@@ -1,9 +1,10 @@
 """test_runtime.py -- the distributed job runtime with real processes:
 `flightshuffle local` (a driver and worker processes) runs shuffle jobs
 submitted with `flightshuffle job shuffle`; workers are killed with SIGKILL
-during the map stage, during the reduce stage, two at once, or hung with
-SIGSTOP. Each job must end succeeded, its per-partition rows and checksums
-identical to a run without failure, and the summary's recomputed tasks
+during the map stage, during the reduce stage, two at once, while a
+reducer fetches from it, or hung with SIGSTOP. Each job must end
+succeeded, its per-partition rows and checksums identical to a run
+without failure, and the summary's recomputed tasks
 exactly the map tasks the lost workers had reported done: each worker logs
 "job J stage S task T attempt A done, reporting" before its task-done call
 and "..., reported" once the driver has the answer, so the recomputed set
@@ -267,6 +268,54 @@ def test_two_shuffles_lost_worker_held_both(cluster, reference2):
     check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
           also=[(1, t) for t in also])
     assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
+
+
+BIG = ["--reduces", "2"]  # partitions of 1.5 M rows: each reducer fetches for a while
+
+
+@pytest.fixture(scope="module")
+def reference_big():
+    """The partitions of a run without failure, 2 reduces."""
+    c = Cluster(3)
+    try:
+        rc, text, parts, res, rec = run_job(c.driver, extra=BIG)
+    finally:
+        c.stop()
+    assert rc == 0, text
+    assert res["verified"] == "yes" and res["recomputed"] == "0"
+    assert len(parts) == 2 and sum(r for r, _ in parts.values()) == ROWS
+    return parts
+
+
+def test_kill_a_worker_while_a_reducer_fetches_from_it(cluster, reference_big):
+    """kill -9 a worker while the reducers fetch from it. To make sure a
+    fetch is under way (a reduce takes ~0.1 s), the victim is first frozen
+    (SIGSTOP) as soon as the map stage is complete: the reducers' calls to
+    it hang mid-fetch for 0.5 s, then it is killed. The heartbeat timeout
+    is a minute: only a reducer's failed fetch can tell the driver in time
+    -- its retry names the victim's "lost map outputs", the driver
+    recomputes exactly the victim's outputs and the job verifies."""
+    c = cluster(3, timeout_ms=60000)
+    uri, pid = c.workers[3]
+
+    def cond(m, r):
+        if m == MAPS and c.reported(uri):
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.5)  # the reducers are launched and stuck fetching from it
+            return True
+        return False
+
+    cb, st = kill_when(cond, [pid])
+    t0 = time.time()
+    rc, text, parts, res, rec = run_job(c.driver, cb, BIG)
+    took = time.time() - t0
+    assert st["at"] is not None and st["at"][1] < 2, f"not during the reduces: {st}"
+    check(rc, text, parts, res, rec, reference_big, c, [uri])
+    fetch_failed = [line for line in text.splitlines()
+                    if re.match(r"\s*stage 2 task \d+ attempt \d+: ", line)
+                    and "lost map outputs" in line and uri in line]
+    assert fetch_failed, text
+    assert took < 40, f"{took:.1f} s: the loss was not found by the fetch"
 
 
 def test_bad_control_input(cluster):

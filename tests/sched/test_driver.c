@@ -4,7 +4,8 @@
  * silent worker declared dead after the timeout (its heartbeat then
  * NOT_FOUND, its re-registration a restart with a new id), workers
  * re-registering with a restarted driver, malformed bodies refused with
- * INVALID_ARGUMENT. */
+ * INVALID_ARGUMENT, a heartbeat stopped with deregister_on_stop making its
+ * worker dead at once ("deregister"). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -233,6 +234,44 @@ static void reregisters_after_driver_restart(void) {
   fsh_sched_driver_stop(d, 1000);
 }
 
+/* A worker that stops cleanly deregisters: the driver lists it dead at
+ * once (its heartbeat timeout is a minute); without deregister_on_stop it
+ * stays alive; a second or unknown "deregister" is NOT_FOUND, a malformed
+ * one INVALID_ARGUMENT. */
+static void clean_stop_deregisters(void) {
+  fsh_error err;
+  fsh_sched_driver *d = start_driver("127.0.0.1:0", 60000);
+  if (!d) return;
+  const char *uris[2] = {"grpc://127.0.0.1:1", "grpc://127.0.0.1:2"}; /* the driver's view only */
+  fsh_sched_heartbeat *h[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) {
+    fsh_sched_heartbeat_options ho = {.driver_uri = fsh_sched_driver_uri(d), .worker_uri = uris[i],
+                                      .retry_ms = 50, .deregister_on_stop = i == 0};
+    CHECK_OK(fsh_sched_heartbeat_start(&ho, &h[i], &err));
+    CHECK(wait_state(d, uris[i], FSH_SCHED_WORKER_ALIVE, 5000));
+  }
+  uint64_t id0 = fsh_sched_heartbeat_worker_id(h[0]);
+  fsh_sched_heartbeat_stop(h[0]);
+  fsh_sched_heartbeat_stop(h[1]);
+  CHECK(state_of(d, uris[0], NULL) == FSH_SCHED_WORKER_DEAD);
+  CHECK(state_of(d, uris[1], NULL) == FSH_SCHED_WORKER_ALIVE);
+  fsh_flight_client *c = open_client(fsh_sched_driver_uri(d));
+  Flightshuffle__Sched__Heartbeat m = FLIGHTSHUFFLE__SCHED__HEARTBEAT__INIT;
+  m.worker_id = id0;
+  m.uri = (char *)uris[0];
+  uint8_t buf[128];
+  size_t n = flightshuffle__sched__heartbeat__pack(&m, buf);
+  CHECK_EQ_INT(action(c, "deregister", buf, n, NULL, &err), ENOENT);
+  m.worker_id = 999;
+  n = flightshuffle__sched__heartbeat__pack(&m, buf);
+  CHECK_EQ_INT(action(c, "deregister", buf, n, NULL, &err), ENOENT);
+  CHECK_EQ_INT(action(c, "deregister", "\xff\xff", 2, NULL, &err), EINVAL);
+  CHECK(strstr(err.message, "deregister") != NULL);
+  CHECK(state_of(d, uris[1], NULL) == FSH_SCHED_WORKER_ALIVE);
+  fsh_flight_client_close(c);
+  fsh_sched_driver_stop(d, 1000);
+}
+
 static void bad_bodies(void) {
   fsh_error err;
   fsh_sched_driver *d = start_driver("127.0.0.1:0", 1000);
@@ -279,4 +318,5 @@ static void bad_bodies(void) {
 }
 
 FSH_TEST_MAIN(TEST(registration_and_heartbeats), TEST(silent_worker_dies_and_restarts),
-              TEST(reregisters_after_driver_restart), TEST(bad_bodies))
+              TEST(reregisters_after_driver_restart), TEST(bad_bodies),
+              TEST(clean_stop_deregisters))

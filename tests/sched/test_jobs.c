@@ -8,9 +8,18 @@
  * worker) and the result is unchanged; a task that always fails ends the
  * job after max_attempts with a message naming the task; answers of
  * superseded attempts are ignored and listed; bad plans, bodies and
- * envelopes are refused with messages saying what is wrong. */
+ * envelopes are refused with messages saying what is wrong; a worker that
+ * never answers (a listening socket nobody serves) stalls neither the
+ * scheduler nor the launches to the others; only the newest keep_jobs
+ * finished jobs stay in memory; an attempt superseded on a live worker is
+ * cancelled there (it ends with ECANCELED, its failure ignored). */
 #include <errno.h>
+#include <stdatomic.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,8 +38,23 @@ static void sleep_ms(int64_t ms) {
   nanosleep(&ts, NULL);
 }
 
+/* The workers' task-done hook: counts the tasks that ended cancelled
+ * (ECANCELED), then reports to the driver like fsh_sched_notify_task_done. */
+typedef struct done_hook {
+  fsh_sched_notifier *n;
+  atomic_int cancelled;
+} done_hook;
+
+static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
+                           const char *error, const uint8_t *answer, int64_t answer_size) {
+  done_hook *h = ctx;
+  if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
+  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+}
+
 typedef struct cluster {
   fsh_sched_driver *d;
+  done_hook hook[N_WORKERS];
   fsh_shuffle_worker *w[N_WORKERS];
   fsh_sched_notifier *n[N_WORKERS];
   fsh_sched_heartbeat *h[N_WORKERS];
@@ -40,9 +64,11 @@ static void start_workers(cluster *c) {
   fsh_error err;
   for (int i = 0; i < N_WORKERS; i++) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
+    c->hook[i].n = c->n[i];
+    atomic_init(&c->hook[i].cancelled, 0);
     fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
-                                    .n_threads = 6, .on_task_done = fsh_sched_notify_task_done,
-                                    .on_task_done_ctx = c->n[i],
+                                    .n_threads = 6, .on_task_done = hook_task_done,
+                                    .on_task_done_ctx = &c->hook[i],
                                     .on_more_sources = fsh_sched_more_sources,
                                     .on_more_sources_ctx = c->n[i]};
     CHECK_OK(fsh_shuffle_worker_start(&o, &c->w[i], &err));
@@ -58,7 +84,8 @@ static void start_workers(cluster *c) {
 static void start_cluster(cluster *c, int64_t timeout_ms, bool with_workers) {
   fsh_error err;
   memset(c, 0, sizeof *c);
-  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms};
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms,
+                                .log = getenv("FSH_TEST_LOG") != NULL}; /* driver log on stderr */
   CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
   if (with_workers) start_workers(c);
 }
@@ -398,6 +425,187 @@ static void late_answers_ignored(void) {
   stop_cluster(&c);
 }
 
+/* A "worker" that never answers: a TCP socket that listens but is never
+ * accepted from (the kernel completes the handshake; no HTTP/2 ever comes
+ * back, so a call to it waits out its deadline, like a SIGSTOPped worker).
+ * Its URI into uri; the socket (close it) returned. */
+static int black_hole(char *uri, size_t size) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  CHECK(fd >= 0);
+  CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  CHECK(listen(fd, 64) == 0);
+  CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+  snprintf(uri, size, "grpc://127.0.0.1:%d", ntohs(a.sin_port));
+  return fd;
+}
+
+/* A launch to a worker that does not answer stalls neither the scheduler
+ * nor the launches to the other workers: while the calls to the hung one
+ * wait out their 5 s deadline, the others run every other map; the failed
+ * launch is retried elsewhere (listed, naming the worker), the worker is
+ * suspect (nothing more goes to it) and the job completes and verifies. */
+static void hung_worker_does_not_stall(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 60000, false);
+  char hole[64];
+  int fd = black_hole(hole, sizeof hole);
+  /* registered first: the first map (least loaded, first in order) goes to it */
+  Flightshuffle__Sched__Register reg = FLIGHTSHUFFLE__SCHED__REGISTER__INIT;
+  reg.uri = hole;
+  uint8_t rb[128];
+  size_t rn = flightshuffle__sched__register__pack(&reg, rb);
+  CHECK_OK(raw(c.d, "register", rb, rn, &err));
+  start_workers(&c);
+  for (int t = 0; t < 500; t++) { /* all registered */
+    fsh_sched_worker_list l;
+    CHECK_OK(fsh_sched_driver_workers(c.d, &l, &err));
+    int64_t alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive == N_WORKERS + 1) break;
+    sleep_ms(10);
+  }
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 12;
+  j.rows = 12 * 2000;
+  uint64_t id = submit(&c, &j);
+  int64_t t0 = 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  t0 = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  /* within 3.5 s (the hung calls take 5): every map not sent to the hole
+   * (at most its 2 slots) is done */
+  int32_t done = 0;
+  for (;;) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    done = s.n_stages ? s.stages[0].tasks_done : 0;
+    fsh_sched_job_status_reset(&s);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (done >= j.maps - 2 || now - t0 > 3500) break;
+    sleep_ms(20);
+  }
+  CHECK_MSG(done >= j.maps - 2, "%d of %d maps done after 3.5 s: the hung worker stalls the "
+            "scheduler", done, j.maps);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 30000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  CHECK(s.n_retried >= 1);
+  for (int32_t i = 0; i < s.n_retried; i++) {
+    CHECK_EQ_INT(s.retried[i].stage_id, 1);
+    CHECK(strstr(s.retried[i].reason, hole) != NULL);
+  }
+  CHECK_EQ_INT(s.n_recomputed, 0);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+  close(fd);
+}
+
+/* Finished jobs do not pile up: with keep_jobs 3, after 10 small jobs the
+ * driver holds 3 (the newest: job-status still answers for them, ENOENT
+ * for the older ones). */
+static void finished_jobs_are_freed(void) {
+  fsh_error err;
+  cluster c;
+  memset(&c, 0, sizeof c);
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 3000,
+                                .keep_jobs = 3};
+  CHECK_OK(fsh_sched_driver_start(&o, &c.d, &err));
+  start_workers(&c);
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 2;
+  j.reduces = 2;
+  j.rows = 2000;
+  uint64_t ids[10] = {0};
+  int64_t most = 0;
+  for (int i = 0; i < 10; i++) {
+    ids[i] = submit(&c, &j);
+    CHECK_OK(fsh_sched_driver_wait_job(c.d, ids[i], 20000, &err));
+    int64_t held = fsh_sched_driver_jobs_held(c.d);
+    if (held > most) most = held;
+  }
+  int64_t held = 0;
+  for (int t = 0; t < 100; t++) { /* the scheduler frees them within a round */
+    held = fsh_sched_driver_jobs_held(c.d);
+    if (held <= 3) break;
+    sleep_ms(10);
+  }
+  CHECK_EQ_INT(held, 3);
+  CHECK_MSG(most <= 4, "up to %lld jobs held (keep 3)", (long long)most);
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, ids[9], true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  fsh_sched_job_status_reset(&s);
+  CHECK_OK(fsh_sched_driver_job_status(c.d, ids[7], false, &s, &err));
+  fsh_sched_job_status_reset(&s);
+  CHECK_EQ_INT(fsh_sched_driver_job_status(c.d, ids[0], false, &s, &err), ENOENT);
+  CHECK_EQ_INT(fsh_sched_driver_job_status(c.d, ids[6], false, &s, &err), ENOENT);
+  stop_cluster(&c);
+}
+
+/* A superseded attempt still running on a live worker is cancelled there:
+ * the worker running a long map is declared dead (it is alive); its
+ * attempt ends with ECANCELED well before it would have finished, its late
+ * failure is ignored, the map re-runs elsewhere and the job verifies. */
+static void superseded_attempt_cancelled(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 60000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 3;
+  j.reduces = 3;
+  j.rows = 3 * 500000;
+  j.batch_rows = 5000;
+  j.slots_per_worker = 1;
+  uint64_t id = submit(&c, &j);
+  int victim = -1;
+  for (int t = 0; t < 1000 && victim < 0; t++) { /* every map running, none done */
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    bool all = s.n_stages == 2 && s.stages[0].tasks_running == 3 && s.stages[0].tasks_done == 0;
+    fsh_sched_job_status_reset(&s);
+    if (all) {
+      sleep_ms(50); /* the workers have them (the task calls answered) */
+      victim = 1;
+      CHECK_OK(fsh_sched_driver_declare_dead(c.d, fsh_shuffle_worker_uri(c.w[victim]),
+                                             "declared by the test", &err));
+    } else {
+      sleep_ms(5);
+    }
+  }
+  CHECK(victim >= 0);
+  int cancelled = 0;
+  for (int t = 0; t < 200 && victim >= 0; t++) { /* within 2 s */
+    cancelled = atomic_load(&c.hook[victim].cancelled);
+    if (cancelled) break;
+    sleep_ms(10);
+  }
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  int32_t maps_done = s.n_stages ? s.stages[0].tasks_done : -1;
+  fsh_sched_job_status_reset(&s);
+  CHECK_MSG(cancelled == 1, "the victim's attempt was not cancelled (%d; %d maps done)",
+            cancelled, maps_done);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 60000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  bool ignored = false;
+  for (int32_t i = 0; i < s.n_ignored; i++)
+    ignored |= s.ignored[i].stage_id == 1 && strstr(s.ignored[i].reason, "failure") != NULL;
+  CHECK_MSG(ignored, "the cancelled attempt's failure is not listed as ignored");
+  fsh_sched_job_status_reset(&s);
+  for (int i = 0; i < N_WORKERS; i++)
+    if (i != victim) CHECK_EQ_INT(atomic_load(&c.hook[i].cancelled), 0);
+  stop_cluster(&c);
+}
+
 /* Bad control input: clear errors, the driver keeps serving. */
 static void bad_input(void) {
   fsh_error err;
@@ -491,6 +699,9 @@ int main(int argc, char **argv) {
       {"failing_task_bounded_retries", failing_task_bounded_retries},
       {"late_answers_ignored", late_answers_ignored},
       {"bad_input", bad_input},
+      {"hung_worker_does_not_stall", hung_worker_does_not_stall},
+      {"finished_jobs_are_freed", finished_jobs_are_freed},
+      {"superseded_attempt_cancelled", superseded_attempt_cancelled},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }
