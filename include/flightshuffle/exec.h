@@ -367,6 +367,130 @@ FSH_NODISCARD int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_er
  * first probe). */
 int64_t fsh_hash_join_memory(const fsh_hash_join *j);
 
+/* ---- bounded memory: spilling sort, aggregate, join ---------------------
+ *
+ * Operators that hold bounded memory write what outgrows their budget to
+ * spill files in the worker's spill directories and read it back later.
+ *
+ * Spill files (fsh_spill): one IPC stream each (optionally LZ4_FRAME or
+ * ZSTD compressed), written straight to its final name
+ *   <dir>/fshexec-<pid>-<spill>-<seq>-<tag>.arrows
+ * (pid of the process, spill = a process-wide number of the fsh_spill,
+ * seq = the file's number in it, tag = the owner's tag, "exec" by default),
+ * created exclusively; these files hold nothing that must outlive the
+ * process, so they are not fsync'd, and a worker may remove every
+ * "fshexec-*" file of its directories at start. Files go round-robin over
+ * the directories. A directory that runs out of space (ENOSPC or EDQUOT)
+ * while a file is written does not fail the write while another directory
+ * has room: what the file holds so far is copied into a new file in the
+ * next directory (each tried once per file), the old one is deleted, and
+ * the write goes on; only when every directory has refused it does the
+ * write fail, with ENOSPC naming the directories.
+ *
+ * Every file is removed on every path: an aborted or failed writer deletes
+ * its file; a finished file is owned by one fsh_spill_file until it is
+ * freed (deleted) or opened for reading -- the reader unlinks the path as
+ * soon as it has the file open, so the data vanishes when the reader is
+ * released (or the process dies). */
+
+#include <flightshuffle/ipc.h> /* fsh_compression */
+
+typedef struct fsh_spill_options {
+  const char *const *dirs; /* existing directories, round-robin; none: no spilling */
+  int n_dirs;
+  fsh_compression compression; /* NONE, LZ4_FRAME or ZSTD (spill I/O vs CPU) */
+  const char *tag;             /* a short word for file names and errors (NULL: "exec") */
+} fsh_spill_options;
+
+typedef struct fsh_spill fsh_spill;
+typedef struct fsh_spill_writer fsh_spill_writer;
+typedef struct fsh_spill_file fsh_spill_file;
+
+/* A spill area over o->dirs (copied; n_dirs >= 1, else EINVAL). The area
+ * only names and counts files: files and writers do not refer to it, and
+ * may outlive it. */
+FSH_NODISCARD int fsh_spill_new(const fsh_spill_options *o, fsh_spill **out, fsh_error *err);
+void fsh_spill_free(fsh_spill *s); /* NULL accepted */
+/* Files and bytes written so far through the area (finished files only). */
+int64_t fsh_spill_files_written(const fsh_spill *s);
+int64_t fsh_spill_bytes_written(const fsh_spill *s);
+
+/* A new spill file of batches of `schema` (a reference is taken). Errors
+ * (ENOSPC when no directory can create it, EACCES, EIO) name the
+ * directories and the tag. */
+FSH_NODISCARD int fsh_spill_writer_open(fsh_spill *s, fsh_schema *schema, fsh_spill_writer **out,
+                                        fsh_error *err);
+/* Appends b (its schema must equal the writer's up to metadata). On error
+ * the writer can only be aborted. */
+FSH_NODISCARD int fsh_spill_writer_write(fsh_spill_writer *w, fsh_batch *b, fsh_error *err);
+/* Ends the stream and frees w; *out owns the finished file. On error the
+ * file is deleted and *out is NULL. */
+FSH_NODISCARD int fsh_spill_writer_finish(fsh_spill_writer *w, fsh_spill_file **out,
+                                          fsh_error *err);
+void fsh_spill_writer_abort(fsh_spill_writer *w); /* deletes the file; NULL accepted */
+
+const char *fsh_spill_file_path(const fsh_spill_file *f);
+int64_t fsh_spill_file_bytes(const fsh_spill_file *f);
+int64_t fsh_spill_file_rows(const fsh_spill_file *f);
+/* Opens the file as a stream of its batches; f moves into the stream
+ * (freed here, also on error) and its path is unlinked once open: the
+ * data is gone when the stream is released. Read errors name the path. */
+FSH_NODISCARD int fsh_spill_file_open(fsh_spill_file *f, fsh_batch_stream *out, fsh_error *err);
+void fsh_spill_file_free(fsh_spill_file *f); /* deletes the file; NULL accepted */
+
+/* Bytes a batch is charged by the bounded-memory operators: the sizes of
+ * the buffers it references (a slice counts its buffers whole;
+ * dictionaries and children included). */
+int64_t fsh_exec_batch_memory(const fsh_batch *b);
+
+/* External sort: the rows of any number of batches of one schema, sorted
+ * by key_cols / order (as fsh_sort_batch: stable, order NULL = ascending,
+ * nulls last) in memory_budget bytes of buffered input. While the pushed
+ * batches (fsh_exec_batch_memory) stay within the budget they are only held;
+ * when a push goes over it, the held batches are sorted (fsh_sort_batch
+ * of their concatenation) and written as one sorted run to a spill file
+ * in batches of run_rows rows. finish() returns the whole input sorted:
+ * from memory when nothing spilled, else a k-way merge
+ * (fsh_merger_new_streams) of the runs and of the rows still held (sorted
+ * in memory), holding one batch per run; more than max_fanin runs are
+ * first merged in consecutive groups into longer runs (spilled again), so
+ * the merge is stable: equal keys come out in input order. Output batches
+ * have target_rows rows (the last may be short). */
+typedef struct fsh_extsort_options {
+  const int32_t *key_cols; /* copied */
+  int n_keys;              /* >= 1 */
+  const fsh_sort_key *order; /* n_keys entries (copied), or NULL */
+  int64_t memory_budget;   /* bytes of held input (0: never spill) */
+  int64_t target_rows;     /* rows per output batch (0: 65536) */
+  int64_t run_rows;        /* rows per spilled batch (0: target_rows) */
+  int32_t max_fanin;       /* runs merged at once (0: 64; >= 2) */
+  fsh_spill *spill;        /* borrowed, must outlive the sorter; NULL: going
+                            * over the budget is an EFBIG error */
+} fsh_extsort_options;
+
+typedef struct fsh_extsort fsh_extsort;
+/* EINVAL for a key column out of range or not orderable (naming it). */
+FSH_NODISCARD int fsh_extsort_new(fsh_schema *schema, const fsh_extsort_options *o,
+                                  fsh_extsort **out, fsh_error *err);
+/* Takes a new reference to b (schema equal to the sorter's up to
+ * metadata; empty batches are skipped). Spills when over the budget (see
+ * above). On error the sorter can only be freed. */
+FSH_NODISCARD int fsh_extsort_push(fsh_extsort *s, fsh_batch *b, fsh_error *err);
+/* No more input: *out streams the sorted rows. The held rows and the runs
+ * move into the stream (which deletes the runs' files when released); s
+ * must still be freed, and accepts no more pushes. */
+FSH_NODISCARD int fsh_extsort_finish(fsh_extsort *s, fsh_batch_stream *out, fsh_error *err);
+void fsh_extsort_free(fsh_extsort *s); /* deletes any run not handed out; NULL accepted */
+
+typedef struct fsh_extsort_stats {
+  int64_t rows;          /* pushed */
+  int64_t runs;          /* sorted runs spilled (merge passes included) */
+  int64_t spilled_bytes; /* bytes of run files written */
+  int64_t merge_passes;  /* intermediate merges (when runs > max_fanin) */
+  int64_t peak_memory;   /* largest fsh_exec_batch_memory total held */
+} fsh_extsort_stats;
+void fsh_extsort_get_stats(const fsh_extsort *s, fsh_extsort_stats *out);
+
 
 #ifdef __cplusplus
 }
