@@ -491,6 +491,54 @@ typedef struct fsh_extsort_stats {
 } fsh_extsort_stats;
 void fsh_extsort_get_stats(const fsh_extsort *s, fsh_extsort_stats *out);
 
+/* Spilling hash aggregate (grace-style), over fsh_hash_agg's public API.
+ * Rows go into an in-memory PARTIAL fsh_hash_agg under memory_budget; when
+ * a push takes it over, its groups so far (partial states) and from then
+ * on every input batch are hash-partitioned on the keys (fsh_hash_columns
+ * seeded with FSH_SPILL_AGG_SEED -- not the exchange's seed, so that one
+ * exchange partition spreads over all spill partitions --,
+ * fsh_partition_hash, fsh_scatter) into n_partitions spill files of each
+ * kind. finish() then aggregates one partition at a time: its input rows
+ * through a PARTIAL aggregate, merged with its spilled states through a
+ * FINAL one (SINGLE mode), or the states and the partial rows as they are
+ * (PARTIAL mode). Equal keys always share a partition, so every group
+ * comes out exactly once (in SINGLE mode; in PARTIAL mode a group may come
+ * as two partial rows, which a FINAL aggregate merges).
+ *
+ * Output: a stream of batches of fsh_hash_agg's output schema (SINGLE) or
+ * partial schema (PARTIAL). Without a spill it is one batch, groups in the
+ * order first seen; after a spill, partition by partition (the order of
+ * groups is then unspecified). A partition still over the budget on its
+ * own fails with EFBIG naming it (there is no recursive re-partitioning).
+ * No key columns: one group, never spills. */
+#define FSH_SPILL_AGG_SEED 0x5350494c4c414747ull /* "SPILLAGG" */
+
+typedef struct fsh_spill_agg_options {
+  const int32_t *key_cols; /* into the input schema */
+  int n_keys;
+  const fsh_agg_spec *aggs;
+  int n_aggs;
+  fsh_agg_mode mode;     /* FSH_AGG_SINGLE or FSH_AGG_PARTIAL */
+  int64_t memory_budget; /* bytes (0: unlimited, never spills) */
+  int32_t n_partitions;  /* spill partitions (0: 32) */
+  fsh_spill *spill;      /* borrowed, outlives the aggregate and its stream;
+                          * NULL: over the budget is EFBIG */
+} fsh_spill_agg_options;
+
+typedef struct fsh_spill_agg fsh_spill_agg;
+/* Errors as fsh_hash_agg_new's; EINVAL for FINAL mode. */
+FSH_NODISCARD int fsh_spill_agg_new(fsh_schema *input, const fsh_spill_agg_options *o,
+                                    fsh_spill_agg **out, fsh_error *err);
+/* Adds a batch's rows (spilling when over the budget). On error the
+ * aggregate can only be freed. */
+FSH_NODISCARD int fsh_spill_agg_push(fsh_spill_agg *a, fsh_batch *b, fsh_error *err);
+/* No more input: *out streams the result (the spill files move into it
+ * and are deleted as it is read or released); a must still be freed. */
+FSH_NODISCARD int fsh_spill_agg_finish(fsh_spill_agg *a, fsh_batch_stream *out, fsh_error *err);
+void fsh_spill_agg_free(fsh_spill_agg *a); /* deletes its spill files; NULL accepted */
+/* Whether it spilled, and the bytes of spill files written. */
+bool fsh_spill_agg_spilled(const fsh_spill_agg *a);
+int64_t fsh_spill_agg_spilled_bytes(const fsh_spill_agg *a);
 
 #ifdef __cplusplus
 }
