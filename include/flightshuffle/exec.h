@@ -540,6 +540,48 @@ void fsh_spill_agg_free(fsh_spill_agg *a); /* deletes its spill files; NULL acce
 bool fsh_spill_agg_spilled(const fsh_spill_agg *a);
 int64_t fsh_spill_agg_spilled_bytes(const fsh_spill_agg *a);
 
+/* Spilling hash join (grace-style), over fsh_hash_join's public API. The
+ * build side goes into an in-memory fsh_hash_join under memory_budget
+ * while this operator keeps references to the batches it was given; when
+ * a build batch takes the join over the budget, the join is dropped and
+ * the build batches so far and from then on, and every probe batch, are
+ * hash-partitioned on their keys (fsh_hash_columns seeded with
+ * FSH_SPILL_JOIN_SEED, fsh_partition_hash, fsh_scatter) into n_partitions
+ * spill files per side. finish() then joins one partition at a time (its
+ * build rows in a fresh fsh_hash_join, its probe rows probed, then the
+ * join's finish rows). Equal keys share a partition and null keys never
+ * match, so every join type gives the in-memory join's rows.
+ *
+ * Order: without a spill, probe() returns the joined rows of each probe
+ * batch at once and finish() streams the join's finish rows (as
+ * fsh_hash_join); after a spill, probe() returns NULL and finish() streams
+ * every joined row, partition by partition (row order unspecified). A
+ * partition whose build side is still over the budget fails with EFBIG
+ * naming it. */
+#define FSH_SPILL_JOIN_SEED 0x5350494c4c4a4f49ull /* "SPILLJOI" */
+
+typedef struct fsh_spill_join fsh_spill_join;
+/* Arguments and errors as fsh_hash_join_new; n_partitions 0: 32; spill
+ * borrowed, outliving the join and its stream (NULL: over the budget is
+ * EFBIG). */
+FSH_NODISCARD int fsh_spill_join_new(fsh_schema *left, fsh_schema *right,
+                                     const int32_t *left_keys, const int32_t *right_keys,
+                                     int n_keys, fsh_join_type type, bool build_left,
+                                     int64_t memory_budget, int32_t n_partitions,
+                                     fsh_spill *spill, fsh_spill_join **out, fsh_error *err);
+void fsh_spill_join_free(fsh_spill_join *j); /* deletes its spill files; NULL accepted */
+fsh_schema *fsh_spill_join_output_schema(const fsh_spill_join *j); /* borrowed */
+FSH_NODISCARD int fsh_spill_join_build(fsh_spill_join *j, fsh_batch *b, fsh_error *err);
+/* *out: the joined rows of b (no spill), or NULL (spilled: they come from
+ * finish). */
+FSH_NODISCARD int fsh_spill_join_probe(fsh_spill_join *j, fsh_batch *b, fsh_batch **out,
+                                       fsh_error *err);
+/* After the last probe: the remaining rows as a stream (see above); the
+ * spill files move into it; j must still be freed. */
+FSH_NODISCARD int fsh_spill_join_finish(fsh_spill_join *j, fsh_batch_stream *out,
+                                        fsh_error *err);
+bool fsh_spill_join_spilled(const fsh_spill_join *j);
+
 #ifdef __cplusplus
 }
 #endif
