@@ -396,7 +396,7 @@ int64_t fsh_hash_join_memory(const fsh_hash_join *j);
 #include <flightshuffle/ipc.h> /* fsh_compression */
 
 typedef struct fsh_spill_options {
-  const char *const *dirs; /* existing directories, round-robin; none: no spilling */
+  const char *const *dirs; /* existing directories (at least one), round-robin */
   int n_dirs;
   fsh_compression compression; /* NONE, LZ4_FRAME or ZSTD (spill I/O vs CPU) */
   const char *tag;             /* a short word for file names and errors (NULL: "exec") */
@@ -406,9 +406,10 @@ typedef struct fsh_spill fsh_spill;
 typedef struct fsh_spill_writer fsh_spill_writer;
 typedef struct fsh_spill_file fsh_spill_file;
 
-/* A spill area over o->dirs (copied; n_dirs >= 1, else EINVAL). The area
- * only names and counts files: files and writers do not refer to it, and
- * may outlive it. */
+/* A spill area over o->dirs (copied; n_dirs >= 1, else EINVAL): it names,
+ * places and counts files. Writers refer to it and must not outlive it;
+ * finished files (and the streams reading them) do not, and may. Writers
+ * of one area may run on different threads. */
 FSH_NODISCARD int fsh_spill_new(const fsh_spill_options *o, fsh_spill **out, fsh_error *err);
 void fsh_spill_free(fsh_spill *s); /* NULL accepted */
 /* Files and bytes written so far through the area (finished files only). */
@@ -469,7 +470,9 @@ typedef struct fsh_extsort_options {
 } fsh_extsort_options;
 
 typedef struct fsh_extsort fsh_extsort;
-/* EINVAL for a key column out of range or not orderable (naming it). */
+/* EINVAL for no key, a key column out of range (naming it), negative sizes
+ * or a fan-in below 2. A key type fsh_sort_batch cannot order fails the
+ * first sort (at a spill or at finish) with its error. */
 FSH_NODISCARD int fsh_extsort_new(fsh_schema *schema, const fsh_extsort_options *o,
                                   fsh_extsort **out, fsh_error *err);
 /* Takes a new reference to b (schema equal to the sorter's up to

@@ -121,7 +121,8 @@ static void run_case(fsh_batch *data, const sort_case *c, const char *dir, uint6
   fsh_spill_options so = {.dirs = dirs, .n_dirs = 1, .compression = c->comp, .tag = "sort"};
   CHECK_OK(fsh_spill_new(&so, &sp, &err));
   fsh_extsort_options o = {.key_cols = REF_KEYS[c->set], .n_keys = REF_NKEYS[c->set],
-                           .order = REF_ORDERS[c->order], .memory_budget = mem * c->budget_pm / 1000,
+                           .order = REF_ORDERS[c->order],
+                           .memory_budget = mem * c->budget_pm / 1000,
                            .target_rows = c->target, .run_rows = c->run_rows,
                            .max_fanin = c->fanin, .spill = sp};
   fsh_extsort *s = NULL;
@@ -287,7 +288,8 @@ static void test_spill_files(void) {
         strstr(fsh_spill_file_path(f[0]), "-exec.arrows"));
   CHECK_EQ_INT(fsh_spill_file_rows(f[0]), ROWS);
   CHECK_EQ_INT(fsh_spill_files_written(sp), 2);
-  CHECK_EQ_INT(fsh_spill_bytes_written(sp), fsh_spill_file_bytes(f[0]) + fsh_spill_file_bytes(f[1]));
+  CHECK_EQ_INT(fsh_spill_bytes_written(sp),
+               fsh_spill_file_bytes(f[0]) + fsh_spill_file_bytes(f[1]));
   fsh_batch_stream st = {0};
   CHECK_OK(fsh_spill_file_open(f[0], &st, &err));
   CHECK_EQ_INT(count_files(d1) + count_files(d2), 1);
