@@ -381,6 +381,223 @@ FSH_NODISCARD int fsh_hash_join_finish(fsh_hash_join *j, fsh_batch **out, fsh_er
  * first probe). */
 int64_t fsh_hash_join_memory(const fsh_hash_join *j);
 
+/* ---- bounded memory: spilling sort, aggregate, join ---------------------
+ *
+ * Operators that hold bounded memory write what outgrows their budget to
+ * spill files in the worker's spill directories and read it back later.
+ *
+ * Spill files (fsh_spill): one IPC stream each (optionally LZ4_FRAME or
+ * ZSTD compressed), written straight to its final name
+ *   <dir>/fshexec-<pid>-<spill>-<seq>-<tag>.arrows
+ * (pid of the process, spill = a process-wide number of the fsh_spill,
+ * seq = the file's number in it, tag = the owner's tag, "exec" by default),
+ * created exclusively; these files hold nothing that must outlive the
+ * process, so they are not fsync'd, and a worker may remove every
+ * "fshexec-*" file of its directories at start. Files go round-robin over
+ * the directories. A directory that runs out of space (ENOSPC or EDQUOT)
+ * while a file is written does not fail the write while another directory
+ * has room: what the file holds so far is copied into a new file in the
+ * next directory (each tried once per file), the old one is deleted, and
+ * the write goes on; only when every directory has refused it does the
+ * write fail, with ENOSPC naming the directories.
+ *
+ * Every file is removed on every path: an aborted or failed writer deletes
+ * its file; a finished file is owned by one fsh_spill_file until it is
+ * freed (deleted) or opened for reading -- the reader unlinks the path as
+ * soon as it has the file open, so the data vanishes when the reader is
+ * released (or the process dies). */
+
+#include <flightshuffle/ipc.h> /* fsh_compression */
+
+typedef struct fsh_spill_options {
+  const char *const *dirs; /* existing directories (at least one), round-robin */
+  int n_dirs;
+  fsh_compression compression; /* NONE, LZ4_FRAME or ZSTD (spill I/O vs CPU) */
+  const char *tag;             /* a short word for file names and errors (NULL: "exec") */
+} fsh_spill_options;
+
+typedef struct fsh_spill fsh_spill;
+typedef struct fsh_spill_writer fsh_spill_writer;
+typedef struct fsh_spill_file fsh_spill_file;
+
+/* A spill area over o->dirs (copied; n_dirs >= 1, else EINVAL): it names,
+ * places and counts files. Writers refer to it and must not outlive it;
+ * finished files (and the streams reading them) do not, and may. Writers
+ * of one area may run on different threads. */
+FSH_NODISCARD int fsh_spill_new(const fsh_spill_options *o, fsh_spill **out, fsh_error *err);
+void fsh_spill_free(fsh_spill *s); /* NULL accepted */
+/* Files and bytes written so far through the area (finished files only). */
+int64_t fsh_spill_files_written(const fsh_spill *s);
+int64_t fsh_spill_bytes_written(const fsh_spill *s);
+
+/* A new spill file of batches of `schema` (a reference is taken). Errors
+ * (ENOSPC when no directory can create it, EACCES, EIO) name the
+ * directories and the tag. */
+FSH_NODISCARD int fsh_spill_writer_open(fsh_spill *s, fsh_schema *schema, fsh_spill_writer **out,
+                                        fsh_error *err);
+/* Appends b (its schema must equal the writer's up to metadata). On error
+ * the writer can only be aborted. */
+FSH_NODISCARD int fsh_spill_writer_write(fsh_spill_writer *w, fsh_batch *b, fsh_error *err);
+/* Ends the stream and frees w; *out owns the finished file. On error the
+ * file is deleted and *out is NULL. */
+FSH_NODISCARD int fsh_spill_writer_finish(fsh_spill_writer *w, fsh_spill_file **out,
+                                          fsh_error *err);
+void fsh_spill_writer_abort(fsh_spill_writer *w); /* deletes the file; NULL accepted */
+
+const char *fsh_spill_file_path(const fsh_spill_file *f);
+int64_t fsh_spill_file_bytes(const fsh_spill_file *f);
+int64_t fsh_spill_file_rows(const fsh_spill_file *f);
+/* Opens the file as a stream of its batches; f moves into the stream
+ * (freed here, also on error) and its path is unlinked once open: the
+ * data is gone when the stream is released. Read errors name the path. */
+FSH_NODISCARD int fsh_spill_file_open(fsh_spill_file *f, fsh_batch_stream *out, fsh_error *err);
+void fsh_spill_file_free(fsh_spill_file *f); /* deletes the file; NULL accepted */
+
+/* Bytes a batch is charged by the bounded-memory operators: the sizes of
+ * the buffers it references (a slice counts its buffers whole;
+ * dictionaries and children included). */
+int64_t fsh_exec_batch_memory(const fsh_batch *b);
+
+/* External sort: the rows of any number of batches of one schema, sorted
+ * by key_cols / order (as fsh_sort_batch: stable, order NULL = ascending,
+ * nulls last) in memory_budget bytes of buffered input. While the pushed
+ * batches (fsh_exec_batch_memory) stay within the budget they are only held;
+ * when a push goes over it, the held batches are sorted (fsh_sort_batch
+ * of their concatenation) and written as one sorted run to a spill file
+ * in batches of run_rows rows. finish() returns the whole input sorted:
+ * from memory when nothing spilled, else a k-way merge
+ * (fsh_merger_new_streams) of the runs and of the rows still held (sorted
+ * in memory), holding one batch per run; more than max_fanin runs are
+ * first merged in consecutive groups into longer runs (spilled again), so
+ * the merge is stable: equal keys come out in input order. Output batches
+ * have target_rows rows (the last may be short). */
+typedef struct fsh_extsort_options {
+  const int32_t *key_cols; /* copied */
+  int n_keys;              /* >= 1 */
+  const fsh_sort_key *order; /* n_keys entries (copied), or NULL */
+  int64_t memory_budget;   /* bytes of held input (0: never spill) */
+  int64_t target_rows;     /* rows per output batch (0: 65536) */
+  int64_t run_rows;        /* rows per spilled batch (0: target_rows) */
+  int32_t max_fanin;       /* runs merged at once (0: 64; >= 2) */
+  fsh_spill *spill;        /* borrowed, must outlive the sorter; NULL: going
+                            * over the budget is an EFBIG error */
+} fsh_extsort_options;
+
+typedef struct fsh_extsort fsh_extsort;
+/* EINVAL for no key, a key column out of range (naming it), negative sizes
+ * or a fan-in below 2. A key type fsh_sort_batch cannot order fails the
+ * first sort (at a spill or at finish) with its error. */
+FSH_NODISCARD int fsh_extsort_new(fsh_schema *schema, const fsh_extsort_options *o,
+                                  fsh_extsort **out, fsh_error *err);
+/* Takes a new reference to b (schema equal to the sorter's up to
+ * metadata; empty batches are skipped). Spills when over the budget (see
+ * above). On error the sorter can only be freed. */
+FSH_NODISCARD int fsh_extsort_push(fsh_extsort *s, fsh_batch *b, fsh_error *err);
+/* No more input: *out streams the sorted rows. The held rows and the runs
+ * move into the stream (which deletes the runs' files when released); s
+ * must still be freed, and accepts no more pushes. */
+FSH_NODISCARD int fsh_extsort_finish(fsh_extsort *s, fsh_batch_stream *out, fsh_error *err);
+void fsh_extsort_free(fsh_extsort *s); /* deletes any run not handed out; NULL accepted */
+
+typedef struct fsh_extsort_stats {
+  int64_t rows;          /* pushed */
+  int64_t runs;          /* sorted runs spilled (merge passes included) */
+  int64_t spilled_bytes; /* bytes of run files written */
+  int64_t merge_passes;  /* intermediate merges (when runs > max_fanin) */
+  int64_t peak_memory;   /* largest fsh_exec_batch_memory total held */
+} fsh_extsort_stats;
+void fsh_extsort_get_stats(const fsh_extsort *s, fsh_extsort_stats *out);
+
+/* Spilling hash aggregate (grace-style), over fsh_hash_agg's public API.
+ * Rows go into an in-memory PARTIAL fsh_hash_agg under memory_budget; when
+ * a push takes it over, its groups so far (partial states) and from then
+ * on every input batch are hash-partitioned on the keys (fsh_hash_columns
+ * seeded with FSH_SPILL_AGG_SEED -- not the exchange's seed, so that one
+ * exchange partition spreads over all spill partitions --,
+ * fsh_partition_hash, fsh_scatter) into n_partitions spill files of each
+ * kind. finish() then aggregates one partition at a time: its input rows
+ * through a PARTIAL aggregate, merged with its spilled states through a
+ * FINAL one (SINGLE mode), or the states and the partial rows as they are
+ * (PARTIAL mode). Equal keys always share a partition, so every group
+ * comes out exactly once (in SINGLE mode; in PARTIAL mode a group may come
+ * as two partial rows, which a FINAL aggregate merges).
+ *
+ * Output: a stream of batches of fsh_hash_agg's output schema (SINGLE) or
+ * partial schema (PARTIAL). Without a spill it is one batch, groups in the
+ * order first seen; after a spill, partition by partition (the order of
+ * groups is then unspecified). A partition still over the budget on its
+ * own fails with EFBIG naming it (there is no recursive re-partitioning).
+ * No key columns: one group, never spills. */
+#define FSH_SPILL_AGG_SEED 0x5350494c4c414747ull /* "SPILLAGG" */
+
+typedef struct fsh_spill_agg_options {
+  const int32_t *key_cols; /* into the input schema */
+  int n_keys;
+  const fsh_agg_spec *aggs;
+  int n_aggs;
+  fsh_agg_mode mode;     /* FSH_AGG_SINGLE or FSH_AGG_PARTIAL */
+  int64_t memory_budget; /* bytes (0: unlimited, never spills) */
+  int32_t n_partitions;  /* spill partitions (0: 32) */
+  fsh_spill *spill;      /* borrowed, outlives the aggregate and its stream;
+                          * NULL: over the budget is EFBIG */
+} fsh_spill_agg_options;
+
+typedef struct fsh_spill_agg fsh_spill_agg;
+/* Errors as fsh_hash_agg_new's; EINVAL for FINAL mode. */
+FSH_NODISCARD int fsh_spill_agg_new(fsh_schema *input, const fsh_spill_agg_options *o,
+                                    fsh_spill_agg **out, fsh_error *err);
+/* Adds a batch's rows (spilling when over the budget). On error the
+ * aggregate can only be freed. */
+FSH_NODISCARD int fsh_spill_agg_push(fsh_spill_agg *a, fsh_batch *b, fsh_error *err);
+/* No more input: *out streams the result (the spill files move into it
+ * and are deleted as it is read or released); a must still be freed. */
+FSH_NODISCARD int fsh_spill_agg_finish(fsh_spill_agg *a, fsh_batch_stream *out, fsh_error *err);
+void fsh_spill_agg_free(fsh_spill_agg *a); /* deletes its spill files; NULL accepted */
+/* Whether it spilled, and the bytes of spill files written. */
+bool fsh_spill_agg_spilled(const fsh_spill_agg *a);
+int64_t fsh_spill_agg_spilled_bytes(const fsh_spill_agg *a);
+
+/* Spilling hash join (grace-style), over fsh_hash_join's public API. The
+ * build side goes into an in-memory fsh_hash_join under memory_budget
+ * while this operator keeps references to the batches it was given; when
+ * a build batch takes the join over the budget, the join is dropped and
+ * the build batches so far and from then on, and every probe batch, are
+ * hash-partitioned on their keys (fsh_hash_columns seeded with
+ * FSH_SPILL_JOIN_SEED, fsh_partition_hash, fsh_scatter) into n_partitions
+ * spill files per side. finish() then joins one partition at a time (its
+ * build rows in a fresh fsh_hash_join, its probe rows probed, then the
+ * join's finish rows). Equal keys share a partition and null keys never
+ * match, so every join type gives the in-memory join's rows.
+ *
+ * Order: without a spill, probe() returns the joined rows of each probe
+ * batch at once and finish() streams the join's finish rows (as
+ * fsh_hash_join); after a spill, probe() returns NULL and finish() streams
+ * every joined row, partition by partition (row order unspecified). A
+ * partition whose build side is still over the budget fails with EFBIG
+ * naming it. */
+#define FSH_SPILL_JOIN_SEED 0x5350494c4c4a4f49ull /* "SPILLJOI" */
+
+typedef struct fsh_spill_join fsh_spill_join;
+/* Arguments and errors as fsh_hash_join_new; n_partitions 0: 32; spill
+ * borrowed, outliving the join and its stream (NULL: over the budget is
+ * EFBIG). */
+FSH_NODISCARD int fsh_spill_join_new(fsh_schema *left, fsh_schema *right,
+                                     const int32_t *left_keys, const int32_t *right_keys,
+                                     int n_keys, fsh_join_type type, bool build_left,
+                                     int64_t memory_budget, int32_t n_partitions,
+                                     fsh_spill *spill, fsh_spill_join **out, fsh_error *err);
+void fsh_spill_join_free(fsh_spill_join *j); /* deletes its spill files; NULL accepted */
+fsh_schema *fsh_spill_join_output_schema(const fsh_spill_join *j); /* borrowed */
+FSH_NODISCARD int fsh_spill_join_build(fsh_spill_join *j, fsh_batch *b, fsh_error *err);
+/* *out: the joined rows of b (no spill), or NULL (spilled: they come from
+ * finish). */
+FSH_NODISCARD int fsh_spill_join_probe(fsh_spill_join *j, fsh_batch *b, fsh_batch **out,
+                                       fsh_error *err);
+/* After the last probe: the remaining rows as a stream (see above); the
+ * spill files move into it; j must still be freed. */
+FSH_NODISCARD int fsh_spill_join_finish(fsh_spill_join *j, fsh_batch_stream *out,
+                                        fsh_error *err);
+bool fsh_spill_join_spilled(const fsh_spill_join *j);
 
 /* ---- operators and plans -------------------------------------------------
  *
