@@ -207,7 +207,7 @@ static void reregisters_after_driver_restart(void) {
     fsh_sched_driver_stop(d, 0);
     return;
   }
-  char listen[64], uri[320];
+  char listen[320], uri[320];
   snprintf(uri, sizeof uri, "%s", fsh_sched_driver_uri(d));
   snprintf(listen, sizeof listen, "%s", uri + strlen("grpc://"));
   fsh_sched_heartbeat_options ho = {.driver_uri = uri, .worker_uri = fsh_shuffle_worker_uri(w),
