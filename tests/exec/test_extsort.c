@@ -46,7 +46,7 @@ static void remove_dir(char *dir) {
 
 /* rows [at, at + n) of data as a compact batch (its own buffers). */
 static fsh_batch *piece(fsh_batch *data, int64_t at, int64_t n) {
-  int64_t idx[ROWS];
+  static int64_t idx[ROWS]; /* static: zeroed, so n == 0 reads nothing unset */
   for (int64_t i = 0; i < n; i++) idx[i] = at + i;
   fsh_error err;
   fsh_batch *b = NULL;
