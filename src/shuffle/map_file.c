@@ -409,6 +409,7 @@ struct fsh_map_file_head {
   uint64_t schema_hash;
   fsh_buffer *schema_meta; /* a copy of the schema message's metadata */
   fsh_schema *schema;
+  char what[128]; /* the file's what (below) */
 };
 
 struct fsh_map_file {
@@ -579,6 +580,7 @@ int fsh_map_file_open(fsh_input *in, fsh_map_file **out, fsh_error *err) {
   }
   snprintf(f->what, sizeof f->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
            f->info.shuffle_id, f->info.map_id, f->info.attempt);
+  memcpy(f->head->what, f->what, sizeof f->what); /* not shared yet */
   *out = f;
   return 0;
 }
@@ -632,8 +634,7 @@ int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h, fsh_map_file **o
   f->info = h->info;
   f->schema_hash = h->schema_hash;
   f->head = fsh_map_file_head_ref(h);
-  snprintf(f->what, sizeof f->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
-           f->info.shuffle_id, f->info.map_id, f->info.attempt);
+  memcpy(f->what, h->what, sizeof f->what);
   *out = f;
   return 0;
 }
