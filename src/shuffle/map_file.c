@@ -706,11 +706,20 @@ int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_
     rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first,
                        FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks, &bl, err);
   if (rc == 0) {
-    XXH3_state_t s; /* on the stack: its type carries its alignment */
-    XXH3_64bits_reset(&s);
-    XXH3_64bits_update(&s, e->data, 40);
-    if (bl) XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
-    if (XXH3_64bits_digest(&s) != get_u64(e->data + 40))
+    uint64_t h;
+    if (!bl || bl->size <= 8 * FSH_MAP_FILE_BLOCK_BYTES) { /* one call over a copy */
+      uint8_t tmp[40 + 8 * FSH_MAP_FILE_BLOCK_BYTES];
+      memcpy(tmp, e->data, 40);
+      if (bl) memcpy(tmp + 40, bl->data, (size_t)bl->size);
+      h = XXH3_64bits(tmp, 40 + (bl ? (size_t)bl->size : 0));
+    } else {
+      XXH3_state_t s; /* on the stack: its type carries its alignment */
+      XXH3_64bits_reset(&s);
+      XXH3_64bits_update(&s, e->data, 40);
+      XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
+      h = XXH3_64bits_digest(&s);
+    }
+    if (h != get_u64(e->data + 40))
       rc = fsh_error_set(err, EINVAL,
                          "%s: not a valid map-output file: %s partition %d: index entry "
                          "checksum mismatch",

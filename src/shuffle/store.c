@@ -47,6 +47,7 @@ typedef struct entry {
   bool evicting;      /* its image is being written to a spill file */
   fsh_map_file_head *head; /* verified by the first open, or NULL: later
                               opens skip trailer, header and schema */
+  char image_name[512]; /* its memory image's name in messages */
   struct entry *next; /* hash chain */
 } entry;
 
@@ -626,6 +627,9 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   e->path = w->res.path;
   e->file_bytes = w->res.file_bytes;
   e->published = atomic_fetch_add(&s->seq, 1u);
+  snprintf(e->image_name, sizeof e->image_name, "%s memory image of shuffle %" PRIu64 " map %"
+           PRId64 " attempt %" PRId32, s->name, e->meta.shuffle_id, e->meta.map_id,
+           e->meta.attempt);
   memset(&w->res, 0, sizeof w->res);
   pthread_mutex_lock(&s->mu);
   entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);
@@ -651,6 +655,7 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
   char *path = NULL;
   fsh_map_file_head *head = NULL;
   uint64_t published = 0;
+  char name[sizeof ((entry *)0)->image_name];
   bool found = false, oom = false;
   pthread_mutex_lock(&s->mu);
   entry *e = *find_link(s, shuffle_id, map_id, attempt);
@@ -658,8 +663,12 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
     found = true;
     published = e->published;
     if (e->head) head = fsh_map_file_head_ref(e->head);
-    if (e->image) image = fsh_buffer_ref(e->image);
-    else if (!(path = fsh_strdup(e->path))) oom = true;
+    if (e->image) {
+      image = fsh_buffer_ref(e->image);
+      memcpy(name, e->image_name, sizeof name);
+    } else if (!(path = fsh_strdup(e->path))) {
+      oom = true;
+    }
   }
   pthread_mutex_unlock(&s->mu);
   if (oom) {
@@ -673,9 +682,6 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
   int rc;
   fsh_input *in = NULL;
   if (image) {
-    char name[512];
-    snprintf(name, sizeof name, "%s memory image of shuffle %" PRIu64 " map %" PRId64
-             " attempt %" PRId32, s->name, shuffle_id, map_id, attempt);
     rc = fsh_input_from_buffer_named(image, name, &in, err);
     fsh_buffer_unref(image);
   } else {
