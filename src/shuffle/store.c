@@ -18,7 +18,14 @@
  * (round-robin order, each directory tried once per writer), deletes the
  * old one and goes on there. Only when every directory has refused it does
  * the write fail, with ENOSPC naming the directories; the temp files are
- * gone by then. */
+ * gone by then.
+ *
+ * The first open of a held output verifies its trailer, header and schema
+ * (fsh_map_file_open); the entry keeps that verified head, and later opens
+ * (a DoGet per reducer, each naming ~every map output) check only the
+ * size: the partition entries and blocks they read are verified every
+ * time as before. The head holds no image reference, so eviction still
+ * frees the memory. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -699,7 +706,8 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
   if (rc == 0 && !head) { /* keep what was verified, if the output is still this one */
     pthread_mutex_lock(&s->mu);
     e = *find_link(s, shuffle_id, map_id, attempt);
-    if (e && e->published == published && !e->head) e->head = fsh_map_file_head_ref(fsh_map_file_head_of(*out));
+    if (e && e->published == published && !e->head)
+      e->head = fsh_map_file_head_ref(fsh_map_file_head_of(*out));
     pthread_mutex_unlock(&s->mu);
   }
   return rc;
