@@ -81,7 +81,7 @@ void *fsh_realloc(void *ptr, size_t size);
 void fsh_free(void *ptr);
 char *fsh_strdup(const char *s);
 char *fsh_strndup(const char *s, size_t n);
-/* 64-byte aligned; free with fsh_aligned_free. */
+/* 64-byte aligned; free with fsh_aligned_free, passing the size allocated. */
 void *fsh_aligned_alloc(size_t size);
 void fsh_aligned_free(void *ptr, size_t size);
 

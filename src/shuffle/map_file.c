@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -399,12 +400,24 @@ int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_e
 
 /* ---- reader ------------------------------------------------------------ */
 
+/* What fsh_map_file_open verifies once: shared by later opens of the
+ * same stored bytes (fsh_map_file_open_head). Immutable once built; it
+ * holds no reference on the input (a store's image can be freed). */
+struct fsh_map_file_head {
+  atomic_int refs;
+  fsh_map_file_info info;
+  uint64_t schema_hash;
+  fsh_buffer *schema_meta; /* a copy of the schema message's metadata */
+  fsh_schema *schema;
+  char what[128]; /* the file's what (below) */
+};
+
 struct fsh_map_file {
   fsh_input *in;
   fsh_map_file_info info;
   uint64_t schema_hash;
-  fsh_buffer *schema_meta; /* the schema message's metadata flatbuffer */
-  fsh_ipc_decoder *dec;    /* holds the schema; dictionaries per block */
+  fsh_map_file_head *head; /* the verified schema */
+  fsh_ipc_decoder *dec;    /* made on first cursor; dictionaries per block */
   char what[128];          /* "shuffle 7 map 3 attempt 0 (path)" */
 };
 
@@ -469,7 +482,23 @@ static int parse_header(fsh_map_file *f, const uint8_t *h, int64_t index_len, fs
   return 0;
 }
 
-/* Reads and decodes the schema message [0, schema_length). */
+/* A decoder holding h's schema (decoded anew from its metadata). */
+static int head_decoder(const fsh_map_file_head *h, fsh_ipc_decoder **out, fsh_error *err) {
+  fsh_batch *none = NULL;
+  fsh_ipc_decoder *d = NULL;
+  int rc = fsh_ipc_decoder_new(&d, err);
+  if (rc == 0) rc = fsh_ipc_decode_message(d, h->schema_meta, NULL, &none, err);
+  fsh_batch_unref(none);
+  if (rc != 0) {
+    fsh_ipc_decoder_free(d);
+    return rc;
+  }
+  *out = d;
+  return 0;
+}
+
+/* Reads and decodes the schema message [0, schema_length) into a new
+ * f->head (with f's info) and f->dec. */
 static int read_schema(fsh_map_file *f, fsh_error *err) {
   fsh_buffer *b = NULL;
   FSH_RETURN_NOT_OK(read_exact_at(f->in, 0, f->info.schema_length, &b, err));
@@ -482,17 +511,23 @@ static int read_schema(fsh_map_file *f, fsh_error *err) {
                    " bytes)", len, b->size);
   fsh_ipc_message_type type = FSH_IPC_NONE;
   int64_t body = 0;
-  if (rc == 0 && !(f->schema_meta = fsh_buffer_slice(b, 8, len)))
+  fsh_map_file_head *h = rc == 0 ? fsh_calloc(1, sizeof *h) : NULL;
+  if (h) atomic_init(&h->refs, 1);
+  if (rc == 0 && (!h || !(h->schema_meta = fsh_buffer_new(len, false))))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
-  if (rc == 0) rc = fsh_ipc_peek_message(f->schema_meta, &type, &body, err);
+  if (rc == 0) {
+    h->info = f->info;
+    h->schema_hash = f->schema_hash;
+    memcpy(h->schema_meta->data, b->data + 8, (size_t)len); /* not a slice: b may be an image */
+    rc = fsh_ipc_peek_message(h->schema_meta, &type, &body, err);
+  }
   if (rc == 0 && (type != FSH_IPC_SCHEMA || body != 0))
     rc = malformed(f->in, err, "the file starts with message type %d, body %" PRId64
                    ", not a schema", (int)type, body);
-  fsh_batch *none = NULL;
-  if (rc == 0) rc = fsh_ipc_decoder_new(&f->dec, err);
-  if (rc == 0) rc = fsh_ipc_decode_message(f->dec, f->schema_meta, NULL, &none, err);
-  fsh_batch_unref(none);
+  if (rc == 0) rc = head_decoder(h, &f->dec, err);
+  if (rc == 0) h->schema = fsh_schema_ref(fsh_ipc_decoder_schema(f->dec));
   fsh_buffer_unref(b);
+  if (h) f->head = h;
   if (rc != 0 && rc != ENOMEM) rc = fsh_error_prefix(err, rc, "%s: schema: ", f->in->name);
   return rc;
 }
@@ -545,6 +580,7 @@ int fsh_map_file_open(fsh_input *in, fsh_map_file **out, fsh_error *err) {
   }
   snprintf(f->what, sizeof f->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
            f->info.shuffle_id, f->info.map_id, f->info.attempt);
+  memcpy(f->head->what, f->what, sizeof f->what); /* not shared yet */
   *out = f;
   return 0;
 }
@@ -558,13 +594,54 @@ int fsh_map_file_open_path(const char *path, fsh_map_file **out, fsh_error *err)
 void fsh_map_file_close(fsh_map_file *f) {
   if (!f) return;
   fsh_ipc_decoder_free(f->dec);
-  fsh_buffer_unref(f->schema_meta);
+  fsh_map_file_head_unref(f->head);
   if (f->in) f->in->close(f->in);
   fsh_free(f);
 }
 
+fsh_map_file_head *fsh_map_file_head_of(const fsh_map_file *f) { return f->head; }
+
+fsh_map_file_head *fsh_map_file_head_ref(fsh_map_file_head *h) {
+  atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
+  return h;
+}
+
+void fsh_map_file_head_unref(fsh_map_file_head *h) {
+  if (!h || atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1) return;
+  fsh_buffer_unref(h->schema_meta);
+  fsh_schema_unref(h->schema);
+  fsh_free(h);
+}
+
+int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h, fsh_map_file **out,
+                           fsh_error *err) {
+  int64_t size = in->size(in);
+  if (size != h->info.file_size) {
+    int rc = fsh_error_set(err, EIO, "%s: shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32
+                           ": the stored map output changed size (%" PRId64 " bytes, %" PRId64
+                           " when it was verified)", in->name, h->info.shuffle_id,
+                           h->info.map_id, h->info.attempt, size, h->info.file_size);
+    in->close(in);
+    return rc;
+  }
+  fsh_map_file *f = fsh_calloc(1, sizeof *f);
+  if (!f) {
+    int rc = fsh_error_set(err, ENOMEM, "opening %s: out of memory", in->name);
+    in->close(in);
+    return rc;
+  }
+  f->in = in;
+  f->info = h->info;
+  f->schema_hash = h->schema_hash;
+  f->head = fsh_map_file_head_ref(h);
+  memcpy(f->what, h->what, sizeof f->what);
+  *out = f;
+  return 0;
+}
+
+fsh_buffer *fsh_map_file_schema_message(const fsh_map_file *f) { return f->head->schema_meta; }
 const fsh_map_file_info *fsh_map_file_get_info(const fsh_map_file *f) { return &f->info; }
-fsh_schema *fsh_map_file_schema(const fsh_map_file *f) { return fsh_ipc_decoder_schema(f->dec); }
+fsh_schema *fsh_map_file_schema(const fsh_map_file *f) { return f->head->schema; }
 fsh_input *fsh_map_file_input(const fsh_map_file *f) { return f->in; }
 
 void fsh_map_file_partition_reset(fsh_map_file_partition *p) {
@@ -629,11 +706,20 @@ int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_
     rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first,
                        FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks, &bl, err);
   if (rc == 0) {
-    XXH3_state_t s; /* on the stack: its type carries its alignment */
-    XXH3_64bits_reset(&s);
-    XXH3_64bits_update(&s, e->data, 40);
-    if (bl) XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
-    if (XXH3_64bits_digest(&s) != get_u64(e->data + 40))
+    uint64_t h;
+    if (!bl || bl->size <= 8 * FSH_MAP_FILE_BLOCK_BYTES) { /* one call over a copy */
+      uint8_t tmp[40 + 8 * FSH_MAP_FILE_BLOCK_BYTES];
+      memcpy(tmp, e->data, 40);
+      if (bl) memcpy(tmp + 40, bl->data, (size_t)bl->size);
+      h = XXH3_64bits(tmp, 40 + (bl ? (size_t)bl->size : 0));
+    } else {
+      XXH3_state_t s; /* on the stack: its type carries its alignment */
+      XXH3_64bits_reset(&s);
+      XXH3_64bits_update(&s, e->data, 40);
+      XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
+      h = XXH3_64bits_digest(&s);
+    }
+    if (h != get_u64(e->data + 40))
       rc = fsh_error_set(err, EINVAL,
                          "%s: not a valid map-output file: %s partition %d: index entry "
                          "checksum mismatch",
@@ -694,6 +780,7 @@ int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cu
   c->f = f;
   int rc = 0;
   if (!(c->hash = hash_state_new())) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (rc == 0 && !f->dec) rc = head_decoder(f->head, &f->dec, err);
   if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &c->part, err);
   if (rc != 0) {
     fsh_map_file_cursor_free(c);

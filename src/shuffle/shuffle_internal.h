@@ -142,9 +142,29 @@ FSH_NODISCARD int fsh_map_file_open_path(const char *path, fsh_map_file **out, f
 void fsh_map_file_close(fsh_map_file *f); /* NULL accepted */
 const fsh_map_file_info *fsh_map_file_get_info(const fsh_map_file *f);
 fsh_schema *fsh_map_file_schema(const fsh_map_file *f); /* borrowed */
+/* The schema message's metadata flatbuffer as verified at open (a copy,
+ * borrowed): what a server sends, not the stored bytes read again. */
+fsh_buffer *fsh_map_file_schema_message(const fsh_map_file *f);
 /* The input (borrowed): with the ranges below, a server sends stored
  * bytes without decoding them. */
 fsh_input *fsh_map_file_input(const fsh_map_file *f);
+
+/* The verified part of an opened file -- trailer, header, end-of-stream
+ * marker, schema -- that every open of the same bytes checks anew. A
+ * store keeps one per held map output so that a DoGet naming 1000 map
+ * outputs does not re-read and re-decode 1000 trailers and schemas.
+ * Immutable, reference-counted (thread-safe), holds no reference on the
+ * file's bytes. */
+typedef struct fsh_map_file_head fsh_map_file_head;
+fsh_map_file_head *fsh_map_file_head_of(const fsh_map_file *f); /* borrowed */
+fsh_map_file_head *fsh_map_file_head_ref(fsh_map_file_head *h);  /* returns h */
+void fsh_map_file_head_unref(fsh_map_file_head *h);              /* NULL accepted */
+/* Opens a map-output file on `in` (ownership taken, even on error) whose
+ * bytes were verified as h by an earlier fsh_map_file_open: only the size
+ * is checked (a different size: EIO naming the input). Partition entries
+ * and blocks are read and verified exactly as after fsh_map_file_open. */
+FSH_NODISCARD int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h,
+                                         fsh_map_file **out, fsh_error *err);
 
 /* Reads and verifies the index entry of `partition` and its blocks: the
  * raw bytes of the partition are the blocks' (offset, length) ranges, in

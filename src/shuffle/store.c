@@ -18,7 +18,14 @@
  * (round-robin order, each directory tried once per writer), deletes the
  * old one and goes on there. Only when every directory has refused it does
  * the write fail, with ENOSPC naming the directories; the temp files are
- * gone by then. */
+ * gone by then.
+ *
+ * The first open of a held output verifies its trailer, header and schema
+ * (fsh_map_file_open); the entry keeps that verified head, and later opens
+ * (a DoGet per reducer, each naming ~every map output) check only the
+ * size: the partition entries and blocks they read are verified every
+ * time as before. The head holds no image reference, so eviction still
+ * frees the memory. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +52,9 @@ typedef struct entry {
   int64_t file_bytes;
   uint64_t published; /* order of publication: the oldest image spills first */
   bool evicting;      /* its image is being written to a spill file */
+  fsh_map_file_head *head; /* verified by the first open, or NULL: later
+                              opens skip trailer, header and schema */
+  char image_name[512]; /* its memory image's name in messages */
   struct entry *next; /* hash chain */
 } entry;
 
@@ -146,6 +156,7 @@ static void entry_destroy(fsh_shuffle_store *s, entry *e) {
   if (e->path) unlink(e->path);
   fsh_free(e->path);
   fsh_schema_unref(e->schema);
+  fsh_map_file_head_unref(e->head);
   fsh_map_output_reset(&e->meta);
   fsh_free(e);
 }
@@ -623,6 +634,9 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   e->path = w->res.path;
   e->file_bytes = w->res.file_bytes;
   e->published = atomic_fetch_add(&s->seq, 1u);
+  snprintf(e->image_name, sizeof e->image_name, "%s memory image of shuffle %" PRIu64 " map %"
+           PRId64 " attempt %" PRId32, s->name, e->meta.shuffle_id, e->meta.map_id,
+           e->meta.attempt);
   memset(&w->res, 0, sizeof w->res);
   pthread_mutex_lock(&s->mu);
   entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);
@@ -646,37 +660,55 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
                    fsh_map_file **out, fsh_error *err) {
   fsh_buffer *image = NULL;
   char *path = NULL;
+  fsh_map_file_head *head = NULL;
+  uint64_t published = 0;
+  char name[sizeof ((entry *)0)->image_name];
   bool found = false, oom = false;
   pthread_mutex_lock(&s->mu);
   entry *e = *find_link(s, shuffle_id, map_id, attempt);
   if (e) {
     found = true;
-    if (e->image) image = fsh_buffer_ref(e->image);
-    else if (!(path = fsh_strdup(e->path))) oom = true;
+    published = e->published;
+    if (e->head) head = fsh_map_file_head_ref(e->head);
+    if (e->image) {
+      image = fsh_buffer_ref(e->image);
+      memcpy(name, e->image_name, sizeof name);
+    } else if (!(path = fsh_strdup(e->path))) {
+      oom = true;
+    }
   }
   pthread_mutex_unlock(&s->mu);
-  if (oom) return fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
+  if (oom) {
+    fsh_map_file_head_unref(head);
+    return fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
+  }
   if (!found)
     return fsh_error_set(err, ENOENT, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
                          PRId32 " is not held here (released, lost, or never written)", s->name,
                          shuffle_id, map_id, attempt);
   int rc;
+  fsh_input *in = NULL;
   if (image) {
-    char name[512];
-    snprintf(name, sizeof name, "%s memory image of shuffle %" PRIu64 " map %" PRId64
-             " attempt %" PRId32, s->name, shuffle_id, map_id, attempt);
-    fsh_input *in = NULL;
     rc = fsh_input_from_buffer_named(image, name, &in, err);
     fsh_buffer_unref(image);
-    if (rc == 0) rc = fsh_map_file_open(in, out, err);
   } else {
-    rc = fsh_map_file_open_path(path, out, err);
+    rc = fsh_input_open_path(path, &in, err);
     if (rc == ENOENT)
       rc = fsh_error_set(err, ENOENT, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
                          PRId32 ": spill file %s is missing from disk (deleted, or released "
                          "meanwhile): the map output is lost", s->name,
                          shuffle_id, map_id, attempt, path);
     fsh_free(path);
+  }
+  if (rc == 0)
+    rc = head ? fsh_map_file_open_head(in, head, out, err) : fsh_map_file_open(in, out, err);
+  fsh_map_file_head_unref(head);
+  if (rc == 0 && !head) { /* keep what was verified, if the output is still this one */
+    pthread_mutex_lock(&s->mu);
+    e = *find_link(s, shuffle_id, map_id, attempt);
+    if (e && e->published == published && !e->head)
+      e->head = fsh_map_file_head_ref(fsh_map_file_head_of(*out));
+    pthread_mutex_unlock(&s->mu);
   }
   return rc;
 }

@@ -55,6 +55,17 @@ int fsh_task_backend_parse(const char *s, fsh_task_backend *out, fsh_error *err)
 
 /* Row bytes up to this size are hashed in one XXH3 call. */
 #define ROW_INLINE_BYTES 96
+/* Names up to this long are copied with a fixed-size copy (when the
+ * string bytes extend that far) instead of a call to memcpy. */
+#define NAME_FIXED_COPY 32
+
+/* The same values as XXH3_64bits(row, n) (its 17 .. 128 byte case called
+ * directly: with the key, flags and value that is every row with a valid
+ * value; shorter ones take the general entry). */
+static inline uint64_t row_hash(const uint8_t *row, size_t n) {
+  return n > 16 ? XXH3_len_17to128_64b(row, n, XXH3_kSecret, sizeof XXH3_kSecret, 0)
+                : XXH3_64bits(row, n);
+}
 
 void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums) {
   const fsh_array *k = b->columns[0], *v = b->columns[1], *s = b->columns[2];
@@ -62,8 +73,10 @@ void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint
   const uint8_t *vals = v->buffers[1]->data + 8 * v->offset;
   const uint8_t *offs = s->buffers[1]->data + 4 * s->offset;
   const uint8_t *chars = s->buffers[2] ? s->buffers[2]->data : (const uint8_t *)"";
+  int64_t chars_size = s->buffers[2] ? s->buffers[2]->size : 0;
   const uint8_t *v_bits = v->buffers[0] && v->null_count != 0 ? v->buffers[0]->data : NULL;
   const uint8_t *s_bits = s->buffers[0] && s->null_count != 0 ? s->buffers[0]->data : NULL;
+  _Static_assert(17 + NAME_FIXED_COPY <= ROW_INLINE_BYTES, "the fixed copy fits the row");
   uint8_t row[ROW_INLINE_BYTES];
   for (int64_t i = 0; i < b->length; i++) {
     bool v_ok = !v_bits || fsh_bit_get(v_bits, v->offset + i);
@@ -74,9 +87,12 @@ void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint
     row[8] = (uint8_t)(v_ok | s_ok << 1);
     if (v_ok) memcpy(row + n, vals + 8 * i, 8), n += 8;
     uint64_t h;
-    if (n + name_len <= sizeof row) {
+    if (name_len <= NAME_FIXED_COPY && (int64_t)lo + NAME_FIXED_COPY <= chars_size) {
+      memcpy(row + n, chars + lo, NAME_FIXED_COPY); /* bytes past the name are not hashed */
+      h = row_hash(row, n + name_len);
+    } else if (n + name_len <= sizeof row) {
       memcpy(row + n, chars + lo, name_len);
-      h = XXH3_64bits(row, n + name_len);
+      h = row_hash(row, n + name_len);
     } else {
       h = XXH3_64bits_withSeed(chars + lo, name_len, XXH3_64bits(row, n));
     }

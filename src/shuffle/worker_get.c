@@ -25,13 +25,15 @@ typedef struct get_source {
   fsh_shuffle_ticket t;
   int64_t next_src; /* the next ticket entry to open */
   fsh_schema *schema; /* the first map output's; the others must match */
+  fsh_buffer *schema_msg; /* its schema message's metadata */
   bool schema_sent;
   fsh_map_file *f; /* current map output */
   fsh_map_file_partition part;
   int64_t next_block;
   fsh_buffer *block; /* current block's bytes */
   int64_t pos;       /* next message in block */
-  char what[160];    /* "shuffle 1 partition 2 map 3 attempt 0" */
+  int64_t cur_src;   /* the ticket entry being sent */
+  char what[160];    /* "shuffle 1 partition 2 map 3 attempt 0", by what() */
   /* bundles (FSH_TICKET_BUNDLE): the blocks gathered for the next one */
   fsh_buffer **bundle;
   fsh_block_header *bundle_h;
@@ -48,44 +50,56 @@ static void close_current(get_source *g) {
   g->f = NULL;
 }
 
+/* "shuffle 1 partition 2 map 3 attempt 0" of the entry being sent, for
+ * messages (formatted only when one is written). */
+static const char *what(get_source *g) {
+  const fsh_ticket_source *src = &g->t.sources[g->cur_src];
+  snprintf(g->what, sizeof g->what, "shuffle %" PRIu64 " partition %d map %" PRId64 " attempt %d",
+           g->t.shuffle_id, g->t.partition, src->map_id, src->attempt);
+  return g->what;
+}
+
+/* Whether map file f's schema is g->schema: the same verified schema
+ * message bytes (every map output of a shuffle, the common case) or equal
+ * schemas; *diff says how they differ when not. */
+static bool same_schema(get_source *g, fsh_map_file *f, fsh_error *diff) {
+  const fsh_buffer *a = g->schema_msg, *b = fsh_map_file_schema_message(f);
+  if (a->size == b->size && memcmp(a->data, b->data, (size_t)a->size) == 0) return true;
+  return fsh_schema_equals(g->schema, fsh_map_file_schema(f), true, diff);
+}
+
 /* Opens ticket entry i's map output and its partition entry. */
 static int open_entry(get_source *g, int64_t i, fsh_error *err) {
   const fsh_ticket_source *src = &g->t.sources[i];
-  snprintf(g->what, sizeof g->what, "shuffle %" PRIu64 " partition %d map %" PRId64 " attempt %d",
-           g->t.shuffle_id, g->t.partition, src->map_id, src->attempt);
+  g->cur_src = i;
   int rc = fsh_store_open(g->store, g->t.shuffle_id, src->map_id, src->attempt, &g->f, err);
   if (rc != 0) return rc;
   const fsh_map_file_info *info = fsh_map_file_get_info(g->f);
   fsh_error diff = {{0}};
   if (g->t.partition >= info->n_partitions)
     rc = fsh_error_set(err, EINVAL, "worker %s: %s: the map output has %d partitions",
-                       fsh_store_name(g->store), g->what, info->n_partitions);
-  else if (g->schema && !fsh_schema_equals(g->schema, fsh_map_file_schema(g->f), true, &diff))
+                       fsh_store_name(g->store), what(g), info->n_partitions);
+  else if (g->schema && !same_schema(g, g->f, &diff))
     rc = fsh_error_set(err, EINVAL, "worker %s: %s: its schema differs from the first map "
-                       "output's in the ticket: %s", fsh_store_name(g->store), g->what,
+                       "output's in the ticket: %s", fsh_store_name(g->store), what(g),
                        diff.message);
   if (rc == 0) rc = fsh_map_file_get_partition(g->f, g->t.partition, &g->part, err);
-  if (rc == 0 && !g->schema) g->schema = fsh_schema_ref(fsh_map_file_schema(g->f));
+  if (rc == 0 && !g->schema) {
+    g->schema = fsh_schema_ref(fsh_map_file_schema(g->f));
+    g->schema_msg = fsh_buffer_ref(fsh_map_file_schema_message(g->f));
+  }
   g->next_block = 0;
   if (rc != 0) close_current(g);
   return rc;
 }
 
-/* The stored schema message as a payload (its metadata bytes, as stored). */
+/* The schema message as a payload: its metadata bytes as stored and
+ * verified when the map output was first opened. */
 static int schema_payload(get_source *g, fsh_ipc_payload *out, fsh_error *err) {
-  const fsh_map_file_info *info = fsh_map_file_get_info(g->f);
-  fsh_input *in = fsh_map_file_input(g->f);
-  fsh_buffer *b = NULL;
-  FSH_RETURN_NOT_OK(in->read_at(in, 0, info->schema_length, &b, err));
-  int rc = 0;
-  if (b->size != info->schema_length || b->size < 16)
-    rc = fsh_error_set(err, EIO, "worker %s: %s: short read of the schema message",
-                       fsh_store_name(g->store), g->what);
-  if (rc == 0 && !(out->metadata = fsh_buffer_slice(b, 8, b->size - 8)))
-    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  out->metadata = fsh_buffer_ref(fsh_map_file_schema_message(g->f));
   out->type = FSH_IPC_SCHEMA;
-  fsh_buffer_unref(b);
-  return rc;
+  (void)err;
+  return 0;
 }
 
 /* Makes g->block the next block to send (opening map outputs as needed);
@@ -147,7 +161,7 @@ static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err)
       if (!nb || !nh) {
         drop_bundle(g);
         return fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory",
-                             fsh_store_name(g->store), g->what);
+                             fsh_store_name(g->store), what(g));
       }
       g->cap_bundle = cap;
     }
@@ -171,7 +185,7 @@ static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err)
   if (!b) {
     drop_bundle(g);
     return fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory", fsh_store_name(g->store),
-                         g->what);
+                         what(g));
   }
   uint8_t *p = b->data;
   memset(p, 0, FSH_BUNDLE_HEADER_BYTES);
@@ -216,14 +230,14 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
   if (left < 8 || fsh_le_get32(b->data + at) != 0xFFFFFFFFu || len <= 0 || len % 8 ||
       len > left - 8)
     return fsh_error_set(err, EIO, "worker %s: %s: block %" PRId64 " is malformed at byte %" PRId64,
-                         fsh_store_name(g->store), g->what, g->next_block, at);
+                         fsh_store_name(g->store), what(g), g->next_block, at);
   int rc = 0;
   if (!(out->metadata = fsh_buffer_slice(b, at + 8, len))) rc = ENOMEM;
   int64_t body_len = 0;
   if (rc == 0) rc = fsh_ipc_peek_message(out->metadata, &out->type, &body_len, err);
   if (rc == 0 && (body_len < 0 || body_len % 8 || body_len > left - 8 - len))
     rc = fsh_error_set(err, EIO, "worker %s: %s: block %" PRId64 ": a body past the block",
-                       fsh_store_name(g->store), g->what, g->next_block);
+                       fsh_store_name(g->store), what(g), g->next_block);
   if (rc == 0 && body_len > 0) {
     out->body = fsh_malloc(sizeof *out->body);
     if (!out->body || !(out->body[0] = fsh_buffer_slice(b, at + 8 + len, body_len))) {
@@ -242,7 +256,7 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
   if (rc != 0) {
     fsh_ipc_payload_reset(out);
     return rc == ENOMEM ? fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory",
-                                        fsh_store_name(g->store), g->what)
+                                        fsh_store_name(g->store), what(g))
                         : rc;
   }
   g->pos = at + 8 + len + body_len;
@@ -261,6 +275,7 @@ static void get_release(fsh_flight_source *base) {
   fsh_free(g->bundle_h);
   close_current(g);
   fsh_schema_unref(g->schema);
+  fsh_buffer_unref(g->schema_msg);
   fsh_shuffle_ticket_reset(&g->t);
   fsh_free(g);
 }

@@ -4,11 +4,13 @@
  * of a crashed run removed at start (and nothing else), a corrupted spill
  * file detected on read over Flight and in-process (EIO naming worker, map
  * output and partition), a peer that is gone (an error naming it), a spill
- * directory that vanished (a clean task error), and the ticket codec. */
+ * directory that vanished (a clean task error), a DoGet over map outputs
+ * of different schemas refused, and the ticket codec. */
 #include <sys/stat.h>
 
 #include <flightshuffle/flight.h>
 
+#include "ipc/sample_batches.h"
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
 
@@ -378,6 +380,60 @@ static void small_blocks_bundled(void) {
   fsh_shuffle_worker_stop(w, 1000);
 }
 
+/* A DoGet naming map outputs of one shuffle whose schemas differ fails
+ * naming the second one (the schema check past the byte-equal fast path);
+ * each alone reads. */
+static void mixed_schemas_refused(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1);
+  fsh_error err = {{0}};
+  stu_plan p, p2;
+  make_plan(&p, 14, 3, 1, 500);
+  run_maps(local, &p);
+  fsh_schema *ds = fsh_sample_dict_schema();
+  const char *v[] = {"a", "bb", "ccc"};
+  fsh_array *dict = sbh_strings(NULL, 3, v);
+  const int32_t idx[] = {2, 0, 1, 1, 0};
+  fsh_batch *x = fsh_sample_dict_batch(ds, dict, 5, idx);
+  stu_plan_init(&p2, 14, 3, ds, 1);
+  p2.maps[0].map_id = 1;
+  stu_add_split(&p2.maps[0], x, 3, 2, true, 0);
+  CHECK_OK(stu_run_map(local, &p2.spec, &p2.maps[0], &err));
+  fsh_flight_client *c = NULL;
+  fsh_flight_client_options o = {.uri = uri, .timeout_ms = 10000};
+  CHECK_OK(fsh_flight_client_open(&o, &c, &err));
+  for (int n = 1; c && n <= 2; n++) {
+    fsh_ticket_source srcs[2] = {{0, 0}, {1, 0}};
+    fsh_shuffle_ticket t = {.shuffle_id = 14, .partition = 0, .flags = FSH_TICKET_BUNDLE,
+                            .n_sources = n, .sources = srcs};
+    fsh_buffer *tb = NULL;
+    CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+    fsh_flight_reader *rd = NULL;
+    int rc = tb ? fsh_flight_do_get(c, &(fsh_bytes){tb->data, tb->size}, &rd, &err) : EINVAL;
+    for (bool done = false; rc == 0 && !done;) {
+      fsh_flight_message m;
+      rc = fsh_flight_reader_next_raw(rd, &m, &done, &err);
+      if (rc == 0 && !done) fsh_flight_message_reset(&m);
+    }
+    if (n == 1) CHECK_MSG(rc == 0, "map 0 alone: %s", err.message);
+    else CHECK_MSG(rc != 0 && strstr(err.message, "map 1 attempt 0") &&
+                       strstr(err.message, "schema differs"), "rc %d: %s", rc, err.message);
+    fsh_flight_reader_free(rd);
+    fsh_buffer_unref(tb);
+  }
+  fsh_flight_client_close(c);
+  CHECK_OK(fsh_shuffle_release(local, 14, &err));
+  stu_plan_free(&p);
+  stu_plan_free(&p2);
+  fsh_batch_unref(x);
+  fsh_array_unref(dict);
+  fsh_schema_unref(ds);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_worker_stop(w, 1000);
+}
+
 static void ticket_codec(void) {
   fsh_error err = {{0}};
   fsh_ticket_source srcs[3] = {{0, 0}, {7, 2}, {INT64_MAX, 5}};
@@ -420,4 +476,4 @@ static void ticket_codec(void) {
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(leftovers_removed_at_start),
               TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
-              TEST(small_blocks_bundled), TEST(ticket_codec))
+              TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec))

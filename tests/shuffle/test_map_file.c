@@ -2,7 +2,8 @@
  * outputs and inputs): block coalescing, self-contained blocks, raw block
  * ranges and their checksums, readability by a plain IPC stream reader,
  * write failures (disk full), and that no single flipped byte anywhere in
- * a file ever reads back as wrong data. */
+ * a file ever reads back as wrong data, also when opened with the head
+ * of an earlier open. */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -338,6 +339,96 @@ static void test_every_byte_flipped(void) {
   fsh_schema_unref(ds);
 }
 
+/* Opens with the head of an earlier open (what a store keeps per map
+ * output) read the same data as full opens, and still catch every flipped
+ * byte of the blocks and the index entries -- the head covers the
+ * trailer, the header and the schema, which it does not read again (data
+ * read through it is still never wrong); the head outlives the file and
+ * bytes it came from; another size is refused. */
+static void test_open_with_head(void) {
+  fsh_error err;
+  stu_plan p;
+  plan_synthetic(&p, 3, 120, 10);
+  fsh_map_file_options o = {.target_block_bytes = 1 << 10};
+  fsh_map_output meta = {0};
+  fsh_buffer *good = write_file(&p, &o, &meta);
+  int rc;
+  fsh_buffer *first = STU_OK(fsh_buffer_copy(good->data, good->size));
+  fsh_map_file *f0 = open_buffer(first, &rc, &err);
+  CHECK_OK(rc);
+  fsh_buffer_unref(first);
+  if (!f0) return;
+  fsh_map_file_info info0 = *fsh_map_file_get_info(f0);
+  fsh_map_file_head *h = fsh_map_file_head_ref(fsh_map_file_head_of(f0));
+  fsh_map_file_close(f0); /* the head lives on without the first bytes */
+  fsh_batch **want = STU_OK(calloc((size_t)p.maps[0].n_ops, sizeof *want));
+  int undetected = 0, wrong = 0, tried = 0;
+  for (int64_t at = -1; at < good->size; at++) {
+    fsh_buffer *b = STU_OK(fsh_buffer_copy(good->data, good->size));
+    if (at >= 0) b->data[at] ^= 0x5A;
+    fsh_input *in = NULL;
+    fsh_map_file *f = NULL;
+    CHECK_OK(fsh_input_from_buffer(b, &in, &err));
+    CHECK_OK(fsh_map_file_open_head(in, h, &f, &err));
+    if (at < 0 && f) { /* unchanged bytes: what a full open gives */
+      const fsh_map_file_info *i = fsh_map_file_get_info(f);
+      CHECK(i->file_size == info0.file_size && i->n_partitions == 3 && i->map_id == 9 &&
+            i->attempt == 2 && i->n_blocks == info0.n_blocks && i->data_end == info0.data_end);
+      fsh_error diff = {{0}};
+      CHECK_MSG(fsh_schema_equals(fsh_map_file_schema(f), p.spec.schema, true, &diff), "%s",
+                diff.message);
+      fsh_buffer *sm = fsh_map_file_schema_message(f);
+      CHECK(sm->size + 8 == info0.schema_length &&
+            memcmp(sm->data, good->data + 8, (size_t)sm->size) == 0);
+    }
+    int failures = 0;
+    for (int32_t q = 0; f && q < 3; q++) {
+      fsh_batch **got;
+      int64_t n;
+      rc = read_partition(f, q, &got, &n, &err);
+      if (rc != 0) {
+        failures++;
+        if (rc != EINVAL && rc != EIO) wrong++;
+      } else {
+        char diff[1200];
+        int64_t nw = wanted(&p, q, want);
+        if (!stu_rows_equal(got, n, want, nw, diff, sizeof diff)) {
+          fprintf(stderr, "byte %lld flipped: partition %d reads wrong data: %s\n",
+                  (long long)at, q, diff);
+          wrong++;
+        }
+      }
+      stu_free_batches(got, n);
+    }
+    if (at < 0) CHECK_EQ_INT(failures, 0);
+    /* blocks, end-of-stream marker aside, and the index after its header */
+    bool covered = (at >= info0.schema_length && at < info0.data_end) ||
+                   (at >= info0.data_end + 8 + FSH_MAP_FILE_HEADER_BYTES &&
+                    at < info0.file_size - FSH_MAP_FILE_TRAILER_BYTES);
+    if (covered) tried++, undetected += failures == 0;
+    fsh_map_file_close(f);
+    fsh_buffer_unref(b);
+  }
+  CHECK_MSG(tried > 500 && info0.n_blocks > 3, "%d bytes, %lld blocks", tried,
+            (long long)info0.n_blocks);
+  CHECK_EQ_INT(wrong, 0);
+  CHECK_EQ_INT(undetected, 0);
+  /* a file of another size */
+  fsh_buffer *longer = STU_OK(fsh_buffer_new(good->size + 8, true));
+  memcpy(longer->data, good->data, (size_t)good->size);
+  fsh_input *in = NULL;
+  fsh_map_file *f = NULL;
+  CHECK_OK(fsh_input_from_buffer(longer, &in, &err));
+  rc = fsh_map_file_open_head(in, h, &f, &err);
+  CHECK_MSG(rc == EIO && !f && strstr(err.message, "changed size"), "%d %s", rc, err.message);
+  fsh_buffer_unref(longer);
+  fsh_map_file_head_unref(h);
+  free(want);
+  fsh_buffer_unref(good);
+  fsh_map_output_reset(&meta);
+  stu_plan_free(&p);
+}
+
 /* Files too small, or with a plausible trailer over garbage. */
 static void test_malformed_files(void) {
   fsh_error err;
@@ -361,4 +452,5 @@ static void test_malformed_files(void) {
 
 FSH_TEST_MAIN(TEST(test_blocks_and_ranges), TEST(test_buffer_budget),
               TEST(test_plain_stream_reader), TEST(test_disk_full),
-              TEST(test_every_byte_flipped), TEST(test_malformed_files))
+              TEST(test_every_byte_flipped), TEST(test_open_with_head),
+              TEST(test_malformed_files))
