@@ -443,6 +443,13 @@ FSH_NODISCARD int fsh_spill_writer_write(fsh_spill_writer *w, fsh_batch *b, fsh_
 FSH_NODISCARD int fsh_spill_writer_finish(fsh_spill_writer *w, fsh_spill_file **out,
                                           fsh_error *err);
 void fsh_spill_writer_abort(fsh_spill_writer *w); /* deletes the file; NULL accepted */
+/* Grace-style partitioned spilling (the hash operators'): hash-partitions
+ * b on key_cols[0, n_keys) (fsh_hash_columns with `seed`, then
+ * fsh_partition_hash into n_parts) and appends each part's rows to
+ * w[part]. An empty b writes nothing. */
+FSH_NODISCARD int fsh_spill_scatter(fsh_batch *b, const int32_t *key_cols, int n_keys,
+                                    uint64_t seed, int32_t n_parts, fsh_spill_writer *const *w,
+                                    fsh_error *err);
 
 const char *fsh_spill_file_path(const fsh_spill_file *f);
 int64_t fsh_spill_file_bytes(const fsh_spill_file *f);

@@ -115,22 +115,7 @@ int fsh_spill_join_new(fsh_schema *left, fsh_schema *right, const int32_t *left_
 /* Hash-partitions b on keys into w[0, n_parts). */
 static int scatter_to(const join_args *a, fsh_batch *b, const int32_t *keys,
                       fsh_spill_writer **w, fsh_error *err) {
-  if (b->length == 0) return 0;
-  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
-  int32_t *part = fsh_malloc((size_t)b->length * sizeof *part);
-  fsh_batch **outs = fsh_calloc((size_t)a->n_parts, sizeof *outs);
-  int rc = h && part && outs ? 0 : fsh_error_set(err, ENOMEM, "spilling hash join: out of "
-                                                 "memory");
-  if (rc == 0) rc = fsh_hash_columns(b, keys, a->n_keys, FSH_SPILL_JOIN_SEED, h, err);
-  if (rc == 0) rc = fsh_partition_hash(h, b->length, a->n_parts, part, err);
-  if (rc == 0) rc = fsh_scatter(b, part, a->n_parts, outs, err);
-  for (int32_t p = 0; rc == 0 && p < a->n_parts; p++)
-    if (outs[p]) rc = fsh_spill_writer_write(w[p], outs[p], err);
-  for (int32_t p = 0; outs && p < a->n_parts; p++) fsh_batch_unref(outs[p]);
-  fsh_free(outs);
-  fsh_free(h);
-  fsh_free(part);
-  return rc;
+  return fsh_spill_scatter(b, keys, a->n_keys, FSH_SPILL_JOIN_SEED, a->n_parts, w, err);
 }
 
 static const int32_t *build_keys(const join_args *a) {

@@ -468,3 +468,22 @@ int64_t fsh_exec_batch_memory(const fsh_batch *b) {
   for (int64_t c = 0; c < b->n_columns; c++) n += array_memory(b->columns[c]);
   return n;
 }
+
+int fsh_spill_scatter(fsh_batch *b, const int32_t *key_cols, int n_keys, uint64_t seed,
+                      int32_t n_parts, fsh_spill_writer *const *w, fsh_error *err) {
+  if (b->length == 0) return 0;
+  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
+  int32_t *part = fsh_malloc((size_t)b->length * sizeof *part);
+  fsh_batch **outs = fsh_calloc((size_t)n_parts, sizeof *outs);
+  int rc = h && part && outs ? 0 : fsh_error_set(err, ENOMEM, "spill scatter: out of memory");
+  if (rc == 0) rc = fsh_hash_columns(b, key_cols, n_keys, seed, h, err);
+  if (rc == 0) rc = fsh_partition_hash(h, b->length, n_parts, part, err);
+  if (rc == 0) rc = fsh_scatter(b, part, n_parts, outs, err);
+  for (int32_t p = 0; rc == 0 && p < n_parts; p++)
+    if (outs[p]) rc = fsh_spill_writer_write(w[p], outs[p], err);
+  for (int32_t p = 0; outs && p < n_parts; p++) fsh_batch_unref(outs[p]);
+  fsh_free(outs);
+  fsh_free(h);
+  fsh_free(part);
+  return rc;
+}
