@@ -71,7 +71,10 @@ void fsh_allocator_set(const fsh_allocator *a);
 const fsh_allocator *fsh_allocator_get(void);
 
 /* Test hook: the Nth allocation from now (1-based) fails, and every one after
- * it too if `persistent`; n == 0 disables. Returns allocations made so far. */
+ * it too if `persistent`; n == 0 disables. fsh_alloc_count: allocations
+ * counted so far. Counting starts at the first call of either (the count is
+ * for differences: before/after an operation); until then allocations are
+ * not counted, so that a service pays nothing for the hook. */
 void fsh_alloc_fail_after(int64_t n, bool persistent);
 int64_t fsh_alloc_count(void);
 
