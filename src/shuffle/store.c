@@ -101,14 +101,14 @@ static bool is_spill_name(const char *name) {
 
 /* Whether name is exactly an operator spill file name of the exec layer,
  * "fshexec-<pid>-<spill>-<seq>-<tag>.arrows" (exec.h; decimal numbers as
- * printed, pid > 0, tag 1..31 bytes), and then its pid. */
+ * printed, 0 < pid <= INT32_MAX, tag 1..31 bytes), and then its pid. */
 static bool is_exec_spill_name(const char *name, long *pid) {
   long p = 0;
   uint64_t spill = 0, seq = 0;
   int n = 0;
   if (strncmp(name, "fshexec-", 8) != 0 ||
       sscanf(name, "fshexec-%ld-%" SCNu64 "-%" SCNu64 "-%n", &p, &spill, &seq, &n) != 3 ||
-      n == 0 || p <= 0)
+      n == 0 || p <= 0 || p > INT32_MAX) /* not a pid (kill() would take it for a group) */
     return false;
   char expect[SPILL_NAME_MAX];
   int m = snprintf(expect, sizeof expect, "fshexec-%ld-%" PRIu64 "-%" PRIu64 "-", p, spill, seq);
@@ -120,11 +120,11 @@ static bool is_exec_spill_name(const char *name, long *pid) {
   return true;
 }
 
-/* Whether a leftover of the exec layer's must stay: its process is
- * another one that is still alive (a directory shared with a running
- * process's operators). A file of this very process's pid is a leftover
- * (the store is made at the worker's start; a restarted container reuses
- * pids). */
+/* Whether a file of the exec layer's must stay: its process is another
+ * one that is still alive (a directory shared with a running process's
+ * operators). A file of this very process's pid is a leftover: a store is
+ * made when its worker starts, before any of the worker's operators run
+ * (a restarted container reuses pids). */
 static bool exec_spill_live(long pid) {
   if (pid == (long)getpid()) return false;
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;
