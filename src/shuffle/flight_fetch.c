@@ -3,7 +3,10 @@
  * messages are hashed as they arrive (framed exactly as stored: FFFFFFFF,
  * metadata length, metadata, body) and checked against the block header's
  * checksum before any of them is decoded; at the end of a map output the
- * partition checksum and row count are checked too. Decoded batches are
+ * partition checksum and row count are checked too. Each byte is hashed
+ * at most twice (block, then partition) and once in a partition of one
+ * block, whose checksum is by definition its block's (map_file.c): there
+ * the block's verified checksum must equal the partition's. Decoded batches are
  * queued on their source's slot under the reader's bytes-in-flight limit
  * (flight_reader.h). */
 #include <errno.h>
@@ -23,6 +26,7 @@ typedef struct fetch {
   int64_t cur_slot;        /* slot index of the map output being received, -1 none */
   fsh_block_header h;      /* its current block */
   bool in_block;
+  bool block_checked;      /* the block's checksum was verified whole (bundle) */
   int64_t acc;             /* framed bytes of the block received */
   int64_t next_index;      /* next block index expected */
   int64_t part_rows;
@@ -143,6 +147,7 @@ static int start_block(fetch *f, const fsh_block_header *h, fsh_error *err) {
   f->h = *h;
   f->in_block = true;
   f->acc = 0;
+  f->block_checked = false;
   XXH3_64bits_reset(&f->block_hash);
   return 0;
 }
@@ -151,7 +156,7 @@ static int start_block(fetch *f, const fsh_block_header *h, fsh_error *err) {
 static int end_block(fetch *f, fsh_error *err) {
   fsh_block_header *h = &f->h;
   f->in_block = false;
-  if (XXH3_64bits_digest(&f->block_hash) != h->checksum)
+  if (!f->block_checked && XXH3_64bits_digest(&f->block_hash) != h->checksum)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
                          "mismatch in block %" PRId64 " (%" PRId64 " bytes): the stored map "
                          "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
@@ -186,7 +191,10 @@ static int end_block(fetch *f, fsh_error *err) {
   f->part_rows += rows;
   f->next_index++;
   if (f->next_index < h->n_blocks) return 0;
-  if (XXH3_64bits_digest(&f->part_hash) != h->part_checksum || f->part_rows != h->part_rows)
+  /* a partition of one block: its checksum is the block's, verified above
+   * (part_hash was not fed) */
+  uint64_t part = h->n_blocks == 1 ? h->checksum : XXH3_64bits_digest(&f->part_hash);
+  if (part != h->part_checksum || f->part_rows != h->part_rows)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: the partition "
                          "checksum does not match its blocks: the stored map output is corrupt",
                          f->prefix, h->map_id, h->attempt, h->partition);
@@ -214,8 +222,9 @@ static int bad_bundle(fetch *f, int64_t at, const char *why, fsh_error *err) {
 }
 
 /* A bundle of whole blocks (layout in shuffle_internal.h): each block is
- * checked against its header's checksum before anything in it is parsed,
- * then split into its framed messages (slices of the bundle) and decoded
+ * checked against its header's checksum (one pass; end_block does not
+ * hash it again) before anything in it is parsed, fed to the partition
+ * hash when its partition has more blocks than one, then split into its framed messages (slices of the bundle) and decoded
  * like a block that came message by message. */
 static int on_bundle(fetch *f, fsh_buffer *b, fsh_error *err) {
   const uint8_t *p = b->data;
@@ -238,8 +247,8 @@ static int on_bundle(fetch *f, fsh_buffer *b, fsh_error *err) {
                            "mismatch in block %" PRId64 " (%" PRId64 " bytes): the stored map "
                            "output is corrupt (or was damaged in transit)", f->prefix, h.map_id,
                            h.attempt, h.partition, h.index, h.length);
-    XXH3_64bits_update(&f->block_hash, blk, (size_t)h.length); /* end_block checks it again */
-    XXH3_64bits_update(&f->part_hash, blk, (size_t)h.length);
+    f->block_checked = true;
+    if (h.n_blocks > 1) XXH3_64bits_update(&f->part_hash, blk, (size_t)h.length);
     for (int64_t pos = 0; pos < h.length;) {
       int64_t left = h.length - pos;
       int64_t len = left >= 8 ? (int64_t)fsh_le_get32(blk + pos + 4) : -1;
@@ -287,9 +296,11 @@ static int on_message(fetch *f, fsh_flight_message *m, fsh_error *err) {
   XXH3_64bits_update(&f->block_hash, prefix, 8);
   XXH3_64bits_update(&f->block_hash, m->metadata->data, (size_t)m->metadata->size);
   if (body) XXH3_64bits_update(&f->block_hash, m->body->data, (size_t)body);
-  XXH3_64bits_update(&f->part_hash, prefix, 8);
-  XXH3_64bits_update(&f->part_hash, m->metadata->data, (size_t)m->metadata->size);
-  if (body) XXH3_64bits_update(&f->part_hash, m->body->data, (size_t)body);
+  if (f->h.n_blocks > 1) { /* else the block's checksum is the partition's */
+    XXH3_64bits_update(&f->part_hash, prefix, 8);
+    XXH3_64bits_update(&f->part_hash, m->metadata->data, (size_t)m->metadata->size);
+    if (body) XXH3_64bits_update(&f->part_hash, m->body->data, (size_t)body);
+  }
   f->acc += 8 + m->metadata->size + body;
   if (f->acc > f->h.length)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: block %" PRId64 " overruns "

@@ -1,7 +1,8 @@
 /* store.c -- a worker's store of map outputs (contract in shuffle.h): each
  * map output a map-output file image, in memory under the store's budget
  * or in a spill file; writers, lookups for readers and servers, listing,
- * release, and the removal of a crashed run's leftovers at start.
+ * release, and the removal of a crashed run's leftovers at start (its
+ * spill files, and the exec layer's operator spill files, exec.h).
  *
  * Memory accounting: an image is charged to the budget by its capacity as
  * it grows, and by its size once complete; a writer whose next growth the
@@ -31,6 +32,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,6 +99,36 @@ static bool is_spill_name(const char *name) {
   return strncmp(name, expect, n) == 0 && (name[n] == '\0' || strcmp(name + n, ".tmp") == 0);
 }
 
+/* Whether name is exactly an operator spill file name of the exec layer,
+ * "fshexec-<pid>-<spill>-<seq>-<tag>.arrows" (exec.h; decimal numbers as
+ * printed, 0 < pid <= INT32_MAX, tag 1..31 bytes), and then its pid. */
+static bool is_exec_spill_name(const char *name, long *pid) {
+  long p = 0;
+  uint64_t spill = 0, seq = 0;
+  int n = 0;
+  if (strncmp(name, "fshexec-", 8) != 0 ||
+      sscanf(name, "fshexec-%ld-%" SCNu64 "-%" SCNu64 "-%n", &p, &spill, &seq, &n) != 3 ||
+      n == 0 || p <= 0 || p > INT32_MAX) /* not a pid (kill() would take it for a group) */
+    return false;
+  char expect[SPILL_NAME_MAX];
+  int m = snprintf(expect, sizeof expect, "fshexec-%ld-%" PRIu64 "-%" PRIu64 "-", p, spill, seq);
+  size_t tag = strlen(name + n), ext = strlen(".arrows");
+  if (m != n || strncmp(name, expect, (size_t)n) != 0 || tag <= ext || tag - ext > 31 ||
+      strcmp(name + n + tag - ext, ".arrows") != 0)
+    return false;
+  *pid = p;
+  return true;
+}
+
+/* Whether a file of the exec layer's must stay: its process is another
+ * one that is still alive (a directory shared with a running process's
+ * operators). A file of this very process's pid is a leftover: a store is
+ * made when its worker starts, before any of the worker's operators run
+ * (a restarted container reuses pids). */
+static bool exec_spill_live(long pid) {
+  if (pid == (long)getpid()) return false;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
 
 /* ---- budget ------------------------------------------------------------ */
 
@@ -832,7 +864,8 @@ int fsh_store_set_name(fsh_shuffle_store *s, const char *name) {
 const char *fsh_store_name(const fsh_shuffle_store *s) { return s->name; }
 
 /* mkdir -p dir, then removes the spill files (and temp files) a crashed
- * earlier run left in it; nothing else is touched. */
+ * earlier run left in it, and the exec layer's operator spill files of
+ * processes that are gone (or of this one); nothing else is touched. */
 static int prepare_dir(const char *dir, fsh_error *err) {
   char *p = fsh_strdup(dir);
   if (!p) return fsh_error_set(err, ENOMEM, "out of memory");
@@ -860,7 +893,10 @@ static int prepare_dir(const char *dir, fsh_error *err) {
   int rc = 0;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
-    if (!is_spill_name(de->d_name)) continue;
+    long pid = 0;
+    if (!is_spill_name(de->d_name) &&
+        !(is_exec_spill_name(de->d_name, &pid) && !exec_spill_live(pid)))
+      continue;
     if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT && rc == 0)
       rc = fsh_error_set(err, EIO, "spill directory %s: cannot remove the leftover %s: %s", dir,
                          de->d_name, strerror(errno));

@@ -7,6 +7,7 @@
  * directory that vanished (a clean task error), a DoGet over map outputs
  * of different schemas refused, and the ticket codec. */
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <flightshuffle/flight.h>
 
@@ -172,6 +173,66 @@ static void leftovers_removed_at_start(void) {
   char path[512];
   snprintf(path, sizeof path, "%s/keep.txt", dir);
   CHECK(access(path, F_OK) == 0);
+  fsh_shuffle_store_free(s);
+  stu_rmdir(dir);
+}
+
+/* A pid no process has: a child's, reaped. */
+static long dead_pid(void) {
+  pid_t c = fork();
+  if (c == 0) _exit(0);
+  CHECK(c > 0);
+  int st = 0;
+  CHECK(waitpid(c, &st, 0) == c);
+  return (long)c;
+}
+
+/* A new store also removes the exec layer's operator spill files
+ * ("fshexec-<pid>-<spill>-<seq>-<tag>.arrows", exec.h) of dead processes
+ * and its own pid's (leftovers), keeps those of a live other process and
+ * every near miss of the pattern. */
+static void exec_leftovers_removed_at_start(void) {
+  char *dir = stu_mkdtemp("execleft");
+  long dead = dead_pid(), self = (long)getpid(), live = (long)getppid();
+  const char *gone[] = {"fshexec-%ld-0-0-exec.arrows", "fshexec-%ld-17-3-sort.arrows",
+                        "fshexec-%ld-1-2-abcdefghijklmnopqrstuvwxyz01234.arrows"};
+  const char *kept[] = {"fshexec-%ld-0-0-exec.arrows.tmp", "fshexec-%ld-0-0-.arrows",
+                        "fshexec-%ld-0-exec.arrows", "fshexec-%ld-00-1-exec.arrows",
+                        "fshexec-%ld-0-1-exec.arrow", "xfshexec-%ld-0-0-exec.arrows",
+                        "fshexec-%ld-+1-1-exec.arrows",
+                        "fshexec-%ld-1-2-abcdefghijklmnopqrstuvwxyz012345.arrows"};
+  char name[256];
+  int n_kept = 0;
+  for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) {
+    snprintf(name, sizeof name, gone[i], i == 1 ? self : dead);
+    touch(dir, name);
+  }
+  for (size_t i = 0; i < sizeof kept / sizeof *kept; i++, n_kept++) {
+    snprintf(name, sizeof name, kept[i], dead);
+    touch(dir, name);
+  }
+  snprintf(name, sizeof name, "fshexec-%ld-0-0-exec.arrows", live); /* a live process's */
+  touch(dir, name);
+  n_kept++;
+  touch(dir, "fshexec-0-0-0-exec.arrows");
+  touch(dir, "fshexec--5-0-0-exec.arrows");
+  touch(dir, "fshexec-4294967297-0-0-exec.arrows"); /* not a pid */
+  n_kept += 3;
+  CHECK_EQ_INT(stu_count_files(dir), n_kept + (int)(sizeof gone / sizeof *gone));
+  fsh_error err = {{0}};
+  fsh_shuffle_store *s = NULL;
+  const char *d = dir;
+  fsh_shuffle_store_options o = {.spill_dirs = &d, .n_spill_dirs = 1, .memory_limit = 0};
+  CHECK_OK(fsh_shuffle_store_new(&o, &s, &err));
+  CHECK_EQ_INT(stu_count_files(dir), n_kept);
+  char path[512];
+  for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) {
+    snprintf(name, sizeof name, gone[i], i == 1 ? self : dead);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was kept", name);
+  }
+  snprintf(path, sizeof path, "%s/fshexec-%ld-0-0-exec.arrows", dir, live);
+  CHECK_MSG(access(path, F_OK) == 0, "the live process's file was removed");
   fsh_shuffle_store_free(s);
   stu_rmdir(dir);
 }
@@ -474,6 +535,6 @@ static void ticket_codec(void) {
 }
 
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
-              TEST(leftovers_removed_at_start),
+              TEST(leftovers_removed_at_start), TEST(exec_leftovers_removed_at_start),
               TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec))
