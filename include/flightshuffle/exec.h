@@ -797,6 +797,22 @@ typedef struct fsh_plan_run_options {
    * and release() goes through every one of them. Borrowed. */
   fsh_shuffle_backend *const *backends;
   int n_backends;
+  /* Bounded memory: with operator_memory > 0 every instance (partition) of
+   * a sort, of a SINGLE or PARTIAL aggregate and of a join holds at most
+   * about this many bytes and runs through its spilling form (fsh_extsort,
+   * fsh_spill_agg, fsh_spill_join), each instance with its own fsh_spill
+   * area over spill_dirs (required then, else EINVAL; existing
+   * directories; borrowed). A FINAL aggregate (after the exchange) still
+   * runs in memory, unbounded: its input is one partial row per group and
+   * map output. Spilled output comes out in another row order, which the
+   * plan's output order allows (aggregates and joins are unordered; sorts
+   * stay stable). A partition still over the budget on its own fails with
+   * EFBIG naming the operator and the partition. Every spill file is
+   * deleted before fsh_plan_run returns, on success and on error.
+   * 0: every operator in memory, unbounded (as without these fields). */
+  int64_t operator_memory;
+  const char *const *spill_dirs;
+  int n_spill_dirs;
 } fsh_plan_run_options;
 
 typedef struct fsh_plan_result {
@@ -810,6 +826,14 @@ typedef struct fsh_plan_result {
   int64_t map_outputs;   /* map outputs written */
   int64_t map_tasks;     /* map tasks run (a merged output counts its tasks) */
   int64_t maps_skipped;  /* map tasks a global limit made unnecessary */
+  /* bounded memory (operator_memory > 0): spill files and bytes written,
+   * operator instances that spilled, and per plan node that spilled
+   * "NAME: instances=I files=F bytes=B" joined by "; " (fsh_malloc'd;
+   * NULL when nothing spilled) */
+  int64_t spill_files;
+  int64_t spilled_bytes;
+  int64_t operators_spilled;
+  char *spill_summary;
 } fsh_plan_result;
 void fsh_plan_result_reset(fsh_plan_result *r);
 
