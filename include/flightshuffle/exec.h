@@ -284,8 +284,8 @@ typedef struct fsh_hash_agg fsh_hash_agg;
 /* A hash aggregate over batches of `input` grouped by key_cols[0, n_keys)
  * (n_keys >= 0) computing aggs[0, n_aggs). memory_budget: bytes the
  * operator may hold (hash table, key copies, states; 0 = unlimited); a push
- * that leaves it holding more returns EFBIG (spilling to disk is not
- * implemented yet). EINVAL (column out of range, bad function) or ENOTSUP
+ * that leaves it holding more returns EFBIG (this operator never spills:
+ * fsh_spill_agg, "bounded memory" below, is the spilling form). EINVAL (column out of range, bad function) or ENOTSUP
  * (a function on a type it does not support, a key type fsh_row_keys
  * cannot compare), naming the column. */
 FSH_NODISCARD int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
@@ -344,7 +344,8 @@ typedef struct fsh_hash_join fsh_hash_join;
  * memory_budget: bytes the build side and its table may hold (0 =
  * unlimited; the table is estimated at 40 bytes a build row while the build
  * side is pushed): fsh_hash_join_build returns EFBIG when a batch takes the
- * join over it (the batch is kept; spilling is not implemented yet).
+ * join over it (the batch is kept; this operator never spills:
+ * fsh_spill_join, "bounded memory" below, is the spilling form).
  *
  * Output schema: the left fields, then the right fields (not for semi and
  * anti joins); a right field whose name is already taken gets the suffix

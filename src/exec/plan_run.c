@@ -54,9 +54,14 @@ static int32_t parts_of(const run_ctx *c, const plan_node *n) {
   return c->reference ? 1 : n->n_partitions;
 }
 
+/* Prefixes err with the node's operator name, unless the message already
+ * starts with it (the physical nodes of one operator share its name). */
 static int name_fail(const plan_node *n, int rc, fsh_error *err) {
   char who[200];
-  return fsh_error_prefix(err, rc, "%s: ", plan_node_name(n, who, sizeof who));
+  plan_node_name(n, who, sizeof who);
+  size_t len = strlen(who);
+  if (err && strncmp(err->message, who, len) == 0 && err->message[len] == ':') return rc;
+  return fsh_error_prefix(err, rc, "%s: ", who);
 }
 
 /* ---- operator streams ----------------------------------------------------------- */
