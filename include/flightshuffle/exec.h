@@ -803,9 +803,11 @@ typedef struct fsh_plan_run_options {
    * about this many bytes and runs through its spilling form (fsh_extsort,
    * fsh_spill_agg, fsh_spill_join), each instance with its own fsh_spill
    * area over spill_dirs (required then, else EINVAL; existing
-   * directories; borrowed). A FINAL aggregate (after the exchange) still
-   * runs in memory, unbounded: its input is one partial row per group and
-   * map output. Spilled output comes out in another row order, which the
+   * directories; borrowed). A FINAL aggregate (after the exchange) runs
+   * grace-style in plan_run.c (fsh_spill_agg has no FINAL mode): in memory
+   * while the FINAL fsh_hash_agg plus the partial-state batches it was
+   * given fit, else every partial-state batch is hash-partitioned on the
+   * keys into 32 spill files, each aggregated on its own. Spilled output comes out in another row order, which the
    * plan's output order allows (aggregates and joins are unordered; sorts
    * stay stable). A partition still over the budget on its own fails with
    * EFBIG naming the operator and the partition. Every spill file is
@@ -829,8 +831,9 @@ typedef struct fsh_plan_result {
   int64_t maps_skipped;  /* map tasks a global limit made unnecessary */
   /* bounded memory (operator_memory > 0): spill files and bytes written,
    * operator instances that spilled, and per plan node that spilled
-   * "NAME: instances=I files=F bytes=B" joined by "; " (fsh_malloc'd;
-   * NULL when nothing spilled) */
+   * "NAME [PHASE]: instances=I files=F bytes=B" joined by "; " (PHASE:
+   * sort, join, aggregate, partial aggregate, final aggregate;
+   * fsh_malloc'd; NULL when nothing spilled) */
   int64_t spill_files;
   int64_t spilled_bytes;
   int64_t operators_spilled;

@@ -95,7 +95,17 @@ typedef struct ostate {
   fsh_spill_join *sjoin;
   fsh_batch_stream rest;
   bool rest_open;
+  /* FINAL aggregate under a budget (final_*): the partial-state batches
+   * pushed so far (until it spills), then one spill writer / file per
+   * grace partition, read back one partition at a time */
+  int64_t fin_held_bytes;
+  fsh_spill_writer **fin_w;
+  fsh_spill_file **fin_files;
+  int32_t fin_next;
+  int32_t *fin_keys; /* 0 .. n_keys - 1: the keys lead the partial schema */
 } ostate;
+
+#define FINAL_SPILL_PARTS 32
 
 static void spill_account(ostate *s);
 
@@ -116,6 +126,12 @@ static void ostate_free(ostate *s) {
   fsh_extsort_free(s->xsort);
   fsh_spill_agg_free(s->sagg);
   fsh_spill_join_free(s->sjoin);
+  for (int32_t i = 0; s->fin_w && i < FINAL_SPILL_PARTS; i++) fsh_spill_writer_abort(s->fin_w[i]);
+  fsh_free(s->fin_w);
+  for (int32_t i = 0; s->fin_files && i < FINAL_SPILL_PARTS; i++)
+    fsh_spill_file_free(s->fin_files[i]);
+  fsh_free(s->fin_files);
+  fsh_free(s->fin_keys);
   spill_account(s);
   fsh_spill_free(s->spill);
   fsh_free(s);
@@ -291,6 +307,127 @@ static int agg_spilling(ostate *s, fsh_batch **out, fsh_error *err) {
   return rest_next(s, out, err);
 }
 
+/* Hash-partitions partial-state batch b on the keys into s->fin_w. */
+static int final_scatter(ostate *s, fsh_batch *b, fsh_error *err) {
+  const plan_node *n = s->n;
+  if (b->length == 0) return 0;
+  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
+  int32_t *pids = fsh_malloc((size_t)b->length * sizeof *pids);
+  fsh_batch *parts[FINAL_SPILL_PARTS] = {0};
+  int rc = h && pids ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc) rc = fsh_hash_columns(b, s->fin_keys, n->n_keys, FSH_SPILL_AGG_SEED, h, err);
+  if (!rc) rc = fsh_partition_hash(h, b->length, FINAL_SPILL_PARTS, pids, err);
+  if (!rc) rc = fsh_scatter(b, pids, FINAL_SPILL_PARTS, parts, err);
+  for (int32_t p = 0; p < FINAL_SPILL_PARTS; p++) {
+    if (!rc && parts[p] && parts[p]->length > 0)
+      rc = fsh_spill_writer_write(s->fin_w[p], parts[p], err);
+    fsh_batch_unref(parts[p]);
+  }
+  fsh_free(h);
+  fsh_free(pids);
+  return rc;
+}
+
+/* The FINAL aggregate went over the budget: the in-memory one is dropped
+ * and every partial-state batch held so far goes to the grace partitions. */
+static int final_start_spill(ostate *s, fsh_error *err) {
+  fsh_schema *partial = fsh_schema_ref(fsh_hash_agg_input_schema(s->agg));
+  fsh_hash_agg_free(s->agg);
+  s->agg = NULL;
+  int rc = spill_area(s, "final-aggregate", err);
+  s->fin_w = fsh_calloc(FINAL_SPILL_PARTS, sizeof *s->fin_w);
+  s->fin_keys = fsh_calloc((size_t)s->n->n_keys, sizeof *s->fin_keys);
+  if (!rc && (!s->fin_w || !s->fin_keys)) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  for (int32_t k = 0; !rc && k < s->n->n_keys; k++) s->fin_keys[k] = k;
+  for (int32_t p = 0; !rc && p < FINAL_SPILL_PARTS; p++)
+    rc = fsh_spill_writer_open(s->spill, partial, &s->fin_w[p], err);
+  fsh_schema_unref(partial);
+  if (rc) return rc;
+  for (int64_t i = 0; i < s->n_held; i++) FSH_RETURN_NOT_OK(final_scatter(s, s->held[i], err));
+  for (int64_t i = 0; i < s->n_held; i++) fsh_batch_unref(s->held[i]);
+  s->n_held = 0;
+  s->fin_held_bytes = 0;
+  return 0;
+}
+
+/* A FINAL aggregate (after the exchange) under a budget, grace-style as
+ * fsh_spill_agg (which has no FINAL mode): while the in-memory FINAL
+ * aggregate plus the partial-state batches it was given (kept until the
+ * end, so that a spill can still partition them) stay within the budget,
+ * nothing spills and the result is the in-memory one; beyond it, every
+ * partial-state batch is hash-partitioned on the keys (FSH_SPILL_AGG_SEED)
+ * into FINAL_SPILL_PARTS spill files, each aggregated on its own at the
+ * end (equal keys share a partition: every group comes out once). */
+static int agg_final_bounded(ostate *s, fsh_batch **out, fsh_error *err) {
+  const plan_node *n = s->n;
+  int64_t budget = s->c->op_memory;
+  if (!s->done) {
+    s->done = true;
+    FSH_RETURN_NOT_OK(fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs,
+                                       FSH_AGG_FINAL, 0, &s->agg, err));
+    for (;;) {
+      fsh_batch *b = NULL;
+      FSH_RETURN_NOT_OK(s->in.get_next(&s->in, &b, err));
+      if (!b) break;
+      int rc = 0;
+      if (s->fin_w) {
+        rc = final_scatter(s, b, err);
+        fsh_batch_unref(b);
+      } else if ((rc = fsh_hash_agg_push(s->agg, b, err)) != 0 || b->length == 0) {
+        fsh_batch_unref(b);
+      } else if (hold(s, b) != 0) {
+        fsh_batch_unref(b);
+        rc = fsh_error_set(err, ENOMEM, "out of memory");
+      } else {
+        s->fin_held_bytes += fsh_exec_batch_memory(b);
+        if (n->n_keys > 0 && s->fin_held_bytes + fsh_hash_agg_memory(s->agg) > budget)
+          rc = final_start_spill(s, err);
+      }
+      if (rc) return rc;
+    }
+    if (!s->fin_w) return fsh_hash_agg_finish(s->agg, out, err); /* never spilled */
+    if (!(s->fin_files = fsh_calloc(FINAL_SPILL_PARTS, sizeof *s->fin_files)))
+      return fsh_error_set(err, ENOMEM, "out of memory");
+    for (int32_t p = 0; p < FINAL_SPILL_PARTS; p++) {
+      fsh_spill_writer *w = s->fin_w[p];
+      s->fin_w[p] = NULL;
+      FSH_RETURN_NOT_OK(fsh_spill_writer_finish(w, &s->fin_files[p], err));
+    }
+  }
+  /* one partition at a time: its states through a fresh FINAL aggregate */
+  while (s->fin_files && s->fin_next < FINAL_SPILL_PARTS) {
+    int32_t p = s->fin_next++;
+    fsh_spill_file *f = s->fin_files[p];
+    s->fin_files[p] = NULL;
+    if (fsh_spill_file_rows(f) == 0) {
+      fsh_spill_file_free(f);
+      continue;
+    }
+    fsh_hash_agg *a = NULL;
+    fsh_batch_stream st;
+    int rc = fsh_spill_file_open(f, &st, err);
+    if (rc) return rc;
+    rc = fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs, FSH_AGG_FINAL,
+                          budget, &a, err);
+    while (!rc) {
+      fsh_batch *b = NULL;
+      if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+      rc = fsh_hash_agg_push(a, b, err);
+      fsh_batch_unref(b);
+    }
+    st.release(&st);
+    if (rc == EFBIG)
+      rc = fsh_error_prefix(err, rc, "final aggregate: spill partition %d of %d is still over "
+                            "the budget on its own: ", (int)p, FINAL_SPILL_PARTS);
+    if (!rc) rc = fsh_hash_agg_finish(a, out, err);
+    fsh_hash_agg_free(a);
+    if (rc || (*out && (*out)->length > 0)) return rc;
+    fsh_batch_unref(*out);
+    *out = NULL;
+  }
+  return 0;
+}
+
 /* The join through the spilling hash join (right side built). */
 static int join_spilling(ostate *s, fsh_batch **out, fsh_error *err) {
   const plan_node *n = s->n;
@@ -354,7 +491,9 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
       fsh_batch_unref(b);
       return rc;
     case PN_AGG:
-      if (s->c->op_memory > 0 && n->agg_mode != FSH_AGG_FINAL) return agg_spilling(s, out, err);
+      if (s->c->op_memory > 0 && n->agg_mode == FSH_AGG_FINAL)
+        return agg_final_bounded(s, out, err);
+      if (s->c->op_memory > 0) return agg_spilling(s, out, err);
       if (s->done) return 0;
       FSH_RETURN_NOT_OK(fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs,
                                          n->agg_mode, 0, &s->agg, err));
@@ -938,8 +1077,9 @@ static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out
 
 /* ---- running -------------------------------------------------------------------------- */
 
-/* out->spill_summary: "NAME: instances=I files=F bytes=B; ..." over the
- * nodes that spilled. */
+/* out->spill_summary: "NAME [PHASE]: instances=I files=F bytes=B; ..."
+ * over the nodes that spilled (PHASE: sort, join, aggregate, partial
+ * aggregate, final aggregate). */
 static int spill_summary(run_ctx *c, fsh_error *err) {
   size_t cap = 1, len = 0;
   for (int i = 0; i < c->p->n_nodes; i++)
@@ -951,8 +1091,12 @@ static int spill_summary(run_ctx *c, fsh_error *err) {
     const struct node_spill *ns = &c->node_spill[i];
     if (!ns->files) continue;
     char who[200];
-    int k = snprintf(text + len, cap - len, "%s%s: instances=%lld files=%lld bytes=%lld",
-                     len ? "; " : "", plan_node_name(c->p->nodes[i], who, sizeof who),
+    const plan_node *n = c->p->nodes[i];
+    const char *phase = n->kind == PN_SORT ? "sort" : n->kind == PN_JOIN ? "join"
+                        : n->agg_mode == FSH_AGG_PARTIAL ? "partial aggregate"
+                        : n->agg_mode == FSH_AGG_FINAL ? "final aggregate" : "aggregate";
+    int k = snprintf(text + len, cap - len, "%s%s [%s]: instances=%lld files=%lld bytes=%lld",
+                     len ? "; " : "", plan_node_name(n, who, sizeof who), phase,
                      (long long)ns->instances, (long long)ns->files, (long long)ns->bytes);
     if (k > 0) len += (size_t)k < cap - len ? (size_t)k : cap - len - 1;
   }

@@ -72,14 +72,14 @@ static const struct {
     {"sort.json", 64 << 10, "(sort)"},
     {"repartition_range.json", 64 << 10, "(sort)"},
     {"repartition_hash.json", 64 << 10, "(aggregate)"},
-    {"group_by_float_sums.json", 4 << 10, "(aggregate)"},
+    {"group_by_float_sums.json", 4 << 10, "[final aggregate]"},
     {"join_group_by.json", 256 << 10, "(join 'j')"},
     {"broadcast_join.json", 64 << 10, "(join)"},
 };
 
 /* Each plan on the memory and the fs backend, with the budget over two
  * spill directories: verifies against the in-memory reference, spilled,
- * left nothing behind; without a budget nothing is counted. */
+ * left nothing behind; without a budget (memory backend) nothing is counted. */
 static void test_examples_spill_and_verify(void) {
   char d1[] = "/tmp/fsh-test-opspill-XXXXXX", d2[] = "/tmp/fsh-test-opspill-XXXXXX";
   char fsdir[] = "/tmp/fsh-test-opspill-fs-XXXXXX";
@@ -115,12 +115,13 @@ static void test_examples_spill_and_verify(void) {
       CHECK_EQ_INT(dir_entries(d1), 0);
       CHECK_EQ_INT(dir_entries(d2), 0);
       fsh_plan_result_reset(&r);
-      /* without a budget: as before, nothing spilled */
-      fsh_plan_run_options o0 = {.backend = be};
-      CHECK_OK(fsh_plan_run(p, &o0, &r, &err));
-      CHECK(r.spill_files == 0 && r.spilled_bytes == 0 && r.spill_summary == NULL);
-      CHECK_OK(fsh_plan_result_compare(p, &r, &ref, &err));
-      fsh_plan_result_reset(&r);
+      if (!fs) { /* without a budget: as before, nothing spilled */
+        fsh_plan_run_options o0 = {.backend = be};
+        CHECK_OK(fsh_plan_run(p, &o0, &r, &err));
+        CHECK(r.spill_files == 0 && r.spilled_bytes == 0 && r.spill_summary == NULL);
+        CHECK_OK(fsh_plan_result_compare(p, &r, &ref, &err));
+        fsh_plan_result_reset(&r);
+      }
       fsh_shuffle_backend_destroy(be);
     }
     fsh_plan_result_reset(&ref);
