@@ -332,3 +332,16 @@ def test_bench_ops_small():
         assert len(sums) == 1, sums
         rows = sum(1 for l in r.stdout.splitlines() if l.strip().startswith("run ") and f" {w} " in l)
         assert rows == 2 * 3
+
+
+def test_bench_ops_operator_memory():
+    # the spilling runs beside the in-memory ones: both plans spill, their
+    # output equals the memory backend's (verified), ratios are reported
+    r = run("bench", "ops", "--sort-rows", "20000", "--left-rows", "40000", "--right-rows",
+            "20000", "--runs", "1", "--flight-workers", "2", "--operator-memory", "64K", check=0)
+    res = result_line(r.stdout)
+    assert res["verified"] == "yes"
+    for w in ["sort", "join_group_by"]:
+        assert float(res[f"{w}_spill_vs_memory"]) > 0
+        assert float(res[f"{w}_spilled_mb"]) > 0
+    assert sum(1 for l in r.stdout.splitlines() if "memory+spill" in l and "spilled" in l) == 4
