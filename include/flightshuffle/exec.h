@@ -648,7 +648,9 @@ bool fsh_spill_join_spilled(const fsh_spill_join *j);
  * map outputs and reduce partitions are placed on them round-robin. An
  * exchange is released (on every backend) as soon as every stage reading
  * it has run. The reference mode runs the same plan in one partition
- * without exchanges: what --verify compares with. */
+ * without exchanges: what --verify compares with. With
+ * fsh_plan_run_options.operator_memory, sorts, aggregates and joins hold
+ * bounded memory and spill (see there). */
 
 typedef struct fsh_plan fsh_plan;
 
