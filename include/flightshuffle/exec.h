@@ -285,9 +285,10 @@ typedef struct fsh_hash_agg fsh_hash_agg;
  * (n_keys >= 0) computing aggs[0, n_aggs). memory_budget: bytes the
  * operator may hold (hash table, key copies, states; 0 = unlimited); a push
  * that leaves it holding more returns EFBIG (this operator never spills:
- * fsh_spill_agg, "bounded memory" below, is the spilling form). EINVAL (column out of range, bad function) or ENOTSUP
- * (a function on a type it does not support, a key type fsh_row_keys
- * cannot compare), naming the column. */
+ * fsh_spill_agg, "bounded memory" below, is the spilling form). EINVAL
+ * (column out of range, bad function) or ENOTSUP (a function on a type it
+ * does not support, a key type fsh_row_keys cannot compare), naming the
+ * column. */
 FSH_NODISCARD int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
                                    const fsh_agg_spec *aggs, int n_aggs, fsh_agg_mode mode,
                                    int64_t memory_budget, fsh_hash_agg **out, fsh_error *err);
@@ -809,9 +810,10 @@ typedef struct fsh_plan_run_options {
    * grace-style in plan_run.c (fsh_spill_agg has no FINAL mode): in memory
    * while the FINAL fsh_hash_agg plus the partial-state batches it was
    * given fit, else every partial-state batch is hash-partitioned on the
-   * keys into 32 spill files, each aggregated on its own. Spilled output comes out in another row order, which the
-   * plan's output order allows (aggregates and joins are unordered; sorts
-   * stay stable). A partition still over the budget on its own fails with
+   * keys into 32 spill files, each aggregated on its own. Spilled output
+   * comes out in another row order, which the plan's output order allows
+   * (aggregates and joins are unordered; sorts stay stable). A partition
+   * still over the budget on its own fails with
    * EFBIG naming the operator and the partition. Every spill file is
    * deleted before fsh_plan_run returns, on success and on error.
    * 0: every operator in memory, unbounded (as without these fields). */

@@ -174,10 +174,10 @@ static void test_alloc_failure(void) {
       "{\"partitions\": 2, \"nodes\": [{\"id\": \"a\", \"op\": \"scan\", \"generate\": \"keyed\", "
       "\"rows\": 3000, \"batch_rows\": 300, \"partitions\": 2, \"null_fraction\": 0.1}, "
       "{\"id\": \"b\", \"op\": \"scan\", \"generate\": \"synthetic\", \"rows\": 2000, "
-      "\"batch_rows\": 200, \"key_range\": 500}, {\"id\": \"j\", \"op\": \"join\", \"left\": \"a\", "
-      "\"right\": \"b\", \"keys\": [\"key\"], \"type\": \"left\"}, {\"op\": \"sort\", "
-      "\"keys\": [\"key\"]}, {\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": "
-      "[{\"fn\": \"count\", \"column\": \"value\"}]}]}";
+      "\"batch_rows\": 200, \"key_range\": 500}, {\"id\": \"j\", \"op\": \"join\", "
+      "\"left\": \"a\", \"right\": \"b\", \"keys\": [\"key\"], \"type\": \"left\"}, "
+      "{\"op\": \"sort\", \"keys\": [\"key\"]}, {\"op\": \"aggregate\", \"keys\": [\"key\"], "
+      "\"aggs\": [{\"fn\": \"count\", \"column\": \"value\"}]}]}";
   fsh_error err;
   fsh_plan *p = NULL;
   CHECK_OK(fsh_plan_from_json(text, -1, 0, &p, &err));
