@@ -284,10 +284,11 @@ typedef struct fsh_hash_agg fsh_hash_agg;
 /* A hash aggregate over batches of `input` grouped by key_cols[0, n_keys)
  * (n_keys >= 0) computing aggs[0, n_aggs). memory_budget: bytes the
  * operator may hold (hash table, key copies, states; 0 = unlimited); a push
- * that leaves it holding more returns EFBIG (spilling to disk is not
- * implemented yet). EINVAL (column out of range, bad function) or ENOTSUP
- * (a function on a type it does not support, a key type fsh_row_keys
- * cannot compare), naming the column. */
+ * that leaves it holding more returns EFBIG (this operator never spills:
+ * fsh_spill_agg, "bounded memory" below, is the spilling form). EINVAL
+ * (column out of range, bad function) or ENOTSUP (a function on a type it
+ * does not support, a key type fsh_row_keys cannot compare), naming the
+ * column. */
 FSH_NODISCARD int fsh_hash_agg_new(fsh_schema *input, const int32_t *key_cols, int n_keys,
                                    const fsh_agg_spec *aggs, int n_aggs, fsh_agg_mode mode,
                                    int64_t memory_budget, fsh_hash_agg **out, fsh_error *err);
@@ -344,7 +345,8 @@ typedef struct fsh_hash_join fsh_hash_join;
  * memory_budget: bytes the build side and its table may hold (0 =
  * unlimited; the table is estimated at 40 bytes a build row while the build
  * side is pushed): fsh_hash_join_build returns EFBIG when a batch takes the
- * join over it (the batch is kept; spilling is not implemented yet).
+ * join over it (the batch is kept; this operator never spills:
+ * fsh_spill_join, "bounded memory" below, is the spilling form).
  *
  * Output schema: the left fields, then the right fields (not for semi and
  * anti joins); a right field whose name is already taken gets the suffix
@@ -654,7 +656,9 @@ bool fsh_spill_join_spilled(const fsh_spill_join *j);
  * map outputs and reduce partitions are placed on them round-robin. An
  * exchange is released (on every backend) as soon as every stage reading
  * it has run. The reference mode runs the same plan in one partition
- * without exchanges: what --verify compares with. */
+ * without exchanges: what --verify compares with. With
+ * fsh_plan_run_options.operator_memory, sorts, aggregates and joins hold
+ * bounded memory and spill (see there). */
 
 typedef struct fsh_plan fsh_plan;
 
@@ -804,6 +808,25 @@ typedef struct fsh_plan_run_options {
    * and release() goes through every one of them. Borrowed. */
   fsh_shuffle_backend *const *backends;
   int n_backends;
+  /* Bounded memory: with operator_memory > 0 every instance (partition) of
+   * a sort, of a SINGLE or PARTIAL aggregate and of a join holds at most
+   * about this many bytes and runs through its spilling form (fsh_extsort,
+   * fsh_spill_agg, fsh_spill_join), each instance with its own fsh_spill
+   * area over spill_dirs (required then, else EINVAL; existing
+   * directories; borrowed). A FINAL aggregate (after the exchange) runs
+   * grace-style in plan_run.c (fsh_spill_agg has no FINAL mode): in memory
+   * while the FINAL fsh_hash_agg plus the partial-state batches it was
+   * given fit, else every partial-state batch is hash-partitioned on the
+   * keys into 32 spill files, each aggregated on its own. Spilled output
+   * comes out in another row order, which the plan's output order allows
+   * (aggregates and joins are unordered; sorts stay stable). A partition
+   * still over the budget on its own fails with
+   * EFBIG naming the operator and the partition. Every spill file is
+   * deleted before fsh_plan_run returns, on success and on error.
+   * 0: every operator in memory, unbounded (as without these fields). */
+  int64_t operator_memory;
+  const char *const *spill_dirs;
+  int n_spill_dirs;
 } fsh_plan_run_options;
 
 typedef struct fsh_plan_result {
@@ -817,6 +840,15 @@ typedef struct fsh_plan_result {
   int64_t map_outputs;   /* map outputs written */
   int64_t map_tasks;     /* map tasks run (a merged output counts its tasks) */
   int64_t maps_skipped;  /* map tasks a global limit made unnecessary */
+  /* bounded memory (operator_memory > 0): spill files and bytes written,
+   * operator instances that spilled, and per plan node that spilled
+   * "NAME [PHASE]: instances=I files=F bytes=B" joined by "; " (PHASE:
+   * sort, join, aggregate, partial aggregate, final aggregate;
+   * fsh_malloc'd; NULL when nothing spilled) */
+  int64_t spill_files;
+  int64_t spilled_bytes;
+  int64_t operators_spilled;
+  char *spill_summary;
 } fsh_plan_result;
 void fsh_plan_result_reset(fsh_plan_result *r);
 

@@ -11,7 +11,14 @@
  * same ratio of the process's CPU seconds (every thread, the in-process
  * workers' too: steadier than wall time on a shared machine). Every
  * run's output checksum (the sum of its row hashes) must equal the first
- * memory run's; the last line is `result: ... verified=yes|no`. */
+ * memory run's; the last line is `result: ... verified=yes|no`. With
+ * --operator-memory B each round also runs both plans on the memory
+ * backend with every sort / aggregate / join bounded to B bytes (spilling
+ * to a temporary directory): its seconds, the bytes spilled and its time
+ * ratio to the unbounded memory run of the same round; its output must
+ * equal the memory run's under fsh_plan_result_compare (a spilled join
+ * feeds the group-by in another order, so float sums may differ in their
+ * last bits). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -21,6 +28,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <flightshuffle/exec.h>
 
@@ -32,6 +40,8 @@ static const char *const ops_backend_names[OPS_BACKENDS] = {"memory", "fs", "fli
 typedef struct ops_opts {
   int64_t sort_rows, left_rows, right_rows;
   int64_t runs, workers, partitions, threads, memory_limit;
+  int64_t operator_memory; /* > 0: also the spilling runs */
+  const char *spill_dir;   /* theirs (a temporary directory) */
 } ops_opts;
 
 static double ops_now(void) {
@@ -92,8 +102,10 @@ static int input_bytes(const char *scans_json, int64_t *out, fsh_error *err) {
   return 0;
 }
 
+/* keep: the result moves there (else it is dropped). */
 static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o, double *secs,
-                    double *cpu, uint64_t *sum, int64_t *rows, fsh_error *err) {
+                    double *cpu, uint64_t *sum, int64_t *rows, fsh_plan_result *keep,
+                    fsh_error *err) {
   fsh_plan_run_options ro = {.backends = bk->backends, .n_backends = bk->n,
                              .n_threads = (int)o->threads};
   fsh_plan_result r;
@@ -108,19 +120,44 @@ static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o,
   for (int64_t i = 0; !rc && i < n; i++) *sum += h[i];
   *rows = r.rows;
   fsh_free(h);
-  fsh_plan_result_reset(&r);
+  if (keep && !rc) *keep = r;
+  else fsh_plan_result_reset(&r);
   return rc;
+}
+
+/* The plan on the memory backend bk with operator_memory: its time,
+ * spilled bytes, and whether it equals ref (the same round's unbounded
+ * memory run). */
+static int run_spilling(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o,
+                        const fsh_plan_result *ref, double *secs, int64_t *spilled, bool *same,
+                        fsh_error *err) {
+  const char *dirs[1] = {o->spill_dir};
+  fsh_plan_run_options ro = {.backends = bk->backends, .n_backends = bk->n,
+                             .n_threads = (int)o->threads, .operator_memory = o->operator_memory,
+                             .spill_dirs = dirs, .n_spill_dirs = 1};
+  fsh_plan_result r;
+  double t0 = ops_now();
+  FSH_RETURN_NOT_OK(fsh_plan_run(p, &ro, &r, err));
+  *secs = ops_now() - t0;
+  *spilled = r.spilled_bytes;
+  fsh_error cmp;
+  *same = fsh_plan_result_compare(p, &r, ref, &cmp) == 0;
+  if (!*same) fprintf(stderr, "bench ops: spilling run differs: %s\n", cmp.message);
+  fsh_plan_result_reset(&r);
+  return 0;
 }
 
 static int usage_ops(void) {
   fprintf(stderr,
           "usage: flightshuffle bench ops [--sort-rows N] [--left-rows N] [--right-rows N]\n"
           "           [--runs K] [--flight-workers N] [--partitions P] [--threads T]\n"
-          "           [--memory-limit BYTES]\n"
+          "           [--memory-limit BYTES] [--operator-memory BYTES]\n"
           "  a distributed sort of the synthetic table and a partitioned hash join +\n"
           "  group-by of two keyed tables, on the memory, fs and flight backends (flight:\n"
           "  N in-process workers on loopback), runs interleaved; every output is\n"
-          "  checked against the memory backend's\n");
+          "  checked against the memory backend's; --operator-memory also runs both on\n"
+          "  the memory backend with spilling operators bounded to BYTES, beside\n"
+          "  the unbounded run (time ratio)\n");
   return 2;
 }
 
@@ -149,6 +186,8 @@ int cmd_bench_ops(int argc, char **argv) {
     else if (strcmp(a, "--partitions") == 0) ok = ok && ops_int(v, 1, 4096, &o.partitions);
     else if (strcmp(a, "--threads") == 0) ok = ok && ops_int(v, 1, 64, &o.threads);
     else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
+    else if (strcmp(a, "--operator-memory") == 0)
+      ok = ok && cli_parse_bytes(v, &o.operator_memory) && o.operator_memory > 0;
     else return usage_ops();
     if (!ok) return cli_fail(2, "bench ops: bad value for %s", a);
     i++;
@@ -203,6 +242,14 @@ int cmd_bench_ops(int argc, char **argv) {
   fsh_error err;
   int rc = 0, status = 0;
   static double secs[2][OPS_BACKENDS][OPS_MAX_RUNS], cpu[2][OPS_BACKENDS][OPS_MAX_RUNS];
+  static double spill_secs[2][OPS_MAX_RUNS];
+  int64_t spilled[2] = {0, 0};
+  char spill_tmp[64] = "";
+  if (o.operator_memory > 0) {
+    snprintf(spill_tmp, sizeof spill_tmp, "/tmp/fsh-opspill-XXXXXX");
+    if (!mkdtemp(spill_tmp)) return cli_fail(1, "bench ops: mkdtemp: %s", strerror(errno));
+    o.spill_dir = spill_tmp;
+  }
   bool verified = true;
   char result[1024] = "";
   size_t rl = 0;
@@ -236,8 +283,11 @@ int cmd_bench_ops(int argc, char **argv) {
       for (int k = 0; k < OPS_BACKENDS && !rc; k++) {
         uint64_t sum;
         int64_t rows;
+        fsh_plan_result mem;
+        memset(&mem, 0, sizeof mem);
+        bool spill_here = k == 0 && o.operator_memory > 0;
         rc = run_once(plans[w], &bk[k], &o, &secs[w][k][run], &cpu[w][k][run], &sum, &rows,
-                      &err);
+                      spill_here ? &mem : NULL, &err);
         if (rc) {
           status = cli_fail(1, "bench ops: %s on %s: %s", names[w], ops_backend_names[k],
                             err.message);
@@ -251,6 +301,22 @@ int cmd_bench_ops(int argc, char **argv) {
                secs[w][k][run], cpu[w][k][run], rows, sum,
                same ? "" : "  MISMATCH with the memory backend");
         fflush(stdout);
+        if (!rc && spill_here) {
+          bool same2 = false;
+          rc = run_spilling(plans[w], &bk[k], &o, &mem, &spill_secs[w][run], &spilled[w], &same2,
+                            &err);
+          if (!rc) {
+            if (!same2) verified = false;
+            printf("  run %" PRId64 " %-14s %-7s %8.3f s  spilled %.1f MB (operator memory %"
+                   PRId64 " bytes)%s\n", run, names[w], "memory+spill", spill_secs[w][run],
+                   (double)spilled[w] / 1e6, o.operator_memory,
+                   same2 ? "" : "  MISMATCH with the memory backend");
+            fflush(stdout);
+          }
+          if (rc)
+            status = cli_fail(1, "bench ops: %s spilling on memory: %s", names[w], err.message);
+        }
+        fsh_plan_result_reset(&mem);
       }
     }
     if (rc) break;
@@ -280,6 +346,22 @@ int cmd_bench_ops(int argc, char **argv) {
       rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_vs_%s_cpu=%.2f",
                              names[w], ops_backend_names[base], r[1]);
     }
+    if (o.operator_memory > 0) {
+      double s[3], ratio[OPS_MAX_RUNS], r[3];
+      ops_stats(spill_secs[w], (int)o.runs, s);
+      printf("  %-7s %8.3f %8.3f %8.3f       %6.3f %6.3f %6.3f       (spilled %.1f MB a run)\n",
+             "memory+spill", s[0], s[1], s[2], (double)bytes[w] / s[2] / 1e9,
+             (double)bytes[w] / s[1] / 1e9, (double)bytes[w] / s[0] / 1e9,
+             (double)spilled[w] / 1e6);
+      for (int64_t run = 0; run < o.runs; run++)
+        ratio[run] = spill_secs[w][run] / secs[w][0][run];
+      ops_stats(ratio, (int)o.runs, r);
+      printf("  spilling / in-memory time ratio (memory backend, per round) %5.2f %5.2f %5.2f\n",
+             r[0], r[1], r[2]);
+      rl += (size_t)snprintf(result + rl, sizeof result - rl,
+                             " %s_spill_vs_memory=%.2f %s_spilled_mb=%.1f", names[w], r[1],
+                             names[w], (double)spilled[w] / 1e6);
+    }
     double m[3];
     ops_stats(secs[w][2], (int)o.runs, m);
     rl += (size_t)snprintf(result + rl, sizeof result - rl, " %s_flight_gbps=%.3f", names[w],
@@ -292,5 +374,8 @@ int cmd_bench_ops(int argc, char **argv) {
 done:
   for (int k = 0; k < OPS_BACKENDS; k++) cli_plan_backends_close(&bk[k]);
   for (int w = 0; w < 2; w++) fsh_plan_free(plans[w]);
+  if (spill_tmp[0] && rmdir(spill_tmp) != 0)
+    status = cli_fail(1, "bench ops: spill directory %s not removed: %s", spill_tmp,
+                      strerror(errno));
   return status;
 }

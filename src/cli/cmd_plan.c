@@ -3,7 +3,9 @@
  * through a shuffle backend -- memory, fs, or flight: N in-process workers,
  * each a store behind a Flight server on loopback, map tasks placed on them
  * round-robin and reduce partitions reading over DoGet; --verify compares
- * with a single-process run of the same plan without exchanges). */
+ * with a single-process run of the same plan without exchanges;
+ * --operator-memory bounds each sort / aggregate / join instance, which
+ * spills to --operator-spill-dir). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -69,7 +71,11 @@ static int usage_plan(void) {
           "                 [--flight-workers N] [--spill-dir DIR] [--memory-limit BYTES]\n"
           "                 [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
           "                 [--merge-threshold T] [--threads N] [--verify] [--output OUT.arrow]\n"
-          "                 [--workers N]\n");
+          "                 [--workers N] [--operator-memory BYTES]\n"
+          "                 [--operator-spill-dir DIR]...\n"
+          "  --spill-dir: the in-process flight workers' stores; --operator-spill-dir\n"
+          "  (repeatable; default: a temporary directory): where sorts, aggregates and\n"
+          "  joins spill when --operator-memory bounds them\n");
   return 2;
 }
 
@@ -201,6 +207,9 @@ int cmd_run(int argc, char **argv) {
   const char *spill_dir = NULL;
   int64_t parts = 0, workers = 0, threshold = 0, threads = 1, flight_workers = 2;
   int64_t memory_limit = (int64_t)1 << 30;
+  int64_t op_memory = 0;
+  const char *op_dirs[16];
+  int n_op_dirs = 0;
   bool verify = false;
   fsh_plan_merge merge = FSH_PLAN_MERGE_AUTO;
   for (int i = 1; i < argc; i++) {
@@ -224,6 +233,13 @@ int cmd_run(int argc, char **argv) {
       if (!cli_parse_bytes(argv[++i], &memory_limit))
         return cli_fail(2, "run: --memory-limit '%s': expected bytes (e.g. 1073741824, 512M)",
                         argv[i]);
+    } else if (strcmp(a, "--operator-memory") == 0 && has) {
+      if (!cli_parse_bytes(argv[++i], &op_memory) || op_memory < 1)
+        return cli_fail(2, "run: --operator-memory '%s': expected bytes > 0 (e.g. 65536, 1M)",
+                        argv[i]);
+    } else if (strcmp(a, "--operator-spill-dir") == 0 && has) {
+      if (n_op_dirs == 16) return cli_fail(2, "run: at most 16 --operator-spill-dir");
+      op_dirs[n_op_dirs++] = argv[++i];
     } else if (strcmp(a, "--workers") == 0 && has) {
       if (!parse_int(argv[++i], 0, 4096, &workers))
         return cli_fail(2, "run: --workers must be a count");
@@ -265,15 +281,30 @@ int cmd_run(int argc, char **argv) {
     fsh_plan_free(p);
     return cli_fail(1, "run: %s backend: %s", backend_name, err.message);
   }
+  /* operator spilling: the given directories, or a temporary one */
+  char op_tmp[64] = "";
+  if (op_memory > 0 && n_op_dirs == 0) {
+    snprintf(op_tmp, sizeof op_tmp, "/tmp/fsh-opspill-XXXXXX");
+    if (!mkdtemp(op_tmp)) {
+      cli_plan_backends_close(&bk);
+      fsh_plan_free(p);
+      return cli_fail(1, "run: mkdtemp %s: %s", op_tmp, strerror(errno));
+    }
+    op_dirs[n_op_dirs++] = op_tmp;
+  }
   fsh_plan_run_options o = {.merge = merge, .merge_threshold = threshold,
                             .n_threads = (int)threads, .backends = bk.backends,
-                            .n_backends = bk.n};
+                            .n_backends = bk.n, .operator_memory = op_memory,
+                            .spill_dirs = op_dirs, .n_spill_dirs = n_op_dirs};
   fsh_plan_result res, ref;
   memset(&ref, 0, sizeof ref);
   double t0 = now_s();
   rc = fsh_plan_run(p, &o, &res, &err);
   double secs = now_s() - t0;
   cli_plan_backends_close(&bk);
+  if (op_tmp[0] && rmdir(op_tmp) != 0 && !rc)
+    rc = fsh_error_set(&err, errno, "operator spill directory %s not removed: %s", op_tmp,
+                       strerror(errno));
   if (rc) {
     fsh_plan_free(p);
     return cli_fail(1, "run: %s: %s", path, err.message);
@@ -286,6 +317,11 @@ int cmd_run(int argc, char **argv) {
          " maps_skipped=%" PRId64 " seconds=%.3f\n",
          res.rows, res.n_batches, (int)fsh_plan_output_partitions(p), sum, res.exchanges,
          res.map_tasks, res.map_outputs, res.maps_skipped, secs);
+  if (op_memory > 0)
+    printf("spill: operator_memory=%" PRId64 " files=%" PRId64 " bytes=%" PRId64
+           " operators_spilled=%" PRId64 "%s%s\n",
+           op_memory, res.spill_files, res.spilled_bytes, res.operators_spilled,
+           res.spill_summary ? " | " : "", res.spill_summary ? res.spill_summary : "");
   if (output && !status) {
     /* the result as an IPC file: the batches, partition after partition */
     cli_table t = {.schema = res.schema, .n_batches = res.n_batches, .batches = res.batches};
@@ -317,10 +353,14 @@ int cmd_run(int argc, char **argv) {
     }
   }
   const char *name = strrchr(path, '/');
+  char spilled[96] = "";
+  if (op_memory > 0)
+    snprintf(spilled, sizeof spilled, " spill_files=%" PRId64 " spilled_bytes=%" PRId64,
+             res.spill_files, res.spilled_bytes);
   printf("result: plan=%s backend=%s partitions=%d rows=%" PRId64 " checksum=%016" PRIx64
-         " seconds=%.3f verified=%s\n",
+         " seconds=%.3f%s verified=%s\n",
          name ? name + 1 : path, backend_name, (int)fsh_plan_output_partitions(p), res.rows, sum,
-         secs, verified);
+         secs, spilled, verified);
   fsh_plan_result_reset(&res);
   fsh_plan_result_reset(&ref);
   fsh_plan_free(p);

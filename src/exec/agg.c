@@ -656,7 +656,7 @@ int fsh_hash_agg_push(fsh_hash_agg *a, fsh_batch *b, fsh_error *err) {
   if (a->budget > 0 && held > a->budget)
     return fsh_error_set(err, EFBIG,
                          "hash aggregate: holds %lld bytes (%lld groups), over its budget of "
-                         "%lld bytes (spilling is not implemented yet)",
+                         "%lld bytes",
                          (long long)held, (long long)a->n_groups, (long long)a->budget);
   return 0;
 }

@@ -190,7 +190,7 @@ static int over_budget(const fsh_hash_join *j, fsh_error *err) {
   if (j->budget > 0 && held > j->budget)
     return fsh_error_set(err, EFBIG,
                          "hash join (%s): the build side holds %lld bytes, over its budget of "
-                         "%lld bytes (spilling is not implemented yet)",
+                         "%lld bytes",
                          type_name(j->type), (long long)held, (long long)j->budget);
   return 0;
 }

@@ -33,7 +33,13 @@ typedef struct run_ctx {
   xstate *x; /* [n_nodes] */
   fsh_plan_result *res;
   int n_threads;      /* map tasks at once */
-  pthread_mutex_t mu; /* guards res's counters */
+  int64_t op_memory;  /* budget of each sort / aggregate / join instance (0: unbounded) */
+  const char *const *spill_dirs;
+  int n_spill_dirs;
+  struct node_spill {
+    int64_t instances, files, bytes;
+  } *node_spill;      /* [n_nodes] when op_memory > 0 */
+  pthread_mutex_t mu; /* guards res's counters and node_spill */
 } run_ctx;
 
 static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
@@ -48,9 +54,14 @@ static int32_t parts_of(const run_ctx *c, const plan_node *n) {
   return c->reference ? 1 : n->n_partitions;
 }
 
+/* Prefixes err with the node's operator name, unless the message already
+ * starts with it (the physical nodes of one operator share its name). */
 static int name_fail(const plan_node *n, int rc, fsh_error *err) {
   char who[200];
-  return fsh_error_prefix(err, rc, "%s: ", plan_node_name(n, who, sizeof who));
+  plan_node_name(n, who, sizeof who);
+  size_t len = strlen(who);
+  if (err && strncmp(err->message, who, len) == 0 && err->message[len] == ':') return rc;
+  return fsh_error_prefix(err, rc, "%s: ", who);
 }
 
 /* ---- operator streams ----------------------------------------------------------- */
@@ -75,7 +86,28 @@ typedef struct ostate {
   int64_t remaining;          /* limit */
   fsh_rechunker *rc;
   bool rc_finished;
+  /* bounded memory (run_ctx.op_memory > 0): the spilling forms, their
+   * spill area (one per operator instance, so that it counts its files)
+   * and the stream of what their finish() gives */
+  fsh_spill *spill;
+  fsh_extsort *xsort;
+  fsh_spill_agg *sagg;
+  fsh_spill_join *sjoin;
+  fsh_batch_stream rest;
+  bool rest_open;
+  /* FINAL aggregate under a budget (final_*): the partial-state batches
+   * pushed so far (until it spills), then one spill writer / file per
+   * grace partition, read back one partition at a time */
+  int64_t fin_held_bytes;
+  fsh_spill_writer **fin_w;
+  fsh_spill_file **fin_files;
+  int32_t fin_next;
+  int32_t *fin_keys; /* 0 .. n_keys - 1: the keys lead the partial schema */
 } ostate;
+
+#define FINAL_SPILL_PARTS 32
+
+static void spill_account(ostate *s);
 
 static void ostate_free(ostate *s) {
   if (!s) return;
@@ -90,6 +122,18 @@ static void ostate_free(ostate *s) {
   for (int64_t i = 0; i < s->n_held; i++) fsh_batch_unref(s->held[i]);
   fsh_free(s->held);
   fsh_rechunker_free(s->rc);
+  if (s->rest_open) s->rest.release(&s->rest);
+  fsh_extsort_free(s->xsort);
+  fsh_spill_agg_free(s->sagg);
+  fsh_spill_join_free(s->sjoin);
+  for (int32_t i = 0; s->fin_w && i < FINAL_SPILL_PARTS; i++) fsh_spill_writer_abort(s->fin_w[i]);
+  fsh_free(s->fin_w);
+  for (int32_t i = 0; s->fin_files && i < FINAL_SPILL_PARTS; i++)
+    fsh_spill_file_free(s->fin_files[i]);
+  fsh_free(s->fin_files);
+  fsh_free(s->fin_keys);
+  spill_account(s);
+  fsh_spill_free(s->spill);
   fsh_free(s);
 }
 
@@ -184,6 +228,242 @@ static int drain(ostate *s, fsh_batch_stream *in, fsh_error *err) {
   }
 }
 
+/* ---- bounded memory: the spilling forms ------------------------------------------ */
+
+/* Adds what s's spill area wrote to the run's counters (at release). */
+static void spill_account(ostate *s) {
+  if (!s->spill || !s->c) return;
+  int64_t files = fsh_spill_files_written(s->spill), bytes = fsh_spill_bytes_written(s->spill);
+  if (files == 0) return;
+  run_ctx *c = s->c;
+  pthread_mutex_lock(&c->mu);
+  c->res->spill_files += files;
+  c->res->spilled_bytes += bytes;
+  c->res->operators_spilled++;
+  if (c->node_spill) {
+    c->node_spill[s->n->id].instances++;
+    c->node_spill[s->n->id].files += files;
+    c->node_spill[s->n->id].bytes += bytes;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* The operator instance's own spill area over the run's directories
+ * (tag: the operator kind, in file names and errors). */
+static int spill_area(ostate *s, const char *tag, fsh_error *err) {
+  fsh_spill_options o = {.dirs = s->c->spill_dirs, .n_dirs = s->c->n_spill_dirs,
+                         .compression = FSH_COMPRESSION_NONE, .tag = tag};
+  return fsh_spill_new(&o, &s->spill, err);
+}
+
+static int rest_next(ostate *s, fsh_batch **out, fsh_error *err) {
+  return s->rest_open ? s->rest.get_next(&s->rest, out, err) : 0;
+}
+
+/* Sort through the external sort: the same stable order as fsh_sort_batch. */
+static int sort_spilling(ostate *s, fsh_batch **out, fsh_error *err) {
+  const plan_node *n = s->n;
+  if (!s->done) {
+    s->done = true;
+    FSH_RETURN_NOT_OK(spill_area(s, "sort", err));
+    fsh_extsort_options o = {.key_cols = n->keys, .n_keys = n->n_keys, .order = n->sort_order,
+                             .memory_budget = s->c->op_memory, .spill = s->spill};
+    FSH_RETURN_NOT_OK(fsh_extsort_new(s->in.schema, &o, &s->xsort, err));
+    for (;;) {
+      fsh_batch *b = NULL;
+      FSH_RETURN_NOT_OK(s->in.get_next(&s->in, &b, err));
+      if (!b) break;
+      int rc = fsh_extsort_push(s->xsort, b, err);
+      fsh_batch_unref(b);
+      if (rc) return rc;
+    }
+    FSH_RETURN_NOT_OK(fsh_extsort_finish(s->xsort, &s->rest, err));
+    s->rest_open = true;
+  }
+  return rest_next(s, out, err);
+}
+
+/* SINGLE and PARTIAL aggregates through the spilling hash aggregate. */
+static int agg_spilling(ostate *s, fsh_batch **out, fsh_error *err) {
+  const plan_node *n = s->n;
+  if (!s->done) {
+    s->done = true;
+    FSH_RETURN_NOT_OK(spill_area(s, "aggregate", err));
+    fsh_spill_agg_options o = {.key_cols = n->keys, .n_keys = n->n_keys, .aggs = n->aggs,
+                               .n_aggs = n->n_aggs, .mode = n->agg_mode,
+                               .memory_budget = s->c->op_memory, .spill = s->spill};
+    FSH_RETURN_NOT_OK(fsh_spill_agg_new(n->agg_input, &o, &s->sagg, err));
+    for (;;) {
+      fsh_batch *b = NULL;
+      FSH_RETURN_NOT_OK(s->in.get_next(&s->in, &b, err));
+      if (!b) break;
+      int rc = fsh_spill_agg_push(s->sagg, b, err);
+      fsh_batch_unref(b);
+      if (rc) return rc;
+    }
+    FSH_RETURN_NOT_OK(fsh_spill_agg_finish(s->sagg, &s->rest, err));
+    s->rest_open = true;
+  }
+  return rest_next(s, out, err);
+}
+
+/* Hash-partitions partial-state batch b on the keys into s->fin_w. */
+static int final_scatter(ostate *s, fsh_batch *b, fsh_error *err) {
+  const plan_node *n = s->n;
+  if (b->length == 0) return 0;
+  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
+  int32_t *pids = fsh_malloc((size_t)b->length * sizeof *pids);
+  fsh_batch *parts[FINAL_SPILL_PARTS] = {0};
+  int rc = h && pids ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc) rc = fsh_hash_columns(b, s->fin_keys, n->n_keys, FSH_SPILL_AGG_SEED, h, err);
+  if (!rc) rc = fsh_partition_hash(h, b->length, FINAL_SPILL_PARTS, pids, err);
+  if (!rc) rc = fsh_scatter(b, pids, FINAL_SPILL_PARTS, parts, err);
+  for (int32_t p = 0; p < FINAL_SPILL_PARTS; p++) {
+    if (!rc && parts[p] && parts[p]->length > 0)
+      rc = fsh_spill_writer_write(s->fin_w[p], parts[p], err);
+    fsh_batch_unref(parts[p]);
+  }
+  fsh_free(h);
+  fsh_free(pids);
+  return rc;
+}
+
+/* The FINAL aggregate went over the budget: the in-memory one is dropped
+ * and every partial-state batch held so far goes to the grace partitions. */
+static int final_start_spill(ostate *s, fsh_error *err) {
+  fsh_schema *partial = fsh_schema_ref(fsh_hash_agg_input_schema(s->agg));
+  fsh_hash_agg_free(s->agg);
+  s->agg = NULL;
+  int rc = spill_area(s, "final-aggregate", err);
+  s->fin_w = fsh_calloc(FINAL_SPILL_PARTS, sizeof *s->fin_w);
+  s->fin_keys = fsh_calloc((size_t)s->n->n_keys, sizeof *s->fin_keys);
+  if (!rc && (!s->fin_w || !s->fin_keys)) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  for (int32_t k = 0; !rc && k < s->n->n_keys; k++) s->fin_keys[k] = k;
+  for (int32_t p = 0; !rc && p < FINAL_SPILL_PARTS; p++)
+    rc = fsh_spill_writer_open(s->spill, partial, &s->fin_w[p], err);
+  fsh_schema_unref(partial);
+  if (rc) return rc;
+  for (int64_t i = 0; i < s->n_held; i++) FSH_RETURN_NOT_OK(final_scatter(s, s->held[i], err));
+  for (int64_t i = 0; i < s->n_held; i++) fsh_batch_unref(s->held[i]);
+  s->n_held = 0;
+  s->fin_held_bytes = 0;
+  return 0;
+}
+
+/* A FINAL aggregate (after the exchange) under a budget, grace-style as
+ * fsh_spill_agg (which has no FINAL mode): while the in-memory FINAL
+ * aggregate plus the partial-state batches it was given (kept until the
+ * end, so that a spill can still partition them) stay within the budget,
+ * nothing spills and the result is the in-memory one; beyond it, every
+ * partial-state batch is hash-partitioned on the keys (FSH_SPILL_AGG_SEED)
+ * into FINAL_SPILL_PARTS spill files, each aggregated on its own at the
+ * end (equal keys share a partition: every group comes out once). */
+static int agg_final_bounded(ostate *s, fsh_batch **out, fsh_error *err) {
+  const plan_node *n = s->n;
+  int64_t budget = s->c->op_memory;
+  if (!s->done) {
+    s->done = true;
+    FSH_RETURN_NOT_OK(fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs,
+                                       FSH_AGG_FINAL, 0, &s->agg, err));
+    for (;;) {
+      fsh_batch *b = NULL;
+      FSH_RETURN_NOT_OK(s->in.get_next(&s->in, &b, err));
+      if (!b) break;
+      int rc = 0;
+      if (s->fin_w) {
+        rc = final_scatter(s, b, err);
+        fsh_batch_unref(b);
+      } else if ((rc = fsh_hash_agg_push(s->agg, b, err)) != 0 || b->length == 0) {
+        fsh_batch_unref(b);
+      } else if (hold(s, b) != 0) {
+        fsh_batch_unref(b);
+        rc = fsh_error_set(err, ENOMEM, "out of memory");
+      } else {
+        s->fin_held_bytes += fsh_exec_batch_memory(b);
+        if (n->n_keys > 0 && s->fin_held_bytes + fsh_hash_agg_memory(s->agg) > budget)
+          rc = final_start_spill(s, err);
+      }
+      if (rc) return rc;
+    }
+    if (!s->fin_w) return fsh_hash_agg_finish(s->agg, out, err); /* never spilled */
+    if (!(s->fin_files = fsh_calloc(FINAL_SPILL_PARTS, sizeof *s->fin_files)))
+      return fsh_error_set(err, ENOMEM, "out of memory");
+    for (int32_t p = 0; p < FINAL_SPILL_PARTS; p++) {
+      fsh_spill_writer *w = s->fin_w[p];
+      s->fin_w[p] = NULL;
+      FSH_RETURN_NOT_OK(fsh_spill_writer_finish(w, &s->fin_files[p], err));
+    }
+  }
+  /* one partition at a time: its states through a fresh FINAL aggregate */
+  while (s->fin_files && s->fin_next < FINAL_SPILL_PARTS) {
+    int32_t p = s->fin_next++;
+    fsh_spill_file *f = s->fin_files[p];
+    s->fin_files[p] = NULL;
+    if (fsh_spill_file_rows(f) == 0) {
+      fsh_spill_file_free(f);
+      continue;
+    }
+    fsh_hash_agg *a = NULL;
+    fsh_batch_stream st;
+    int rc = fsh_spill_file_open(f, &st, err);
+    if (rc) return rc;
+    rc = fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs, FSH_AGG_FINAL,
+                          budget, &a, err);
+    while (!rc) {
+      fsh_batch *b = NULL;
+      if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+      rc = fsh_hash_agg_push(a, b, err);
+      fsh_batch_unref(b);
+    }
+    st.release(&st);
+    if (rc == EFBIG)
+      rc = fsh_error_prefix(err, rc, "final aggregate: spill partition %d of %d is still over "
+                            "the budget on its own: ", (int)p, FINAL_SPILL_PARTS);
+    if (!rc) rc = fsh_hash_agg_finish(a, out, err);
+    fsh_hash_agg_free(a);
+    if (rc || (*out && (*out)->length > 0)) return rc;
+    fsh_batch_unref(*out);
+    *out = NULL;
+  }
+  return 0;
+}
+
+/* The join through the spilling hash join (right side built). */
+static int join_spilling(ostate *s, fsh_batch **out, fsh_error *err) {
+  const plan_node *n = s->n;
+  fsh_batch *b = NULL;
+  int rc;
+  if (!s->sjoin) {
+    FSH_RETURN_NOT_OK(spill_area(s, "join", err));
+    FSH_RETURN_NOT_OK(fsh_spill_join_new(s->in.schema, s->in2.schema, n->keys, n->keys2,
+                                         n->n_keys, n->join_type, false, s->c->op_memory, 0,
+                                         s->spill, &s->sjoin, err));
+    for (;;) {
+      FSH_RETURN_NOT_OK(s->in2.get_next(&s->in2, &b, err));
+      if (!b) break;
+      rc = fsh_spill_join_build(s->sjoin, b, err);
+      fsh_batch_unref(b);
+      if (rc) return rc;
+    }
+  }
+  if (!s->done) {
+    for (;;) {
+      FSH_RETURN_NOT_OK(s->in.get_next(&s->in, &b, err));
+      if (!b) break;
+      rc = fsh_spill_join_probe(s->sjoin, b, out, err);
+      fsh_batch_unref(b);
+      if (rc) return rc;
+      if (*out && (*out)->length > 0) return 0;
+      fsh_batch_unref(*out);
+      *out = NULL;
+    }
+    s->done = true;
+    FSH_RETURN_NOT_OK(fsh_spill_join_finish(s->sjoin, &s->rest, err));
+    s->rest_open = true;
+  }
+  return rest_next(s, out, err);
+}
+
 static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
   const plan_node *n = s->n;
   fsh_batch *b = NULL;
@@ -211,6 +491,9 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
       fsh_batch_unref(b);
       return rc;
     case PN_AGG:
+      if (s->c->op_memory > 0 && n->agg_mode == FSH_AGG_FINAL)
+        return agg_final_bounded(s, out, err);
+      if (s->c->op_memory > 0) return agg_spilling(s, out, err);
       if (s->done) return 0;
       FSH_RETURN_NOT_OK(fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs,
                                          n->agg_mode, 0, &s->agg, err));
@@ -226,6 +509,7 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
       /* the output schema is the node's (same fields) */
       return 0;
     case PN_JOIN:
+      if (s->c->op_memory > 0) return join_spilling(s, out, err);
       if (s->done) return 0;
       if (!s->join) {
         FSH_RETURN_NOT_OK(fsh_hash_join_new(s->in.schema, s->in2.schema, n->keys, n->keys2,
@@ -251,6 +535,7 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
       s->done = true;
       return fsh_hash_join_finish(s->join, out, err);
     case PN_SORT:
+      if (s->c->op_memory > 0) return sort_spilling(s, out, err);
       if (s->done) return 0;
       s->done = true;
       FSH_RETURN_NOT_OK(drain(s, &s->in, err));
@@ -792,8 +1077,36 @@ static int open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out
 
 /* ---- running -------------------------------------------------------------------------- */
 
+/* out->spill_summary: "NAME [PHASE]: instances=I files=F bytes=B; ..."
+ * over the nodes that spilled (PHASE: sort, join, aggregate, partial
+ * aggregate, final aggregate). */
+static int spill_summary(run_ctx *c, fsh_error *err) {
+  size_t cap = 1, len = 0;
+  for (int i = 0; i < c->p->n_nodes; i++)
+    if (c->node_spill[i].files) cap += 320;
+  char *text = fsh_malloc(cap);
+  if (!text) return fsh_error_set(err, ENOMEM, "out of memory");
+  text[0] = 0;
+  for (int i = 0; i < c->p->n_nodes; i++) {
+    const struct node_spill *ns = &c->node_spill[i];
+    if (!ns->files) continue;
+    char who[200];
+    const plan_node *n = c->p->nodes[i];
+    const char *phase = n->kind == PN_SORT ? "sort" : n->kind == PN_JOIN ? "join"
+                        : n->agg_mode == FSH_AGG_PARTIAL ? "partial aggregate"
+                        : n->agg_mode == FSH_AGG_FINAL ? "final aggregate" : "aggregate";
+    int k = snprintf(text + len, cap - len, "%s%s [%s]: instances=%lld files=%lld bytes=%lld",
+                     len ? "; " : "", plan_node_name(n, who, sizeof who), phase,
+                     (long long)ns->instances, (long long)ns->files, (long long)ns->bytes);
+    if (k > 0) len += (size_t)k < cap - len ? (size_t)k : cap - len - 1;
+  }
+  c->res->spill_summary = text;
+  return 0;
+}
+
 void fsh_plan_result_reset(fsh_plan_result *r) {
   if (!r) return;
+  fsh_free(r->spill_summary);
   for (int64_t i = 0; i < r->n_batches; i++) fsh_batch_unref(r->batches[i]);
   fsh_free(r->batches);
   fsh_free(r->partition_batches);
@@ -814,6 +1127,15 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
                .n_backends = o->backends && o->n_backends > 0 ? o->n_backends : 0, .res = out};
   if (c.merge_threshold < 1) c.merge_threshold = 200;
   c.n_threads = o->n_threads < 1 ? 1 : o->n_threads > 64 ? 64 : o->n_threads;
+  if (o->operator_memory < 0)
+    return fsh_error_set(err, EINVAL, "run: operator_memory %lld is negative",
+                         (long long)o->operator_memory);
+  if (o->operator_memory > 0 && (!o->spill_dirs || o->n_spill_dirs < 1))
+    return fsh_error_set(err, EINVAL, "run: operator_memory %lld bytes needs at least one spill "
+                         "directory (spill_dirs)", (long long)o->operator_memory);
+  c.op_memory = o->operator_memory;
+  c.spill_dirs = o->spill_dirs;
+  c.n_spill_dirs = o->operator_memory > 0 ? o->n_spill_dirs : 0;
   for (int i = 0; i < c.n_backends && !c.reference; i++)
     if (!c.backends[i]) return fsh_error_set(err, EINVAL, "run: backends[%d] is NULL", i);
   pthread_mutex_init(&c.mu, NULL);
@@ -824,7 +1146,8 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
     c.backend = own;
   }
   c.x = fsh_calloc((size_t)p->n_nodes, sizeof *c.x);
-  if (!c.x) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (c.op_memory > 0) c.node_spill = fsh_calloc((size_t)p->n_nodes, sizeof *c.node_spill);
+  if (!c.x || (c.op_memory > 0 && !c.node_spill)) rc = fsh_error_set(err, ENOMEM, "out of memory");
   const plan_node *root = p->nodes[p->n_nodes - 1];
   int64_t cap = 0;
   int32_t np = parts_of(&c, root);
@@ -872,6 +1195,8 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
     }
   }
   fsh_free(c.x);
+  if (!rc && c.node_spill && out->spill_files > 0) rc = spill_summary(&c, err);
+  fsh_free(c.node_spill);
   pthread_mutex_destroy(&c.mu);
   fsh_shuffle_backend_destroy(own);
   if (rc) {

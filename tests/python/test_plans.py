@@ -4,7 +4,8 @@ memory, fs and flight (in-process workers) backends; plans over IPC files
 written by pyarrow are checked against pyarrow's own sort / filter /
 group-by (the reference
 implementation); invalid plans fail before running with a message naming
-the operator and the column."""
+the operator and the column; with --operator-memory the sorts, aggregates
+and joins spill to --operator-spill-dir, still verify, and leave it empty."""
 import json
 import os
 import subprocess
@@ -240,6 +241,74 @@ def test_flight_backend_spilling_to_a_given_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# plans whose sort / aggregate / join must spill under a tiny budget, with
+# that budget (bytes per operator instance) and the operator that spills
+SPILLING = {
+    "sort": (64 << 10, "(sort)"),
+    "repartition_range": (64 << 10, "(sort)"),
+    "repartition_hash": (64 << 10, "(aggregate)"),
+    "group_by_float_sums": (4 << 10, "[final aggregate]"),
+    "join_group_by": (256 << 10, "(join 'j')"),
+    "broadcast_join": (64 << 10, "(join)"),
+}
+
+
+def spill_line(out):
+    lines = [l for l in out.splitlines() if l.startswith("spill: ")]
+    assert len(lines) == 1, out
+    head, _, summary = lines[0][len("spill: "):].partition(" | ")
+    return dict(kv.split("=", 1) for kv in head.split()), summary
+
+
+@pytest.mark.parametrize("backend", ["memory", "fs", "flight"])
+@pytest.mark.parametrize("plan", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs_verified_with_operator_memory(tmp_path, plan, backend):
+    budget, op = SPILLING.get(plan.stem, (64 << 10, None))
+    dirs = [tmp_path / "s1", tmp_path / "s2"]
+    for d in dirs:
+        d.mkdir()
+    extra = ["--flight-workers", "2"] if backend == "flight" else []
+    r = run("run", plan, "--backend", backend, *extra, "--operator-memory", budget,
+            "--operator-spill-dir", dirs[0], "--operator-spill-dir", dirs[1], "--verify",
+            check=0)
+    res = result_line(r.stdout)
+    assert res["verified"] == "yes"
+    head, summary = spill_line(r.stdout)
+    assert int(head["operator_memory"]) == budget
+    assert int(res["spill_files"]) == int(head["files"])
+    assert int(res["spilled_bytes"]) == int(head["bytes"])
+    if op is not None:
+        assert int(head["files"]) > 0 and int(head["bytes"]) > 0, r.stdout
+        assert op in summary, summary
+        # the per-operator byte counts add up to the total
+        per_op = [int(part.split("bytes=")[1]) for part in summary.split("; ")]
+        assert sum(per_op) == int(head["bytes"])
+    for d in dirs:
+        assert list(d.iterdir()) == []
+    # the same output as without a budget (the in-memory run's rows)
+    r0 = run("run", plan, "--backend", backend, *extra, check=0)
+    assert result_line(r0.stdout)["rows"] == res["rows"]
+
+
+def test_operator_memory_too_small_names_the_operator(tmp_path):
+    plan = REPO / "examples" / "plans" / "join_group_by.json"
+    r = run("run", plan, "--operator-memory", "100", "--operator-spill-dir", tmp_path, check=1)
+    assert "plan operator 3 (join 'j')" in r.stderr, r.stderr
+    assert "over the budget" in r.stderr and "not implemented" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    r = run("run", plan, "--operator-memory", "0", check=2)
+    assert "--operator-memory" in r.stderr
+
+
+def test_operator_memory_default_spill_dir_is_removed(tmp_path):
+    before = {p.name for p in Path("/tmp").glob("fsh-opspill-*")}
+    plan = REPO / "examples" / "plans" / "sort.json"
+    r = run("run", plan, "--operator-memory", "64K", "--verify", check=0)
+    assert result_line(r.stdout)["verified"] == "yes"
+    assert int(spill_line(r.stdout)[0]["files"]) > 0
+    assert {p.name for p in Path("/tmp").glob("fsh-opspill-*")} == before
+
+
 def test_flight_workers_flag_is_checked():
     plan = REPO / "examples" / "plans" / "gather.json"
     r = run("run", plan, "--backend", "flight", "--flight-workers", "0", check=2)
@@ -263,3 +332,16 @@ def test_bench_ops_small():
         assert len(sums) == 1, sums
         rows = sum(1 for l in r.stdout.splitlines() if l.strip().startswith("run ") and f" {w} " in l)
         assert rows == 2 * 3
+
+
+def test_bench_ops_operator_memory():
+    # the spilling runs beside the in-memory ones: both plans spill, their
+    # output equals the memory backend's (verified), ratios are reported
+    r = run("bench", "ops", "--sort-rows", "20000", "--left-rows", "40000", "--right-rows",
+            "20000", "--runs", "1", "--flight-workers", "2", "--operator-memory", "64K", check=0)
+    res = result_line(r.stdout)
+    assert res["verified"] == "yes"
+    for w in ["sort", "join_group_by"]:
+        assert float(res[f"{w}_spill_vs_memory"]) > 0
+        assert float(res[f"{w}_spilled_mb"]) > 0
+    assert sum(1 for l in r.stdout.splitlines() if "memory+spill" in l and "spilled" in l) == 4
