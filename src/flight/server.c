@@ -54,11 +54,14 @@ static void *srv_worker_main(void *arg) {
  * polling thread after every batch of socket events (a futex wake and a
  * context switch each); with more polling threads than cores to run them
  * those handoffs are pure overhead. bench_flight on 2 shared cores, the
- * default 4 workers all polling vs 1 poller: ~3,000 -> ~30 futex calls and
- * ~3,800 -> ~2,300 context switches per GB on DoGet 1 stream 4 MiB, CPU
- * seconds per GB (both ends) -10% on DoGet and -20..-40% on DoPut (1 and 4
- * streams). On larger machines up to n threads still move bytes in
- * parallel; handlers run on every worker either way (a new call goes to
+ * default 4 workers all polling vs 1 poller, per GB of 4 MiB batches:
+ * DoGet 1 stream ~3,000 -> ~35 futex calls, ~4,000 -> ~2,400 context
+ * switches, CPU seconds (both ends) 0.28-0.42 -> 0.23-0.34; DoPut 1 stream
+ * ~6,700 -> ~20 futex calls, 0.27-0.40 -> 0.23-0.26 s; DoPut 4 streams
+ * 0.37-0.42 -> 0.32-0.36 s; DoGet 4 streams unchanged (its 4 client
+ * threads' own handoffs dominate). On larger machines up to n threads
+ * still move bytes in parallel; handlers run on every worker either way
+ * (a new call goes to
  * a queue with a free request slot; gRPC tries the polling queue that
  * accepted the connection first). */
 static int srv_polling_queues(int n) {
