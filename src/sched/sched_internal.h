@@ -26,7 +26,7 @@ void fsh_sched_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop
 FSH_NODISCARD int fsh_sched_push_message(fsh_flight_result_list *out, const ProtobufCMessage *m,
                                          const char *what, fsh_error *err);
 
-/* ---- the driver (driver.c: membership; job.c: jobs) -------------------- */
+/* ---- the driver (driver.c: membership; job*.c: jobs) ------------------- */
 
 typedef struct driver_worker {
   uint64_t id;
@@ -69,7 +69,7 @@ struct fsh_sched_driver {
   uint64_t next_id;
   int64_t n, cap;
   driver_worker *workers; /* by increasing id */
-  /* jobs (job.c) */
+  /* jobs (job*.c, job_internal.h) */
   uint64_t next_job_id;
   sched_job *jobs;
   bool kick; /* the scheduler has something to do */
@@ -78,8 +78,11 @@ struct fsh_sched_driver {
   int32_t n_cancels, cap_cancels;
 };
 
-/* job.c: the scheduler thread; the job actions (called on pool threads,
- * they only take mu); the lineage hook of the membership (mu held). */
+/* The jobs (job*.c): the scheduler thread (job_scheduler.c); the job
+ * actions (called on pool threads, they only take mu: job.c "submit",
+ * job_attempts.c "task-done", job_map_outputs.c "map-outputs",
+ * job_status.c "job-status"); the lineage hook of the membership (mu held,
+ * job_lineage.c). */
 void *fsh_sched_scheduler_main(void *arg);
 FSH_NODISCARD int fsh_sched_action_submit(fsh_sched_driver *d, const fsh_flight_action *a,
                                           fsh_flight_result_list *out, fsh_error *err);

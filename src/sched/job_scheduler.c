@@ -1,0 +1,652 @@
+/* job_scheduler.c -- the driver's scheduler thread: each round it plans
+ * the launches (placement on workers, task bodies and envelopes, brings
+ * back released inputs, task-wait polls, cancels), hands them to a small
+ * pool of launcher threads that send them (mu released), releases the
+ * shuffles no stage needs any more and prunes the settled jobs. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched/job_internal.h"
+
+#define POLL_AFTER_MS 2000   /* the task-wait fallback: first poll of an attempt */
+#define POLL_EVERY_MS 2000
+#define TASK_CALL_TIMEOUT_MS 5000
+#define SCHED_IDLE_MS 200
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+typedef struct launch {
+  uint64_t job_id; /* looked up again when the answer comes (it may be gone) */
+  int stage;
+  int32_t task, attempt;
+  char uri[320];
+  fsh_buffer *body; /* the "task" envelope, or the "cancel" tag */
+  bool poll;        /* a task-wait of wtask instead */
+  bool cancel;      /* a "cancel" of the attempt instead */
+  uint64_t wtask;
+} launch;
+
+typedef struct launch_list {
+  int32_t n, cap;
+  launch *items;
+} launch_list;
+
+static launch *launch_push(launch_list *l) {
+  if (l->n == l->cap) {
+    int32_t cap = l->cap ? l->cap * 2 : 64;
+    launch *x = fsh_realloc(l->items, (size_t)cap * sizeof *x);
+    if (!x) return NULL;
+    l->items = x;
+    l->cap = cap;
+  }
+  launch *x = &l->items[l->n++];
+  memset(x, 0, sizeof *x);
+  return x;
+}
+
+/* The "task" envelope of a kind's body, with the TaskRef tag. */
+static int envelope(const char *kind, const sched_job *j, const jstage *st, int32_t t,
+                    int32_t attempt, const fsh_buffer *body, fsh_buffer **out, fsh_error *err) {
+  Flightshuffle__Sched__TaskRef ref = FLIGHTSHUFFLE__SCHED__TASK_REF__INIT;
+  ref.job_id = j->id;
+  ref.stage_id = st->id;
+  ref.task = t;
+  ref.attempt = attempt;
+  size_t tl = protobuf_c_message_get_packed_size(&ref.base), kl = strlen(kind);
+  fsh_buffer *b = fsh_buffer_new((int64_t)(16 + kl + tl) + body->size, false);
+  if (!b) return fsh_error_set(err, ENOMEM, "out of memory");
+  uint8_t *p = b->data;
+  memcpy(p, "FSTE\x01\0\0\0", 8);
+  put32(p + 8, (uint32_t)kl);
+  put32(p + 12, (uint32_t)tl);
+  memcpy(p + 16, kind, kl);
+  protobuf_c_message_pack(&ref.base, p + 16 + kl);
+  memcpy(p + 16 + kl + tl, body->data, (size_t)body->size);
+  *out = b;
+  return 0;
+}
+
+/* Reduce task p of consumer stage st, reading the current outputs of its
+ * input stage (from its metadata: sizes approximate, so sizes_unknown):
+ * t->sources and t->locations allocated, the location strings borrowed
+ * from the metadata (free the two arrays only). mu held. */
+static int reduce_task_of(const sched_job *j, const jstage *st, int32_t p, bool incremental,
+                          fsh_reduce_task *t, fsh_error *err) {
+  const jstage *in = &j->stages[st->input];
+  *t = (fsh_reduce_task){.shuffle_id = in->shuffle_id, .partition = p,
+                         .n_partitions = in->n_parts, .backend = j->backend,
+                         .incremental = incremental, .sizes_unknown = true};
+  if (incremental) return 0; /* it asks for its inputs ("map-outputs") */
+  fsh_shuffle_sources src = {0};
+  int rc = fsh_shuffle_meta_sources(in->meta, p, 0, &src, err);
+  uint32_t n_ids = fsh_shuffle_meta_n_locations(in->meta);
+  int32_t *loc_of = rc ? NULL : fsh_malloc((size_t)(n_ids ? n_ids : 1) * sizeof *loc_of);
+  if (rc == 0) {
+    t->sources = fsh_calloc((size_t)(src.n ? src.n : 1), sizeof *t->sources);
+    t->locations = fsh_calloc((size_t)(n_ids ? n_ids : 1), sizeof *t->locations);
+    if (!t->sources || !loc_of || !t->locations) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  for (uint32_t i = 0; rc == 0 && i < n_ids; i++) loc_of[i] = -1;
+  for (int64_t i = 0; rc == 0 && i < src.n; i++) {
+    uint32_t l = src.location_ids[i];
+    if (l >= n_ids) {
+      rc = fsh_error_set(err, EPROTO, "stage %u: map %" PRId64 " at an unknown location %u",
+                         in->id, src.map_ids[i], l);
+      break;
+    }
+    if (loc_of[l] < 0) {
+      loc_of[l] = t->n_locations;
+      t->locations[t->n_locations++] = (char *)fsh_shuffle_meta_location_uri(in->meta, l);
+    }
+    t->sources[t->n_sources++] = (fsh_reduce_source){
+        .map_id = src.map_ids[i], .attempt = src.attempts[i], .location = loc_of[l],
+        .bytes = src.bytes[i]};
+  }
+  fsh_free(loc_of);
+  fsh_shuffle_sources_reset(&src);
+  if (rc) {
+    fsh_free(t->sources);
+    fsh_free(t->locations);
+    memset(t, 0, sizeof *t);
+  }
+  return rc;
+}
+
+/* The body of reduce-verify task p of stage st. mu held. */
+static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buffer **out,
+                       fsh_error *err) {
+  fsh_reduce_task t;
+  FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, j->incremental, &t, err));
+  int rc = fsh_reduce_task_encode(&t, out, err);
+  fsh_free(t.sources);
+  fsh_free(t.locations); /* the strings are the metadata's */
+  return rc;
+}
+
+/* The body of reduce-then-map task p (attempt) of stage st. mu held. */
+static int reduce_map_body(const sched_job *j, const jstage *st, int32_t p, int32_t attempt,
+                           fsh_buffer **out, fsh_error *err) {
+  fsh_reduce_map_task t = {.out_shuffle_id = st->shuffle_id, .map_id = p, .attempt = attempt,
+                           .out_partitions = st->n_parts, .key_column = st->key_column,
+                           .compression = st->compression};
+  FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, false, &t.in, err));
+  int rc = fsh_reduce_map_task_encode(&t, out, err);
+  fsh_free(t.in.sources);
+  fsh_free(t.in.locations);
+  return rc;
+}
+
+/* Picks the worker for task t of stage s: alive, a free slot; maps: the
+ * least loaded; reduces: the one holding most input bytes. NULL if none. */
+static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int32_t t) {
+  const jstage *st = &j->stages[s];
+  /* a consumer: the location holding most of its partition's bytes */
+  const char *best_uri = NULL;
+  if (consumer(st)) {
+    const jstage *in = &j->stages[st->input];
+    fsh_shuffle_partition_totals tot;
+    fsh_error e;
+    if (fsh_shuffle_meta_partition_totals(in->meta, t, &tot, &e) == 0 &&
+        tot.best_location_bytes > 0)
+      best_uri = fsh_shuffle_meta_location_uri(in->meta, tot.best_location);
+  }
+  driver_worker *best = NULL;
+  int best_busy = 0;
+  for (int64_t i = 0; i < d->n; i++) {
+    driver_worker *w = &d->workers[i];
+    int busy = fsh_job_reduce_slot(j, st) ? w->running_reduce : w->running;
+    if (w->state != FSH_SCHED_WORKER_ALIVE || w->suspect_ms || busy >= j->slots) continue;
+    if (best_uri && strcmp(w->uri, best_uri) == 0) return w;
+    if (!best || busy < best_busy) {
+      best = w;
+      best_busy = busy;
+    }
+  }
+  return best;
+}
+
+/* Whether a stage's tasks may start: a reduce once its map stage is done,
+ * or (incremental) once it has a first output. */
+static bool stage_may_start(const sched_job *j, int s) {
+  const jstage *st = &j->stages[s];
+  if (st->kind == KIND_MAP) return true;
+  const jstage *in = &j->stages[st->input];
+  if (in->released) return false; /* plan_round brings it back first */
+  return j->incremental && st->kind == KIND_REDUCE ? in->n_done > 0
+                                                   : in->n_done == in->n_tasks;
+}
+
+/* Stage `in` was released (its consumers had completed) but consumer `c`
+ * must run again: every task of `in` is to be recomputed. mu held. */
+static void bring_back(fsh_sched_driver *d, sched_job *j, int in, const jstage *c) {
+  d->kick = true; /* its own input may be released too: the next round sees it */
+  jstage *st = &j->stages[in];
+  char reason[300];
+  snprintf(reason, sizeof reason, "its output (shuffle %" PRIu64 ") was released once stage %u "
+           "had completed; stage %u must run again", st->shuffle_id, c->id, c->id);
+  for (int32_t t = 0; t < st->n_tasks; t++) {
+    jtask *k = &st->tasks[t];
+    if (k->state != T_DONE) continue;
+    bool gone = false;
+    fsh_error e;
+    if (fsh_shuffle_meta_lose_output(st->meta, t, k->attempt, &gone, &e) != 0 && d->log)
+      fprintf(stderr, "flightshuffle: driver: %s\n", e.message);
+    fsh_free(k->lost);
+    k->lost = fsh_strdup(reason);
+    k->state = T_PENDING;
+    k->recompute = true;
+  }
+  st->n_done = 0;
+  st->released = false;
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id, st->id,
+            reason);
+}
+
+/* Plans the launches and polls of this round; mu held. */
+static void plan_round(fsh_sched_driver *d, launch_list *l) {
+  int64_t now = fsh_sched_now_ms();
+  for (int32_t i = 0; i < d->n_cancels; i++) {
+    const sched_cancel *c = &d->cancels[i];
+    Flightshuffle__Sched__TaskRef ref = FLIGHTSHUFFLE__SCHED__TASK_REF__INIT;
+    ref.job_id = c->job_id;
+    ref.stage_id = c->stage_id;
+    ref.task = c->task;
+    ref.attempt = c->attempt;
+    fsh_buffer *b = fsh_buffer_new((int64_t)protobuf_c_message_get_packed_size(&ref.base), false);
+    launch *x = b ? launch_push(l) : NULL;
+    if (!x) {
+      fsh_buffer_unref(b);
+      continue; /* best effort */
+    }
+    protobuf_c_message_pack(&ref.base, b->data);
+    *x = (launch){.job_id = c->job_id, .task = c->task, .attempt = c->attempt, .cancel = true,
+                  .body = b};
+    snprintf(x->uri, sizeof x->uri, "%s", c->uri);
+  }
+  d->n_cancels = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) {
+    if (j->state != FSH_SCHED_JOB_RUNNING) continue;
+    for (int s = 0; s < j->n_stages; s++) {
+      jstage *st = &j->stages[s];
+      if (consumer(st) && j->stages[st->input].released && !fsh_job_stage_complete(j, s))
+        bring_back(d, j, st->input, st);
+      bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
+      for (int32_t t = 0; t < st->n_tasks; t++) {
+        jtask *k = &st->tasks[t];
+        if (k->state == T_RUNNING && !k->sending && k->wtask && now - k->start_ms > POLL_AFTER_MS &&
+            now - k->poll_ms > POLL_EVERY_MS) {
+          driver_worker *w = fsh_job_find_worker(d, k->worker_id);
+          launch *x = w ? launch_push(l) : NULL;
+          if (!x) continue;
+          k->poll_ms = now;
+          *x = (launch){.job_id = j->id, .stage = s, .task = t, .attempt = k->attempt,
+                        .poll = true, .wtask = k->wtask};
+          snprintf(x->uri, sizeof x->uri, "%s", w->uri);
+          continue;
+        }
+        if (!may || k->state != T_PENDING) continue;
+        driver_worker *w = place(d, j, s, t);
+        if (!w) break;
+        fsh_error err = {{0}};
+        fsh_buffer *body = NULL, *env = NULL;
+        int32_t attempt = k->next_attempt;
+        int rc;
+        if (st->kind == KIND_MAP) {
+          fsh_map_task mt = st->maps[t];
+          mt.attempt = attempt;
+          rc = fsh_map_task_encode(&mt, &body, &err);
+        } else if (st->kind == KIND_REDUCE) {
+          rc = reduce_body(j, st, t, &body, &err);
+        } else {
+          rc = reduce_map_body(j, st, t, attempt, &body, &err);
+        }
+        if (rc == 0)
+          rc = envelope(fsh_job_kind_name(st->kind), j, st, t, attempt, body, &env, &err);
+        fsh_buffer_unref(body);
+        launch *x = rc == 0 ? launch_push(l) : NULL;
+        if (!x) {
+          fsh_buffer_unref(env);
+          snprintf(j->error, sizeof j->error, "stage %u task %d: cannot build the task: %.1000s",
+                   st->id, t, rc ? err.message : "out of memory");
+          fsh_job_end(d, j, FSH_SCHED_JOB_FAILED);
+          break;
+        }
+        k->next_attempt++;
+        k->attempt = attempt;
+        if (producer(st)) { /* older attempts' outputs are stale from now on */
+          fsh_error e;
+          if (fsh_shuffle_meta_begin_attempt(st->meta, t, attempt, &e) != 0 && d->log)
+            fprintf(stderr, "flightshuffle: driver: %s\n", e.message);
+        }
+        k->state = T_RUNNING;
+        k->sending = true;
+        k->worker_id = w->id;
+        k->wtask = 0;
+        k->start_ms = k->poll_ms = now;
+        if (fsh_job_reduce_slot(j, st)) w->running_reduce++;
+        else w->running++;
+        if (st->first_ms < 0) st->first_ms = now;
+        /* the first reduce fetch: at launch (its body names its inputs), or
+         * for incremental ones at the first map-outputs answer with some */
+        if (st->kind == KIND_REDUCE && !j->incremental && j->first_reduce_ms < 0)
+          j->first_reduce_ms = now;
+        if (k->recompute) {
+          fsh_job_event_push(&j->recomputed, st->id, t, attempt, "%s", k->lost ? k->lost : "lost");
+          if (d->log)
+            fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u task %d: "
+                    "recomputing (attempt %d on %s): %s\n", j->id, st->id, t, attempt, w->uri,
+                    k->lost ? k->lost : "lost");
+          k->recompute = false;
+          fsh_free(k->lost);
+          k->lost = NULL;
+        }
+        *x = (launch){.job_id = j->id, .stage = s, .task = t, .attempt = attempt,
+                      .body = env};
+        snprintf(x->uri, sizeof x->uri, "%s", w->uri);
+      }
+      if (j->state != FSH_SCHED_JOB_RUNNING) break;
+    }
+  }
+}
+
+/* The driver's client of a worker (opened on first use; shared by the
+ * scheduler and the launcher threads: the list is guarded by mu, which the
+ * caller must NOT hold; a client is thread-safe and lives until the driver
+ * stops). */
+static fsh_flight_client *client_of(fsh_sched_driver *d, const char *uri, fsh_error *err) {
+  pthread_mutex_lock(&d->mu);
+  fsh_flight_client *found = NULL;
+  for (sched_client *c = d->clients; c && !found; c = c->next)
+    if (strcmp(c->uri, uri) == 0) found = c->client;
+  sched_client *c = found ? NULL : fsh_calloc(1, sizeof *c);
+  if (!found && (!c || !(c->uri = fsh_strdup(uri)))) {
+    fsh_free(c);
+    fsh_error_set(err, ENOMEM, "out of memory");
+    c = NULL;
+  } else if (!found) {
+    fsh_flight_client_options o = {.uri = uri, .auth_token = d->auth_token,
+                                   .timeout_ms = TASK_CALL_TIMEOUT_MS};
+    if (fsh_flight_client_open(&o, &c->client, err) != 0) {
+      fsh_free(c->uri);
+      fsh_free(c);
+    } else {
+      c->next = d->clients;
+      d->clients = c;
+      found = c->client;
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  return found;
+}
+
+static bool transport_error(int rc) {
+  return rc == EAGAIN || rc == ETIMEDOUT || rc == ECONNREFUSED || rc == ECONNRESET ||
+         rc == EPIPE || rc == ENOENT;
+}
+
+/* Sends one launch or poll (mu NOT held), then records what came of it. */
+static void run_launch(fsh_sched_driver *d, launch *x) {
+  fsh_error err = {{0}};
+  fsh_flight_client *c = client_of(d, x->uri, &err);
+  fsh_flight_result_list res = {0};
+  int rc = c ? 0 : EIO;
+  if (x->cancel) { /* best effort: the attempt's late answer is ignored anyway */
+    if (rc == 0) {
+      fsh_flight_action a = {.type = (char *)"cancel", .body = {x->body->data, x->body->size}};
+      rc = fsh_flight_do_action(c, &a, &res, &err);
+    }
+    if (d->log)
+      fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " task %d attempt %d: cancel on %s: "
+              "%s\n", x->job_id, x->task, x->attempt, x->uri, rc ? err.message : "sent");
+    fsh_flight_result_list_reset(&res);
+    return;
+  }
+  if (rc == 0 && !x->poll) {
+    /* planned before its worker became suspect: not sent (another call
+     * would wait out its timeout too), retried elsewhere */
+    pthread_mutex_lock(&d->mu);
+    for (int64_t i = 0; i < d->n; i++)
+      if (d->workers[i].suspect_ms && strcmp(d->workers[i].uri, x->uri) == 0)
+        rc = fsh_error_set(&err, EAGAIN, "worker %s is suspect (a call to it failed %" PRId64
+                           " ms ago): not sent", x->uri,
+                           fsh_sched_now_ms() - d->workers[i].suspect_ms);
+    pthread_mutex_unlock(&d->mu);
+  }
+  uint8_t id8[8];
+  if (rc == 0 && x->poll) {
+    for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
+    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id8, 8}};
+    rc = fsh_flight_do_action(c, &a, &res, &err);
+  } else if (rc == 0) {
+    fsh_flight_action a = {.type = (char *)"task", .body = {x->body->data, x->body->size}};
+    rc = fsh_flight_do_action(c, &a, &res, &err);
+    if (rc == 0 && (res.n != 1 || res.items[0].size != 8))
+      rc = fsh_error_set(&err, EPROTO, "worker %s: task: %lld results, expected one 8-byte id",
+                         x->uri, (long long)res.n);
+  }
+  pthread_mutex_lock(&d->mu);
+  sched_job *j = fsh_job_find(d, x->job_id);
+  jtask *k = j ? &j->stages[x->stage].tasks[x->task] : NULL;
+  bool current = k && j->state == FSH_SCHED_JOB_RUNNING && k->state == T_RUNNING &&
+                 k->attempt == x->attempt;
+  if (x->poll) {
+    if (current && rc == 0 && res.n == 1 && res.items[0].size >= 1 && res.items[0].data[0] == 1)
+      fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, true, NULL, res.items[0].data + 1,
+                            res.items[0].size - 1);
+    else if (current && rc != 0 && !transport_error(rc))
+      fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
+  } else {
+    if (k) k->sending = false;
+    if (current && rc == 0) {
+      uint64_t id = 0;
+      for (int i = 0; i < 8; i++) id |= (uint64_t)res.items[0].data[i] << (8 * i);
+      k->wtask = id;
+    } else if (current && transport_error(rc)) {
+      /* the worker does not answer (hung, stopped, gone): the attempt
+       * failed -- retried elsewhere, not counted against the task -- and
+       * the worker is suspect: nothing more is placed on it until it
+       * heartbeats again (a dead one is then declared dead by its
+       * heartbeat timeout, or by a fetch from it failing) */
+      fsh_job_event_push(&j->retried, j->stages[x->stage].id, x->task, x->attempt,
+                         "sending it to %s failed: %s", x->uri, err.message);
+      k->state = T_PENDING;
+      k->wtask = 0;
+      fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, &j->stages[x->stage]));
+      driver_worker *w = fsh_job_find_worker(d, k->worker_id);
+      if (w && w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms) {
+        w->suspect_ms = fsh_sched_now_ms();
+        if (d->log)
+          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no "
+                  "tasks placed on it until it heartbeats again\n", w->id, w->uri, err.message);
+      }
+      d->kick = true;
+      pthread_cond_broadcast(&d->sched_cv);
+    } else if (current) {
+      fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  fsh_flight_result_list_reset(&res);
+}
+
+/* spilled_bytes of a worker's "stats" (0 if it does not answer). */
+static int64_t worker_spilled(fsh_sched_driver *d, const char *uri) {
+  fsh_error err = {{0}};
+  fsh_flight_client *c = client_of(d, uri, &err);
+  fsh_flight_action a = {.type = (char *)"stats"};
+  fsh_flight_result_list res = {0};
+  int64_t v = 0;
+  if (c && fsh_flight_do_action(c, &a, &res, &err) == 0 && res.n == 1) {
+    char line[256];
+    int64_t len = res.items[0].size < 255 ? res.items[0].size : 255;
+    memcpy(line, res.items[0].data, (size_t)len);
+    line[len] = '\0';
+    const char *p = strstr(line, "spilled_bytes=");
+    if (p) v = strtoll(p + strlen("spilled_bytes="), NULL, 10);
+  }
+  fsh_flight_result_list_reset(&res);
+  return v;
+}
+
+/* Releases the shuffles no stage needs any more, on every alive worker
+ * (first adding up the workers' spilled bytes into the job's). mu held on
+ * entry and exit, released meanwhile. */
+static void release_round(fsh_sched_driver *d) {
+  uint64_t ids[JOB_MAX_STAGES * 4], jobs[JOB_MAX_STAGES * 4];
+  int n = 0;
+  for (sched_job *j = d->jobs; j && n < (int)(sizeof ids / sizeof *ids) - JOB_MAX_STAGES;
+       j = j->next)
+    for (int s = 0; s < j->n_stages; s++) {
+      jstage *st = &j->stages[s];
+      if (!producer(st) || st->released) continue;
+      if (j->state == FSH_SCHED_JOB_RUNNING && !(st->consumed && fsh_job_consumers_complete(j, s)))
+        continue;
+      st->released = true;
+      j->releasing++;
+      jobs[n] = j->id;
+      ids[n++] = st->shuffle_id;
+    }
+  if (!n) return;
+  int64_t nw = 0;
+  char **uris = fsh_calloc((size_t)(d->n ? d->n : 1), sizeof *uris);
+  for (int64_t i = 0; uris && i < d->n; i++)
+    /* a suspect worker does not answer: the calls would hold up the
+     * scheduler for their deadline (its outputs stay until it stops) */
+    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && !d->workers[i].suspect_ms &&
+        (uris[nw] = fsh_strdup(d->workers[i].uri)))
+      nw++;
+  pthread_mutex_unlock(&d->mu);
+  for (int i = 0; i < n; i++) {
+    char body[24];
+    int len = snprintf(body, sizeof body, "%" PRIu64, ids[i]);
+    int64_t spilled = 0;
+    for (int64_t w = 0; w < nw; w++) spilled += worker_spilled(d, uris[w]);
+    pthread_mutex_lock(&d->mu);
+    sched_job *j = fsh_job_find(d, jobs[i]);
+    if (j) j->bytes_spilled += spilled;
+    pthread_mutex_unlock(&d->mu);
+    for (int64_t w = 0; w < nw; w++) {
+      fsh_error err = {{0}};
+      fsh_flight_client *c = client_of(d, uris[w], &err);
+      fsh_flight_action a = {.type = (char *)"release", .body = {(uint8_t *)body, len}};
+      fsh_flight_result_list res = {0};
+      if (c && fsh_flight_do_action(c, &a, &res, &err) != 0 && d->log)
+        fprintf(stderr, "flightshuffle: driver: releasing shuffle %s on %s: %s\n", body, uris[w],
+                err.message);
+      fsh_flight_result_list_reset(&res);
+    }
+  }
+  for (int64_t w = 0; w < nw; w++) fsh_free(uris[w]);
+  fsh_free(uris);
+  pthread_mutex_lock(&d->mu);
+  for (int i = 0; i < n; i++) {
+    sched_job *j = fsh_job_find(d, jobs[i]);
+    if (j) j->releasing--;
+  }
+  pthread_cond_broadcast(&d->job_cv);
+}
+
+/* The launchers: a small pool of threads that send the planned "task" and
+ * "task-wait" calls, so that a worker that does not answer (hung, stopped:
+ * a call then takes up to TASK_CALL_TIMEOUT_MS) holds up one launcher, never
+ * the scheduler nor the launches to other workers. At most one call per
+ * worker URI is in flight (in planning order), so a silent worker holds at
+ * most one launcher. The queue and the busy set are guarded by d->mu. */
+#define N_LAUNCHERS 4
+
+typedef struct launch_pool {
+  fsh_sched_driver *d;
+  pthread_cond_t cv; /* the queue or the busy set changed, or stop */
+  launch_list q;     /* planned, not yet taken */
+  char busy[N_LAUNCHERS][320]; /* URIs with a call in flight ("" free) */
+  pthread_t threads[N_LAUNCHERS];
+  int n_threads;
+  bool stop;
+} launch_pool;
+
+static bool uri_busy(const launch_pool *p, const char *uri) {
+  for (int i = 0; i < N_LAUNCHERS; i++)
+    if (p->busy[i][0] && strcmp(p->busy[i], uri) == 0) return true;
+  return false;
+}
+
+static void *launcher_main(void *arg) {
+  launch_pool *p = arg;
+  fsh_sched_driver *d = p->d;
+  pthread_mutex_lock(&d->mu);
+  while (!p->stop) {
+    int32_t i = 0;
+    while (i < p->q.n && uri_busy(p, p->q.items[i].uri)) i++;
+    int slot = 0;
+    while (slot < N_LAUNCHERS && p->busy[slot][0]) slot++;
+    if (i == p->q.n || slot == N_LAUNCHERS) {
+      pthread_cond_wait(&p->cv, &d->mu);
+      continue;
+    }
+    launch x = p->q.items[i];
+    memmove(&p->q.items[i], &p->q.items[i + 1], (size_t)(p->q.n - i - 1) * sizeof x);
+    p->q.n--;
+    snprintf(p->busy[slot], sizeof p->busy[slot], "%s", x.uri);
+    pthread_mutex_unlock(&d->mu);
+    run_launch(d, &x);
+    fsh_buffer_unref(x.body);
+    pthread_mutex_lock(&d->mu);
+    p->busy[slot][0] = '\0';
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* Frees the oldest finished and settled jobs beyond the newest keep_jobs
+ * (the list is in submission order). A launch or answer naming a freed job
+ * finds no job and is dropped. mu held. */
+static void prune_jobs(fsh_sched_driver *d) {
+  int64_t settled = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) settled += fsh_job_settled(j);
+  for (sched_job **at = &d->jobs; *at && settled > d->keep_jobs;) {
+    sched_job *j = *at;
+    if (!fsh_job_settled(j)) {
+      at = &j->next;
+      continue;
+    }
+    *at = j->next;
+    fsh_job_free(j);
+    settled--;
+  }
+}
+
+int64_t fsh_sched_driver_jobs_held(fsh_sched_driver *d) {
+  pthread_mutex_lock(&d->mu);
+  int64_t n = 0;
+  for (sched_job *j = d->jobs; j; j = j->next) n++;
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
+void *fsh_sched_scheduler_main(void *arg) {
+  fsh_sched_driver *d = arg;
+  launch_list l = {0};
+  launch_pool pool = {.d = d};
+  bool pool_ok = fsh_sched_cond_init(&pool.cv) == 0;
+  for (int i = 0; pool_ok && i < N_LAUNCHERS; i++)
+    if (pthread_create(&pool.threads[i], NULL, launcher_main, &pool) == 0) pool.n_threads++;
+  pthread_mutex_lock(&d->mu);
+  while (!d->stop) {
+    d->kick = false;
+    l.n = 0;
+    plan_round(d, &l);
+    if (l.n == 0) {
+      release_round(d);
+      prune_jobs(d);
+      if (!d->kick && !d->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)SCHED_IDLE_MS * 1000000;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        while (!d->kick && !d->stop && pthread_cond_timedwait(&d->sched_cv, &d->mu, &ts) == 0) {
+        }
+      }
+      continue;
+    }
+    if (pool.n_threads == 0) { /* no launcher could start: send them here */
+      pthread_mutex_unlock(&d->mu);
+      for (int32_t i = 0; i < l.n; i++) {
+        run_launch(d, &l.items[i]);
+        fsh_buffer_unref(l.items[i].body);
+      }
+      pthread_mutex_lock(&d->mu);
+      continue;
+    }
+    for (int32_t i = 0; i < l.n; i++) {
+      launch *x = launch_push(&pool.q);
+      if (x) {
+        *x = l.items[i];
+        continue;
+      }
+      /* out of memory: send it from here */
+      pthread_mutex_unlock(&d->mu);
+      run_launch(d, &l.items[i]);
+      fsh_buffer_unref(l.items[i].body);
+      pthread_mutex_lock(&d->mu);
+    }
+    pthread_cond_broadcast(&pool.cv);
+  }
+  pool.stop = true;
+  if (pool_ok) pthread_cond_broadcast(&pool.cv);
+  pthread_mutex_unlock(&d->mu);
+  for (int i = 0; i < pool.n_threads; i++) pthread_join(pool.threads[i], NULL);
+  for (int32_t i = 0; i < pool.q.n; i++) fsh_buffer_unref(pool.q.items[i].body);
+  fsh_free(pool.q.items);
+  if (pool_ok) pthread_cond_destroy(&pool.cv);
+  fsh_free(l.items);
+  return NULL;
+}
