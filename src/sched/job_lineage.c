@@ -2,11 +2,8 @@
  * restarted): its running attempts are retried, the map outputs it held
  * are forgotten and recomputed if (or once) a consumer still needs them,
  * and the running consumers that read one of them are retried. mu held. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "sched/job_internal.h"
 

@@ -3,9 +3,6 @@
  * partition newer than the version it has seen. */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "sched/job_internal.h"
 
