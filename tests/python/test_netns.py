@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+import jobs
+
 CLI = Path(os.environ.get("FSH_CLI") or Path(os.environ["FSH_LIB"]).parent / "flightshuffle")
 
 pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
@@ -208,34 +210,7 @@ def hosts():
 
 
 def run_job(driver, on_progress=None, extra=()):
-    """`job shuffle` against driver; returns (rc, text, {partition: (rows,
-    checksum)}, result fields, [(stage, task)] recomputed)."""
-    p = subprocess.Popen([str(CLI), "job", "shuffle", "--driver", driver] + JOB_ARGS + list(extra),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = []
-    for line in p.stdout:
-        out.append(line)
-        if line.startswith("progress:") and on_progress:
-            on_progress(*[int(d) for d in re.findall(r"stage \d+ (\d+)/\d+", line)])
-    err = p.stderr.read()
-    p.wait(timeout=60)
-    text = "".join(out)
-    parts = {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in
-             re.finditer(r"^partition (\d+) rows (\d+) checksum (\w+)$", text, re.M)}
-    res = {}
-    for line in out:
-        if line.startswith("result: "):
-            res = dict(kv.split("=", 1) for kv in line.split()[1:])
-    rec, section = [], None
-    for line in out:
-        s = line.strip()
-        if re.match(r"(retried|recomputed|ignored late answers): \d+", s):
-            section = s.split(":")[0]
-            continue
-        m = re.match(r"stage (\d+) task (\d+) attempt \d+: ", s)
-        if m and section == "recomputed":
-            rec.append((int(m.group(1)), int(m.group(2))))
-    return p.returncode, text + err, parts, res, rec
+    return jobs.run_job(CLI, driver, JOB_ARGS, on_progress, extra)
 
 
 def tasks_logged(proc, uri, job, word):
