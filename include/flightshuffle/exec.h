@@ -1,6 +1,9 @@
 /* exec.h -- query execution: the relational operators that joins and
- * group-bys need (expressions, filter, project, hash aggregate, hash join)
- * and, later, the operator model and plans the driver's stages run.
+ * group-bys need (expressions, filter, project, hash aggregate, hash join),
+ * their bounded-memory forms (spill files, external sort, spilling
+ * aggregate and join), and plans: operators as pull-based batch streams,
+ * cut into stages at every exchange, run in process through a shuffle
+ * backend (the driver's stages will run their fragments on workers).
  *
  * Operators work on record batches (arrow.h) and call the compute kernels
  * (kernels.h: hashing, take, filter, concat, sort, row comparison); no
