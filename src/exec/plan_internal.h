@@ -1,5 +1,6 @@
 /* plan_internal.h -- what the plan files share: the physical node of a
- * plan (plan.c builds them, plan_json.c parses them, plan_run.c runs them,
+ * plan (plan.c builds them, plan_json.c parses them, plan_run.c,
+ * plan_ops.c and plan_exchange.c run them -- see plan_run_internal.h --
  * plan_proto.c serializes a stage of them). */
 #ifndef FSH_PLAN_INTERNAL_H
 #define FSH_PLAN_INTERNAL_H

@@ -1,0 +1,63 @@
+/* plan_run_internal.h -- what the files running a plan share: the run's
+ * context and each exchange's state (plan_run.c), the operator streams and
+ * opening a node's partition (plan_ops.c), running an exchange's map
+ * tasks (plan_exchange.c). */
+#ifndef FSH_PLAN_RUN_INTERNAL_H
+#define FSH_PLAN_RUN_INTERNAL_H
+
+#include "exec/plan_internal.h"
+
+#include <pthread.h>
+
+typedef struct xstate {
+  bool done;
+  bool released; /* every reader done: released early (release_consumed) */
+  fsh_shuffle_spec spec;
+  int64_t n_outputs;
+  fsh_map_output *outputs;
+} xstate;
+
+typedef struct run_ctx {
+  const fsh_plan *p;
+  bool reference;
+  fsh_plan_merge merge;
+  int64_t merge_threshold;
+  uint64_t first_shuffle_id;
+  fsh_shuffle_backend *backend;
+  fsh_shuffle_backend *const *backends; /* [n_backends]: tasks placed round-robin */
+  int n_backends;
+  xstate *x; /* [n_nodes] */
+  fsh_plan_result *res;
+  int n_threads;      /* map tasks at once */
+  int64_t op_memory;  /* budget of each sort / aggregate / join instance (0: unbounded) */
+  const char *const *spill_dirs;
+  int n_spill_dirs;
+  struct node_spill {
+    int64_t instances, files, bytes;
+  } *node_spill;      /* [n_nodes] when op_memory > 0 */
+  pthread_mutex_t mu; /* guards res's counters and node_spill */
+} run_ctx;
+
+/* The backend that map output / reduce partition i goes through. */
+fsh_shuffle_backend *plan_backend_of(const run_ctx *c, int64_t i);
+/* The partitions node n runs in (1 in the reference mode). */
+int32_t plan_parts_of(const run_ctx *c, const plan_node *n);
+/* Prefixes err with the node's operator name, unless the message already
+ * starts with it (the physical nodes of one operator share its name).
+ * Returns rc. */
+int plan_name_fail(const plan_node *n, int rc, fsh_error *err);
+
+/* Opens partition `part` of node `node` as a stream into *out (an
+ * exchange: runs it first if it has not run; its reduce partition). */
+int plan_open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
+/* Drains stream in into *held (*n_held non-empty batches, the caller's:
+ * given also on error, to release). */
+int plan_drain(fsh_batch_stream *in, fsh_batch ***held, int64_t *n_held, fsh_error *err);
+
+/* Runs exchange x's map tasks (and the exchanges they read that have not
+ * run), then releases every exchange nobody reads any more. */
+int plan_run_exchange(run_ctx *c, const plan_node *x, fsh_error *err);
+/* Releases exchange xs's shuffle on every backend. */
+int plan_release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err);
+
+#endif
