@@ -12,6 +12,31 @@
 #include <math.h>
 #include <stdint.h>
 
+/* The LIKE reference: naive recursion over the pattern, '%' any run of
+ * characters, '_' one UTF-8 character, a backslash makes the next one literal. */
+static inline int eh_u8len(const char *s, int64_t n) {
+  unsigned char c = (unsigned char)s[0];
+  int l = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  return l <= n ? l : (int)n;
+}
+
+static inline bool eh_like(const char *p, int64_t pn, const char *s, int64_t sn) {
+  if (pn == 0) return sn == 0;
+  if (p[0] == '%') {
+    for (int64_t j = 0;; j += eh_u8len(s + j, sn - j)) {
+      if (eh_like(p + 1, pn - 1, s + j, sn - j)) return true;
+      if (j >= sn) return false;
+    }
+  }
+  if (sn == 0) return false;
+  if (p[0] == '_') {
+    int l = eh_u8len(s, sn);
+    return eh_like(p + 1, pn - 1, s + l, sn - l);
+  }
+  int64_t step = p[0] == '\\' && pn > 1 ? 2 : 1;
+  return p[step - 1] == s[0] && eh_like(p + step, pn - step, s + 1, sn - 1);
+}
+
 static inline uint64_t eh_rand(uint64_t *state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -231,28 +231,6 @@ static rv column_value(const char *name, int64_t k) {
   return r;
 }
 
-static int u8l(const char *s, int64_t n) {
-  unsigned char c = (unsigned char)s[0];
-  int l = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  return l <= n ? l : (int)n;
-}
-
-static bool like_ref(const char *p, int64_t pn, const char *s, int64_t sn) {
-  if (pn == 0) return sn == 0;
-  if (p[0] == '%') {
-    for (int64_t j = 0;; j += u8l(s + j, sn - j)) {
-      if (like_ref(p + 1, pn - 1, s + j, sn - j)) return true;
-      if (j >= sn) return false;
-    }
-  }
-  if (sn == 0) return false;
-  if (p[0] == '_') {
-    int l = u8l(s, sn);
-    return like_ref(p + 1, pn - 1, s + l, sn - l);
-  }
-  int64_t step = p[0] == '\\' && pn > 1 ? 2 : 1;
-  return p[step - 1] == s[0] && like_ref(p + step, pn - step, s + 1, sn - 1);
-}
 
 static double as_f(rv v) { return v.t == R_FLT ? v.f : (double)v.i; }
 
@@ -363,7 +341,7 @@ static rv eval_ref(const node *x, int64_t k) {
   }
   if (!strcmp(op, "like")) {
     if (a[0].t == R_NULL || a[1].t == R_NULL) return nul;
-    return B3(like_ref(a[1].s, a[1].sl, a[0].s, a[0].sl));
+    return B3(eh_like(a[1].s, a[1].sl, a[0].s, a[0].sl));
   }
   abort();
 }
