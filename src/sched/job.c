@@ -148,6 +148,30 @@ int fsh_job_stage_index(const sched_job *j, uint32_t id) {
   return -1;
 }
 
+int fsh_job_resolve_ref(fsh_sched_driver *d, const char *action, const uint8_t *data, size_t len,
+                        sched_job **j, int *s, int32_t *task, int32_t *attempt, fsh_error *err) {
+  static const uint8_t empty[1];
+  Flightshuffle__Sched__TaskRef *ref =
+      flightshuffle__sched__task_ref__unpack(&fsh_sched_pb_allocator, len, data ? data : empty);
+  if (!ref)
+    return fsh_error_set(err, EINVAL, "driver %s: %s: malformed TaskRef (%zu bytes)", d->uri,
+                         action, len);
+  int rc = 0;
+  *j = fsh_job_find(d, ref->job_id);
+  *s = *j ? fsh_job_stage_index(*j, ref->stage_id) : -1;
+  if (!*j)
+    rc = fsh_error_set(err, ENOENT, "driver %s: %s: no job %" PRIu64, d->uri, action,
+                       ref->job_id);
+  else if (*s < 0 || ref->task < 0 || ref->task >= (*j)->stages[*s].n_tasks || ref->attempt < 0)
+    rc = fsh_error_set(err, EINVAL, "driver %s: %s: job %" PRIu64 " has no stage %u task %d "
+                       "attempt %d", d->uri, action, ref->job_id, ref->stage_id, ref->task,
+                       ref->attempt);
+  *task = ref->task;
+  *attempt = ref->attempt;
+  flightshuffle__sched__task_ref__free_unpacked(ref, &fsh_sched_pb_allocator);
+  return rc;
+}
+
 const char *fsh_job_kind_name(int kind) {
   return kind == KIND_MAP ? "map-synthetic" : kind == KIND_REDUCE ? "reduce-verify"
                                                                   : "reduce-then-map";

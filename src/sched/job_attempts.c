@@ -143,29 +143,16 @@ int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
       &fsh_sched_pb_allocator, (size_t)a->body.size, a->body.data ? a->body.data : empty);
   if (!m) return fsh_error_set(err, EINVAL, "driver %s: task-done: malformed TaskDone body "
                                "(%lld bytes)", d->uri, (long long)a->body.size);
-  Flightshuffle__Sched__TaskRef *ref = flightshuffle__sched__task_ref__unpack(
-      &fsh_sched_pb_allocator, m->ref.len, m->ref.data ? m->ref.data : empty);
-  int rc = 0;
-  if (!ref) {
-    rc = fsh_error_set(err, EINVAL, "driver %s: task-done: malformed TaskRef (%zu bytes)", d->uri,
-                       m->ref.len);
-  } else {
-    pthread_mutex_lock(&d->mu);
-    sched_job *j = fsh_job_find(d, ref->job_id);
-    int s = j ? fsh_job_stage_index(j, ref->stage_id) : -1;
-    if (!j)
-      rc = fsh_error_set(err, ENOENT, "driver %s: task-done: no job %" PRIu64, d->uri,
-                         ref->job_id);
-    else if (s < 0 || ref->task < 0 || ref->task >= j->stages[s].n_tasks || ref->attempt < 0)
-      rc = fsh_error_set(err, EINVAL, "driver %s: task-done: job %" PRIu64 " has no stage %u "
-                         "task %d attempt %d", d->uri, ref->job_id, ref->stage_id, ref->task,
-                         ref->attempt);
-    else
-      fsh_job_attempt_ended(d, j, s, ref->task, ref->attempt, m->ok, m->error, m->answer.data,
-                            (int64_t)m->answer.len);
-    pthread_mutex_unlock(&d->mu);
-    flightshuffle__sched__task_ref__free_unpacked(ref, &fsh_sched_pb_allocator);
-  }
+  pthread_mutex_lock(&d->mu);
+  sched_job *j;
+  int s;
+  int32_t task, attempt;
+  int rc = fsh_job_resolve_ref(d, "task-done", m->ref.data, m->ref.len, &j, &s, &task, &attempt,
+                               err);
+  if (rc == 0)
+    fsh_job_attempt_ended(d, j, s, task, attempt, m->ok, m->error, m->answer.data,
+                          (int64_t)m->answer.len);
+  pthread_mutex_unlock(&d->mu);
   flightshuffle__sched__task_done__free_unpacked(m, &fsh_sched_pb_allocator);
   return rc;
 }

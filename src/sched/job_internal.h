@@ -107,6 +107,13 @@ bool fsh_job_reduce_slot(const sched_job *j, const jstage *st);
 void fsh_job_worker_release(fsh_sched_driver *d, uint64_t wid, bool reduce);
 /* The index of the stage of that id, or -1. */
 int fsh_job_stage_index(const sched_job *j, uint32_t id);
+/* The task a worker's TaskRef (`len` protobuf bytes) names, for `action`'s
+ * messages: decodes it and finds the job and stage (call with d->mu held).
+ * 0 with *j, *s, *task, *attempt set; ENOENT for an unknown job, EINVAL for
+ * a malformed ref or a stage / task / attempt the job does not have -- the
+ * message "driver URI: ACTION: ..." in every case. */
+int fsh_job_resolve_ref(fsh_sched_driver *d, const char *action, const uint8_t *data, size_t len,
+                        sched_job **j, int *s, int32_t *task, int32_t *attempt, fsh_error *err);
 /* The task type of a stage kind ("map-synthetic", ...). */
 const char *fsh_job_kind_name(int kind);
 /* The job is over: no more attempts (their late answers are ignored). */

@@ -73,26 +73,17 @@ int fsh_sched_action_map_outputs(fsh_sched_driver *d, const fsh_flight_action *a
       &fsh_sched_pb_allocator, (size_t)a->body.size, a->body.data ? a->body.data : empty);
   if (!m) return fsh_error_set(err, EINVAL, "driver %s: map-outputs: malformed MapOutputsRequest "
                                "(%lld bytes)", d->uri, (long long)a->body.size);
-  Flightshuffle__Sched__TaskRef *ref = flightshuffle__sched__task_ref__unpack(
-      &fsh_sched_pb_allocator, m->ref.len, m->ref.data ? m->ref.data : empty);
-  int rc = 0;
-  if (!ref) {
-    rc = fsh_error_set(err, EINVAL, "driver %s: map-outputs: malformed TaskRef", d->uri);
-  } else {
-    pthread_mutex_lock(&d->mu);
-    sched_job *j = fsh_job_find(d, ref->job_id);
-    int s = j ? fsh_job_stage_index(j, ref->stage_id) : -1;
-    if (!j)
-      rc = fsh_error_set(err, ENOENT, "no job %" PRIu64, ref->job_id);
-    else if (s < 0 || ref->task < 0 || ref->task >= j->stages[s].n_tasks)
-      rc = fsh_error_set(err, EINVAL, "job %" PRIu64 " has no stage %u task %d", ref->job_id,
-                         ref->stage_id, ref->task);
-    else
-      rc = map_outputs(j, s, ref->task, ref->attempt, m->since_version, out, err);
-    pthread_mutex_unlock(&d->mu);
+  pthread_mutex_lock(&d->mu);
+  sched_job *j;
+  int s;
+  int32_t task, attempt;
+  int rc = fsh_job_resolve_ref(d, "map-outputs", m->ref.data, m->ref.len, &j, &s, &task, &attempt,
+                               err);
+  if (rc == 0) {
+    rc = map_outputs(j, s, task, attempt, m->since_version, out, err);
     if (rc) rc = fsh_error_prefix(err, rc, "driver %s: map-outputs: ", d->uri);
-    flightshuffle__sched__task_ref__free_unpacked(ref, &fsh_sched_pb_allocator);
   }
+  pthread_mutex_unlock(&d->mu);
   flightshuffle__sched__map_outputs_request__free_unpacked(m, &fsh_sched_pb_allocator);
   return rc;
 }
