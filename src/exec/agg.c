@@ -93,21 +93,8 @@ static bool is_binary(fsh_type_id t) {
 }
 
 static double read_f64(fsh_type_id t, const uint8_t *p, int64_t i) {
-  if (t == FSH_TYPE_FLOAT64) {
-    double d;
-    memcpy(&d, p + 8 * i, 8);
-    return d;
-  }
-  if (t == FSH_TYPE_FLOAT32) {
-    float f;
-    memcpy(&f, p + 4 * i, 4);
-    return f;
-  }
-  if (t == FSH_TYPE_FLOAT16) {
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    return fsh_half_to_float(h);
-  }
+  if (t == FSH_TYPE_FLOAT64 || t == FSH_TYPE_FLOAT32 || t == FSH_TYPE_FLOAT16)
+    return fsh_float_value(t, p, i);
   if (t == FSH_TYPE_UINT64) {
     uint64_t u;
     memcpy(&u, p + 8 * i, 8);

@@ -29,21 +29,6 @@ static int64_t value_slot(const keycol *k, int64_t row) {
   return kern_slot_valid(k->vf, k->va, d) ? d : -1;
 }
 
-static double read_float(fsh_type_id t, const uint8_t *p, int64_t i) {
-  if (t == FSH_TYPE_FLOAT64) {
-    double d;
-    memcpy(&d, p + 8 * i, 8);
-    return d;
-  }
-  if (t == FSH_TYPE_FLOAT32) {
-    float x;
-    memcpy(&x, p + 4 * i, 4);
-    return x;
-  }
-  uint16_t h;
-  memcpy(&h, p + 2 * i, 2);
-  return fsh_half_to_float(h);
-}
 
 #define CMP3(x, y) ((x) < (y) ? -1 : (x) > (y) ? 1 : 0)
 
@@ -83,7 +68,7 @@ static int cmp_values(const keycol *x, int64_t i, const keycol *y, int64_t j) {
       return CMP3(a, b);
     }
     case K_FLOAT: { /* NaN after everything, NaNs equal */
-      double a = read_float(x->vf->type, px, i), b = read_float(x->vf->type, py, j);
+      double a = fsh_float_value(x->vf->type, px, i), b = fsh_float_value(x->vf->type, py, j);
       if (a != a || b != b) return (a != a) - (b != b);
       return CMP3(a, b);
     }
