@@ -451,7 +451,7 @@ void fsh_spill_writer_abort(fsh_spill_writer *w); /* deletes the file; NULL acce
 /* Grace-style partitioned spilling (the hash operators'): hash-partitions
  * b on key_cols[0, n_keys) (fsh_hash_columns with `seed`, then
  * fsh_partition_hash into n_parts) and appends each part's rows to
- * w[part]. An empty b writes nothing. */
+ * w[part] (parts without rows write nothing). */
 FSH_NODISCARD int fsh_spill_scatter(fsh_batch *b, const int32_t *key_cols, int n_keys,
                                     uint64_t seed, int32_t n_parts, fsh_spill_writer *const *w,
                                     fsh_error *err);

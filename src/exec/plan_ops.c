@@ -258,23 +258,8 @@ static int agg_spilling(ostate *s, fsh_batch **out, fsh_error *err) {
 
 /* Hash-partitions partial-state batch b on the keys into s->fin_w. */
 static int final_scatter(ostate *s, fsh_batch *b, fsh_error *err) {
-  const plan_node *n = s->n;
-  if (b->length == 0) return 0;
-  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
-  int32_t *pids = fsh_malloc((size_t)b->length * sizeof *pids);
-  fsh_batch *parts[FINAL_SPILL_PARTS] = {0};
-  int rc = h && pids ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
-  if (!rc) rc = fsh_hash_columns(b, s->fin_keys, n->n_keys, FSH_SPILL_AGG_SEED, h, err);
-  if (!rc) rc = fsh_partition_hash(h, b->length, FINAL_SPILL_PARTS, pids, err);
-  if (!rc) rc = fsh_scatter(b, pids, FINAL_SPILL_PARTS, parts, err);
-  for (int32_t p = 0; p < FINAL_SPILL_PARTS; p++) {
-    if (!rc && parts[p] && parts[p]->length > 0)
-      rc = fsh_spill_writer_write(s->fin_w[p], parts[p], err);
-    fsh_batch_unref(parts[p]);
-  }
-  fsh_free(h);
-  fsh_free(pids);
-  return rc;
+  return fsh_spill_scatter(b, s->fin_keys, s->n->n_keys, FSH_SPILL_AGG_SEED, FINAL_SPILL_PARTS,
+                           s->fin_w, err);
 }
 
 /* The FINAL aggregate went over the budget: the in-memory one is dropped

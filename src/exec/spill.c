@@ -480,7 +480,7 @@ int fsh_spill_scatter(fsh_batch *b, const int32_t *key_cols, int n_keys, uint64_
   if (rc == 0) rc = fsh_partition_hash(h, b->length, n_parts, part, err);
   if (rc == 0) rc = fsh_scatter(b, part, n_parts, outs, err);
   for (int32_t p = 0; rc == 0 && p < n_parts; p++)
-    if (outs[p]) rc = fsh_spill_writer_write(w[p], outs[p], err);
+    if (outs[p] && outs[p]->length > 0) rc = fsh_spill_writer_write(w[p], outs[p], err);
   for (int32_t p = 0; outs && p < n_parts; p++) fsh_batch_unref(outs[p]);
   fsh_free(outs);
   fsh_free(h);
