@@ -276,8 +276,9 @@ typedef struct fsh_agg_spec {
  *                       the distinct (keys, value) pairs of its input)
  * The output (SINGLE and FINAL): the key columns, then one column per
  * aggregate. Groups come out in the order they were first seen; rows whose
- * keys are all equal under fsh_row_keys_compare (nulls equal to nulls, NaN
- * to NaN, -0.0 to +0.0, dictionaries by value) form one group. No key
+ * keys are all equal under fsh_row_keys_equal (nulls equal to nulls, NaN
+ * to NaN, dictionaries by value; -0.0 and +0.0 apart, as pyarrow's
+ * group_by) form one group. No key
  * columns (n_keys == 0): a global aggregate, one output row in every mode,
  * even on no input (counts 0, other values null). */
 typedef enum fsh_agg_mode { FSH_AGG_SINGLE = 0, FSH_AGG_PARTIAL, FSH_AGG_FINAL } fsh_agg_mode;
@@ -341,8 +342,8 @@ typedef struct fsh_hash_join fsh_hash_join;
  * [0, n_keys) (n_keys >= 1). Key types must be equal by value type (a
  * dictionary column joins its value type): EINVAL naming both columns
  * otherwise, ENOTSUP for a type fsh_row_keys cannot compare. Rows with a
- * null in any key never match. Float keys compare as fsh_row_keys does
- * (NaN matches NaN and -0.0 matches +0.0, as Spark's joins). build_left:
+ * null in any key never match. Float keys match under fsh_row_keys_equal
+ * (NaN matches NaN, -0.0 only -0.0: as pyarrow's join). build_left:
  * the left side is the build (hash table) side, pushed with
  * fsh_hash_join_build; otherwise the right.
  * memory_budget: bytes the build side and its table may hold (0 =

@@ -88,8 +88,11 @@ FSH_NODISCARD int fsh_partition_hash(const uint64_t *hashes, int64_t n, int32_t 
 FSH_NODISCARD int fsh_partition_random(int64_t n, int32_t n_partitions, uint64_t seed,
                                        int64_t first_row, int32_t *out, fsh_error *err);
 
-/* Per key column: direction and where nulls sort. NaN sorts after every
- * other float (in ascending order) and all NaNs are equal; -0.0 == +0.0. */
+/* Per key column: direction and where nulls sort. Floats sort as
+ * pyarrow.compute.sort_indices sorts them: NaN sits beside the nulls,
+ * between them and the numbers, whatever the direction (nulls last:
+ * numbers, NaN, nulls; nulls first: nulls, NaN, numbers); all NaNs are
+ * equal; -0.0 == +0.0 (their rows keep input order). */
 typedef struct fsh_sort_key {
   bool descending;
   bool nulls_first;
@@ -118,9 +121,16 @@ FSH_NODISCARD int fsh_row_keys_check_compatible(const fsh_row_keys *a, const fsh
                                                 fsh_error *err);
 /* Row i of a against row j of b (logical rows, relative to the batches'
  * offsets): < 0, 0, > 0 under a's order. Nulls compare equal to nulls and
- * sort by nulls_first; NaN == NaN; -0.0 == +0.0. a and b must be
- * compatible. */
+ * sort by nulls_first; NaN == NaN and sorts beside the nulls (fsh_sort_key);
+ * -0.0 == +0.0. a and b must be compatible. */
 int fsh_row_keys_compare(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j);
+/* Key equality of the hash operators (group-by keys, join keys), as
+ * pyarrow's group_by and join: fsh_row_keys_compare == 0 except for
+ * floats, which are equal when both NaN (any payload: every NaN is one
+ * group) or bitwise equal, so -0.0 and +0.0 are different keys. Nulls
+ * equal nulls (joins skip them: fsh_row_keys_any_null). Consistent with
+ * the row hash (equal keys hash equal). */
+bool fsh_row_keys_equal(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j);
 /* Row i has a null in at least one key column (joins: never matches). */
 bool fsh_row_keys_any_null(const fsh_row_keys *k, int64_t i);
 

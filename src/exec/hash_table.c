@@ -222,10 +222,10 @@ static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bo
     for (; rs->slots[p].id >= 0; p = (p + 1) & mask) {
       const slot *sl = &rs->slots[p];
       if (sl->hash != h) continue;
-      int c = sl->loc.batch < 0
-                  ? fsh_row_keys_compare(rk, i, rk, sl->loc.row)
-                  : fsh_row_keys_compare(rk, i, rs->owned_keys[sl->loc.batch], sl->loc.row);
-      if (c == 0) {
+      bool eq = sl->loc.batch < 0
+                    ? fsh_row_keys_equal(rk, i, rk, sl->loc.row)
+                    : fsh_row_keys_equal(rk, i, rs->owned_keys[sl->loc.batch], sl->loc.row);
+      if (eq) {
         id = sl->id;
         break;
       }

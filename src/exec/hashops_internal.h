@@ -13,8 +13,8 @@
  * Interns rows of key columns as dense ids 0, 1, 2, ... in order of first
  * appearance. Open addressing with linear probing over (hash, id) slots,
  * load <= 1/2, doubling; hashes from fsh_hash_columns, equality through
- * fsh_row_keys_compare == 0 (nulls equal nulls). The set keeps a copy of
- * each new key row (fsh_take of the new rows of a batch into a batch it
+ * fsh_row_keys_equal (nulls equal nulls, NaN NaN, -0.0 != +0.0, as
+ * pyarrow's group_by and join). The set keeps a copy of each new key row (fsh_take of the new rows of a batch into a batch it
  * owns, one per call that adds ids), so inputs need not outlive the call.
  * One key column of an integer-like type takes a fast path that keeps the
  * value in the slot (hash_table.c). No per-row allocation. At most 2^31 - 1

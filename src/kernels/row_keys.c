@@ -1,10 +1,13 @@
 /* row_keys.c -- key columns resolved for comparing rows: the multi-column
  * three-way comparison (direction and null placement per column,
- * dictionary columns compared by value) behind range partitioning, sorting
- * and the hash operators' key equality. */
+ * dictionary columns compared by value, floats ordered as pyarrow orders
+ * them) behind range partitioning and sorting, and the key equality of the
+ * hash operators (group-by, join). */
 #include "kernels/kernels_internal.h"
 
 #include "arrow/numeric.h"
+
+#include <math.h>
 
 typedef enum kind { K_INT, K_UINT64, K_FLOAT, K_DECIMAL, K_BINARY, K_FIXED, K_BOOL } kind;
 
@@ -67,9 +70,8 @@ static int cmp_values(const keycol *x, int64_t i, const keycol *y, int64_t j) {
       memcpy(&b, py + 8 * j, 8);
       return CMP3(a, b);
     }
-    case K_FLOAT: { /* NaN after everything, NaNs equal */
+    case K_FLOAT: { /* callers set NaN apart (fsh_row_keys_compare) */
       double a = fsh_float_value(x->vf->type, px, i), b = fsh_float_value(x->vf->type, py, j);
-      if (a != a || b != b) return (a != a) - (b != b);
       return CMP3(a, b);
     }
     case K_DECIMAL: return cmp_decimal(px + x->width * i, py + x->width * j, x->width);
@@ -175,6 +177,11 @@ int fsh_row_keys_check_compatible(const fsh_row_keys *a, const fsh_row_keys *b, 
   return 0;
 }
 
+/* The float at absolute slot s of k->va (k->kind == K_FLOAT). */
+static inline double float_at(const keycol *k, int64_t s) {
+  return fsh_float_value(k->vf->type, kern_buf(k->va, 1), s);
+}
+
 int fsh_row_keys_compare(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j) {
   for (int k = 0; k < a->n_keys; k++) {
     const keycol *x = &a->cols[k], *y = &b->cols[k];
@@ -183,10 +190,39 @@ int fsh_row_keys_compare(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b
       if (sx < 0 && sy < 0) continue;
       return (sx < 0) == x->order.nulls_first ? -1 : 1;
     }
+    if (x->kind == K_FLOAT) { /* NaN beside the nulls, whatever the direction */
+      bool nx = float_at(x, sx) != float_at(x, sx), ny = float_at(y, sy) != float_at(y, sy);
+      if (nx || ny) {
+        if (nx && ny) continue;
+        return nx == x->order.nulls_first ? -1 : 1;
+      }
+    }
     int c = cmp_values(x, sx, y, sy);
     if (c != 0) return x->order.descending ? -c : c;
   }
   return 0;
+}
+
+bool fsh_row_keys_equal(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j) {
+  for (int k = 0; k < a->n_keys; k++) {
+    const keycol *x = &a->cols[k], *y = &b->cols[k];
+    int64_t sx = value_slot(x, i), sy = value_slot(y, j);
+    if (sx < 0 || sy < 0) {
+      if (sx < 0 && sy < 0) continue;
+      return false;
+    }
+    if (x->kind == K_FLOAT) { /* equal when both NaN or bitwise equal as doubles */
+      double u = float_at(x, sx), v = float_at(y, sy);
+      if (u != u || v != v) {
+        if (u != u && v != v) continue;
+        return false;
+      }
+      if (u != v || signbit(u) != signbit(v)) return false;
+      continue;
+    }
+    if (cmp_values(x, sx, y, sy) != 0) return false;
+  }
+  return true;
 }
 
 bool fsh_row_keys_any_null(const fsh_row_keys *k, int64_t i) {

@@ -153,7 +153,6 @@ static void radix_entries(fsh_sort_ent *e, fsh_sort_ent *tmp, int64_t n, int64_t
  * written out. */
 static int sort_fixed(const key0 *k, int64_t n, fsh_sort_key o0, int64_t *indices,
                       fsh_error *err) {
-  uint64_t flip = o0.descending ? UINT64_MAX : 0;
   uint64_t *kv = fsh_malloc((size_t)n * sizeof *kv);
   uint8_t *isnull = fsh_malloc((size_t)n);
   int64_t(*cnt)[256] = fsh_malloc(8 * sizeof *cnt);
@@ -171,7 +170,7 @@ static int sort_fixed(const key0 *k, int64_t n, fsh_sort_key o0, int64_t *indice
       n_null++;
       continue;
     }
-    uint64_t key = key0_prefix(k, s) ^ flip;
+    uint64_t key = key0_key(k, s);
     kv[i] = key;
     if (!have) k0 = key, have = true;
     diff |= key ^ k0;
@@ -248,7 +247,7 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   }
   fsh_sort_key o0 = order ? order[0] : (fsh_sort_key){false, false};
   key0 k;
-  key0_init(&k, b, key_cols[0], o0.descending);
+  key0_init(&k, b, key_cols[0], o0);
   int64_t n = b->length;
   bool exact = key0_exact(&k);
   if (n > 0 && exact && n_keys == 1) {
@@ -272,14 +271,13 @@ int fsh_sort_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   int64_t nn = n - n_null;
   int64_t vi = o0.nulls_first ? n_null : 0, ni = o0.nulls_first ? 0 : nn;
   fsh_sort_ent *vals = e + vi, *nulls = e + ni;
-  uint64_t flip = o0.descending ? UINT64_MAX : 0;
   int64_t a = 0, z = 0;
   for (int64_t i = 0; i < n; i++) {
     int64_t s = key0_slot(&k, i);
     if (s < 0)
       nulls[z++] = (fsh_sort_ent){0, i};
     else
-      vals[a++] = (fsh_sort_ent){key0_prefix(&k, s) ^ flip, i};
+      vals[a++] = (fsh_sort_ent){key0_key(&k, s), i};
   }
   cmpctx c = {rk, !exact || n_keys > 1, k.kind == P_BINARY && n_keys == 1 ? &k : NULL};
   if (nn > 1 && k.kind != P_NONE) { /* radix by prefix, then each run of equal prefixes */

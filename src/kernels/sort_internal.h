@@ -27,6 +27,9 @@ typedef struct key0 {
   int width; /* P_SIGNED / P_UNSIGNED / P_FLOAT / P_FIXED / P_DECIMAL: bytes;
               * P_BINARY: offset width */
   bool descending;
+  uint64_t flip;    /* all ones when descending: xor-ed into every key */
+  uint64_t nan_key; /* P_FLOAT: the key of NaN, beside the nulls (0 when
+                     * nulls_first, all ones otherwise), whatever the direction */
 } key0;
 
 static inline pkind prefix_kind(const fsh_field *vf, int *width) {
@@ -55,14 +58,16 @@ static inline pkind prefix_kind(const fsh_field *vf, int *width) {
   }
 }
 
-static inline void key0_init(key0 *k, const fsh_batch *b, int32_t col, bool descending) {
+static inline void key0_init(key0 *k, const fsh_batch *b, int32_t col, fsh_sort_key o) {
   k->f = &b->schema->fields[col];
   k->a = b->columns[col];
   k->vf = k->f->dictionary ? &k->f->dictionary->value : k->f;
   k->va = k->f->dictionary ? k->a->dictionary : k->a;
   k->width = 0;
   k->kind = prefix_kind(k->vf, &k->width);
-  k->descending = descending;
+  k->descending = o.descending;
+  k->flip = o.descending ? UINT64_MAX : 0;
+  k->nan_key = o.nulls_first ? 0 : UINT64_MAX;
 }
 
 /* Absolute slot of row's value in k->va, or -1 when null. */
@@ -74,17 +79,17 @@ static inline int64_t key0_slot(const key0 *k, int64_t row) {
   return kern_slot_valid(k->vf, k->va, d) ? d : -1;
 }
 
+/* A non-NaN double's ascending key, in [0x000FFFFFFFFFFFFF (-inf),
+ * 0xFFF0000000000000 (+inf)]: flipped or not, strictly between 0 and all
+ * ones, the keys of NaN (key0.nan_key). */
 static inline uint64_t float_key(double d) {
-  if (d != d) return UINT64_MAX; /* every NaN, after +inf */
-  if (d == 0) d = 0.0;           /* -0.0 == +0.0 */
+  if (d == 0) d = 0.0; /* -0.0 == +0.0 */
   uint64_t u;
   memcpy(&u, &d, 8);
   return u >> 63 ? ~u : u ^ (1ull << 63);
 }
 
-/* The order-preserving prefix of the (valid) value at slot s: x <= y
- * implies prefix(x) <= prefix(y) in ascending order; exact (x < y iff
- * prefix(x) < prefix(y)) for the kinds key0_exact accepts. */
+/* The ascending prefix of the (valid, non-float) value at slot s. */
 static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
   const uint8_t *p = kern_buf(k->va, 1);
   switch (k->kind) {
@@ -106,21 +111,7 @@ static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
         default: { uint64_t x; memcpy(&x, p + 8 * s, 8); return x; }
       }
     }
-    case P_FLOAT: {
-      if (k->width == 8) {
-        double d;
-        memcpy(&d, p + 8 * s, 8);
-        return float_key(d);
-      }
-      if (k->width == 4) {
-        float x;
-        memcpy(&x, p + 4 * s, 4);
-        return float_key(x);
-      }
-      uint16_t h;
-      memcpy(&h, p + 2 * s, 2);
-      return float_key(fsh_half_to_float(h));
-    }
+    case P_FLOAT: return float_key(fsh_float_value(k->vf->type, p, s)); /* not NaN */
     case P_BOOL: return fsh_bit_get(p, s);
     case P_BINARY: {
       int64_t st = kern_read_offset(p, s, k->width), en = kern_read_offset(p, s + 1, k->width);
@@ -144,6 +135,18 @@ static inline uint64_t key0_prefix(const key0 *k, int64_t s) {
     case P_NONE: return 0;
   }
   return 0;
+}
+
+/* The order-preserving prefix of the (valid) value at slot s, in the
+ * key's direction: x sorting before y implies key(x) <= key(y); exact (x
+ * before y iff key(x) < key(y)) for the kinds key0_exact accepts. NaN gets
+ * nan_key, beside the nulls. */
+static inline uint64_t key0_key(const key0 *k, int64_t s) {
+  if (k->kind == P_FLOAT) {
+    double d = fsh_float_value(k->vf->type, kern_buf(k->va, 1), s);
+    return d != d ? k->nan_key : float_key(d) ^ k->flip;
+  }
+  return key0_prefix(k, s) ^ k->flip;
 }
 
 

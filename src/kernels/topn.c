@@ -44,14 +44,14 @@ int fsh_top_n_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
   for (int64_t i = m / 2; i-- > 0;) sift_down(rk, h, m, i);
   fsh_sort_key o0 = order ? order[0] : (fsh_sort_key){false, false};
   key0 k;
-  key0_init(&k, b, key_cols[0], o0.descending);
+  key0_init(&k, b, key_cols[0], o0);
   bool prefixed = k.kind != P_NONE;
-  uint64_t flip = o0.descending ? UINT64_MAX : 0, top_p = 0;
+  uint64_t top_p = 0;
   int64_t top_s = -1; /* slot of the top's first key (-1: null or no prefix) */
 #define TOP_REFRESH()                                                     \
   do {                                                                    \
     top_s = prefixed ? key0_slot(&k, h[0]) : -1;                          \
-    if (top_s >= 0) top_p = key0_prefix(&k, top_s) ^ flip;                \
+    if (top_s >= 0) top_p = key0_key(&k, top_s);                          \
   } while (0)
   if (m > 0) TOP_REFRESH();
   for (int64_t r = m; r < b->length && m > 0; r++) {
@@ -59,7 +59,7 @@ int fsh_top_n_indices(const fsh_batch *b, const int32_t *key_cols, int n_keys,
      * a row before it (the prefix never contradicts the order). */
     int64_t s = top_s >= 0 ? key0_slot(&k, r) : -1;
     if (s >= 0) {
-      uint64_t p = key0_prefix(&k, s) ^ flip;
+      uint64_t p = key0_key(&k, s);
       if (p > top_p) continue;
       if (p < top_p) {
         h[0] = r;

@@ -39,13 +39,17 @@ static inline int ref_cmp_col(int c, int x, int y, fsh_sort_key o) {
     if (!vx && !vy) return 0;
     return !vx == o.nulls_first ? -1 : 1;
   }
+  /* NaN: beside the nulls (between them and the numbers) in either direction */
+  bool nx = (c == 1 && isnan(R.d[x])) || (c == 6 && isnan(R.f[x]));
+  bool ny = (c == 1 && isnan(R.d[y])) || (c == 6 && isnan(R.f[y]));
+  if (nx || ny) {
+    if (nx && ny) return 0;
+    return nx == o.nulls_first ? -1 : 1;
+  }
   int r = 0;
   switch (c) {
     case 0: r = (R.i[x] > R.i[y]) - (R.i[x] < R.i[y]); break;
-    case 1:
-      r = isnan(R.d[x]) || isnan(R.d[y]) ? isnan(R.d[x]) - isnan(R.d[y])
-                                         : ref_cmp3d(R.d[x], R.d[y]);
-      break;
+    case 1: r = ref_cmp3d(R.d[x], R.d[y]); break;
     case 2: case 3: {
       int s = strcmp(R.s[x], R.s[y]);
       r = (s > 0) - (s < 0);
@@ -53,10 +57,7 @@ static inline int ref_cmp_col(int c, int x, int y, fsh_sort_key o) {
     }
     case 4: r = (R.small[x] > R.small[y]) - (R.small[x] < R.small[y]); break;
     case 5: r = (R.u[x] > R.u[y]) - (R.u[x] < R.u[y]); break;
-    case 6:
-      r = isnan(R.f[x]) || isnan(R.f[y]) ? isnan(R.f[x]) - isnan(R.f[y])
-                                         : ref_cmp3d(R.f[x], R.f[y]);
-      break;
+    case 6: r = ref_cmp3d(R.f[x], R.f[y]); break;
     case 7: r = (R.bo[x] > R.bo[y]) - (R.bo[x] < R.bo[y]); break;
   }
   return o.descending ? -r : r;

@@ -74,11 +74,15 @@ static int ref_cmp_col(int c, int x, int y, fsh_sort_key o) {
     if (!vx && !vy) return 0;
     return !vx == o.nulls_first ? -1 : 1;
   }
+  if (c == 1 && (isnan(R.d[x]) || isnan(R.d[y]))) { /* NaN beside the nulls */
+    if (isnan(R.d[x]) && isnan(R.d[y])) return 0;
+    return isnan(R.d[x]) == o.nulls_first ? -1 : 1;
+  }
   int r;
   if (c == 0)
     r = (R.i[x] > R.i[y]) - (R.i[x] < R.i[y]);
   else if (c == 1)
-    r = isnan(R.d[x]) || isnan(R.d[y]) ? isnan(R.d[x]) - isnan(R.d[y]) : cmp3(R.d[x], R.d[y]);
+    r = cmp3(R.d[x], R.d[y]);
   else
     r = strcmp(R.s[x], R.s[y]) < 0 ? -1 : strcmp(R.s[x], R.s[y]) > 0;
   return o.descending ? -r : r;
