@@ -232,13 +232,14 @@ FSH_NODISCARD int fsh_expr_to_json(const fsh_expr *e, char **out, fsh_error *err
  *                   float64; null when the group has no non-null value
  *   AVG             integers, floats and decimal128 -> float64 (summed as
  *                   float64); null when the group has no non-null value
- *   MIN, MAX        integers, floats, decimal128, date/time/timestamp/
- *                   duration, (large) binary and utf8 (bytewise) -> the
- *                   input's type; NaN is skipped unless every value is
- *                   NaN (as Arrow's min_max); null when the group has no
- *                   non-null value
+ *   MIN, MAX        integers, floats, decimal128/256, date/time/timestamp/
+ *                   duration, (large) binary and utf8 (bytewise), and
+ *                   dictionaries of those (compared by value) -> the
+ *                   input's type (a dictionary's value type); NaN is
+ *                   skipped unless every value is NaN (as Arrow's
+ *                   min_max); null when the group has no non-null value
  * A null in a row's value column counts for COUNT_STAR only. Dictionary-
- * encoded value columns are accepted by COUNT and COUNT_DISTINCT. */
+ * encoded value columns are accepted by COUNT, COUNT_DISTINCT, MIN, MAX. */
 typedef enum fsh_agg_fn {
   FSH_AGG_COUNT_STAR = 0,
   FSH_AGG_COUNT,

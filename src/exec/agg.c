@@ -19,13 +19,14 @@ typedef enum op {
   OP_SUM_U64,       /* u64 += value, cnt++ */
   OP_SUM_F64,       /* f64 += value, cnt++ */
   OP_SUM_D128,      /* d128 += value, cnt++ (beyond 38 digits: EOVERFLOW) */
-  OP_MIN,           /* in i64 / u64 / f64 / the arena, by `num` */
+  OP_MIN,           /* in i64 / u64 / f64 / d128 / d256 / the arena, by `num`;
+                     * dictionaries by value */
   OP_MAX,
   OP_DISTINCT,      /* (group, value) into the distinct set */
   OP_DISTINCT_LIST  /* (group, each element of a list) into the distinct set */
 } op;
 
-typedef enum num { N_I64, N_U64, N_F64, N_BIN, N_D128 } num;
+typedef enum num { N_I64, N_U64, N_F64, N_BIN, N_D128, N_D256 } num;
 
 typedef struct acc {
   op op;
@@ -39,6 +40,7 @@ typedef struct acc {
   uint64_t *u64;
   double *f64;
   uint8_t *d128; /* 16 bytes a group: decimal128 values (little-endian) */
+  uint8_t *d256; /* 32 bytes a group: decimal256 values (little-endian) */
   int64_t *boff, *blen, *bcap; /* N_BIN: value of group g at arena[boff, +blen) */
   uint8_t *arena;
   int64_t arena_len, arena_cap;
@@ -174,10 +176,14 @@ static int check_spec(const fsh_agg_spec *s, const fsh_field *f, fsh_error *err)
       ok = !f->dictionary && (int_storage(ty) == ty || ty == FSH_TYPE_UINT64 || is_float(ty) ||
                               ty == FSH_TYPE_DECIMAL128);
       break;
-    case FSH_AGG_MIN: case FSH_AGG_MAX:
-      ok = !f->dictionary && (int_storage(ty) != FSH_TYPE_NA || ty == FSH_TYPE_UINT64 ||
-                              is_float(ty) || is_binary(ty) || ty == FSH_TYPE_DECIMAL128);
+    case FSH_AGG_MIN: case FSH_AGG_MAX: { /* dictionaries: by value */
+      const fsh_field *vf = f->dictionary ? &f->dictionary->value : f;
+      fsh_type_id vt = vf->type;
+      ok = !vf->dictionary && (int_storage(vt) != FSH_TYPE_NA || vt == FSH_TYPE_UINT64 ||
+                               is_float(vt) || is_binary(vt) || vt == FSH_TYPE_DECIMAL128 ||
+                               vt == FSH_TYPE_DECIMAL256);
       break;
+    }
     default: return fsh_error_set(err, EINVAL, "unknown aggregate function %d", (int)s->fn);
   }
   if (!ok)
@@ -190,6 +196,7 @@ static num num_of(const fsh_field *f) {
   if (is_float(f->type)) return N_F64;
   if (is_binary(f->type)) return N_BIN;
   if (f->type == FSH_TYPE_DECIMAL128) return N_D128;
+  if (f->type == FSH_TYPE_DECIMAL256) return N_D256;
   if (f->type == FSH_TYPE_UINT8 || f->type == FSH_TYPE_UINT16 || f->type == FSH_TYPE_UINT32 ||
       f->type == FSH_TYPE_UINT64)
     return N_U64;
@@ -253,13 +260,15 @@ static int plan(fsh_hash_agg *a, fsh_schema *input, const fsh_agg_spec *specs, f
         rc = set_field(x->state, name, sum_type(f->type), true, err);
         if (rc == 0) rc = set_field(o, name, sum_type(f->type), true, err);
         break;
-      case FSH_AGG_MIN: case FSH_AGG_MAX:
+      case FSH_AGG_MIN: case FSH_AGG_MAX: { /* the value type of a dictionary */
+        const fsh_field *vf = f->dictionary ? &f->dictionary->value : f;
         x->op = s->fn == FSH_AGG_MIN ? OP_MIN : OP_MAX;
-        x->num = num_of(f);
+        x->num = num_of(vf);
         x->null_if_empty = true;
-        rc = copy_field(x->state, f, name, err);
-        if (rc == 0) rc = copy_field(o, f, name, err);
+        rc = copy_field(x->state, vf, name, err);
+        if (rc == 0) rc = copy_field(o, vf, name, err);
         break;
+      }
       case FSH_AGG_AVG: {
         x->op = OP_SUM_F64;
         snprintf(sub, sizeof sub, "%s#sum", name);
@@ -304,6 +313,7 @@ static void acc_reset(acc *x) {
   fsh_free(x->u64);
   fsh_free(x->f64);
   fsh_free(x->d128);
+  fsh_free(x->d256);
   fsh_free(x->boff);
   fsh_free(x->blen);
   fsh_free(x->bcap);
@@ -403,7 +413,8 @@ int64_t fsh_hash_agg_memory(const fsh_hash_agg *a) {
   for (int i = 0; i < a->n_accs; i++) {
     const acc *x = &a->accs[i];
     t += a->cap * 8 * ((x->cnt != NULL) + (x->i64 != NULL) + (x->u64 != NULL) +
-                       (x->f64 != NULL) + 2 * (x->d128 != NULL) + 3 * (x->boff != NULL));
+                       (x->f64 != NULL) + 2 * (x->d128 != NULL) + 4 * (x->d256 != NULL) +
+                       3 * (x->boff != NULL));
     t += x->arena_cap + (x->distinct ? hs_rowset_memory(x->distinct) : 0);
   }
   return t;
@@ -432,6 +443,9 @@ static int reserve_groups(fsh_hash_agg *a, int64_t n, fsh_error *err) {
     }
     if (x->op == OP_SUM_D128 || (minmax && x->num == N_D128)) {
       c = a->cap; FSH_RETURN_NOT_OK(hs_grow((void **)&x->d128, &c, cap, 16, err));
+    }
+    if (minmax && x->num == N_D256) {
+      c = a->cap; FSH_RETURN_NOT_OK(hs_grow((void **)&x->d256, &c, cap, 32, err));
     }
     if (minmax && x->num == N_BIN) {
       c = a->cap; FSH_RETURN_NOT_OK(hs_grow((void **)&x->boff, &c, cap, 8, err));
@@ -466,6 +480,66 @@ static int update_bin(acc *x, int64_t g, const uint8_t *v, int64_t len, fsh_erro
   }
   if (len) memcpy(x->arena + x->boff[g], v, (size_t)len);
   x->blen[g] = len;
+  x->cnt[g]++;
+  return 0;
+}
+
+/* Two's-complement little-endian 256-bit integers: < 0, 0, > 0. */
+static int cmp_d256(const uint8_t *x, const uint8_t *y) {
+  int64_t hx, hy;
+  memcpy(&hx, x + 24, 8);
+  memcpy(&hy, y + 24, 8);
+  if (hx != hy) return hx < hy ? -1 : 1;
+  for (int limb = 2; limb >= 0; limb--) {
+    uint64_t lx, ly;
+    memcpy(&lx, x + 8 * limb, 8);
+    memcpy(&ly, y + 8 * limb, 8);
+    if (lx != ly) return lx < ly ? -1 : 1;
+  }
+  return 0;
+}
+
+/* MIN/MAX: the valid value at absolute slot s of array va (of the plain
+ * field vf: a dictionary's value) into group g. */
+static int minmax_one(acc *x, int64_t g, const fsh_field *vf, const fsh_array *va, int64_t s,
+                      fsh_error *err) {
+  const uint8_t *p = kern_buf(va, 1);
+  fsh_type_id t = vf->type;
+  bool mn = x->op == OP_MIN, first = x->cnt[g] == 0;
+  switch (x->num) {
+    case N_I64: {
+      int64_t v = fsh_kern_read_int(int_storage(t), p, s);
+      if (first || (mn ? v < x->i64[g] : v > x->i64[g])) x->i64[g] = v;
+      break;
+    }
+    case N_U64: {
+      uint64_t v = read_u64(t, p, s);
+      if (first || (mn ? v < x->u64[g] : v > x->u64[g])) x->u64[g] = v;
+      break;
+    }
+    case N_D128: {
+      __int128 v, cur;
+      memcpy(&v, p + 16 * s, 16);
+      memcpy(&cur, x->d128 + 16 * g, 16);
+      if (first || (mn ? v < cur : v > cur)) memcpy(x->d128 + 16 * g, &v, 16);
+      break;
+    }
+    case N_D256: {
+      int c = first ? 0 : cmp_d256(p + 32 * s, x->d256 + 32 * g);
+      if (first || (mn ? c < 0 : c > 0)) memcpy(x->d256 + 32 * g, p + 32 * s, 32);
+      break;
+    }
+    case N_F64: {
+      double v = read_f64(t, p, s);
+      x->f64[g] = first ? v : mn ? fmin(x->f64[g], v) : fmax(x->f64[g], v);
+      break;
+    }
+    case N_BIN: {
+      int w = kern_offset_width(t);
+      int64_t b = kern_read_offset(p, s, w), e = kern_read_offset(p, s + 1, w);
+      return update_bin(x, g, kern_buf(va, 2) + b, e - b, err); /* counts */
+    }
+  }
   x->cnt[g]++;
   return 0;
 }
@@ -544,6 +618,13 @@ static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fs
       continue;
     }
     if (valid && !fsh_bit_get(valid, abs)) continue;
+    if ((x->op == OP_MIN || x->op == OP_MAX) && f->dictionary) { /* by value */
+      const fsh_array *va = c->dictionary;
+      int64_t d = va->offset + fsh_kern_read_int(t, p, abs);
+      if (kern_slot_valid(&f->dictionary->value, va, d))
+        FSH_RETURN_NOT_OK(minmax_one(x, g, &f->dictionary->value, va, d, err));
+      continue;
+    }
     switch (x->op) {
       case OP_COUNT_SUM: x->cnt[g] += fsh_kern_read_int(FSH_TYPE_INT64, p, abs); break;
       case OP_SUM_I64:
@@ -572,31 +653,7 @@ static int update(acc *x, fsh_batch *b, const int64_t *gid, int64_t *scratch, fs
         x->cnt[g]++;
         break;
       }
-      case OP_MIN: case OP_MAX: {
-        bool mn = x->op == OP_MIN, first = x->cnt[g] == 0;
-        if (x->num == N_I64) {
-          int64_t v = fsh_kern_read_int(it, p, abs);
-          if (first || (mn ? v < x->i64[g] : v > x->i64[g])) x->i64[g] = v;
-        } else if (x->num == N_U64) {
-          uint64_t v = read_u64(t, p, abs);
-          if (first || (mn ? v < x->u64[g] : v > x->u64[g])) x->u64[g] = v;
-        } else if (x->num == N_D128) {
-          __int128 v, cur;
-          memcpy(&v, p + 16 * abs, 16);
-          memcpy(&cur, x->d128 + 16 * g, 16);
-          if (first || (mn ? v < cur : v > cur)) memcpy(x->d128 + 16 * g, &v, 16);
-        } else if (x->num == N_F64) {
-          double v = read_f64(t, p, abs);
-          x->f64[g] = first ? v : mn ? fmin(x->f64[g], v) : fmax(x->f64[g], v);
-        } else {
-          int w = kern_offset_width(t);
-          int64_t s = kern_read_offset(p, abs, w), e = kern_read_offset(p, abs + 1, w);
-          FSH_RETURN_NOT_OK(update_bin(x, g, kern_buf(c, 2) + s, e - s, err));
-          continue; /* update_bin counts */
-        }
-        x->cnt[g]++;
-        break;
-      }
+      case OP_MIN: case OP_MAX: FSH_RETURN_NOT_OK(minmax_one(x, g, f, c, abs, err)); break;
       default: break;
     }
   }
@@ -733,6 +790,8 @@ static int minmax_array(const acc *x, const fsh_field *f, int64_t n, fsh_array *
     uint8_t *d = tmp + g * w;
     if (x->num == N_D128) {
       memcpy(d, x->d128 + 16 * g, 16);
+    } else if (x->num == N_D256) {
+      memcpy(d, x->d256 + 32 * g, 32);
     } else if (x->num == N_I64) {
       memcpy(d, &x->i64[g], (size_t)w); /* little-endian: the low bytes */
     } else if (x->num == N_U64) {

@@ -16,7 +16,8 @@ static const fsh_agg_spec SPECS[] = {
     {FSH_AGG_MAX, TD_VF, NULL},         {FSH_AGG_MIN, TD_VS, NULL},
     {FSH_AGG_MAX, TD_VS, NULL},         {FSH_AGG_COUNT_DISTINCT, TD_VS, NULL},
     {FSH_AGG_SUM, TD_VU, NULL},         {FSH_AGG_COUNT_DISTINCT, TD_K3, NULL},
-    {FSH_AGG_COUNT, TD_K3, NULL},
+    {FSH_AGG_COUNT, TD_K3, NULL},       {FSH_AGG_MIN, TD_K3, NULL},
+    {FSH_AGG_MAX, TD_K3, NULL},
 };
 #define N_SPECS ((int)(sizeof SPECS / sizeof SPECS[0]))
 
@@ -28,6 +29,7 @@ typedef struct ngroup {
   int32_t min_vi, max_vi;
   char min_vs[16], max_vs[16];
   bool seen_vs[40], seen_k3[4];
+  const char *min_k3, *max_k3; /* dictionary values, bytewise */
   uint64_t sum_vu;
   bool found;
 } ngroup;
@@ -81,6 +83,9 @@ static void naive_add(ngroup *g, int64_t *ng, const td_row *r, const int *keys, 
     x->sum_vu += r->vu;
   }
   if (r->k3 >= 0) {
+    const char *v = td_dict_values[r->k3];
+    if (x->n_k3 == 0 || strcmp(v, x->min_k3) < 0) x->min_k3 = v;
+    if (x->n_k3 == 0 || strcmp(v, x->max_k3) > 0) x->max_k3 = v;
     x->n_k3++;
     x->seen_k3[r->k3] = true;
   }
@@ -150,12 +155,19 @@ static void check_result(fsh_batch *out, const int *keys, int n_keys, ngroup *g,
     CHECK(VALID(12) == (x->n_vu > 0) && (!x->n_vu || (uint64_t)td_i64(c[a + 12], row) == x->sum_vu));
     CHECK_EQ_INT(td_i64(c[a + 13], row), count_true(x->seen_k3, 4));
     CHECK_EQ_INT(td_i64(c[a + 14], row), x->n_k3);
+    CHECK(VALID(15) == (x->n_k3 > 0) &&
+          (!x->n_k3 || strcmp(td_str(&f[a + 15], c[a + 15], row, buf, sizeof buf), x->min_k3) == 0));
+    CHECK(VALID(16) == (x->n_k3 > 0) &&
+          (!x->n_k3 || strcmp(td_str(&f[a + 16], c[a + 16], row, buf, sizeof buf), x->max_k3) == 0));
 #undef VALID
   }
   /* Output types as documented. */
   CHECK(f[n_keys + 2].type == FSH_TYPE_INT64 && f[n_keys + 3].type == FSH_TYPE_FLOAT64);
   CHECK(f[n_keys + 4].type == FSH_TYPE_FLOAT64 && f[n_keys + 5].type == FSH_TYPE_INT32);
   CHECK(f[n_keys + 9].type == FSH_TYPE_STRING && f[n_keys + 12].type == FSH_TYPE_UINT64);
+  /* min/max of a dictionary column: its value type, not dictionary-encoded */
+  CHECK(f[n_keys + 15].type == FSH_TYPE_STRING && !f[n_keys + 15].dictionary);
+  CHECK(f[n_keys + 16].type == FSH_TYPE_STRING && !f[n_keys + 16].dictionary);
   CHECK(strcmp(f[n_keys + 0].name, "count(*)") == 0 && strcmp(f[n_keys + 2].name, "sum(vi)") == 0);
   CHECK(strcmp(f[n_keys + 3].name, "total_vf") == 0);
 }
@@ -512,6 +524,136 @@ static void test_agg_decimal(void) {
   fsh_batch_unref(ob);
 }
 
+/* decimal256(60, 3) min/max (values past 128 bits, both signs, nulls),
+ * plain and as a dictionary<int8, decimal256> column, one and two phases,
+ * against a naive reference comparing (high 128 bits signed, low 128
+ * unsigned). */
+typedef struct d256 {
+  __int128 hi;          /* bits 128..255, signed */
+  unsigned __int128 lo; /* bits 0..127 */
+} d256;
+
+static int d256_cmp(d256 x, d256 y) {
+  if (x.hi != y.hi) return x.hi < y.hi ? -1 : 1;
+  return x.lo < y.lo ? -1 : x.lo > y.lo;
+}
+
+static void test_agg_decimal256_and_dictionary_minmax(void) {
+  fsh_error err;
+  enum { N = 300, G = 6, D = 9 };
+  d256 dict[D], v[N], mn[G], mx[G];
+  int64_t g[N], cnt[G] = {0};
+  int8_t idx[N];
+  char valid[N + 1], dvalid[D + 1];
+  uint64_t st = 4242;
+  for (int i = 0; i < D; i++) {
+    dict[i].hi = (__int128)(int64_t)(kh_rand(&st) % 7) - 3; /* -3 .. 3: past 128 bits */
+    dict[i].lo = ((unsigned __int128)kh_rand(&st) << 64) | kh_rand(&st);
+    dvalid[i] = i == 4 ? '0' : '1'; /* a null in the dictionary */
+  }
+  dict[5] = dict[6];
+  dict[5].lo ^= 1; /* neighbours differing in the lowest bit */
+  dvalid[D] = 0;
+  for (int i = 0; i < N; i++) {
+    g[i] = (int64_t)(kh_rand(&st) % G);
+    idx[i] = (int8_t)(kh_rand(&st) % D);
+    v[i] = dict[idx[i]];
+    valid[i] = g[i] == 5 || kh_rand(&st) % 5 == 0 || idx[i] == 4 ? '0' : '1'; /* 5: all null */
+    if (valid[i] == '0') continue;
+    if (!cnt[g[i]] || d256_cmp(v[i], mn[g[i]]) < 0) mn[g[i]] = v[i];
+    if (!cnt[g[i]] || d256_cmp(v[i], mx[g[i]]) > 0) mx[g[i]] = v[i];
+    cnt[g[i]]++;
+  }
+  valid[N] = 0;
+  uint8_t raw[N][32], draw[D][32];
+  for (int i = 0; i < N; i++) {
+    memcpy(raw[i], &v[i].lo, 16);
+    memcpy(raw[i] + 16, &v[i].hi, 16);
+  }
+  for (int i = 0; i < D; i++) {
+    memcpy(draw[i], &dict[i].lo, 16);
+    memcpy(draw[i] + 16, &dict[i].hi, 16);
+  }
+  char ivalid[N + 1]; /* the dictionary column: nulls in the indices or the dictionary */
+  for (int i = 0; i < N; i++) ivalid[i] = valid[i] == '0' && idx[i] != 4 ? '0' : '1';
+  ivalid[N] = 0;
+  sbh_cols c;
+  c.n = 0;
+  sbh_col(&c, "g", FSH_TYPE_INT64, false);
+  SBH_SET(&c, sbh_fixed(NULL, N, g, 8));
+  fsh_field *f = sbh_col(&c, "d", FSH_TYPE_DECIMAL256, true);
+  f->precision = 60;
+  f->scale = 3;
+  SBH_SET(&c, sbh_fixed(valid, N, raw, 32));
+  f = sbh_col(&c, "dd", FSH_TYPE_DECIMAL256, true);
+  f->precision = 60;
+  f->scale = 3;
+  sbh_dict(f, 3, FSH_TYPE_INT8, false);
+  f->dictionary->value.precision = 60;
+  f->dictionary->value.scale = 3;
+  fsh_array *da = sbh_fixed(ivalid, N, idx, 1);
+  da->dictionary = sbh_fixed(dvalid, D, draw, 32);
+  SBH_SET(&c, da);
+  fsh_batch *b = sbh_finish(&c, N);
+  CHECK_OK(fsh_batch_validate(b, true, &err));
+  fsh_agg_spec specs[4] = {{FSH_AGG_MIN, 1, NULL}, {FSH_AGG_MAX, 1, NULL},
+                           {FSH_AGG_MIN, 2, NULL}, {FSH_AGG_MAX, 2, NULL}};
+  int32_t kc = 0;
+  for (int two = 0; two <= 1; two++) {
+    fsh_hash_agg *a = NULL, *p1 = NULL, *p2 = NULL;
+    fsh_batch *out = NULL, *q1 = NULL, *q2 = NULL;
+    if (!two) {
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_SINGLE, 0, &a, &err));
+      if (a) CHECK_OK(fsh_hash_agg_push(a, b, &err));
+    } else {
+      fsh_batch *h1 = SBH_OK(fsh_batch_slice(b, 0, 100)), *h2 = SBH_OK(fsh_batch_slice(b, 100, N - 100));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p1, &err));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p2, &err));
+      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_FINAL, 0, &a, &err));
+      if (p1 && p2 && a) {
+        CHECK_OK(fsh_hash_agg_push(p1, h1, &err));
+        CHECK_OK(fsh_hash_agg_push(p2, h2, &err));
+        CHECK_OK(fsh_hash_agg_finish(p1, &q1, &err));
+        CHECK_OK(fsh_hash_agg_finish(p2, &q2, &err));
+        if (q1) CHECK_OK(fsh_hash_agg_push(a, q1, &err));
+        if (q2) CHECK_OK(fsh_hash_agg_push(a, q2, &err));
+      }
+      fsh_batch_unref(h1);
+      fsh_batch_unref(h2);
+    }
+    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    CHECK(out && out->length == G);
+    if (out && out->length == G) {
+      CHECK_OK(fsh_batch_validate(out, true, &err));
+      for (int col = 1; col <= 4; col++) {
+        const fsh_field *of = &out->schema->fields[col];
+        CHECK(of->type == FSH_TYPE_DECIMAL256 && !of->dictionary && of->precision == 60 &&
+              of->scale == 3);
+      }
+      for (int64_t r = 0; r < G; r++) {
+        int64_t k = td_i64(out->columns[0], r);
+        for (int col = 1; col <= 4; col++) {
+          CHECK(td_valid(&out->schema->fields[col], out->columns[col], r) == (cnt[k] > 0));
+          if (!cnt[k]) continue;
+          d256 got;
+          const uint8_t *p = out->columns[col]->buffers[1]->data + 32 * (out->columns[col]->offset + r);
+          memcpy(&got.lo, p, 16);
+          memcpy(&got.hi, p + 16, 16);
+          CHECK_MSG(d256_cmp(got, col % 2 ? mn[k] : mx[k]) == 0, "group %lld column %d",
+                    (long long)k, col);
+        }
+      }
+    }
+    fsh_batch_unref(out);
+    fsh_batch_unref(q1);
+    fsh_batch_unref(q2);
+    fsh_hash_agg_free(a);
+    fsh_hash_agg_free(p1);
+    fsh_hash_agg_free(p2);
+  }
+  fsh_batch_unref(b);
+}
+
 /* Many groups over many batches: the table doubles many times in the
  * middle of batches, on the general path (int64 + utf8 keys) and on the
  * one-integer-key fast path; counts and sums against arithmetic. */
@@ -631,4 +773,5 @@ static void test_agg_alloc_failure(void) {
 
 FSH_TEST_MAIN(TEST(test_agg_random), TEST(test_agg_one_key_and_nulls), TEST(test_agg_empty),
               TEST(test_agg_errors), TEST(test_agg_nan_and_zero), TEST(test_agg_decimal),
+              TEST(test_agg_decimal256_and_dictionary_minmax),
               TEST(test_agg_many_groups), TEST(test_agg_alloc_failure))
