@@ -7,8 +7,8 @@ the result handed back the same way).
 Sort keys follow pyarrow's spelling: a column name or index, or a
 (name, "ascending" | "descending") pair; null_placement "at_end" (default)
 or "at_start" applies to every key. Order: nulls by null_placement, NaN
-after every other float in ascending order (so before them in descending
-order, where pyarrow keeps NaN beside the nulls), -0.0 == 0.0, strings and
+beside the nulls whatever the direction (as pyarrow: numbers, NaN, nulls at
+the end; nulls, NaN, numbers at the start), -0.0 == 0.0, strings and
 binary bytewise, dictionary columns by value.
 """
 from __future__ import annotations
