@@ -9,8 +9,12 @@
  *   build/bench_hashops [--rows R] [--groups G] [--build-rows B]
  *                       [--batch-rows N] [--runs K]
  *
- * The group-by runs twice: on the key (the one-integer-key fast path) and
- * on the key twice (the general path, comparing rows).
+ * The group-by runs on the key (the one-integer-key fast path), then on the
+ * general path of the hash table (keys encoded and compared as bytes) with
+ * the same groups under other key shapes: the key twice (k, k), the key as
+ * utf8 ("k<key>"), (int64, utf8), and the key as float64 (a one-float-key
+ * fast path). Their rows/s are reported with the ratio to the int64 fast
+ * path of the same run.
  *
  * Verification (every run, untimed): the group-by's group count, sum of
  * counts and sum of sums against the input; every join output row has
@@ -52,6 +56,48 @@ static fsh_schema *two_int64(const char *k, const char *v) {
   return s;
 }
 
+/* The group-by input with its key also as utf8 and float64: k, v, ks, kf. */
+static fsh_schema *groupby_schema(void) {
+  fsh_schema *s = fsh_schema_new(4);
+  if (!s || fsh_field_init(&s->fields[0], "k", FSH_TYPE_INT64, false) != 0 ||
+      fsh_field_init(&s->fields[1], "v", FSH_TYPE_INT64, false) != 0 ||
+      fsh_field_init(&s->fields[2], "ks", FSH_TYPE_STRING, false) != 0 ||
+      fsh_field_init(&s->fields[3], "kf", FSH_TYPE_FLOAT64, false) != 0)
+    die("out of memory", NULL);
+  return s;
+}
+
+/* "k<v>" for each of v[0, n) as a utf8 array. */
+static fsh_array *key_strings(const int64_t *v, int64_t n) {
+  fsh_array *a = fsh_array_new(3, 0);
+  int32_t *offs = malloc((size_t)(n + 1) * 4);
+  char *data = malloc((size_t)n * 24 + 1);
+  if (!a || !offs || !data) die("out of memory", NULL);
+  int32_t at = 0;
+  offs[0] = 0;
+  for (int64_t i = 0; i < n; i++) {
+    at += snprintf(data + at, 24, "k%lld", (long long)v[i]);
+    offs[i + 1] = at;
+  }
+  if (!(a->buffers[1] = fsh_buffer_copy(offs, (n + 1) * 4)) ||
+      !(a->buffers[2] = fsh_buffer_copy(data, at)))
+    die("out of memory", NULL);
+  a->length = n;
+  a->null_count = 0;
+  free(offs);
+  free(data);
+  return a;
+}
+
+static fsh_array *key_doubles(const int64_t *v, int64_t n) {
+  double *d = malloc((size_t)n * 8);
+  if (!d) die("out of memory", NULL);
+  for (int64_t i = 0; i < n; i++) d[i] = (double)v[i];
+  fsh_array *a = int64_array((const int64_t *)(const void *)d, n); /* 8 bytes a value */
+  free(d);
+  return a;
+}
+
 /* Batches of n_rows rows in batch_rows chunks: key = key_of(row), value. */
 typedef int64_t (*gen_fn)(int64_t row, int64_t param, bool value);
 
@@ -85,6 +131,10 @@ static fsh_batch **make_batches(fsh_schema *s, int64_t n_rows, int64_t batch_row
     if (!b[i]) die("out of memory", NULL);
     b[i]->columns[0] = int64_array(k, n);
     b[i]->columns[1] = int64_array(v, n);
+    if (s->n_fields == 4) { /* the group-by input: the key as utf8 and float64 too */
+      b[i]->columns[2] = key_strings(k, n);
+      b[i]->columns[3] = key_doubles(k, n);
+    }
     *bytes += 16.0 * (double)n;
   }
   free(k);
@@ -99,6 +149,27 @@ static int64_t rd(const fsh_array *a, int64_t i) {
   return v;
 }
 
+/* The group key of row g of output key column a (of field f): an int64,
+ * "k<key>" or a float64. */
+static int64_t key_of(const fsh_field *f, const fsh_array *a, int64_t g) {
+  if (f->type == FSH_TYPE_FLOAT64) {
+    double d;
+    memcpy(&d, a->buffers[1]->data + 8 * (a->offset + g), 8);
+    return (int64_t)d;
+  }
+  if (f->type == FSH_TYPE_STRING) {
+    int32_t st, en;
+    memcpy(&st, a->buffers[1]->data + 4 * (a->offset + g), 4);
+    memcpy(&en, a->buffers[1]->data + 4 * (a->offset + g + 1), 4);
+    char buf[32];
+    int len = en - st < 31 ? en - st : 31;
+    memcpy(buf, a->buffers[2]->data + st, (size_t)len);
+    buf[len] = 0;
+    return buf[0] == 'k' ? atoll(buf + 1) : -1;
+  }
+  return rd(a, g);
+}
+
 /* Seconds hashing the key column of every batch. */
 static double hash_run(fsh_batch **b, int nb, uint64_t *h) {
   fsh_error err;
@@ -109,14 +180,12 @@ static double hash_run(fsh_batch **b, int nb, uint64_t *h) {
   return bench_now() - t0;
 }
 
-/* One group-by; returns seconds; verifies against the input. n_keys 2
- * groups by the key column twice: the same groups through the general
- * path of the hash table (row comparison) instead of the one-integer-key
- * fast path. */
-static double groupby_run(fsh_batch **b, int nb, int n_keys, int64_t rows, int64_t groups,
-                          int64_t value_sum, bool *ok) {
+/* One group-by on columns key[0, n_keys) (each the group key in some
+ * form: the same groups); returns seconds; verifies against the input:
+ * every output key column names the same key, each key once. */
+static double groupby_run(fsh_batch **b, int nb, const int32_t *key, int n_keys, int64_t rows,
+                          int64_t groups, int64_t value_sum, bool *ok) {
   fsh_error err;
-  int32_t key[2] = {0, 0};
   fsh_agg_spec specs[2] = {{FSH_AGG_SUM, 1, NULL}, {FSH_AGG_COUNT_STAR, -1, NULL}};
   fsh_hash_agg *a = NULL;
   fsh_batch *out = NULL;
@@ -132,10 +201,11 @@ static double groupby_run(fsh_batch **b, int nb, int n_keys, int64_t rows, int64
   uint8_t *seen = calloc((size_t)groups, 1);
   bool good = seen != NULL;
   for (int64_t g = 0; good && g < out->length; g++) {
-    int64_t k = rd(out->columns[0], g);
+    int64_t k = key_of(&out->schema->fields[0], out->columns[0], g);
     good = k >= 0 && k < groups && !seen[k];
     if (good) seen[k] = 1;
-    if (n_keys == 2) good = good && rd(out->columns[1], g) == k;
+    for (int c = 1; c < n_keys; c++)
+      good = good && key_of(&out->schema->fields[c], out->columns[c], g) == k;
     sum += rd(out->columns[n_keys], g);
     cnt += rd(out->columns[n_keys + 1], g);
   }
@@ -195,12 +265,12 @@ int main(int argc, char **argv) {
   }
   if (rows < 1 || groups < 1 || build_rows < 1 || batch_rows < 1 || runs < 1 || runs > 100)
     die("bad arguments", NULL);
-  fsh_schema *gs = two_int64("k", "v"), *bs = two_int64("k", "payload");
+  fsh_schema *gs = groupby_schema(), *ps = two_int64("k", "v"), *bs = two_int64("k", "payload");
   double gb_bytes = 0, build_bytes = 0, probe_bytes = 0;
   int ngb, nbb, npb;
   fsh_batch **gb = make_batches(gs, rows, batch_rows, gb_gen, groups, &ngb, &gb_bytes);
   fsh_batch **bb = make_batches(bs, build_rows, batch_rows, build_gen, build_rows, &nbb, &build_bytes);
-  fsh_batch **pb = make_batches(gs, rows, batch_rows, probe_gen, build_rows, &npb, &probe_bytes);
+  fsh_batch **pb = make_batches(ps, rows, batch_rows, probe_gen, build_rows, &npb, &probe_bytes);
   int64_t value_sum = 0;
   for (int64_t r = 0; r < rows; r++) value_sum += gb_gen(r, groups, true);
   uint64_t *h = malloc((size_t)batch_rows * 8);
@@ -210,15 +280,29 @@ int main(int argc, char **argv) {
          (long long)rows, (long long)groups, (long long)rows, (long long)build_rows,
          (long long)batch_rows, runs);
   double hs[100], gbs[100], gbs2[100], hj[100], js[100];
+  /* the general-path shapes: (k, k), utf8, (int64, utf8), float64 */
+  enum { NSHAPES = 4 };
+  static const int32_t shape_keys[NSHAPES][2] = {{0, 0}, {2, 0}, {0, 2}, {3, 0}};
+  static const int shape_n[NSHAPES] = {2, 1, 2, 1};
+  static const char *shape_name[NSHAPES] = {"general path (keys k, k)", "utf8 key",
+                                            "(int64, utf8) keys", "float64 key"};
+  static const char *shape_tag[NSHAPES] = {"kk", "utf8", "int64_utf8", "float64"};
+  double shs[NSHAPES][100];
   bool verified = true;
   for (int r = 0; r < runs; r++) {
-    bool ok1 = false, ok2 = false, ok3 = false;
+    bool ok1 = false, ok2 = false;
+    int32_t k0 = 0;
     hs[r] = hash_run(gb, ngb, h);
-    gbs[r] = groupby_run(gb, ngb, 1, rows, groups, value_sum, &ok1);
-    gbs2[r] = groupby_run(gb, ngb, 2, rows, groups, value_sum, &ok3);
+    gbs[r] = groupby_run(gb, ngb, &k0, 1, rows, groups, value_sum, &ok1);
+    for (int sh = 0; sh < NSHAPES; sh++) {
+      bool oks = false;
+      shs[sh][r] = groupby_run(gb, ngb, shape_keys[sh], shape_n[sh], rows, groups, value_sum, &oks);
+      verified = verified && oks;
+    }
+    gbs2[r] = shs[0][r];
     hj[r] = hash_run(pb, npb, h) + hash_run(bb, nbb, h);
     js[r] = join_run(bb, nbb, pb, npb, rows, &ok2);
-    verified = verified && ok1 && ok2 && ok3;
+    verified = verified && ok1 && ok2;
   }
   double gsec[100], jsec[100], g2sec[100];
   memcpy(gsec, gbs, sizeof gsec);
@@ -232,6 +316,24 @@ int main(int argc, char **argv) {
   printf("  %-34s %7.2f %7.2f %7.2f GB/s\n", "hash keys (group-by input)", sh.min, sh.med, sh.max);
   bench_print("group-by sum+count(*)", sg, sh.med, "hash");
   bench_print("same, general path (keys k, k)", sg2, sh.med, "hash");
+  double fast_mrows = 0, shape_mrows[NSHAPES];
+  {
+    double t[100];
+    memcpy(t, gbs, sizeof t);
+    qsort(t, (size_t)runs, sizeof(double), bench_cmp_double);
+    fast_mrows = (double)rows / t[runs / 2] / 1e6;
+  }
+  printf("  group-by Mrows/s by key shape          min  median     max   vs int64 fast path\n");
+  printf("  %-34s %7.1f\n", "int64 key (fast path), median", fast_mrows);
+  for (int sh = 0; sh < NSHAPES; sh++) {
+    double t[100];
+    memcpy(t, shs[sh], sizeof t);
+    qsort(t, (size_t)runs, sizeof(double), bench_cmp_double);
+    double mn = (double)rows / t[runs - 1] / 1e6, md = (double)rows / t[runs / 2] / 1e6,
+           mx = (double)rows / t[0] / 1e6;
+    shape_mrows[sh] = md;
+    printf("  %-34s %7.1f %7.1f %7.1f   %5.2fx\n", shape_name[sh], mn, md, mx, md / fast_mrows);
+  }
   printf("  %-34s %7.2f %7.2f %7.2f GB/s\n", "hash keys (join inputs)", shj.min, shj.med, shj.max);
   bench_print("inner join", sj, shj.med, "hash");
   qsort(gsec, (size_t)runs, sizeof(double), bench_cmp_double);
@@ -243,9 +345,13 @@ int main(int argc, char **argv) {
          g_rows / 1e6, g2_rows / 1e6, j_rows / 1e6);
   printf("result: name=bench_hashops verified=%s groupby_mrows_s=%.2f groupby_gbps=%.3f "
          "groupby_vs_hash=%.3f groupby_general_mrows_s=%.2f join_mrows_s=%.2f join_gbps=%.3f "
-         "join_vs_hash=%.3f\n",
+         "join_vs_hash=%.3f",
          verified ? "yes" : "no", g_rows / 1e6, sg.med, sg.med / sh.med, g2_rows / 1e6,
          j_rows / 1e6, sj.med, sj.med / shj.med);
+  for (int sh = 0; sh < NSHAPES; sh++)
+    printf(" groupby_%s_mrows_s=%.2f groupby_%s_vs_fast=%.3f", shape_tag[sh], shape_mrows[sh],
+           shape_tag[sh], shape_mrows[sh] / fast_mrows);
+  printf("\n");
   for (int i = 0; i < ngb; i++) fsh_batch_unref(gb[i]);
   for (int i = 0; i < nbb; i++) fsh_batch_unref(bb[i]);
   for (int i = 0; i < npb; i++) fsh_batch_unref(pb[i]);
@@ -254,6 +360,7 @@ int main(int argc, char **argv) {
   free(pb);
   free(h);
   fsh_schema_unref(gs);
+  fsh_schema_unref(ps);
   fsh_schema_unref(bs);
   return verified ? 0 : 1;
 }

@@ -131,6 +131,16 @@ int fsh_row_keys_compare(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b
  * equal nulls (joins skip them: fsh_row_keys_any_null). Consistent with
  * the row hash (equal keys hash equal). */
 bool fsh_row_keys_equal(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b, int64_t j);
+/* The equality encoding: row i of k as a byte string, equal to row j's
+ * (of k or of keys compatible with k) exactly when fsh_row_keys_equal holds:
+ * what a hash table stores and compares instead of rows. sizes: offsets[0,
+ * n] = the strings' bounds in one buffer (offsets[0] = 0, offsets[n] its
+ * size); has_null (NULL: not wanted)[i] = row i has a null key. encode:
+ * writes rows [0, n) at out + offsets[i], pos[0, n) being scratch. */
+void fsh_row_keys_encoded_sizes(const fsh_row_keys *k, int64_t n, int64_t *offsets,
+                                uint8_t *has_null);
+void fsh_row_keys_encode(const fsh_row_keys *k, int64_t n, const int64_t *offsets,
+                         int64_t *pos, uint8_t *out);
 /* Row i has a null in at least one key column (joins: never matches). */
 bool fsh_row_keys_any_null(const fsh_row_keys *k, int64_t i);
 

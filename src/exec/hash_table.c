@@ -6,35 +6,33 @@
 #include "kernels/kernels_internal.h"
 
 #include <string.h>
+#include <xxhash.h>
 
 #define HS_SEED 0x5eed0f4a5bull
 
 /* One slot, 16 bytes: the high 32 bits of the row hash (the table index
- * is their low bits, so a rehash needs nothing else), the id, and where
- * the id's key row lives: owned batch `batch` (-1: the batch being
- * interned), row `row`. Reading a slot is thus one cache line; comparing
- * keys touches the key row only when the 32 hash bits agree. */
+ * is their low bits, so a rehash needs nothing else), the id, and the key:
+ * on the general path the offset of the id's encoded key in the arena, on
+ * the fast path the key's bytes themselves. Reading a slot is thus one
+ * cache line; comparing keys touches the arena only when the 32 hash bits
+ * agree. */
 typedef struct slot {
   uint32_t hash;
   int32_t id; /* -1: empty */
-  union {
-    struct {
-      int32_t batch;
-      int32_t row;
-    } loc;
-    uint64_t key; /* the fast path: the key's bytes themselves */
-  };
+  uint64_t key;
 } slot;
 
 /* The fast path: one key column of an integer-like type of 1, 2, 4 or 8
- * bytes (integers, dates, times, timestamps, durations, month intervals;
- * not floats, whose NaN and -0.0 need the comparison) keeps the value in
- * the slot, so a lookup reads no key row; a null key is one id held aside.
- * A batch's column is read through its dictionary when it has one. */
+ * bytes (integers, dates, times, timestamps, durations, month intervals)
+ * or a float (its bits, every NaN made the canonical one: equal keys are
+ * equal bits under fsh_row_keys_equal) keeps the value in the slot, so a
+ * lookup reads no key; a null key is one id held aside. A batch's column is
+ * read through its dictionary when it has one. */
 typedef struct fast_col {
   const uint8_t *valid, *vals; /* of the values (the dictionary's if any) */
   int64_t off;
   int width;
+  bool is_float;
   const uint8_t *ivalid, *idx; /* dictionary indices */
   int64_t ioff;
   fsh_type_id itype;
@@ -50,6 +48,11 @@ static inline bool fast_value(const fast_col *c, int64_t i, uint64_t *v) {
   if (c->valid && !fsh_bit_get(c->valid, at)) return false;
   uint64_t x = 0;
   memcpy(&x, c->vals + at * c->width, (size_t)c->width); /* little-endian */
+  if (c->is_float) { /* NaN: exponent all ones, mantissa not zero */
+    if (c->width == 8 && (x & ~(1ull << 63)) > 0x7FF0000000000000ull) x = 0x7FF8000000000000ull;
+    else if (c->width == 4 && (x & 0x7FFFFFFFu) > 0x7F800000u) x = 0x7FC00000u;
+    else if (c->width == 2 && (x & 0x7FFFu) > 0x7C00u) x = 0x7E00u;
+  }
   *v = x;
   return true;
 }
@@ -60,22 +63,28 @@ static bool fast_type(const fsh_field *f) {
     case FSH_TYPE_UINT8: case FSH_TYPE_UINT16: case FSH_TYPE_UINT32: case FSH_TYPE_UINT64:
     case FSH_TYPE_DATE32: case FSH_TYPE_DATE64: case FSH_TYPE_TIME32: case FSH_TYPE_TIME64:
     case FSH_TYPE_TIMESTAMP: case FSH_TYPE_DURATION: case FSH_TYPE_INTERVAL_MONTHS:
+    case FSH_TYPE_FLOAT16: case FSH_TYPE_FLOAT32: case FSH_TYPE_FLOAT64:
       return !f->dictionary;
     default: return false;
   }
 }
 
+/* The general path keeps each id's key encoded (fsh_row_keys_encode) in
+ * one arena: a 4-byte length, then the bytes; probes encode a batch's keys
+ * column by column, hash each encoded row once (xxh3) and compare with
+ * memcmp. Every id's key row is also kept as a batch (owned, for
+ * hs_rowset_keys). */
 struct hs_rowset {
   fsh_schema *key_schema;
   int n_keys;
-  int32_t *identity; /* 0, 1, ..., n_keys - 1: the key columns of an owned batch */
   slot *slots;
   int64_t cap; /* power of two */
   int64_t n;   /* ids */
   fsh_batch **owned;
-  fsh_row_keys **owned_keys;
   int64_t n_owned, owned_cap;
   int64_t owned_bytes;
+  uint8_t *arena; /* the general path's encoded keys */
+  int64_t arena_len, arena_cap;
   bool fast;       /* the fast path (above) */
   int64_t null_id; /* fast path: the id of the null key, or -1 */
   bool poisoned;
@@ -100,16 +109,12 @@ int hs_rowset_new(fsh_schema *key_schema, hs_rowset **out, fsh_error *err) {
   hs_rowset *rs = fsh_calloc(1, sizeof *rs);
   if (!rs) return hs_oom(err);
   rs->n_keys = (int)key_schema->n_fields;
-  rs->identity = fsh_malloc((size_t)(rs->n_keys ? rs->n_keys : 1) * sizeof(int32_t));
   rs->cap = 64;
   rs->slots = fsh_malloc((size_t)rs->cap * sizeof(slot));
-  if (!rs->identity || !rs->slots) {
-    fsh_free(rs->identity);
-    fsh_free(rs->slots);
+  if (!rs->slots) {
     fsh_free(rs);
     return hs_oom(err);
   }
-  for (int i = 0; i < rs->n_keys; i++) rs->identity[i] = i;
   rs->fast = rs->n_keys == 1 && fast_type(&key_schema->fields[0]);
   rs->null_id = -1;
   for (int64_t i = 0; i < rs->cap; i++) rs->slots[i].id = -1;
@@ -120,14 +125,10 @@ int hs_rowset_new(fsh_schema *key_schema, hs_rowset **out, fsh_error *err) {
 
 void hs_rowset_free(hs_rowset *rs) {
   if (!rs) return;
-  for (int64_t i = 0; i < rs->n_owned; i++) {
-    if (rs->owned_keys) fsh_row_keys_free(rs->owned_keys[i]);
-    fsh_batch_unref(rs->owned[i]);
-  }
+  for (int64_t i = 0; i < rs->n_owned; i++) fsh_batch_unref(rs->owned[i]);
   fsh_free(rs->owned);
-  fsh_free(rs->owned_keys);
+  fsh_free(rs->arena);
   fsh_free(rs->slots);
-  fsh_free(rs->identity);
   fsh_schema_unref(rs->key_schema);
   fsh_free(rs);
 }
@@ -135,8 +136,8 @@ void hs_rowset_free(hs_rowset *rs) {
 int64_t hs_rowset_count(const hs_rowset *rs) { return rs->n; }
 
 int64_t hs_rowset_memory(const hs_rowset *rs) {
-  return rs->cap * (int64_t)sizeof(slot) +
-         rs->owned_cap * (int64_t)(2 * sizeof(void *)) + rs->owned_bytes;
+  return rs->cap * (int64_t)sizeof(slot) + rs->owned_cap * (int64_t)sizeof(void *) +
+         rs->owned_bytes + rs->arena_cap;
 }
 
 /* Doubles the table, reinserting from the stored hashes. */
@@ -157,90 +158,127 @@ static int rehash(hs_rowset *rs, fsh_error *err) {
   return 0;
 }
 
-/* Copies the rows `rows` (ids first_id, first_id + 1, ...) of b's key
- * columns into a new owned batch and points their slots at it. */
+/* Keeps rows `rows`[0, n) of b's key columns (the new ids, in id order) as
+ * a new owned batch. */
 static int own_new_rows(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols,
-                        const int64_t *rows, int64_t n, int64_t first_id, const uint64_t *hashes,
-                        fsh_error *err) {
+                        const int64_t *rows, int64_t n, fsh_error *err) {
   fsh_batch *proj = NULL, *kb = NULL;
-  fsh_row_keys *kk = NULL;
   int rc = hs_grow((void **)&rs->owned, &rs->owned_cap, rs->n_owned + 1, sizeof(fsh_batch *), err);
-  if (rc == 0) { /* owned_keys keeps owned's capacity */
-    void *q = fsh_realloc(rs->owned_keys, (size_t)rs->owned_cap * sizeof(fsh_row_keys *));
-    if (!q) rc = hs_oom(err);
-    else rs->owned_keys = q;
-  }
   if (rc == 0) rc = hs_project_batch(b, rs->key_schema, key_cols, &proj, err);
   if (rc == 0) rc = fsh_take(proj, rows, n, &kb, err);
-  if (rc == 0) rc = fsh_row_keys_new(kb, rs->identity, rs->n_keys, NULL, &kk, err);
   fsh_batch_unref(proj);
-  if (rc != 0) {
-    fsh_batch_unref(kb);
-    return rc;
-  }
-  int32_t bi = (int32_t)rs->n_owned++;
-  rs->owned[bi] = kb;
-  rs->owned_keys[bi] = kk;
+  if (rc != 0) return rc;
+  rs->owned[rs->n_owned++] = kb;
   rs->owned_bytes += hs_batch_bytes(kb);
-  int64_t mask = rs->cap - 1;
-  for (int64_t k = 0; k < n; k++) { /* find each new id's slot again */
-    int64_t p = (int64_t)(hash32(hashes[rows[k]]) & (uint64_t)mask);
-    while (rs->slots[p].id != first_id + k) p = (p + 1) & mask;
-    rs->slots[p].loc.batch = bi;
-    rs->slots[p].loc.row = (int32_t)k;
-  }
   return 0;
 }
 
 /* Slots ahead of the current row prefetched (the table is far larger than
- * the caches when there are many keys). */
-#define HS_PREFETCH 8
+ * the caches when there are many keys); the general path also prefetches
+ * the key of the slot a row hashes to, HS_PREFETCH_KEY rows ahead (by then
+ * the slot has arrived). */
+#define HS_PREFETCH 16
+#define HS_PREFETCH_KEY 8
 
+/* b's key columns have the key schema's value types (dictionaries aside). */
+static int check_key_types(const hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols,
+                           fsh_error *err) {
+  for (int k = 0; k < rs->n_keys; k++) {
+    const fsh_field *f = &b->schema->fields[key_cols[k]], *kf = &rs->key_schema->fields[k];
+    const fsh_field *vf = f->dictionary ? &f->dictionary->value : f;
+    const fsh_field *kvf = kf->dictionary ? &kf->dictionary->value : kf;
+    fsh_error diff;
+    if (!fsh_field_type_equals(vf, kvf, &diff))
+      return fsh_error_set(err, EINVAL, "key column '%s' differs in type: %s", f->name,
+                           diff.message);
+  }
+  return 0;
+}
+
+static inline bool arena_equal(const uint8_t *a, const uint8_t *key, int64_t len) {
+  uint32_t l;
+  memcpy(&l, a, 4);
+  return l == (uint64_t)len && memcmp(a + 4, key, (size_t)len) == 0;
+}
+
+/* The general path: keys encoded, hashed and compared as bytes. */
 static int intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bool insert,
                   bool skip_null_keys, int64_t *ids, uint64_t *hashes, int64_t *pending,
                   fsh_error *err) {
+  int64_t n = b->length;
   fsh_row_keys *rk = NULL;
-  int rc = fsh_hash_columns(b, key_cols, rs->n_keys, HS_SEED, hashes, err);
-  if (rc == 0) rc = fsh_row_keys_new(b, key_cols, rs->n_keys, NULL, &rk, err);
-  if (rc == 0 && rs->n_owned > 0) rc = fsh_row_keys_check_compatible(rs->owned_keys[0], rk, err);
-  if (rc == 0 && insert && rs->n + b->length > INT32_MAX)
+  int rc = fsh_row_keys_new(b, key_cols, rs->n_keys, NULL, &rk, err);
+  if (rc == 0) rc = check_key_types(rs, b, key_cols, err);
+  if (rc == 0 && insert && rs->n + n > INT32_MAX)
     rc = fsh_error_set(err, EOVERFLOW, "more than 2^31 - 1 distinct keys");
-  if (rc != 0) {
-    fsh_row_keys_free(rk);
-    return rc;
+  int64_t *offs = NULL, *pos = NULL;
+  uint8_t *nulls = NULL, *enc = NULL;
+  if (rc == 0) {
+    offs = fsh_malloc((size_t)(n + 1) * sizeof *offs);
+    pos = fsh_malloc((size_t)n * sizeof *pos);
+    nulls = skip_null_keys ? fsh_malloc((size_t)n) : NULL;
+    if (!offs || !pos || (skip_null_keys && !nulls)) rc = hs_oom(err);
   }
-  int64_t first_id = rs->n, n_pending = 0;
-  for (int64_t i = 0; i < b->length; i++) {
-    if (i + HS_PREFETCH < b->length)
-      __builtin_prefetch(&rs->slots[hash32(hashes[i + HS_PREFETCH]) & (uint64_t)(rs->cap - 1)]);
-    if (skip_null_keys && fsh_row_keys_any_null(rk, i)) {
+  if (rc == 0) {
+    fsh_row_keys_encoded_sizes(rk, n, offs, nulls);
+    enc = fsh_malloc((size_t)(offs[n] ? offs[n] : 1));
+    if (!enc) rc = hs_oom(err);
+  }
+  if (rc != 0) goto done;
+  fsh_row_keys_encode(rk, n, offs, pos, enc);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t len = offs[i + 1] - offs[i];
+    if (len > UINT32_MAX) {
+      rc = fsh_error_set(err, EOVERFLOW, "a key row of %lld bytes: at most 2^32 - 1",
+                         (long long)len);
+      goto done;
+    }
+    hashes[i] = XXH3_64bits_withSeed(enc + offs[i], (size_t)len, HS_SEED);
+  }
+  int64_t n_pending = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t mask = rs->cap - 1;
+    if (i + HS_PREFETCH < n)
+      __builtin_prefetch(&rs->slots[hash32(hashes[i + HS_PREFETCH]) & (uint64_t)mask]);
+    if (i + HS_PREFETCH_KEY < n) { /* the key of the slot a later row lands on */
+      const slot *sl = &rs->slots[hash32(hashes[i + HS_PREFETCH_KEY]) & (uint64_t)mask];
+      if (sl->id >= 0) __builtin_prefetch(rs->arena + sl->key);
+    }
+    if (nulls && nulls[i]) {
       ids[i] = -1;
       continue;
     }
     uint32_t h = hash32(hashes[i]);
-    int64_t mask = rs->cap - 1, p = (int64_t)(h & (uint64_t)mask), id = -1;
+    const uint8_t *key = enc + offs[i];
+    int64_t len = offs[i + 1] - offs[i], p = (int64_t)(h & (uint64_t)mask), id = -1;
     for (; rs->slots[p].id >= 0; p = (p + 1) & mask) {
       const slot *sl = &rs->slots[p];
-      if (sl->hash != h) continue;
-      bool eq = sl->loc.batch < 0
-                    ? fsh_row_keys_equal(rk, i, rk, sl->loc.row)
-                    : fsh_row_keys_equal(rk, i, rs->owned_keys[sl->loc.batch], sl->loc.row);
-      if (eq) {
+      if (sl->hash == h && arena_equal(rs->arena + sl->key, key, len)) {
         id = sl->id;
         break;
       }
     }
     if (id < 0 && insert) {
+      rc = hs_grow((void **)&rs->arena, &rs->arena_cap, rs->arena_len + 4 + len, 1, err);
+      if (rc != 0) break;
+      uint32_t l32 = (uint32_t)len;
+      memcpy(rs->arena + rs->arena_len, &l32, 4);
+      memcpy(rs->arena + rs->arena_len + 4, key, (size_t)len);
       id = rs->n++;
       pending[n_pending++] = i;
-      rs->slots[p] = (slot){h, (int32_t)id, .loc = {-1, (int32_t)i}};
+      rs->slots[p] = (slot){h, (int32_t)id, (uint64_t)rs->arena_len};
+      rs->arena_len += 4 + len;
       if (rs->n * 2 > rs->cap && (rc = rehash(rs, err)) != 0) break;
     }
     ids[i] = id;
   }
+  if (rc == 0 && n_pending > 0) rc = own_new_rows(rs, b, key_cols, pending, n_pending, err);
+done:
   fsh_row_keys_free(rk);
-  if (rc == 0 && n_pending > 0)
-    rc = own_new_rows(rs, b, key_cols, pending, n_pending, first_id, hashes, err);
+  fsh_free(offs);
+  fsh_free(pos);
+  fsh_free(nulls);
+  fsh_free(enc);
   return rc;
 }
 
@@ -250,12 +288,11 @@ static int intern_fast(hs_rowset *rs, const fsh_batch *b, int32_t col, bool inse
                        fsh_error *err) {
   const fsh_field *f = &b->schema->fields[col];
   const fsh_field *vf = f->dictionary ? &f->dictionary->value : f;
-  fsh_error diff;
-  if (!fsh_field_type_equals(vf, &rs->key_schema->fields[0], &diff))
-    return fsh_error_set(err, EINVAL, "key column '%s' differs in type: %s", f->name,
-                         diff.message);
+  FSH_RETURN_NOT_OK(check_key_types(rs, b, &col, err));
   const fsh_array *a = b->columns[col], *va = f->dictionary ? a->dictionary : a;
   fast_col c = {kern_buf(va, 0), kern_buf(va, 1), va->offset, (int)(fsh_type_bit_width(vf) / 8),
+                vf->type == FSH_TYPE_FLOAT16 || vf->type == FSH_TYPE_FLOAT32 ||
+                    vf->type == FSH_TYPE_FLOAT64,
                 NULL, NULL, 0, f->type};
   if (f->dictionary) {
     c.ivalid = kern_buf(a, 0);
@@ -267,7 +304,7 @@ static int intern_fast(hs_rowset *rs, const fsh_batch *b, int32_t col, bool inse
   }
   int rc = fsh_hash_columns(b, &col, 1, HS_SEED, hashes, err);
   if (rc != 0) return rc;
-  int64_t n_pending = 0, first_id = rs->n;
+  int64_t n_pending = 0;
   for (int64_t i = 0; i < b->length; i++) {
     if (i + HS_PREFETCH < b->length)
       __builtin_prefetch(&rs->slots[hash32(hashes[i + HS_PREFETCH]) & (uint64_t)(rs->cap - 1)]);
@@ -294,23 +331,13 @@ static int intern_fast(hs_rowset *rs, const fsh_batch *b, int32_t col, bool inse
     if (id < 0 && insert) {
       id = rs->n++;
       pending[n_pending++] = i;
-      rs->slots[p] = (slot){h, (int32_t)id, .key = v};
+      rs->slots[p] = (slot){h, (int32_t)id, v};
       if (rs->n * 2 > rs->cap && (rc = rehash(rs, err)) != 0) return rc;
     }
     ids[i] = id;
   }
-  (void)first_id;
-  if (n_pending == 0) return 0;
   /* the new keys' rows, copied in id order (hs_rowset_keys) */
-  fsh_batch *proj = NULL, *kb = NULL;
-  rc = hs_grow((void **)&rs->owned, &rs->owned_cap, rs->n_owned + 1, sizeof(fsh_batch *), err);
-  if (rc == 0) rc = hs_project_batch(b, rs->key_schema, &col, &proj, err);
-  if (rc == 0) rc = fsh_take(proj, pending, n_pending, &kb, err);
-  fsh_batch_unref(proj);
-  if (rc != 0) return rc;
-  rs->owned[rs->n_owned++] = kb;
-  rs->owned_bytes += hs_batch_bytes(kb);
-  return 0;
+  return n_pending > 0 ? own_new_rows(rs, b, &col, pending, n_pending, err) : 0;
 }
 
 int hs_rowset_intern(hs_rowset *rs, const fsh_batch *b, const int32_t *key_cols, bool insert,

@@ -20,16 +20,22 @@ typedef struct keycol {
   kind kind;
   fsh_type_id int_type; /* K_INT: the integer type values are read as */
   int width;            /* K_DECIMAL / K_FIXED: bytes; K_BINARY: offset width */
+  int enc_width;        /* bytes of an encoded value (fsh_row_keys_encode); K_BINARY:
+                         * of its length prefix */
   fsh_sort_key order;
+  const uint8_t *valid;  /* a's validity bitmap, or NULL */
+  const uint8_t *vvalid; /* a dictionary's validity bitmap, or NULL */
 } keycol;
 
-/* Absolute slot of row's value in k->va, or -1 when null. */
-static int64_t value_slot(const keycol *k, int64_t row) {
+/* Absolute slot of row's value in k->va, or -1 when null. (Orderable
+ * types are neither unions nor the null type: a slot is valid by its
+ * bitmap alone.) */
+static inline int64_t value_slot(const keycol *k, int64_t row) {
   int64_t abs = k->a->offset + row;
-  if (!kern_slot_valid(k->f, k->a, abs)) return -1;
+  if (k->valid && !fsh_bit_get(k->valid, abs)) return -1;
   if (!k->f->dictionary) return abs;
   int64_t d = k->va->offset + fsh_kern_read_int(k->f->type, kern_buf(k->a, 1), abs);
-  return kern_slot_valid(k->vf, k->va, d) ? d : -1;
+  return !k->vvalid || fsh_bit_get(k->vvalid, d) ? d : -1;
 }
 
 
@@ -127,7 +133,13 @@ static int keycol_init(keycol *k, const fsh_batch *b, int32_t col, fsh_sort_key 
   k->vf = k->f->dictionary ? &k->f->dictionary->value : k->f;
   k->va = k->f->dictionary ? k->a->dictionary : k->a;
   k->order = order;
-  return classify(k, err);
+  k->valid = kern_buf(k->a, 0);
+  k->vvalid = k->f->dictionary ? kern_buf(k->va, 0) : NULL;
+  int rc = classify(k, err);
+  k->enc_width = k->kind == K_BOOL     ? 1
+                 : k->kind == K_BINARY ? k->width
+                                       : (int)(fsh_type_bit_width(k->vf) / 8);
+  return rc;
 }
 
 struct fsh_row_keys {
@@ -223,6 +235,86 @@ bool fsh_row_keys_equal(const fsh_row_keys *a, int64_t i, const fsh_row_keys *b,
     if (cmp_values(x, sx, y, sy) != 0) return false;
   }
   return true;
+}
+
+/* ---- the equality encoding ------------------------------------------------
+ *
+ * Per key column, a tag byte (0 null, 1 valid) then, for a valid value:
+ * fixed-width types their enc_width little-endian bytes (floats with every
+ * NaN made the canonical quiet NaN, -0.0 kept: the equality of
+ * fsh_row_keys_equal), bool one byte 0 / 1, (large) binary and utf8 a 4
+ * (8) byte length then the bytes. Dictionaries encode their value. Each
+ * column's encoding is prefix-free, so equal strings mean equal columns. */
+
+/* Encoded bytes of the valid value at slot s of x (the tag aside). */
+static inline int64_t enc_size(const keycol *x, const uint8_t *offs, int64_t s) {
+  if (x->kind != K_BINARY) return x->enc_width;
+  return x->width + kern_read_offset(offs, s + 1, x->width) - kern_read_offset(offs, s, x->width);
+}
+
+void fsh_row_keys_encoded_sizes(const fsh_row_keys *k, int64_t n, int64_t *offsets,
+                                uint8_t *has_null) {
+  for (int64_t i = 0; i < n; i++) offsets[i + 1] = k->n_keys;
+  if (has_null) memset(has_null, 0, (size_t)n);
+  for (int c = 0; c < k->n_keys; c++) {
+    const keycol *x = &k->cols[c];
+    const uint8_t *offs = kern_buf(x->va, 1);
+    bool fixed = x->kind != K_BINARY;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t s = value_slot(x, i);
+      if (s < 0) {
+        if (has_null) has_null[i] = 1;
+        continue;
+      }
+      offsets[i + 1] += fixed ? x->enc_width : enc_size(x, offs, s);
+    }
+  }
+  offsets[0] = 0;
+  for (int64_t i = 0; i < n; i++) offsets[i + 1] += offsets[i];
+}
+
+void fsh_row_keys_encode(const fsh_row_keys *k, int64_t n, const int64_t *offsets,
+                         int64_t *pos, uint8_t *out) {
+  memcpy(pos, offsets, (size_t)n * sizeof *pos);
+  for (int c = 0; c < k->n_keys; c++) {
+    const keycol *x = &k->cols[c];
+    const uint8_t *vals = kern_buf(x->va, 1);
+    int w = x->enc_width;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t s = value_slot(x, i);
+      uint8_t *o = out + pos[i];
+      if (s < 0) {
+        *o = 0;
+        pos[i]++;
+        continue;
+      }
+      *o++ = 1;
+      int64_t used = w;
+      switch (x->kind) {
+        case K_BOOL: *o = (uint8_t)fsh_bit_get(vals, s); break;
+        case K_FLOAT: {
+          double d = fsh_float_value(x->vf->type, vals, s);
+          if (d != d) { /* the canonical quiet NaN of the width */
+            static const uint8_t qnan64[8] = {0, 0, 0, 0, 0, 0, 0xF8, 0x7F};
+            static const uint8_t qnan32[4] = {0, 0, 0xC0, 0x7F}, qnan16[2] = {0, 0x7E};
+            memcpy(o, w == 8 ? qnan64 : w == 4 ? qnan32 : qnan16, (size_t)w);
+          } else {
+            memcpy(o, vals + (int64_t)w * s, (size_t)w);
+          }
+          break;
+        }
+        case K_BINARY: {
+          int64_t st = kern_read_offset(vals, s, w), len = kern_read_offset(vals, s + 1, w) - st;
+          memcpy(o, &len, (size_t)w); /* little-endian: the low bytes */
+          if (len) memcpy(o + w, kern_buf(x->va, 2) + st, (size_t)len);
+          used += len;
+          break;
+        }
+        default: memcpy(o, vals + (int64_t)w * s, (size_t)w); break;
+      }
+      pos[i] += 1 + used;
+    }
+  }
 }
 
 bool fsh_row_keys_any_null(const fsh_row_keys *k, int64_t i) {
