@@ -468,14 +468,39 @@ FSH_NODISCARD int fsh_spill_file_open(fsh_spill_file *f, fsh_batch_stream *out, 
 void fsh_spill_file_free(fsh_spill_file *f); /* deletes the file; NULL accepted */
 
 /* Bytes a batch is charged by the bounded-memory operators: the sizes of
- * the buffers it references (a slice counts its buffers whole;
+ * the buffers it references, each buffer (by identity) counted once, whole
+ * (a slice of an array counts its buffers whole; a view of a larger buffer,
+ * as an IPC-decoded column in its message body, counts its own size;
  * dictionaries and children included). */
 int64_t fsh_exec_batch_memory(const fsh_batch *b);
+
+/* The memory a set of held batches costs, each buffer counted once by
+ * identity however many of the batches reference it: n slices of one
+ * batch cost what the batch costs, not n times it. What the operators
+ * (external sort, hash join build side, the hash table's key copies)
+ * charge their budgets. Zero-initialise (or fsh_mem_set_init); `bytes` is
+ * the total so far. */
+typedef struct fsh_mem_set {
+  const fsh_buffer **slots; /* open addressing by pointer; NULL: empty */
+  int64_t cap, n;
+  int64_t bytes;
+} fsh_mem_set;
+void fsh_mem_set_init(fsh_mem_set *s);
+/* Adds the buffers b references that the set does not hold yet; *added
+ * (NULL: not wanted) = the bytes they add. ENOMEM leaves the set as it
+ * was. */
+FSH_NODISCARD int fsh_mem_set_add(fsh_mem_set *s, const fsh_batch *b, int64_t *added,
+                                  fsh_error *err);
+/* Forgets every buffer (bytes = 0), keeping the storage. */
+void fsh_mem_set_clear(fsh_mem_set *s);
+/* Releases the storage (the set is then empty and reusable). */
+void fsh_mem_set_reset(fsh_mem_set *s);
 
 /* External sort: the rows of any number of batches of one schema, sorted
  * by key_cols / order (as fsh_sort_batch: stable, order NULL = ascending,
  * nulls last) in memory_budget bytes of buffered input. While the pushed
- * batches (fsh_exec_batch_memory) stay within the budget they are only held;
+ * batches (their buffers, each counted once: fsh_mem_set) stay within the
+ * budget they are only held;
  * when a push goes over it, the held batches are sorted (fsh_sort_batch
  * of their concatenation) and written as one sorted run to a spill file
  * in batches of run_rows rows. finish() returns the whole input sorted:
@@ -518,7 +543,7 @@ typedef struct fsh_extsort_stats {
   int64_t runs;          /* sorted runs spilled (merge passes included) */
   int64_t spilled_bytes; /* bytes of run files written */
   int64_t merge_passes;  /* intermediate merges (when runs > max_fanin) */
-  int64_t peak_memory;   /* largest fsh_exec_batch_memory total held */
+  int64_t peak_memory;   /* largest fsh_mem_set total of the held batches */
 } fsh_extsort_stats;
 void fsh_extsort_get_stats(const fsh_extsort *s, fsh_extsort_stats *out);
 

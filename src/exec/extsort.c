@@ -20,6 +20,7 @@ struct fsh_extsort {
   fsh_spill *spill;
   fsh_batch **held;
   int64_t n_held, cap_held, held_bytes;
+  fsh_mem_set held_mem; /* the held batches' buffers, each counted once */
   fsh_spill_file **runs; /* in input order */
   int64_t n_runs, cap_runs;
   bool finished, failed;
@@ -65,11 +66,13 @@ static void drop_held(fsh_extsort *s) {
   for (int64_t i = 0; i < s->n_held; i++) fsh_batch_unref(s->held[i]);
   s->n_held = 0;
   s->held_bytes = 0;
+  fsh_mem_set_clear(&s->held_mem);
 }
 
 void fsh_extsort_free(fsh_extsort *s) {
   if (!s) return;
   drop_held(s);
+  fsh_mem_set_reset(&s->held_mem);
   fsh_free(s->held);
   for (int64_t i = 0; i < s->n_runs; i++) fsh_spill_file_free(s->runs[i]);
   fsh_free(s->runs);
@@ -155,8 +158,11 @@ int fsh_extsort_push(fsh_extsort *s, fsh_batch *b, fsh_error *err) {
     s->held = h;
     s->cap_held = c;
   }
+  /* slices of one batch share buffers: each is charged once */
+  if (fsh_mem_set_add(&s->held_mem, b, NULL, err) != 0)
+    return fsh_error_prefix(err, ENOMEM, "external sort: ");
   s->held[s->n_held++] = fsh_batch_ref(b);
-  s->held_bytes += fsh_exec_batch_memory(b);
+  s->held_bytes = s->held_mem.bytes;
   s->stats.rows += b->length;
   if (s->held_bytes > s->stats.peak_memory) s->stats.peak_memory = s->held_bytes;
   if (s->budget == 0 || s->held_bytes <= s->budget) return 0;

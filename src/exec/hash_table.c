@@ -82,7 +82,7 @@ struct hs_rowset {
   int64_t n;   /* ids */
   fsh_batch **owned;
   int64_t n_owned, owned_cap;
-  int64_t owned_bytes;
+  fsh_mem_set owned_mem; /* their buffers, each once (they share dictionaries) */
   uint8_t *arena; /* the general path's encoded keys */
   int64_t arena_len, arena_cap;
   bool fast;       /* the fast path (above) */
@@ -127,6 +127,7 @@ void hs_rowset_free(hs_rowset *rs) {
   if (!rs) return;
   for (int64_t i = 0; i < rs->n_owned; i++) fsh_batch_unref(rs->owned[i]);
   fsh_free(rs->owned);
+  fsh_mem_set_reset(&rs->owned_mem);
   fsh_free(rs->arena);
   fsh_free(rs->slots);
   fsh_schema_unref(rs->key_schema);
@@ -137,7 +138,7 @@ int64_t hs_rowset_count(const hs_rowset *rs) { return rs->n; }
 
 int64_t hs_rowset_memory(const hs_rowset *rs) {
   return rs->cap * (int64_t)sizeof(slot) + rs->owned_cap * (int64_t)sizeof(void *) +
-         rs->owned_bytes + rs->arena_cap;
+         rs->owned_mem.bytes + rs->arena_cap;
 }
 
 /* Doubles the table, reinserting from the stored hashes. */
@@ -166,10 +167,13 @@ static int own_new_rows(hs_rowset *rs, const fsh_batch *b, const int32_t *key_co
   int rc = hs_grow((void **)&rs->owned, &rs->owned_cap, rs->n_owned + 1, sizeof(fsh_batch *), err);
   if (rc == 0) rc = hs_project_batch(b, rs->key_schema, key_cols, &proj, err);
   if (rc == 0) rc = fsh_take(proj, rows, n, &kb, err);
+  if (rc == 0) rc = fsh_mem_set_add(&rs->owned_mem, kb, NULL, err);
   fsh_batch_unref(proj);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    fsh_batch_unref(kb);
+    return rc;
+  }
   rs->owned[rs->n_owned++] = kb;
-  rs->owned_bytes += hs_batch_bytes(kb);
   return 0;
 }
 
@@ -491,19 +495,4 @@ int hs_project_batch(const fsh_batch *b, fsh_schema *ps, const int32_t *cols, fs
   for (int64_t i = 0; i < ps->n_fields; i++) p->columns[i] = fsh_array_ref(b->columns[cols[i]]);
   *out = p;
   return 0;
-}
-
-int64_t hs_array_bytes(const fsh_array *a) {
-  if (!a) return 0;
-  int64_t t = 0;
-  for (int i = 0; i < a->n_buffers; i++)
-    if (a->buffers[i]) t += a->buffers[i]->size;
-  for (int64_t c = 0; c < a->n_children; c++) t += hs_array_bytes(a->children[c]);
-  return t + hs_array_bytes(a->dictionary);
-}
-
-int64_t hs_batch_bytes(const fsh_batch *b) {
-  int64_t t = 0;
-  for (int64_t c = 0; c < b->n_columns; c++) t += hs_array_bytes(b->columns[c]);
-  return t;
 }

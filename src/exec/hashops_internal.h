@@ -1,6 +1,6 @@
 /* hashops_internal.h -- what the hash aggregate and the hash join share: the
  * row set (a hash table interning rows of key columns as dense ids), null
- * arrays for outer joins and empty results, and memory accounting. */
+ * arrays for outer joins and empty results, projections. */
 #ifndef FSH_HASHOPS_INTERNAL_H
 #define FSH_HASHOPS_INTERNAL_H
 
@@ -12,13 +12,16 @@
  *
  * Interns rows of key columns as dense ids 0, 1, 2, ... in order of first
  * appearance. Open addressing with linear probing over (hash, id) slots,
- * load <= 1/2, doubling; hashes from fsh_hash_columns, equality through
- * fsh_row_keys_equal (nulls equal nulls, NaN NaN, -0.0 != +0.0, as
- * pyarrow's group_by and join). The set keeps a copy of each new key row (fsh_take of the new rows of a batch into a batch it
- * owns, one per call that adds ids), so inputs need not outlive the call.
- * One key column of an integer-like type takes a fast path that keeps the
- * value in the slot (hash_table.c). No per-row allocation. At most 2^31 - 1
- * ids and 2^31 - 1 rows a batch (EOVERFLOW / EINVAL beyond). */
+ * load <= 1/2, doubling. Key equality is fsh_row_keys_equal (nulls equal
+ * nulls, NaN NaN, -0.0 != +0.0, as pyarrow's group_by and join): the
+ * general path encodes each batch's keys (fsh_row_keys_encode), hashes each
+ * encoded row once and keeps every id's encoded key in an arena, compared
+ * with memcmp; one key column of an integer-like or float type takes a fast
+ * path that keeps the value in the slot (hash_table.c). The set also keeps
+ * a copy of each new key row (fsh_take of the new rows of a batch into a
+ * batch it owns, one per call that adds ids) for hs_rowset_keys, so inputs
+ * need not outlive the call. No per-row allocation. At most 2^31 - 1 ids
+ * and 2^31 - 1 rows a batch (EOVERFLOW / EINVAL beyond). */
 typedef struct hs_rowset hs_rowset;
 
 /* key_schema: the key columns' fields (one reference taken); the batches
@@ -51,10 +54,6 @@ FSH_NODISCARD int hs_project_schema(const fsh_schema *s, const int32_t *cols, in
  * ps (one reference taken). */
 FSH_NODISCARD int hs_project_batch(const fsh_batch *b, fsh_schema *ps, const int32_t *cols,
                                    fsh_batch **out, fsh_error *err);
-/* Bytes of the buffers an array or a batch references (whole buffers: what
- * holding it costs, not its logical size). */
-int64_t hs_array_bytes(const fsh_array *a);
-int64_t hs_batch_bytes(const fsh_batch *b);
 
 static inline int hs_oom(fsh_error *err) { return fsh_error_set(err, ENOMEM, "out of memory"); }
 

@@ -15,7 +15,8 @@ struct fsh_hash_join {
   fsh_schema *build_schema, *probe_schema, *out;
   int n_left; /* output columns from the left */
   fsh_batch **pending; /* build batches until the first probe */
-  int64_t n_pending, pending_cap, pending_bytes, pending_rows;
+  int64_t n_pending, pending_cap, pending_rows;
+  fsh_mem_set pending_mem; /* their buffers, each counted once (slices share them) */
   fsh_batch *build;    /* the build side, plus one null row when probe_outer */
   int64_t n_build;     /* rows of the build side proper */
   hs_rowset *keys;
@@ -41,6 +42,7 @@ void fsh_hash_join_free(fsh_hash_join *j) {
   probe_end(j);
   for (int64_t i = 0; i < j->n_pending; i++) fsh_batch_unref(j->pending[i]);
   fsh_free(j->pending);
+  fsh_mem_set_reset(&j->pending_mem);
   fsh_batch_unref(j->build);
   hs_rowset_free(j->keys);
   fsh_free(j->head);
@@ -165,7 +167,8 @@ fsh_schema *fsh_hash_join_output_schema(const fsh_hash_join *j) { return j->out;
 
 int64_t fsh_hash_join_memory(const fsh_hash_join *j) {
   /* Before the table exists, it is estimated at 40 bytes a build row. */
-  int64_t t = j->pending_bytes + j->pending_rows * 40 + (j->build ? hs_batch_bytes(j->build) : 0);
+  int64_t t = j->pending_mem.bytes + j->pending_rows * 40 +
+              (j->build ? fsh_exec_batch_memory(j->build) : 0);
   t += hs_rowset_memory(j->keys);
   if (j->head) t += hs_rowset_count(j->keys) * 8;
   if (j->next) t += j->n_build * 8;
@@ -204,9 +207,9 @@ int fsh_hash_join_build(fsh_hash_join *j, fsh_batch *b, fsh_error *err) {
   if (rc == 0)
     rc = hs_grow((void **)&j->pending, &j->pending_cap, j->n_pending + 1, sizeof(fsh_batch *),
                  err);
+  if (rc == 0) rc = fsh_mem_set_add(&j->pending_mem, b, NULL, err);
   if (rc != 0) return fsh_error_prefix(err, rc, "hash join (%s): ", type_name(j->type));
   j->pending[j->n_pending++] = fsh_batch_ref(b);
-  j->pending_bytes += hs_batch_bytes(b);
   j->pending_rows += b->length;
   return over_budget(j, err);
 }
@@ -234,7 +237,7 @@ static int finish_build(fsh_hash_join *j, fsh_error *err) {
   if (rc != 0) return rc;
   for (int64_t i = 0; i < j->n_pending; i++) fsh_batch_unref(j->pending[i]);
   j->n_pending = 0;
-  j->pending_bytes = 0;
+  fsh_mem_set_reset(&j->pending_mem);
   j->pending_rows = 0;
   int64_t n = j->n_build;
   int64_t *ids = fsh_malloc((size_t)(n ? n : 1) * 8);

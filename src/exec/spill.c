@@ -454,19 +454,112 @@ int fsh_spill_file_open(fsh_spill_file *f, fsh_batch_stream *out, fsh_error *err
 
 /* ---- memory accounting ----------------------------------------------------- */
 
-static int64_t array_memory(const fsh_array *a) {
+void fsh_mem_set_init(fsh_mem_set *s) { memset(s, 0, sizeof *s); }
+
+void fsh_mem_set_clear(fsh_mem_set *s) {
+  if (s->slots) memset(s->slots, 0, (size_t)s->cap * sizeof *s->slots);
+  s->n = 0;
+  s->bytes = 0;
+}
+
+void fsh_mem_set_reset(fsh_mem_set *s) {
+  fsh_free(s->slots);
+  fsh_mem_set_init(s);
+}
+
+static inline uint64_t ptr_hash(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 31;
+  x *= 0x9E3779B97F4A7C15ull;
+  return x ^ (x >> 29);
+}
+
+/* Inserts buf; true when it was new. The table has room (load < 1/2). */
+static bool set_insert(const fsh_buffer **slots, int64_t cap, const fsh_buffer *buf) {
+  int64_t p = (int64_t)(ptr_hash(buf) & (uint64_t)(cap - 1));
+  for (; slots[p]; p = (p + 1) & (cap - 1))
+    if (slots[p] == buf) return false;
+  slots[p] = buf;
+  return true;
+}
+
+static int set_grow(fsh_mem_set *s, int64_t need) {
+  if (2 * need <= s->cap) return 0;
+  int64_t cap = s->cap ? s->cap : 16;
+  while (cap < 2 * need) cap *= 2;
+  const fsh_buffer **slots = fsh_calloc((size_t)cap, sizeof *slots);
+  if (!slots) return ENOMEM;
+  for (int64_t i = 0; i < s->cap; i++)
+    if (s->slots[i]) set_insert(slots, cap, s->slots[i]);
+  fsh_free(s->slots);
+  s->slots = slots;
+  s->cap = cap;
+  return 0;
+}
+
+static int64_t count_buffers(const fsh_array *a) {
+  if (!a) return 0;
+  int64_t n = a->n_buffers;
+  for (int64_t i = 0; i < a->n_children; i++) n += count_buffers(a->children[i]);
+  return n + count_buffers(a->dictionary);
+}
+
+static int64_t add_array(fsh_mem_set *s, const fsh_array *a) {
+  if (!a) return 0;
+  int64_t added = 0;
+  for (int32_t i = 0; i < a->n_buffers; i++) {
+    if (!a->buffers[i]) continue;
+    const fsh_buffer *r = a->buffers[i];
+    if (set_insert(s->slots, s->cap, r)) {
+      s->n++;
+      added += r->size;
+    }
+  }
+  for (int64_t i = 0; i < a->n_children; i++) added += add_array(s, a->children[i]);
+  return added + add_array(s, a->dictionary);
+}
+
+int fsh_mem_set_add(fsh_mem_set *s, const fsh_batch *b, int64_t *added, fsh_error *err) {
+  if (added) *added = 0;
+  int64_t most = 0; /* buffers b may add */
+  for (int64_t c = 0; c < b->n_columns; c++) most += count_buffers(b->columns[c]);
+  if (set_grow(s, s->n + most) != 0)
+    return fsh_error_set(err, ENOMEM, "memory accounting: out of memory");
+  int64_t a = 0;
+  for (int64_t c = 0; c < b->n_columns; c++) a += add_array(s, b->columns[c]);
+  s->bytes += a;
+  if (added) *added = a;
+  return 0;
+}
+
+/* Every buffer counted, shared or not (an over-count, never under). */
+static int64_t plain_bytes(const fsh_array *a) {
   if (!a) return 0;
   int64_t n = 0;
   for (int32_t i = 0; i < a->n_buffers; i++)
     if (a->buffers[i]) n += a->buffers[i]->size;
-  for (int64_t i = 0; i < a->n_children; i++) n += array_memory(a->children[i]);
-  return n + array_memory(a->dictionary);
+  for (int64_t i = 0; i < a->n_children; i++) n += plain_bytes(a->children[i]);
+  return n + plain_bytes(a->dictionary);
 }
 
 int64_t fsh_exec_batch_memory(const fsh_batch *b) {
-  int64_t n = 0;
-  for (int64_t c = 0; c < b->n_columns; c++) n += array_memory(b->columns[c]);
-  return n;
+  enum { LOCAL = 64 }; /* a set on the stack for the common small batch */
+  const fsh_buffer *local[2 * LOCAL] = {NULL};
+  fsh_mem_set s = {local, 2 * LOCAL, 0, 0};
+  int64_t most = 0, bytes = 0;
+  for (int64_t c = 0; c < b->n_columns; c++) most += count_buffers(b->columns[c]);
+  if (most <= LOCAL) {
+    for (int64_t c = 0; c < b->n_columns; c++) bytes += add_array(&s, b->columns[c]);
+    return bytes;
+  }
+  fsh_mem_set h; /* a wide batch: a set on the heap */
+  fsh_mem_set_init(&h);
+  if (fsh_mem_set_add(&h, b, &bytes, NULL) != 0) {
+    bytes = 0;
+    for (int64_t c = 0; c < b->n_columns; c++) bytes += plain_bytes(b->columns[c]);
+  }
+  fsh_mem_set_reset(&h);
+  return bytes;
 }
 
 int fsh_spill_scatter(fsh_batch *b, const int32_t *key_cols, int n_keys, uint64_t seed,
