@@ -305,12 +305,26 @@ void fsh_row_keys_encode(const fsh_row_keys *k, int64_t n, const int64_t *offset
         }
         case K_BINARY: {
           int64_t st = kern_read_offset(vals, s, w), len = kern_read_offset(vals, s + 1, w) - st;
-          memcpy(o, &len, (size_t)w); /* little-endian: the low bytes */
+          if (w == 4) { /* little-endian: the low bytes */
+            uint32_t l32 = (uint32_t)len;
+            memcpy(o, &l32, 4);
+          } else {
+            memcpy(o, &len, 8);
+          }
           if (len) memcpy(o + w, kern_buf(x->va, 2) + st, (size_t)len);
           used += len;
           break;
         }
-        default: memcpy(o, vals + (int64_t)w * s, (size_t)w); break;
+        default: /* constant sizes: inline copies, no call per value */
+          switch (w) {
+            case 1: *o = vals[s]; break;
+            case 2: memcpy(o, vals + 2 * s, 2); break;
+            case 4: memcpy(o, vals + 4 * s, 4); break;
+            case 8: memcpy(o, vals + 8 * s, 8); break;
+            case 16: memcpy(o, vals + 16 * s, 16); break;
+            default: memcpy(o, vals + (int64_t)w * s, (size_t)w); break;
+          }
+          break;
       }
       pos[i] += 1 + used;
     }
