@@ -881,6 +881,27 @@ FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_resu
 int fsh_plan_stage_count(const fsh_plan *p);
 FSH_NODISCARD int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out,
                                         fsh_error *err);
+/* What a driver needs of stage `stage` to launch its tasks: how many
+ * (the partitions it runs in), the exchange it writes (node id, or -1 for
+ * the result stage) and that exchange's partitions (the result: n_tasks),
+ * and for every exchange it reads, its node id, its partitions and the
+ * stage writing it. EINVAL for a stage out of range. */
+#define FSH_PLAN_STAGE_MAX_INPUTS 64
+typedef struct fsh_plan_stage_info {
+  int32_t n_tasks;
+  int32_t output_node;
+  int32_t output_partitions;
+  int n_inputs;
+  int32_t input_nodes[FSH_PLAN_STAGE_MAX_INPUTS];
+  int32_t input_partitions[FSH_PLAN_STAGE_MAX_INPUTS];
+  int input_stages[FSH_PLAN_STAGE_MAX_INPUTS];
+} fsh_plan_stage_info;
+FSH_NODISCARD int fsh_plan_stage_info_get(const fsh_plan *p, int stage, fsh_plan_stage_info *out,
+                                          fsh_error *err);
+/* 0 when every stage can run as plan-fragment tasks; ENOTSUP naming the
+ * operator otherwise (range and into_partitions exchanges need every
+ * map's rows before any is written). */
+FSH_NODISCARD int fsh_plan_check_distributed(const fsh_plan *p, fsh_error *err);
 typedef struct fsh_plan_fragment fsh_plan_fragment;
 FSH_NODISCARD int fsh_plan_fragment_decode(const uint8_t *data, int64_t size,
                                            fsh_plan_fragment **out, fsh_error *err);
@@ -888,6 +909,71 @@ FSH_NODISCARD int fsh_plan_fragment_encode(const fsh_plan_fragment *f, fsh_buffe
                                            fsh_error *err);
 int fsh_plan_fragment_operators(const fsh_plan_fragment *f);
 void fsh_plan_fragment_free(fsh_plan_fragment *f); /* NULL accepted */
+
+/* ---- plan-fragment tasks ----------------------------------------------------
+ * One task of a stage run on a worker ("plan-fragment", a worker task
+ * kind, shuffle.h): the stage's fragment, this task's index among the
+ * stage's n_tasks (the partitions its operators run in), for every
+ * exchange the fragment reads the map outputs of the partition it reads
+ * (a reduce-verify body's sources: partition `task`, or 0 of a
+ * 1-partition exchange such as a broadcast build side), and its output:
+ * map output (map_id, attempt) of shuffle shuffle_id -- partitioned as the
+ * fragment's output exchange says, or, for the result stage, every row
+ * into partition `task` of a result shuffle of n_tasks partitions.
+ * Operators run as in fsh_plan_run (one partition). The answer is a map
+ * task's (fsh_map_task_result): the output's metadata and per partition
+ * the order-independent row checksum of the rows written (per row
+ * fsh_hash_columns over every column, seed 0; summed mod 2^64), so that a
+ * reader can check each partition. Range and into_partitions output
+ * exchanges are ENOTSUP (they need every map's rows first).
+ *
+ * Body: "FSPT", u8 version 1, 3 zero bytes, u64 shuffle_id, i64 map_id,
+ * i32 attempt, i32 task, i32 n_tasks, u8 compression, u8 backend
+ * (fsh_task_backend), 2 zero bytes, u32 n_inputs (0 .. 64), u32 fragment
+ * length F (1 .. 64 MiB), the fragment (F bytes, zero-padded to a
+ * multiple of 8), then n_inputs x (i32 exchange node id, u32 length L, a
+ * reduce-verify body of L bytes zero-padded to a multiple of 8).
+ * Decoding checks every field (and the fragment, and that every exchange
+ * it reads has its map outputs) and answers EINVAL naming what is wrong. */
+typedef struct fsh_plan_task_input {
+  int32_t node;         /* the exchange's node id (Plan.proto Operator.id) */
+  fsh_reduce_task read; /* its map outputs; owned when decoded */
+} fsh_plan_task_input;
+
+typedef struct fsh_plan_task {
+  fsh_buffer *fragment; /* StageFragment bytes (fsh_plan_stage_encode); one reference */
+  int32_t task, n_tasks;
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  fsh_compression compression;
+  fsh_task_backend backend;
+  int32_t n_inputs;
+  fsh_plan_task_input *inputs;
+} fsh_plan_task;
+
+/* Bounded memory of the operators a worker's plan-fragment tasks run (as
+ * fsh_plan_run_options.operator_memory; 0: unbounded). */
+typedef struct fsh_plan_task_run_options {
+  int64_t operator_memory;
+  const char *const *spill_dirs;
+  int n_spill_dirs;
+} fsh_plan_task_run_options;
+
+void fsh_plan_task_reset(fsh_plan_task *t); /* frees a decoded task (and its fragment ref) */
+FSH_NODISCARD int fsh_plan_task_encode(const fsh_plan_task *t, fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_plan_task_decode(const uint8_t *data, int64_t size, fsh_plan_task *out,
+                                       fsh_error *err);
+/* Checks t as a worker would before running it (fragment and inputs). */
+FSH_NODISCARD int fsh_plan_task_check(const fsh_plan_task *t, fsh_error *err);
+/* Runs t through b (reader and writer); o may be NULL. On error nothing is
+ * kept (the writer is aborted). */
+FSH_NODISCARD int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_plan_task *t,
+                                    const fsh_plan_task_run_options *o,
+                                    fsh_map_task_result *out, fsh_error *err);
+/* The "plan-fragment" worker task kind (fsh_shuffle_worker_options
+ * .task_kinds); o (borrowed, may be NULL) must outlive the worker. */
+fsh_worker_task_kind fsh_plan_task_kind(const fsh_plan_task_run_options *o);
 
 
 #ifdef __cplusplus

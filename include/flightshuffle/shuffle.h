@@ -262,6 +262,31 @@ struct fsh_reduce_task;
 typedef int (*fsh_worker_more_sources_fn)(void *ctx, const uint8_t *tag, int64_t tag_size,
                                           uint64_t *version, struct fsh_reduce_task *more,
                                           bool *complete, fsh_error *err);
+/* The backend a task runs through (tasks below). */
+typedef enum fsh_task_backend {
+  FSH_TASK_BACKEND_MEMORY = 0, /* in-process only */
+  FSH_TASK_BACKEND_FS = 1,     /* the worker's --fs-dir */
+  FSH_TASK_BACKEND_FLIGHT = 2  /* the worker's store + DoGet from peers */
+} fsh_task_backend;
+
+/* A task kind a worker runs besides its own (the synthetic ones): a layer
+ * above the shuffle registers it (e.g. exec's "plan-fragment"), and the
+ * "task" envelope and the DoAction of that name accept it. decode runs on
+ * the Flight call's thread (must not block): checks body[0, size), sets
+ * *state (the decoded task, released by free_state) and *backend (the
+ * worker backend the task writes and reads through); EINVAL naming what
+ * is wrong becomes INVALID_ARGUMENT at once. run runs on the task's own
+ * thread with that backend and sets *answer (a new reference). */
+typedef struct fsh_worker_task_kind {
+  const char *name; /* 1 .. 64 bytes */
+  int (*decode)(void *ctx, const uint8_t *body, int64_t size, void **state,
+                fsh_task_backend *backend, fsh_error *err);
+  int (*run)(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer **answer,
+             fsh_error *err);
+  void (*free_state)(void *state);
+  void *ctx;
+} fsh_worker_task_kind;
+
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
   const char *const *spill_dirs;
@@ -275,6 +300,8 @@ typedef struct fsh_shuffle_worker_options {
   void *on_task_done_ctx;
   fsh_worker_more_sources_fn on_more_sources; /* NULL: incremental reduces are refused */
   void *on_more_sources_ctx;
+  const fsh_worker_task_kind *task_kinds; /* [n_task_kinds], copied at start */
+  int n_task_kinds;
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
@@ -328,11 +355,7 @@ FSH_NODISCARD int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts,
  * the reduce-side checksum, and the rows likewise. The same functions run
  * in-process (memory backend) and on workers (DoAction, formats below). */
 
-typedef enum fsh_task_backend {
-  FSH_TASK_BACKEND_MEMORY = 0, /* in-process only */
-  FSH_TASK_BACKEND_FS = 1,     /* the worker's --fs-dir */
-  FSH_TASK_BACKEND_FLIGHT = 2  /* the worker's store + DoGet from peers */
-} fsh_task_backend;
+/* fsh_task_backend: see the worker section above. */
 
 const char *fsh_task_backend_name(fsh_task_backend b);
 /* "memory", "fs", "flight"; EINVAL otherwise. */
@@ -416,6 +439,13 @@ typedef struct fsh_reduce_task_result {
  * consumes every batch. */
 FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                                       fsh_reduce_task_result *out, fsh_error *err);
+
+/* t's sources as the map outputs a reader of partition t->partition takes
+ * (only [t->partition] of their per-partition arrays is meaningful;
+ * locations borrowed from t): one fsh_malloc'd block (*out), released
+ * with fsh_free. EINVAL for a malformed task. */
+FSH_NODISCARD int fsh_reduce_task_map_outputs(const fsh_reduce_task *t, fsh_map_output **out,
+                                              fsh_error *err);
 
 /* Reads partition t->partition of every source through b's reader and
  * calls fn(ctx, batch) for each batch (borrowed) until fn fails. */

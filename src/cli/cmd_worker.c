@@ -4,7 +4,8 @@
  * Its Flight surface (ListFlights, DoGet of shuffle tickets, DoPut of map
  * outputs, DoAction "release", tasks "map-synthetic" / "reduce-verify"
  * through its store or the --fs-dir directory, "stats") and wire formats
- * are in shuffle.h. Prints
+ * are in shuffle.h; it also runs "plan-fragment" tasks (one task of a
+ * plan's stage, exec.h), registered as a worker task kind. Prints
  * "listening on grpc://HOST:PORT" once ready; SIGINT/SIGTERM stop it
  * cleanly (in-flight calls get 2 s, then the store and its spill files go).
  * With --driver URI the worker joins that driver's cluster: a heartbeat
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flightshuffle/exec.h>
 #include <flightshuffle/flight.h>
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
@@ -90,6 +92,10 @@ int cmd_worker(int argc, char **argv) {
     return worker_usage();
   }
   o.spill_dirs = dirs;
+  /* the driver's plan stages: "plan-fragment" tasks (exec.h) */
+  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(NULL)};
+  o.task_kinds = kinds;
+  o.n_task_kinds = 1;
 
   sigset_t sigs;
   cli_block_stop_signals(&sigs); /* taken by sigwait below */

@@ -112,4 +112,14 @@ int plan_stage_roots(const fsh_plan *p, int *roots);
  * exchanges are members: the stage reads them). */
 void plan_stage_members(const fsh_plan *p, int root, bool *member);
 
+/* The plan of a decoded stage fragment (a plan-fragment task): its
+ * operators as nodes 0 .. n-1 in fragment order (*ids: each one's node id
+ * in the whole plan, fsh_malloc'd), expressions bound; the exchanges it
+ * reads have no inputs (their rows come from the task's map outputs).
+ * EINVAL naming the operator for what the decoder let through but a node
+ * cannot hold. */
+int plan_fragment_build(const fsh_plan_fragment *f, fsh_plan **out, int **ids, fsh_error *err);
+/* The node id of the exchange the fragment writes, -1: the result. */
+int plan_fragment_output(const fsh_plan_fragment *f);
+
 #endif

@@ -57,6 +57,23 @@ int plan_drain(fsh_batch_stream *in, fsh_batch ***held, int64_t *n_held, fsh_err
 /* Runs exchange x's map tasks (and the exchanges they read that have not
  * run), then releases every exchange nobody reads any more. */
 int plan_run_exchange(run_ctx *c, const plan_node *x, fsh_error *err);
+/* One task of a stage, alone (a plan-fragment task, plan_task.c): map
+ * task `part` of exchange x, partitioned as plan_run_exchange does, into
+ * map output (map_id, attempt) of spec through c->backend; sums
+ * ([spec->n_partitions], zeroed by the caller) gets the row checksum of
+ * each partition written. Range and into_partitions exchanges (which need
+ * every map's rows first) are ENOTSUP. */
+int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                       int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                       uint64_t *sums, fsh_error *err);
+/* The result stage's task: partition `part` of node root, every row into
+ * partition `part` of spec (map output map_id, attempt), sums as above. */
+int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t part,
+                     int64_t map_id, int32_t attempt, fsh_map_output *out, uint64_t *sums,
+                     fsh_error *err);
+/* Adds the order-independent row checksum of b to *sum: per row
+ * fsh_hash_columns over every column (seed 0), summed mod 2^64. */
+int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err);
 /* Releases exchange xs's shuffle on every backend. */
 int plan_release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err);
 

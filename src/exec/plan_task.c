@@ -1,0 +1,374 @@
+/* plan_task.c -- a "plan-fragment" task: one task of a plan's stage run on
+ * a worker. Its body carries the stage's fragment (Plan.proto), the task's
+ * index, the map outputs of every exchange the fragment reads (each a
+ * reduce-verify body, shuffle.h) and where its output goes. Running it
+ * builds the fragment's plan (plan_fragment_build) and runs its operators
+ * exactly as the in-process runner does (plan_ops.c's streams, the input
+ * exchanges read through the task's backend reader, the output exchange
+ * partitioned and written by plan_exchange.c). Its answer is a map task's
+ * (shuffle.h): the output's metadata and the row checksum of each
+ * partition written. Also the worker task kind that runs it. */
+#include "exec/plan_run_internal.h"
+#include "shuffle/shuffle_internal.h" /* fsh_le_put32 ... (the task wire formats' helpers) */
+
+#include <inttypes.h>
+#include <time.h>
+
+#define PT_MAGIC "FSPT"
+#define PT_HEADER 48
+#define PT_MAX_COUNT ((int64_t)1 << 24)
+#define PT_MAX_FRAGMENT ((int64_t)1 << 26)
+
+static int64_t now_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t pad8(int64_t n) { return (n + 7) & ~(int64_t)7; }
+
+void fsh_plan_task_reset(fsh_plan_task *t) {
+  if (!t) return;
+  fsh_buffer_unref(t->fragment);
+  for (int32_t i = 0; t->inputs && i < t->n_inputs; i++) fsh_reduce_task_reset(&t->inputs[i].read);
+  fsh_free(t->inputs);
+  memset(t, 0, sizeof *t);
+}
+
+static int check_task(const fsh_plan_task *t, fsh_error *err) {
+  if (!t->fragment || t->fragment->size < 1 || t->fragment->size > PT_MAX_FRAGMENT)
+    return fsh_error_set(err, EINVAL, "plan-fragment: a fragment of 1 .. %" PRId64 " bytes is "
+                         "needed", PT_MAX_FRAGMENT);
+  if (t->n_tasks < 1 || t->n_tasks > PT_MAX_COUNT || t->task < 0 || t->task >= t->n_tasks)
+    return fsh_error_set(err, EINVAL, "plan-fragment: task %d of %d", t->task, t->n_tasks);
+  if (t->map_id < 0 || t->attempt < 0)
+    return fsh_error_set(err, EINVAL, "plan-fragment: map id %" PRId64 " attempt %d",
+                         t->map_id, t->attempt);
+  if ((unsigned)t->compression > FSH_COMPRESSION_ZSTD || (unsigned)t->backend > 2)
+    return fsh_error_set(err, EINVAL, "plan-fragment: compression %d, backend %d",
+                         (int)t->compression, (int)t->backend);
+  if (t->n_inputs < 0 || t->n_inputs > 64 || (t->n_inputs && !t->inputs))
+    return fsh_error_set(err, EINVAL, "plan-fragment: %d inputs (0 .. 64)", t->n_inputs);
+  return 0;
+}
+
+int fsh_plan_task_encode(const fsh_plan_task *t, fsh_buffer **out, fsh_error *err) {
+  *out = NULL;
+  FSH_RETURN_NOT_OK(check_task(t, err));
+  fsh_buffer **bodies = fsh_calloc((size_t)(t->n_inputs ? t->n_inputs : 1), sizeof *bodies);
+  if (!bodies) return fsh_error_set(err, ENOMEM, "plan-fragment: out of memory");
+  int rc = 0;
+  int64_t size = PT_HEADER + pad8(t->fragment->size);
+  for (int32_t i = 0; !rc && i < t->n_inputs; i++) {
+    if ((rc = fsh_reduce_task_encode(&t->inputs[i].read, &bodies[i], err)) != 0)
+      rc = fsh_error_prefix(err, rc, "plan-fragment input %d: ", i);
+    else
+      size += 8 + pad8(bodies[i]->size);
+  }
+  fsh_buffer *b = rc ? NULL : fsh_buffer_new(size, true);
+  if (!rc && !b) rc = fsh_error_set(err, ENOMEM, "plan-fragment: out of memory");
+  if (!rc) {
+    uint8_t *p = b->data;
+    memcpy(p, PT_MAGIC, 4);
+    p[4] = 1;
+    fsh_le_put64(p + 8, t->shuffle_id);
+    fsh_le_put64(p + 16, (uint64_t)t->map_id);
+    fsh_le_put32(p + 24, (uint32_t)t->attempt);
+    fsh_le_put32(p + 28, (uint32_t)t->task);
+    fsh_le_put32(p + 32, (uint32_t)t->n_tasks);
+    p[36] = (uint8_t)t->compression;
+    p[37] = (uint8_t)t->backend;
+    fsh_le_put32(p + 40, (uint32_t)t->n_inputs);
+    fsh_le_put32(p + 44, (uint32_t)t->fragment->size);
+    uint8_t *q = p + PT_HEADER;
+    memcpy(q, t->fragment->data, (size_t)t->fragment->size);
+    q += pad8(t->fragment->size);
+    for (int32_t i = 0; i < t->n_inputs; i++) {
+      fsh_le_put32(q, (uint32_t)t->inputs[i].node);
+      fsh_le_put32(q + 4, (uint32_t)bodies[i]->size);
+      memcpy(q + 8, bodies[i]->data, (size_t)bodies[i]->size);
+      q += 8 + pad8(bodies[i]->size);
+    }
+    *out = b;
+  }
+  for (int32_t i = 0; i < t->n_inputs; i++) fsh_buffer_unref(bodies[i]);
+  fsh_free(bodies);
+  return rc;
+}
+
+int fsh_plan_task_decode(const uint8_t *p, int64_t size, fsh_plan_task *out, fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!p || size < PT_HEADER || memcmp(p, PT_MAGIC, 4) != 0)
+    return fsh_error_set(err, EINVAL, "plan-fragment: the body must start with " PT_MAGIC
+                         " and a %d-byte header (got %" PRId64 " bytes)", PT_HEADER, size);
+  if (p[4] != 1 || p[5] || p[6] || p[7] || p[38] || p[39])
+    return fsh_error_set(err, EINVAL, "plan-fragment: version %u or reserved bytes not "
+                         "supported (version 1, zeros)", p[4]);
+  fsh_plan_task t = {.shuffle_id = fsh_le_get64(p + 8), .map_id = (int64_t)fsh_le_get64(p + 16),
+                     .attempt = (int32_t)fsh_le_get32(p + 24),
+                     .task = (int32_t)fsh_le_get32(p + 28),
+                     .n_tasks = (int32_t)fsh_le_get32(p + 32),
+                     .compression = (fsh_compression)p[36], .backend = (fsh_task_backend)p[37]};
+  int64_t n_in = fsh_le_get32(p + 40), flen = fsh_le_get32(p + 44);
+  if (n_in > 64 || flen < 1 || flen > PT_MAX_FRAGMENT || pad8(flen) > size - PT_HEADER)
+    return fsh_error_set(err, EINVAL, "plan-fragment: %" PRId64 " inputs (0 .. 64) and a "
+                         "fragment of %" PRId64 " bytes do not fit in %" PRId64 " bytes",
+                         n_in, flen, size);
+  int rc = 0;
+  if (!(t.fragment = fsh_buffer_copy(p + PT_HEADER, flen)) ||
+      !(t.inputs = fsh_calloc((size_t)(n_in ? n_in : 1), sizeof *t.inputs)))
+    rc = fsh_error_set(err, ENOMEM, "plan-fragment: out of memory");
+  const uint8_t *q = p + PT_HEADER + pad8(flen), *end = p + size;
+  for (int64_t i = 0; !rc && i < n_in; i++) {
+    int64_t len = end - q >= 8 ? (int64_t)fsh_le_get32(q + 4) : -1;
+    if (len < 0 || pad8(len) > end - q - 8) {
+      rc = fsh_error_set(err, EINVAL, "plan-fragment: input %" PRId64 " is malformed (length "
+                         "%" PRId64 ", %td bytes left)", i, len, end - q);
+      break;
+    }
+    t.inputs[i].node = (int32_t)fsh_le_get32(q);
+    if ((rc = fsh_reduce_task_decode(q + 8, len, &t.inputs[i].read, err)) != 0) {
+      rc = fsh_error_prefix(err, rc, "plan-fragment input %" PRId64 ": ", i);
+      break;
+    }
+    t.n_inputs = (int32_t)(i + 1);
+    q += 8 + pad8(len);
+  }
+  if (!rc && q != end)
+    rc = fsh_error_set(err, EINVAL, "plan-fragment: %td bytes after the last input", end - q);
+  if (!rc) rc = check_task(&t, err);
+  if (rc) {
+    fsh_plan_task_reset(&t);
+    return rc;
+  }
+  *out = t;
+  return 0;
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+/* A plan-fragment task ready to run: the fragment's plan and the input
+ * exchanges' map outputs, checked against each other. */
+typedef struct fsh_plan_task_prepared {
+  fsh_plan *plan;
+  int *ids;                 /* [n_nodes]: node id in the whole plan */
+  int output;               /* node index written (-1: the result) */
+  fsh_map_output **sources; /* [n_nodes]: an input exchange's map outputs (one block) */
+  int64_t *n_sources;
+  uint64_t *shuffle_ids;
+  int32_t *read_parts;      /* [n_nodes]: the partition its task reads */
+} prepared;
+
+static void prepared_free(prepared *q) {
+  if (!q) return;
+  for (int i = 0; q->plan && q->sources && i < q->plan->n_nodes; i++) fsh_free(q->sources[i]);
+  fsh_free(q->sources);
+  fsh_free(q->n_sources);
+  fsh_free(q->shuffle_ids);
+  fsh_free(q->read_parts);
+  fsh_free(q->ids);
+  fsh_plan_free(q->plan);
+  fsh_free(q);
+}
+
+/* Builds the fragment's plan and matches every input exchange with the
+ * map outputs the task gives for it. */
+static int prepare(const fsh_plan_task *t, prepared **out, fsh_error *err) {
+  *out = NULL;
+  fsh_plan_fragment *f = NULL;
+  FSH_RETURN_NOT_OK(fsh_plan_fragment_decode(t->fragment->data, t->fragment->size, &f, err));
+  prepared *q = fsh_calloc(1, sizeof *q);
+  int rc = q ? plan_fragment_build(f, &q->plan, &q->ids, err)
+             : fsh_error_set(err, ENOMEM, "out of memory");
+  int out_id = plan_fragment_output(f);
+  fsh_plan_fragment_free(f);
+  int nn = rc ? 0 : q->plan->n_nodes;
+  if (!rc) {
+    q->sources = fsh_calloc((size_t)nn, sizeof *q->sources);
+    q->n_sources = fsh_calloc((size_t)nn, sizeof *q->n_sources);
+    q->shuffle_ids = fsh_calloc((size_t)nn, sizeof *q->shuffle_ids);
+    q->read_parts = fsh_calloc((size_t)nn, sizeof *q->read_parts);
+    if (!q->sources || !q->n_sources || !q->shuffle_ids || !q->read_parts)
+      rc = fsh_error_set(err, ENOMEM, "out of memory");
+    q->output = -1;
+    for (int i = 0; i < nn; i++)
+      if (q->ids[i] == out_id) q->output = i;
+  }
+  /* the stage runs in as many partitions as the node its root reads */
+  if (!rc) {
+    const plan_node *root = q->plan->nodes[nn - 1];
+    const plan_node *top = q->output >= 0 ? q->plan->nodes[root->inputs[0]] : root;
+    if (q->output >= 0 && root->n_inputs != 1)
+      rc = fsh_error_set(err, EINVAL, "the output exchange (node %d) has no input in the "
+                         "fragment", out_id);
+    else if (top->n_partitions != t->n_tasks)
+      rc = fsh_error_set(err, EINVAL, "the stage runs in %d partitions, the task says %d tasks",
+                         (int)top->n_partitions, t->n_tasks);
+  }
+  for (int32_t i = 0; !rc && i < t->n_inputs; i++) {
+    const fsh_plan_task_input *in = &t->inputs[i];
+    int k = -1;
+    for (int j = 0; j < nn; j++)
+      if (q->ids[j] == in->node && q->plan->nodes[j]->kind == PN_EXCHANGE &&
+          q->plan->nodes[j]->n_inputs == 0 && j != q->output)
+        k = j;
+    const plan_node *x = k >= 0 ? q->plan->nodes[k] : NULL;
+    int32_t want = x && x->n_partitions == 1 ? 0 : t->task;
+    if (!x)
+      rc = fsh_error_set(err, EINVAL, "input %d names node %d, not an exchange the fragment "
+                         "reads", i, in->node);
+    else if (q->sources[k])
+      rc = fsh_error_set(err, EINVAL, "input %d: exchange %d given twice", i, in->node);
+    else if (in->read.n_partitions != x->n_partitions || in->read.partition != want ||
+             in->read.backend != t->backend || in->read.incremental)
+      rc = fsh_error_set(err, EINVAL, "input %d (exchange %d of %d partitions): reads partition "
+                         "%d of %d through backend %d%s; task %d reads partition %d through "
+                         "backend %d", i, in->node, (int)x->n_partitions, in->read.partition,
+                         in->read.n_partitions, (int)in->read.backend,
+                         in->read.incremental ? " (incremental)" : "", t->task, (int)want,
+                         (int)t->backend);
+    else if ((rc = fsh_reduce_task_map_outputs(&in->read, &q->sources[k], err)) == 0) {
+      q->n_sources[k] = in->read.n_sources;
+      q->shuffle_ids[k] = in->read.shuffle_id;
+      q->read_parts[k] = want;
+    }
+  }
+  for (int j = 0; !rc && j < nn; j++) {
+    const plan_node *x = q->plan->nodes[j];
+    if (x->kind == PN_EXCHANGE && x->n_inputs == 0 && !q->sources[j])
+      rc = fsh_error_set(err, EINVAL, "no map outputs given for the exchange it reads (node %d)",
+                         q->ids[j]);
+  }
+  if (rc) {
+    prepared_free(q);
+    return fsh_error_prefix(err, rc == ENOMEM ? ENOMEM : EINVAL, "plan-fragment: ");
+  }
+  *out = q;
+  return 0;
+}
+
+int fsh_plan_task_check(const fsh_plan_task *t, fsh_error *err) {
+  prepared *q = NULL;
+  FSH_RETURN_NOT_OK(check_task(t, err));
+  FSH_RETURN_NOT_OK(prepare(t, &q, err));
+  prepared_free(q);
+  return 0;
+}
+
+/* Runs the prepared task q of t through backend b. */
+static int run_prepared(fsh_shuffle_backend *b, const fsh_plan_task *t, prepared *q,
+                        const fsh_plan_task_run_options *o, fsh_map_task_result *out,
+                        fsh_error *err) {
+  int64_t t0 = now_nanos();
+  const fsh_plan *p = q->plan;
+  fsh_plan_result res = {0};
+  run_ctx c = {.p = p, .merge = FSH_PLAN_MERGE_OFF, .merge_threshold = 200,
+               .first_shuffle_id = 1, .backend = b, .res = &res, .n_threads = 1};
+  if (o && o->operator_memory > 0) {
+    if (!o->spill_dirs || o->n_spill_dirs < 1)
+      return fsh_error_set(err, EINVAL, "plan-fragment: operator_memory needs spill dirs");
+    c.op_memory = o->operator_memory;
+    c.spill_dirs = o->spill_dirs;
+    c.n_spill_dirs = o->n_spill_dirs;
+  }
+  pthread_mutex_init(&c.mu, NULL);
+  fsh_map_task_result r = {0};
+  int rc = 0;
+  c.x = fsh_calloc((size_t)p->n_nodes, sizeof *c.x);
+  const plan_node *root = p->nodes[p->n_nodes - 1];
+  int32_t R = q->output >= 0 ? root->n_partitions : t->n_tasks;
+  r.row_checksums = fsh_calloc((size_t)R, sizeof *r.row_checksums);
+  if (!c.x || !r.row_checksums) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  for (int i = 0; !rc && i < p->n_nodes; i++) {
+    if (!q->sources[i]) continue;
+    xstate *xs = &c.x[i];
+    xs->done = true;
+    xs->spec = (fsh_shuffle_spec){.shuffle_id = q->shuffle_ids[i],
+                                  .n_partitions = p->nodes[i]->n_partitions,
+                                  .schema = p->nodes[i]->schema};
+    xs->outputs = q->sources[i]; /* borrowed: never reset here */
+    xs->n_outputs = q->n_sources[i];
+  }
+  fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R,
+                           .schema = root->schema, .compression = t->compression};
+  if (!rc && q->output >= 0)
+    rc = plan_exchange_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
+                            r.row_checksums, err);
+  else if (!rc)
+    rc = plan_result_task(&c, root->id, &spec, t->task, t->map_id, t->attempt, &r.output,
+                          r.row_checksums, err);
+  fsh_free(c.x);
+  pthread_mutex_destroy(&c.mu);
+  fsh_plan_result_reset(&res);
+  if (rc) {
+    fsh_map_task_result_reset(&r);
+    return fsh_error_prefix(err, rc, "plan-fragment task %d of %d (map %" PRId64 " attempt %d "
+                            "of shuffle %" PRIu64 "): ", t->task, t->n_tasks, t->map_id,
+                            t->attempt, t->shuffle_id);
+  }
+  for (int32_t i = 0; i < R; i++) r.input_rows += r.output.rows ? r.output.rows[i] : 0;
+  for (int32_t i = 0; i < R; i++) r.input_bytes += r.output.bytes ? r.output.bytes[i] : 0;
+  r.nanos = now_nanos() - t0;
+  *out = r;
+  return 0;
+}
+
+int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_plan_task *t,
+                      const fsh_plan_task_run_options *o, fsh_map_task_result *out,
+                      fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  prepared *q = NULL;
+  FSH_RETURN_NOT_OK(check_task(t, err));
+  FSH_RETURN_NOT_OK(prepare(t, &q, err));
+  int rc = run_prepared(b, t, q, o, out, err);
+  prepared_free(q);
+  return rc;
+}
+
+/* ---- the worker task kind ------------------------------------------------------------ */
+
+typedef struct kind_state {
+  fsh_plan_task t;
+  prepared *q;
+} kind_state;
+
+static void kind_free(void *state) {
+  kind_state *s = state;
+  if (!s) return;
+  prepared_free(s->q);
+  fsh_plan_task_reset(&s->t);
+  fsh_free(s);
+}
+
+static int kind_decode(void *ctx, const uint8_t *body, int64_t size, void **state,
+                       fsh_task_backend *backend, fsh_error *err) {
+  (void)ctx;
+  *state = NULL;
+  kind_state *s = fsh_calloc(1, sizeof *s);
+  if (!s) return fsh_error_set(err, ENOMEM, "out of memory");
+  int rc = fsh_plan_task_decode(body, size, &s->t, err);
+  if (!rc) rc = prepare(&s->t, &s->q, err);
+  if (rc) {
+    kind_free(s);
+    return rc;
+  }
+  *backend = s->t.backend;
+  *state = s;
+  return 0;
+}
+
+static int kind_run(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer **answer,
+                    fsh_error *err) {
+  kind_state *s = state;
+  const fsh_plan_task_run_options *o = ctx;
+  fsh_map_task_result r;
+  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, o, &r, err));
+  int rc = fsh_map_task_result_encode(&r, answer, err);
+  fsh_map_task_result_reset(&r);
+  return rc;
+}
+
+fsh_worker_task_kind fsh_plan_task_kind(const fsh_plan_task_run_options *o) {
+  return (fsh_worker_task_kind){.name = "plan-fragment", .decode = kind_decode,
+                                .run = kind_run, .free_state = kind_free, .ctx = (void *)o};
+}
