@@ -927,30 +927,8 @@ void fsh_plan_fragment_free(fsh_plan_fragment *f); /* NULL accepted */
  * reader can check each partition. Range and into_partitions output
  * exchanges are ENOTSUP (they need every map's rows first).
  *
- * Body: "FSPT", u8 version 1, 3 zero bytes, u64 shuffle_id, i64 map_id,
- * i32 attempt, i32 task, i32 n_tasks, u8 compression, u8 backend
- * (fsh_task_backend), 2 zero bytes, u32 n_inputs (0 .. 64), u32 fragment
- * length F (1 .. 64 MiB), the fragment (F bytes, zero-padded to a
- * multiple of 8), then n_inputs x (i32 exchange node id, u32 length L, a
- * reduce-verify body of L bytes zero-padded to a multiple of 8).
- * Decoding checks every field (and the fragment, and that every exchange
- * it reads has its map outputs) and answers EINVAL naming what is wrong. */
-typedef struct fsh_plan_task_input {
-  int32_t node;         /* the exchange's node id (Plan.proto Operator.id) */
-  fsh_reduce_task read; /* its map outputs; owned when decoded */
-} fsh_plan_task_input;
-
-typedef struct fsh_plan_task {
-  fsh_buffer *fragment; /* StageFragment bytes (fsh_plan_stage_encode); one reference */
-  int32_t task, n_tasks;
-  uint64_t shuffle_id;
-  int64_t map_id;
-  int32_t attempt;
-  fsh_compression compression;
-  fsh_task_backend backend;
-  int32_t n_inputs;
-  fsh_plan_task_input *inputs;
-} fsh_plan_task;
+ * The body and its codec are the shuffle layer's (fsh_fragment_task,
+ * shuffle.h: the driver builds it without exec). */
 
 /* Bounded memory of the operators a worker's plan-fragment tasks run (as
  * fsh_plan_run_options.operator_memory; 0: unbounded). */
@@ -960,15 +938,11 @@ typedef struct fsh_plan_task_run_options {
   int n_spill_dirs;
 } fsh_plan_task_run_options;
 
-void fsh_plan_task_reset(fsh_plan_task *t); /* frees a decoded task (and its fragment ref) */
-FSH_NODISCARD int fsh_plan_task_encode(const fsh_plan_task *t, fsh_buffer **out, fsh_error *err);
-FSH_NODISCARD int fsh_plan_task_decode(const uint8_t *data, int64_t size, fsh_plan_task *out,
-                                       fsh_error *err);
 /* Checks t as a worker would before running it (fragment and inputs). */
-FSH_NODISCARD int fsh_plan_task_check(const fsh_plan_task *t, fsh_error *err);
+FSH_NODISCARD int fsh_plan_task_check(const fsh_fragment_task *t, fsh_error *err);
 /* Runs t through b (reader and writer); o may be NULL. On error nothing is
  * kept (the writer is aborted). */
-FSH_NODISCARD int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_plan_task *t,
+FSH_NODISCARD int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_task *t,
                                     const fsh_plan_task_run_options *o,
                                     fsh_map_task_result *out, fsh_error *err);
 /* The "plan-fragment" worker task kind (fsh_shuffle_worker_options

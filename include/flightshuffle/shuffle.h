@@ -480,6 +480,43 @@ FSH_NODISCARD int fsh_reduce_map_task_encode(const fsh_reduce_map_task *t, fsh_b
 FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
                                              fsh_reduce_map_task *out, fsh_error *err);
 
+/* "plan-fragment": one task of a plan's stage (exec.h runs it; here only
+ * its body). fragment: the stage's StageFragment bytes (proto/Plan.proto),
+ * opaque to this layer; task of n_tasks: its partition in the stage;
+ * inputs: for every exchange the fragment reads, its node id and the map
+ * outputs of the partition this task reads (a reduce-verify task, not
+ * incremental); the output: map output (map_id, attempt) of shuffle
+ * shuffle_id, compressed as said, through `backend`. Answer: the
+ * map-synthetic answer (row checksums: exec.h).
+ * Body: "FSPT", u8 version 1, 3 zero bytes, u64 shuffle_id, i64 map_id,
+ * i32 attempt, i32 task, i32 n_tasks, u8 compression, u8 backend, 2 zero
+ * bytes, u32 n_inputs (0 .. 64), u32 fragment length F (1 .. 64 MiB), the
+ * fragment (F bytes, zero-padded to a multiple of 8), then n_inputs x (i32
+ * exchange node id, u32 length L, a reduce-verify body of L bytes
+ * zero-padded to a multiple of 8). */
+typedef struct fsh_fragment_task_input {
+  int32_t node;         /* the exchange's node id (Plan.proto Operator.id) */
+  fsh_reduce_task read; /* its map outputs; owned when decoded */
+} fsh_fragment_task_input;
+
+typedef struct fsh_fragment_task {
+  fsh_buffer *fragment; /* one reference (owned when decoded) */
+  int32_t task, n_tasks;
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  fsh_compression compression;
+  fsh_task_backend backend;
+  int32_t n_inputs;
+  fsh_fragment_task_input *inputs;
+} fsh_fragment_task;
+
+void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */
+FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out,
+                                           fsh_error *err);
+FSH_NODISCARD int fsh_fragment_task_decode(const uint8_t *data, int64_t size,
+                                           fsh_fragment_task *out, fsh_error *err);
+
 /* Wire formats (all integers little-endian; every decoder checks every
  * length and value and answers EINVAL naming what is wrong):
  *  map-synthetic body (64 bytes): "FSMT", u8 version 1, 3 zero bytes,

@@ -100,14 +100,14 @@ static void sources_free(fsh_reduce_task *t) {
 
 /* The body of task `task` of stage s (through encode and decode). */
 static void task_of(const fsh_plan *p, int s, stage_out *outs, int32_t task, int32_t attempt,
-                    fsh_task_backend backend, fsh_plan_task *decoded) {
+                    fsh_task_backend backend, fsh_fragment_task *decoded) {
   fsh_error err;
-  fsh_plan_task t = {.task = task, .n_tasks = outs[s].info.n_tasks,
+  fsh_fragment_task t = {.task = task, .n_tasks = outs[s].info.n_tasks,
                      .shuffle_id = 1000 + (uint64_t)s, .map_id = task, .attempt = attempt,
                      .compression = task % 2 ? FSH_COMPRESSION_LZ4_FRAME : FSH_COMPRESSION_NONE,
                      .backend = backend, .n_inputs = outs[s].info.n_inputs};
   CHECK_OK(fsh_plan_stage_encode(p, s, &t.fragment, &err));
-  fsh_plan_task_input in[FSH_PLAN_STAGE_MAX_INPUTS];
+  fsh_fragment_task_input in[FSH_PLAN_STAGE_MAX_INPUTS];
   t.inputs = in;
   for (int i = 0; i < t.n_inputs; i++) {
     const stage_out *src = &outs[outs[s].info.input_stages[i]];
@@ -117,10 +117,10 @@ static void task_of(const fsh_plan *p, int s, stage_out *outs, int32_t task, int
     sources_of(src, part, backend, &in[i].read);
   }
   fsh_buffer *body = NULL;
-  CHECK_OK(fsh_plan_task_encode(&t, &body, &err));
-  CHECK_OK(fsh_plan_task_decode(body->data, body->size, decoded, &err));
+  CHECK_OK(fsh_fragment_task_encode(&t, &body, &err));
+  CHECK_OK(fsh_fragment_task_decode(body->data, body->size, decoded, &err));
   fsh_buffer *again = NULL;
-  CHECK_OK(fsh_plan_task_encode(decoded, &again, &err));
+  CHECK_OK(fsh_fragment_task_encode(decoded, &again, &err));
   CHECK(again->size == body->size && memcmp(again->data, body->data, (size_t)body->size) == 0);
   fsh_buffer_unref(again);
   fsh_buffer_unref(body);
@@ -186,11 +186,11 @@ static void run_tasks(const fsh_plan *p, fsh_shuffle_backend *b, fsh_task_backen
       CHECK(outs[s].info.input_stages[i] >= 0 && outs[s].info.input_stages[i] < s);
     outs[s].r = calloc((size_t)outs[s].info.n_tasks, sizeof *outs[s].r);
     for (int32_t t = 0; t < outs[s].info.n_tasks; t++) {
-      fsh_plan_task task;
+      fsh_fragment_task task;
       task_of(p, s, outs, t, 0, kind, &task);
       int rc = fsh_plan_task_run(b, &task, NULL, &outs[s].r[t], &err);
       CHECK_MSG(rc == 0, "stage %d task %d: %s", s, t, err.message);
-      fsh_plan_task_reset(&task);
+      fsh_fragment_task_reset(&task);
     }
   }
   /* the result: the last stage's output partitions, in order (its
@@ -340,7 +340,7 @@ static void test_refused(void) {
     if (info.n_inputs == 0) {
       fsh_shuffle_backend *b = NULL;
       CHECK_OK(fsh_shuffle_memory_new(&b, &err));
-      fsh_plan_task t = {.n_tasks = info.n_tasks, .shuffle_id = 7, .backend = FSH_TASK_BACKEND_MEMORY};
+      fsh_fragment_task t = {.n_tasks = info.n_tasks, .shuffle_id = 7, .backend = FSH_TASK_BACKEND_MEMORY};
       CHECK_OK(fsh_plan_stage_encode(p, 0, &t.fragment, &err));
       fsh_map_task_result r;
       rc = fsh_plan_task_run(b, &t, NULL, &r, &err);
@@ -369,15 +369,15 @@ static void test_malformed(void) {
     if (info.n_inputs == 2) js = s;
   }
   CHECK(js >= 0);
-  fsh_plan_task t = {.task = 0, .n_tasks = info.n_tasks, .shuffle_id = 9, .map_id = 0,
+  fsh_fragment_task t = {.task = 0, .n_tasks = info.n_tasks, .shuffle_id = 9, .map_id = 0,
                      .backend = FSH_TASK_BACKEND_FLIGHT, .n_inputs = 2};
   CHECK_OK(fsh_plan_stage_encode(p, js, &t.fragment, &err));
-  fsh_plan_task_input in[2];
+  fsh_fragment_task_input in[2];
   char loc[] = "grpc://127.0.0.1:1";
   char *locs[1] = {loc};
   fsh_reduce_source src = {.map_id = 0, .location = 0};
   for (int i = 0; i < 2; i++)
-    in[i] = (fsh_plan_task_input){
+    in[i] = (fsh_fragment_task_input){
         .node = info.input_nodes[i],
         .read = {.shuffle_id = 1, .partition = 0, .n_partitions = info.input_partitions[i],
                  .backend = FSH_TASK_BACKEND_FLIGHT, .n_sources = 1, .sources = &src,
@@ -385,11 +385,11 @@ static void test_malformed(void) {
   t.inputs = in;
   CHECK_OK(fsh_plan_task_check(&t, &err));
   fsh_buffer *body = NULL;
-  CHECK_OK(fsh_plan_task_encode(&t, &body, &err));
-  fsh_plan_task d;
+  CHECK_OK(fsh_fragment_task_encode(&t, &body, &err));
+  fsh_fragment_task d;
   /* every truncation */
   for (int64_t n = 0; n < body->size; n += 1 + n / 16) {
-    int rc = fsh_plan_task_decode(body->data, n, &d, &err);
+    int rc = fsh_fragment_task_decode(body->data, n, &d, &err);
     CHECK_MSG(rc == EINVAL, "truncated to %lld: %d", (long long)n, rc);
   }
   /* flipped bytes: decode fails with EINVAL or decodes to a task that the
@@ -398,12 +398,12 @@ static void test_malformed(void) {
   for (int64_t i = 0; i < body->size; i += 1 + i / 32) {
     memcpy(copy, body->data, (size_t)body->size);
     copy[i] ^= 0x5a;
-    int rc = fsh_plan_task_decode(copy, body->size, &d, &err);
+    int rc = fsh_fragment_task_decode(copy, body->size, &d, &err);
     CHECK_MSG(rc == 0 || rc == EINVAL, "byte %lld: %d", (long long)i, rc);
     if (rc == 0) {
       rc = fsh_plan_task_check(&d, &err);
       CHECK_MSG(rc == 0 || rc == EINVAL, "byte %lld: check %d %s", (long long)i, rc, err.message);
-      fsh_plan_task_reset(&d);
+      fsh_fragment_task_reset(&d);
     }
   }
   free(copy);
