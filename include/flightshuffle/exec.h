@@ -17,6 +17,7 @@
 
 #include <flightshuffle/kernels.h>
 #include <flightshuffle/shuffle.h>
+#include <flightshuffle/sched.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -948,6 +949,29 @@ FSH_NODISCARD int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_t
 /* The "plan-fragment" worker task kind (fsh_shuffle_worker_options
  * .task_kinds); o (borrowed, may be NULL) must outlive the worker. */
 fsh_worker_task_kind fsh_plan_task_kind(const fsh_plan_task_run_options *o);
+
+/* A plan as a driver's job (sched.h): every stage a "plan-fragment" stage,
+ * the last one writing the job's result shuffle. */
+typedef struct fsh_plan_job_options {
+  const char *name;
+  fsh_task_backend backend;     /* fs or flight */
+  fsh_compression compression;  /* of every shuffle */
+  int32_t max_attempts;         /* 0 = 4 */
+  int32_t slots_per_worker;     /* 0 = 2 */
+} fsh_plan_job_options;
+/* The packed JobPlan of p; ENOTSUP naming the operator for a plan that
+ * cannot run distributed yet (fsh_plan_check_distributed). */
+FSH_NODISCARD int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o,
+                                    fsh_buffer **out, fsh_error *err);
+/* Reads the result of a succeeded job of p (its status s: s->result) through
+ * b (a flight backend reaching the workers, or the fs backend of the
+ * shared directory) into *out, like fsh_plan_run's: partition after
+ * partition, each checked against the rows and row checksum its tasks
+ * wrote (EIO naming the partition). The caller releases the result
+ * shuffle (s->result[0].shuffle_id) afterwards. */
+FSH_NODISCARD int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s,
+                                      fsh_shuffle_backend *b, fsh_plan_result *out,
+                                      fsh_error *err);
 
 
 #ifdef __cplusplus
