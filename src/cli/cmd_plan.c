@@ -361,12 +361,19 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
   if (s.state != FSH_SCHED_JOB_SUCCEEDED) {
     status = cli_fail(1, "run: %s: the job failed: %s", r->path, s.error ? s.error : "?");
   } else {
-    /* the result: through the workers' Flight servers, or the fs directory */
+    /* the result: through the workers' Flight servers (released on the
+     * alive ones: a lost worker's store is gone with it), or the fs
+     * directory */
     fsh_shuffle_backend *b = NULL;
     const char *peers[LOCAL_MAX_WORKERS];
-    for (int i = 0; i < c.n; i++) peers[i] = c.proc[i].uri;
-    fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = c.n};
-    rc = fs ? fsh_shuffle_fs_new(c.fs_dir, &b, &err) : fsh_shuffle_flight_new(&fo, &b, &err);
+    int n_peers = 0;
+    fsh_sched_worker_list wl = {0};
+    if ((rc = fsh_sched_driver_workers(c.driver, &wl, &err)) == 0)
+      for (int64_t i = 0; i < wl.n && n_peers < LOCAL_MAX_WORKERS; i++)
+        if (wl.items[i].state == FSH_SCHED_WORKER_ALIVE) peers[n_peers++] = wl.items[i].uri;
+    fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = n_peers};
+    if (rc == 0)
+      rc = fs ? fsh_shuffle_fs_new(c.fs_dir, &b, &err) : fsh_shuffle_flight_new(&fo, &b, &err);
     if (rc == 0) rc = fsh_plan_job_result(p, &s, b, &res, &err);
     if (rc) status = cli_fail(1, "run: %s: %s", r->path, err.message);
     fsh_error rerr;
@@ -374,6 +381,7 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
         !status)
       status = cli_fail(1, "run: releasing the result: %s", rerr.message);
     fsh_shuffle_backend_destroy(b);
+    fsh_sched_worker_list_reset(&wl);
   }
   if (!status) {
     int64_t tasks = 0;
