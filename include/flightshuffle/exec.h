@@ -899,9 +899,9 @@ typedef struct fsh_plan_stage_info {
 } fsh_plan_stage_info;
 FSH_NODISCARD int fsh_plan_stage_info_get(const fsh_plan *p, int stage, fsh_plan_stage_info *out,
                                           fsh_error *err);
-/* 0 when every stage can run as plan-fragment tasks; ENOTSUP naming the
- * operator otherwise (range and into_partitions exchanges need every
- * map's rows before any is written). */
+/* 0 when every stage can run as plan-fragment tasks (fsh_plan_job_stages_get);
+ * ENOTSUP naming the operator otherwise (none is left: range and
+ * into_partitions exchanges run staged, then scattered). */
 FSH_NODISCARD int fsh_plan_check_distributed(const fsh_plan *p, fsh_error *err);
 typedef struct fsh_plan_fragment fsh_plan_fragment;
 FSH_NODISCARD int fsh_plan_fragment_decode(const uint8_t *data, int64_t size,
@@ -959,8 +959,24 @@ typedef struct fsh_plan_job_options {
   int32_t max_attempts;         /* 0 = 4 */
   int32_t slots_per_worker;     /* 0 = 2 */
 } fsh_plan_job_options;
-/* The packed JobPlan of p; ENOTSUP naming the operator for a plan that
- * cannot run distributed yet (fsh_plan_check_distributed). */
+/* The job stages of p, in order (fragments owned): a plan stage writing a
+ * range or into_partitions exchange -- which needs every map's rows
+ * before any is written -- is two, a staging stage (task i writes its rows
+ * into partition i of a shuffle of tasks + 1 partitions and, for a range,
+ * its sample into the last one) and a scatter stage (task i reads
+ * partition i, the samples and every task's row count, and writes the
+ * exchange as plan_run would: boundaries from the same samples, the same
+ * global row offsets); every other stage is one. */
+typedef struct fsh_plan_job_stages {
+  int n;
+  fsh_sched_plan_stage *stages;
+  int *inputs;     /* the stages' input_stages arrays */
+  int32_t *nodes;  /* the stages' input_nodes arrays */
+} fsh_plan_job_stages;
+FSH_NODISCARD int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out,
+                                          fsh_error *err);
+void fsh_plan_job_stages_free(fsh_plan_job_stages *js);
+/* The packed JobPlan of p (its job stages). */
 FSH_NODISCARD int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o,
                                     fsh_buffer **out, fsh_error *err);
 /* Reads the result of a succeeded job of p (its status s: s->result) through

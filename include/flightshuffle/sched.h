@@ -220,6 +220,10 @@ typedef struct fsh_sched_plan_stage {
   const int *input_stages;
   const int32_t *input_nodes;
   bool result;
+  /* scatters what its one input stage staged (n_tasks + 1 partitions):
+   * task i reads partition i, the last one as its side input, and the
+   * rows of every staged partition as its counts (Sched.proto) */
+  bool scatter;
 } fsh_sched_plan_stage;
 
 typedef struct fsh_sched_plan_job {

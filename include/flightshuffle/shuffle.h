@@ -493,7 +493,12 @@ FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
  * bytes, u32 n_inputs (0 .. 64), u32 fragment length F (1 .. 64 MiB), the
  * fragment (F bytes, zero-padded to a multiple of 8), then n_inputs x (i32
  * exchange node id, u32 length L, a reduce-verify body of L bytes
- * zero-padded to a multiple of 8). */
+ * zero-padded to a multiple of 8), then u32 flags (bit 0: a side input),
+ * u32 n_counts, the side input when flagged (u32 length L, u32 0, a
+ * reduce-verify body zero-padded to a multiple of 8) and n_counts x i64.
+ * The side input and the counts serve a stage that scatters what an
+ * earlier stage staged (exec.h: range and into_partitions exchanges): the
+ * samples every task staged, the rows every task staged. */
 typedef struct fsh_fragment_task_input {
   int32_t node;         /* the exchange's node id (Plan.proto Operator.id) */
   fsh_reduce_task read; /* its map outputs; owned when decoded */
@@ -509,6 +514,10 @@ typedef struct fsh_fragment_task {
   fsh_task_backend backend;
   int32_t n_inputs;
   fsh_fragment_task_input *inputs;
+  bool has_side;
+  fsh_reduce_task side;  /* owned when decoded */
+  int32_t n_counts;
+  int64_t *counts;       /* owned when decoded */
 } fsh_fragment_task;
 
 void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */

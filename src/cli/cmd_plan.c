@@ -76,6 +76,7 @@ static int usage_plan(void) {
           "                 [--max-attempts A]\n"
           "  --workers N: on a local cluster (a driver here, N worker processes) through\n"
           "  --backend flight (default) or fs; every stage's tasks run on the workers\n"
+          "  (a range / into_partitions exchange as a staging and a scatter stage)\n"
           "  --spill-dir: the in-process flight workers' stores; --operator-spill-dir\n"
           "  (repeatable; default: a temporary directory): where sorts, aggregates and\n"
           "  joins spill when --operator-memory bounds them\n");

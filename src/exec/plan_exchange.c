@@ -120,6 +120,37 @@ static int held_fill(run_ctx *c, const plan_node *x, int64_t m, held_maps *h, fs
   return 0;
 }
 
+/* The sample of one map's rows (batches[0, n), rows in all, > 0): up to
+ * sample_rows rows, evenly spaced. */
+static int map_sample(const plan_node *x, fsh_batch **batches, int64_t n, int64_t rows,
+                      fsh_batch **out, fsh_error *err) {
+  fsh_batch *all = NULL;
+  FSH_RETURN_NOT_OK(fsh_concat(batches, n, &all, err));
+  int64_t k = rows < x->sample_rows ? rows : x->sample_rows;
+  int64_t *idx = fsh_malloc((size_t)(k ? k : 1) * sizeof *idx);
+  int rc = idx ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  for (int64_t j = 0; !rc && j < k; j++) idx[j] = j * rows / k;
+  if (!rc) rc = fsh_take(all, idx, k, out, err);
+  fsh_free(idx);
+  fsh_batch_unref(all);
+  return rc;
+}
+
+/* The range boundaries from the maps' samples (samples[0, n), in map
+ * order): NULL when there are none. */
+int plan_range_bounds(const plan_node *x, fsh_batch **samples, int64_t n, int32_t n_out,
+                      fsh_batch **out, fsh_error *err) {
+  *out = NULL;
+  if (n == 0) return 0;
+  fsh_batch *sample = NULL;
+  FSH_RETURN_NOT_OK(fsh_concat(samples, n, &sample, err));
+  int rc = sample->length == 0
+               ? 0
+               : fsh_range_boundaries(sample, x->keys, x->n_keys, x->sort_order, n_out, out, err);
+  fsh_batch_unref(sample);
+  return rc;
+}
+
 /* A sample of every map's rows (evenly spaced, sample_rows per map at
  * most), and the range boundaries from it (NULL when there are no rows). */
 static int range_bounds(const plan_node *x, const held_maps *h, int32_t n_out, fsh_batch **out,
@@ -131,28 +162,12 @@ static int range_bounds(const plan_node *x, const held_maps *h, int32_t n_out, f
   int rc = 0;
   for (int64_t i = 0; i < h->m && !rc; i++) {
     if (!h->rows[i]) continue;
-    fsh_batch *all = NULL;
-    if ((rc = fsh_concat(h->batches[i], h->n[i], &all, err)) != 0) break;
-    int64_t k = h->rows[i] < x->sample_rows ? h->rows[i] : x->sample_rows;
-    int64_t *idx = fsh_malloc((size_t)k * sizeof *idx);
-    if (!idx) {
-      fsh_batch_unref(all);
-      rc = fsh_error_set(err, ENOMEM, "out of memory");
-      break;
-    }
-    for (int64_t j = 0; j < k; j++) idx[j] = j * h->rows[i] / k;
-    rc = fsh_take(all, idx, k, &samples[n_samples], err);
-    if (!rc) n_samples++;
-    fsh_free(idx);
-    fsh_batch_unref(all);
+    if ((rc = map_sample(x, h->batches[i], h->n[i], h->rows[i], &samples[n_samples], err)) == 0)
+      n_samples++;
   }
-  fsh_batch *sample = NULL;
-  if (!rc && n_samples) rc = fsh_concat(samples, n_samples, &sample, err);
+  if (!rc) rc = plan_range_bounds(x, samples, n_samples, n_out, out, err);
   for (int64_t i = 0; i < n_samples; i++) fsh_batch_unref(samples[i]);
   fsh_free(samples);
-  if (!rc && sample)
-    rc = fsh_range_boundaries(sample, x->keys, x->n_keys, x->sort_order, n_out, out, err);
-  fsh_batch_unref(sample);
   return rc;
 }
 
@@ -446,25 +461,81 @@ int plan_run_exchange(run_ctx *c, const plan_node *x, fsh_error *err) {
 
 int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
                        int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
-                       uint64_t *sums, fsh_error *err) {
-  if (x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS)
-    return plan_name_fail(x, fsh_error_set(err, ENOTSUP, "a %s exchange needs every map's "
-                                           "rows first and cannot run as a plan-fragment task",
-                                           plan_exchange_name(x->xkind)), err);
+                       uint64_t *sums, const plan_scatter *scatter, fsh_error *err) {
+  bool holds = x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS;
+  if (holds != (scatter != NULL))
+    return plan_name_fail(x, fsh_error_set(err, EINVAL, "a %s exchange %s", plan_exchange_name(
+                                               x->xkind), holds ? "is written by a scatter stage "
+                                               "(or staged)" : "is not scattered"), err);
   const plan_node *in = c->p->nodes[x->inputs[0]];
-  xshared sh = {.m = plan_parts_of(c, in), .group = 1, .r = spec->n_partitions};
+  /* a scatter reads the staged shuffle: one more partition than maps */
+  xshared sh = {.m = plan_parts_of(c, in) - (scatter ? 1 : 0), .group = 1,
+                .r = spec->n_partitions};
   sh.n_groups = sh.m;
   if (part < 0 || part >= sh.m)
     return fsh_error_set(err, EINVAL, "task %d of a stage of %lld partitions", (int)part,
                          (long long)sh.m);
   xscratch sc = {.parts = fsh_calloc((size_t)sh.r, sizeof *sc.parts)};
+  fsh_part_slice *slices = NULL;
   int rc = sc.parts ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc && scatter && x->xkind == PX_RANGE) sh.bounds = fsh_batch_ref(scatter->bounds);
+  if (!rc && scatter && x->xkind == PX_INTO_PARTITIONS) {
+    /* as plan_run_exchange: output p covers global rows [starts[p],
+     * starts[p + 1]); this map's rows start after those of the maps before */
+    if (scatter->n_counts != sh.m)
+      rc = fsh_error_set(err, EINVAL, "%d row counts for %lld maps", (int)scatter->n_counts,
+                         (long long)sh.m);
+    slices = rc ? NULL : fsh_calloc((size_t)sh.r, sizeof *slices);
+    sh.starts = rc ? NULL : fsh_calloc((size_t)sh.r + 1, sizeof *sh.starts);
+    if (!rc && (!slices || !sh.starts)) rc = fsh_error_set(err, ENOMEM, "out of memory");
+    if (!rc) rc = fsh_plan_partitions(scatter->counts, sh.m, sh.r, slices, err);
+    for (int32_t p = 0; !rc && p < sh.r; p++) sh.starts[p + 1] = sh.starts[p] + slices[p].n_rows;
+    for (int32_t i = 0; !rc && i < part; i++) sh.global_row += scatter->counts[i];
+  }
   xdest d = {.backend = c->backend, .spec = spec, .map_id = map_id, .attempt = attempt,
              .sums = sums};
   if (!rc) rc = run_group(c, x, &d, &sh, &sc, part, out, err);
+  fsh_batch_unref(sh.bounds);
+  fsh_free(slices);
+  fsh_free(sh.starts);
   fsh_free(sc.pids);
   fsh_free(sc.parts);
   return rc ? plan_name_fail(x, rc, err) : 0;
+}
+
+int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                     int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                     uint64_t *sums, fsh_error *err) {
+  int32_t last = spec->n_partitions - 1;
+  if (part < 0 || part >= last)
+    return fsh_error_set(err, EINVAL, "task %d of a staging stage of %d partitions", (int)part,
+                         (int)last);
+  mapw mw = {.map_id = map_id, .sums = sums};
+  FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
+  fsh_batch_stream st;
+  fsh_batch **held = NULL, *sample = NULL;
+  int64_t n_held = 0, rows = 0;
+  int rc = plan_open_stream(c, x->inputs[0], part, &st, err);
+  if (!rc) {
+    rc = plan_drain(&st, &held, &n_held, err);
+    st.release(&st);
+  }
+  for (int64_t i = 0; !rc && i < n_held; i++) {
+    rows += held[i]->length;
+    rc = write_part(&mw, part, held[i], err);
+  }
+  if (!rc && x->xkind == PX_RANGE && rows > 0) {
+    if ((rc = map_sample(x, held, n_held, rows, &sample, err)) == 0)
+      rc = write_part(&mw, last, sample, err);
+  }
+  for (int64_t i = 0; i < n_held; i++) fsh_batch_unref(held[i]);
+  fsh_free(held);
+  fsh_batch_unref(sample);
+  if (rc) {
+    mw.w->abort(mw.w);
+    return plan_name_fail(x, rc, err);
+  }
+  return mw.w->close(mw.w, out, err);
 }
 
 int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t part,

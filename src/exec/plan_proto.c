@@ -205,6 +205,11 @@ int fsh_plan_stage_count(const fsh_plan *p) {
 }
 
 int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out, fsh_error *err) {
+  return plan_stage_encode_mode(p, stage, 0, out, err);
+}
+
+int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **out,
+                           fsh_error *err) {
   *out = NULL;
   int n_stages = fsh_plan_stage_count(p);
   if (stage < 0 || stage >= n_stages)
@@ -225,9 +230,32 @@ int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out, fsh_er
     f.output_exchange = p->nodes[root]->kind == PN_EXCHANGE ? root : -1;
     f.operators = ops;
     f.input_exchanges = inputs;
-    for (int i = 0; i < p->n_nodes && !rc; i++) {
+    const plan_node *x = p->nodes[root];
+    if (mode && (x->kind != PN_EXCHANGE ||
+                 (x->xkind != PX_RANGE && x->xkind != PX_INTO_PARTITIONS)))
+      rc = fsh_error_set(err, EINVAL, "stage %d writes no range / into_partitions exchange", stage);
+    if (!rc && mode == 2) {
+      /* [the staged shuffle read, the exchange written from it] */
+      int32_t staged_id = p->n_nodes + root;
+      f.scatter = true;
+      rc = encode_op(p, x, &ops[0], err);
+      if (!rc) {
+        f.n_operators = 1;
+        ops[0]->id = staged_id;
+        ops[0]->n_inputs = 0;
+        ops[0]->partitions = p->nodes[x->inputs[0]]->n_partitions + 1;
+        inputs[f.n_input_exchanges++] = staged_id;
+        rc = encode_op(p, x, &ops[1], err);
+      }
+      if (!rc) {
+        f.n_operators = 2;
+        ops[1]->inputs[0] = staged_id;
+      }
+    }
+    for (int i = 0; mode != 2 && i < p->n_nodes && !rc; i++) {
       if (!member[i]) continue;
       if ((rc = encode_op(p, p->nodes[i], &ops[f.n_operators], err)) != 0) break;
+      if (i == root && mode == 1) ops[f.n_operators]->staged = true;
       f.n_operators++;
       if (p->nodes[i]->kind == PN_EXCHANGE && i != root) inputs[f.n_input_exchanges++] = i;
     }
@@ -291,16 +319,7 @@ int fsh_plan_stage_info_get(const fsh_plan *p, int stage, fsh_plan_stage_info *o
 }
 
 int fsh_plan_check_distributed(const fsh_plan *p, fsh_error *err) {
-  for (int i = 0; i < p->n_nodes; i++) {
-    const plan_node *n = p->nodes[i];
-    if (n->kind == PN_EXCHANGE && (n->xkind == PX_RANGE || n->xkind == PX_INTO_PARTITIONS)) {
-      char who[200];
-      return fsh_error_set(err, ENOTSUP, "%s: a %s exchange needs every map's rows before any "
-                           "is written; it cannot run distributed yet (run it without "
-                           "--workers)", plan_node_name(n, who, sizeof who),
-                           plan_exchange_name(n->xkind));
-    }
-  }
+  if (!p || !p->n_nodes) return fsh_error_set(err, EINVAL, "the plan is empty");
   return 0;
 }
 
@@ -634,6 +653,12 @@ static int build_node(const pb_frag *m, size_t k, const int *index, int n_index,
   n->sample_rows = o->sample_rows;
   n->merge = (fsh_plan_merge)o->pre_shuffle_merge;
   n->limit_hint = o->limit_hint;
+  n->staged = o->staged;
+  if (n->staged && (n->kind != PN_EXCHANGE || (n->xkind != PX_RANGE &&
+                                                n->xkind != PX_INTO_PARTITIONS) ||
+                    (int)k != (int)m->n_operators - 1 || m->scatter))
+    return fsh_error_set(err, EINVAL, "only the output range / into_partitions exchange of a "
+                         "staging fragment is staged");
   return 0;
 }
 
@@ -683,3 +708,4 @@ int plan_fragment_build(const fsh_plan_fragment *f, fsh_plan **out, int **ids, f
 }
 
 int plan_fragment_output(const fsh_plan_fragment *f) { return f->m->output_exchange; }
+bool plan_fragment_scatter(const fsh_plan_fragment *f) { return f->m->scatter; }

@@ -32,6 +32,10 @@ typedef struct fsh_plan_task_prepared {
   int64_t *n_sources;
   uint64_t *shuffle_ids;
   int32_t *read_parts;      /* [n_nodes]: the partition its task reads */
+  bool staged;              /* its output exchange is staged (plan_staged_task) */
+  bool scatter;             /* a scatter stage's: the side input's map outputs */
+  fsh_map_output *side;
+  int64_t n_side;
 } prepared;
 
 static void prepared_free(prepared *q) {
@@ -41,6 +45,7 @@ static void prepared_free(prepared *q) {
   fsh_free(q->n_sources);
   fsh_free(q->shuffle_ids);
   fsh_free(q->read_parts);
+  fsh_free(q->side);
   fsh_free(q->ids);
   fsh_plan_free(q->plan);
   fsh_free(q);
@@ -61,6 +66,7 @@ static int prepare(const fsh_fragment_task *t, prepared **out, fsh_error *err) {
   int rc = q ? plan_fragment_build(f, &q->plan, &q->ids, err)
              : fsh_error_set(err, ENOMEM, "out of memory");
   int out_id = plan_fragment_output(f);
+  if (q) q->scatter = plan_fragment_scatter(f);
   fsh_plan_fragment_free(f);
   int nn = rc ? 0 : q->plan->n_nodes;
   if (!rc) {
@@ -81,9 +87,28 @@ static int prepare(const fsh_fragment_task *t, prepared **out, fsh_error *err) {
     if (q->output >= 0 && root->n_inputs != 1)
       rc = fsh_error_set(err, EINVAL, "the output exchange (node %d) has no input in the "
                          "fragment", out_id);
-    else if (top->n_partitions != t->n_tasks)
-      rc = fsh_error_set(err, EINVAL, "the stage runs in %d partitions, the task says %d tasks",
-                         (int)top->n_partitions, t->n_tasks);
+    else if (top->n_partitions != t->n_tasks + (q->scatter ? 1 : 0))
+      rc = fsh_error_set(err, EINVAL, "the stage runs in %d partitions, the task says %d tasks%s",
+                         (int)top->n_partitions, t->n_tasks, q->scatter ? " (scattered)" : "");
+    q->staged = root->staged;
+    bool holds = root->kind == PN_EXCHANGE &&
+                 (root->xkind == PX_RANGE || root->xkind == PX_INTO_PARTITIONS);
+    if (!rc && holds && !q->staged && !q->scatter)
+      rc = fsh_error_set(err, EINVAL, "a %s exchange is written staged, then scattered",
+                         plan_exchange_name(root->xkind));
+    /* a scatter: the samples every task staged, or every task's rows */
+    if (!rc && q->scatter && root->xkind == PX_RANGE) {
+      const fsh_reduce_task *sd = &t->side;
+      if (!t->has_side || sd->partition != t->n_tasks || sd->n_partitions != t->n_tasks + 1 ||
+          sd->backend != t->backend || sd->incremental)
+        rc = fsh_error_set(err, EINVAL, "a range scatter needs the staged samples as its side "
+                           "input (partition %d of %d)", t->n_tasks, t->n_tasks + 1);
+      else if ((rc = fsh_reduce_task_map_outputs(sd, &q->side, err)) == 0)
+        q->n_side = sd->n_sources;
+    }
+    if (!rc && q->scatter && root->xkind == PX_INTO_PARTITIONS && t->n_counts != t->n_tasks)
+      rc = fsh_error_set(err, EINVAL, "an into_partitions scatter needs every task's staged "
+                         "rows (%d counts for %d tasks)", t->n_counts, t->n_tasks);
   }
   for (int32_t i = 0; !rc && i < t->n_inputs; i++) {
     const fsh_fragment_task_input *in = &t->inputs[i];
@@ -134,6 +159,25 @@ int fsh_plan_task_check(const fsh_fragment_task *t, fsh_error *err) {
   return 0;
 }
 
+/* A range scatter's boundaries: from the samples every task staged (the
+ * side input, read in map order), as plan_run_exchange computes them. */
+static int scatter_bounds(fsh_shuffle_backend *b, const fsh_fragment_task *t, const prepared *q,
+                          const plan_node *x, plan_scatter *out, fsh_error *err) {
+  fsh_shuffle_spec spec = {.shuffle_id = t->side.shuffle_id,
+                           .n_partitions = t->side.n_partitions, .schema = x->schema};
+  fsh_batch_stream st;
+  FSH_RETURN_NOT_OK(fsh_shuffle_open_reader(b, &spec, t->side.partition, q->side, q->n_side,
+                                            &st, err));
+  fsh_batch **samples = NULL;
+  int64_t n = 0;
+  int rc = plan_drain(&st, &samples, &n, err);
+  st.release(&st);
+  if (!rc) rc = plan_range_bounds(x, samples, n, x->n_partitions, &out->bounds, err);
+  for (int64_t i = 0; i < n; i++) fsh_batch_unref(samples[i]);
+  fsh_free(samples);
+  return rc ? fsh_error_prefix(err, rc, "reading the staged samples: ") : 0;
+}
+
 /* Runs the prepared task q of t through backend b. */
 static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prepared *q,
                         const fsh_plan_task_run_options *o, fsh_map_task_result *out,
@@ -155,7 +199,7 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   int rc = 0;
   c.x = fsh_calloc((size_t)p->n_nodes, sizeof *c.x);
   const plan_node *root = p->nodes[p->n_nodes - 1];
-  int32_t R = q->output >= 0 ? root->n_partitions : t->n_tasks;
+  int32_t R = q->staged ? t->n_tasks + 1 : q->output >= 0 ? root->n_partitions : t->n_tasks;
   r.row_checksums = fsh_calloc((size_t)R, sizeof *r.row_checksums);
   if (!c.x || !r.row_checksums) rc = fsh_error_set(err, ENOMEM, "out of memory");
   for (int i = 0; !rc && i < p->n_nodes; i++) {
@@ -170,12 +214,18 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   }
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R,
                            .schema = root->schema, .compression = t->compression};
-  if (!rc && q->output >= 0)
+  plan_scatter sc = {.counts = t->counts, .n_counts = t->n_counts};
+  if (!rc && q->scatter && root->xkind == PX_RANGE) rc = scatter_bounds(b, t, q, root, &sc, err);
+  if (!rc && q->staged)
+    rc = plan_staged_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
+                          r.row_checksums, err);
+  else if (!rc && q->output >= 0)
     rc = plan_exchange_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
-                            r.row_checksums, err);
+                            r.row_checksums, q->scatter ? &sc : NULL, err);
   else if (!rc)
     rc = plan_result_task(&c, root->id, &spec, t->task, t->map_id, t->attempt, &r.output,
                           r.row_checksums, err);
+  fsh_batch_unref(sc.bounds);
   fsh_free(c.x);
   pthread_mutex_destroy(&c.mu);
   fsh_plan_result_reset(&res);

@@ -1,5 +1,7 @@
 /* plan_task_job.c -- a plan as a driver's job: every stage of the plan a
- * "plan-fragment" stage of a JobPlan (sched.h, fsh_sched_plan_job_plan),
+ * "plan-fragment" stage of a JobPlan (sched.h, fsh_sched_plan_job_plan) --
+ * a stage writing a range / into_partitions exchange two: the staging
+ * stage (every task's rows and sample) and the scatter stage --
  * and the result of such a job read back from its result shuffle (the
  * last stage's) and checked partition by partition against the rows and
  * row checksums its tasks answered. */
@@ -9,42 +11,87 @@
 
 #include <inttypes.h>
 
-int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buffer **out,
-                      fsh_error *err) {
-  *out = NULL;
+void fsh_plan_job_stages_free(fsh_plan_job_stages *js) {
+  if (!js) return;
+  for (int i = 0; js->stages && i < js->n; i++) fsh_buffer_unref((fsh_buffer *)js->stages[i].fragment);
+  fsh_free(js->stages);
+  fsh_free(js->inputs);
+  fsh_free(js->nodes);
+  memset(js, 0, sizeof *js);
+}
+
+int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_error *err) {
+  memset(out, 0, sizeof *out);
   FSH_RETURN_NOT_OK(fsh_plan_check_distributed(p, err));
   int n = fsh_plan_stage_count(p);
   if (n < 1) return fsh_error_set(err, EINVAL, "plan job: the plan is empty");
+  /* a stage writing a range / into_partitions exchange becomes two: the
+   * staging stage and the scatter stage (whose output later stages read) */
   fsh_plan_stage_info *info = fsh_calloc((size_t)n, sizeof *info);
-  fsh_sched_plan_stage *st = fsh_calloc((size_t)n, sizeof *st);
-  fsh_buffer **frags = fsh_calloc((size_t)n, sizeof *frags);
-  int rc = info && st && frags ? 0 : fsh_error_set(err, ENOMEM, "plan job: out of memory");
+  int *job_of = fsh_calloc((size_t)n, sizeof *job_of); /* plan stage -> job stage writing it */
+  out->stages = fsh_calloc((size_t)n * 2, sizeof *out->stages);
+  out->inputs = fsh_calloc((size_t)n * 2 * FSH_PLAN_STAGE_MAX_INPUTS, sizeof *out->inputs);
+  out->nodes = fsh_calloc((size_t)n * 2 * FSH_PLAN_STAGE_MAX_INPUTS, sizeof *out->nodes);
+  int rc = info && job_of && out->stages && out->inputs && out->nodes
+               ? 0 : fsh_error_set(err, ENOMEM, "plan job: out of memory");
   for (int s = 0; rc == 0 && s < n; s++) {
     if ((rc = fsh_plan_stage_info_get(p, s, &info[s], err)) != 0) break;
-    if ((rc = fsh_plan_stage_encode(p, s, &frags[s], err)) != 0) break;
-    for (int k = 0; k < info[s].n_inputs; k++)
-      if (info[s].input_stages[k] < 0 || info[s].input_stages[k] >= s)
-        rc = fsh_error_set(err, EINVAL, "plan job: stage %d reads exchange %d, written by no "
-                           "earlier stage", s, (int)info[s].input_nodes[k]);
-    st[s] = (fsh_sched_plan_stage){.fragment = frags[s], .n_tasks = info[s].n_tasks,
+    const plan_node *x = info[s].output_node >= 0 ? p->nodes[info[s].output_node] : NULL;
+    bool two = x && (x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS);
+    for (int step = 0; rc == 0 && step < (two ? 2 : 1); step++) {
+      int k = out->n;
+      fsh_sched_plan_stage *st = &out->stages[k];
+      int *ins = out->inputs + (size_t)k * FSH_PLAN_STAGE_MAX_INPUTS;
+      int32_t *nodes = out->nodes + (size_t)k * FSH_PLAN_STAGE_MAX_INPUTS;
+      fsh_buffer *frag = NULL;
+      rc = plan_stage_encode_mode(p, s, two ? 1 + step : 0, &frag, err);
+      if (rc) break;
+      *st = (fsh_sched_plan_stage){.fragment = frag, .n_tasks = info[s].n_tasks,
                                    .n_partitions = info[s].output_partitions,
-                                   .n_inputs = info[s].n_inputs,
-                                   .input_stages = info[s].input_stages,
-                                   .input_nodes = info[s].input_nodes, .result = s == n - 1};
+                                   .input_stages = ins, .input_nodes = nodes,
+                                   .result = s == n - 1 && step == (two ? 1 : 0)};
+      out->n++;
+      if (two && step == 0) {
+        st->n_partitions = info[s].n_tasks + 1; /* staged: a partition per task, the samples */
+      } else if (two) {
+        st->scatter = true;
+        st->n_inputs = 1;
+        ins[0] = k - 1;
+        nodes[0] = p->n_nodes + info[s].output_node;
+      }
+      if (!two || step == 0) {
+        for (int i = 0; rc == 0 && i < info[s].n_inputs; i++) {
+          int from = info[s].input_stages[i];
+          if (from < 0 || from >= s)
+            rc = fsh_error_set(err, EINVAL, "plan job: stage %d reads exchange %d, written by "
+                               "no earlier stage", s, (int)info[s].input_nodes[i]);
+          else
+            ins[i] = job_of[from], nodes[i] = info[s].input_nodes[i];
+        }
+        st->n_inputs = info[s].n_inputs;
+      }
+    }
+    job_of[s] = out->n - 1;
   }
-  if (rc == 0) {
-    fsh_sched_plan_job j = {.name = o && o->name ? o->name : "plan", .n_stages = n,
-                            .stages = st,
-                            .compression = o ? o->compression : FSH_COMPRESSION_NONE,
-                            .backend = o ? o->backend : FSH_TASK_BACKEND_FLIGHT,
-                            .max_attempts = o ? o->max_attempts : 0,
-                            .slots_per_worker = o ? o->slots_per_worker : 0};
-    rc = fsh_sched_plan_job_plan(&j, out, err);
-  }
-  for (int s = 0; frags && s < n; s++) fsh_buffer_unref(frags[s]);
-  fsh_free(frags);
-  fsh_free(st);
   fsh_free(info);
+  fsh_free(job_of);
+  if (rc) fsh_plan_job_stages_free(out);
+  return rc;
+}
+
+int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buffer **out,
+                      fsh_error *err) {
+  *out = NULL;
+  fsh_plan_job_stages js;
+  FSH_RETURN_NOT_OK(fsh_plan_job_stages_get(p, &js, err));
+  fsh_sched_plan_job j = {.name = o && o->name ? o->name : "plan", .n_stages = js.n,
+                          .stages = js.stages,
+                          .compression = o ? o->compression : FSH_COMPRESSION_NONE,
+                          .backend = o ? o->backend : FSH_TASK_BACKEND_FLIGHT,
+                          .max_attempts = o ? o->max_attempts : 0,
+                          .slots_per_worker = o ? o->slots_per_worker : 0};
+  int rc = fsh_sched_plan_job_plan(&j, out, err);
+  fsh_plan_job_stages_free(&js);
   return rc;
 }
 

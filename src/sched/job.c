@@ -323,6 +323,7 @@ int fsh_sched_plan_job_plan(const fsh_sched_plan_job *pj, fsh_buffer **plan, fsh
     y.n_partitions = (uint32_t)x->n_partitions;
     y.compression = (uint32_t)pj->compression;
     y.result = x->result;
+    y.scatter = x->scatter;
     y.n_inputs = y.n_input_nodes = (size_t)x->n_inputs;
     y.inputs = ids + (size_t)i * JOB_MAX_INPUTS;
     y.input_nodes = (int32_t *)x->input_nodes;
@@ -387,6 +388,10 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
   st->n_parts = (int32_t)sp->n_partitions;
   st->compression = (fsh_compression)sp->compression;
   st->result = sp->result;
+  st->scatter = sp->scatter;
+  if (st->scatter && sp->n_inputs != 1)
+    return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a scatter reads one stage, not "
+                         "%zu", st->id, sp->n_inputs);
   for (size_t i = 0; i < sp->n_inputs; i++) {
     int in = fsh_job_stage_index(j, sp->inputs[i]);
     if (in < 0 || in >= s || !producer(&j->stages[in]))
@@ -395,7 +400,11 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
     if (j->stages[in].result)
       return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u is the job's "
                            "result", st->id, sp->inputs[i]);
-    if (j->stages[in].n_parts != 1 && j->stages[in].n_parts != st->n_tasks)
+    if (st->scatter && j->stages[in].n_parts != st->n_tasks + 1)
+      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): scatters stage %u of %d "
+                           "partitions; %d tasks scatter %d", st->id, sp->inputs[i],
+                           j->stages[in].n_parts, st->n_tasks, st->n_tasks + 1);
+    if (!st->scatter && j->stages[in].n_parts != 1 && j->stages[in].n_parts != st->n_tasks)
       return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u has %d "
                            "partitions; a stage of %d tasks reads 1 or %d", st->id,
                            sp->inputs[i], j->stages[in].n_parts, st->n_tasks, st->n_tasks);

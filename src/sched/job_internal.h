@@ -53,6 +53,8 @@ typedef struct jstage {
   int32_t input_nodes[JOB_MAX_INPUTS];
   fsh_buffer *fragment; /* KIND_PLAN: the stage's StageFragment bytes */
   bool result;          /* KIND_PLAN: its shuffle is the job's result (kept) */
+  bool scatter;         /* KIND_PLAN: scatters its input's staged partitions (the
+                           last one, the samples, read by every task) */
   bool consumed;      /* producers: some stage reads it */
   bool released;
   /* producers: the metadata of the current outputs (shuffle_meta: compact

@@ -164,11 +164,21 @@ static int plan_body(const sched_job *j, const jstage *st, int32_t t, int32_t at
     const jstage *src = &j->stages[st->inputs[k]];
     rc = fsh_job_reduce_task_of(j, st->inputs[k], part_read(src, t), false, &in[k].read, err);
   }
+  /* a scatter: the staged samples (the last partition) and rows */
+  const jstage *src = st->scatter ? &j->stages[st->inputs[0]] : NULL;
+  if (rc == 0 && src) {
+    ft.has_side = true;
+    rc = fsh_job_reduce_task_of(j, st->inputs[0], src->n_parts - 1, false, &ft.side, err);
+    ft.n_counts = st->n_tasks;
+    ft.counts = src->part_rows; /* per staged partition: the rows its one task wrote */
+  }
   if (rc == 0) rc = fsh_fragment_task_encode(&ft, out, err);
   for (int i = 0; i < k; i++) {
     fsh_free(in[i].read.sources);
     fsh_free(in[i].read.locations); /* the strings are the metadata's */
   }
+  fsh_free(ft.side.sources);
+  fsh_free(ft.side.locations);
   return rc;
 }
 

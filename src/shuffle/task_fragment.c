@@ -22,6 +22,8 @@ void fsh_fragment_task_reset(fsh_fragment_task *t) {
   fsh_buffer_unref(t->fragment);
   for (int32_t i = 0; t->inputs && i < t->n_inputs; i++) fsh_reduce_task_reset(&t->inputs[i].read);
   fsh_free(t->inputs);
+  fsh_reduce_task_reset(&t->side);
+  fsh_free(t->counts);
   memset(t, 0, sizeof *t);
 }
 
@@ -39,6 +41,12 @@ static int check_fragment_task(const fsh_fragment_task *t, fsh_error *err) {
                          (int)t->compression, (int)t->backend);
   if (t->n_inputs < 0 || t->n_inputs > 64 || (t->n_inputs && !t->inputs))
     return fsh_error_set(err, EINVAL, "plan-fragment: %d inputs (0 .. 64)", t->n_inputs);
+  if (t->n_counts < 0 || t->n_counts > PT_MAX_COUNT || (t->n_counts && !t->counts))
+    return fsh_error_set(err, EINVAL, "plan-fragment: %d counts", t->n_counts);
+  for (int32_t i = 0; i < t->n_counts; i++)
+    if (t->counts[i] < 0)
+      return fsh_error_set(err, EINVAL, "plan-fragment: counts[%d] = %" PRId64 " < 0", i,
+                           t->counts[i]);
   return 0;
 }
 
@@ -48,12 +56,19 @@ int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out, fsh_e
   fsh_buffer **bodies = fsh_calloc((size_t)(t->n_inputs ? t->n_inputs : 1), sizeof *bodies);
   if (!bodies) return fsh_error_set(err, ENOMEM, "plan-fragment: out of memory");
   int rc = 0;
-  int64_t size = PT_HEADER + pad8(t->fragment->size);
+  int64_t size = PT_HEADER + pad8(t->fragment->size) + 8 + 8 * (int64_t)t->n_counts;
   for (int32_t i = 0; !rc && i < t->n_inputs; i++) {
     if ((rc = fsh_reduce_task_encode(&t->inputs[i].read, &bodies[i], err)) != 0)
       rc = fsh_error_prefix(err, rc, "plan-fragment input %d: ", i);
     else
       size += 8 + pad8(bodies[i]->size);
+  }
+  fsh_buffer *side = NULL;
+  if (!rc && t->has_side) {
+    if ((rc = fsh_reduce_task_encode(&t->side, &side, err)) != 0)
+      rc = fsh_error_prefix(err, rc, "plan-fragment side input: ");
+    else
+      size += 8 + pad8(side->size);
   }
   fsh_buffer *b = rc ? NULL : fsh_buffer_new(size, true);
   if (!rc && !b) rc = fsh_error_set(err, ENOMEM, "plan-fragment: out of memory");
@@ -79,8 +94,18 @@ int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out, fsh_e
       memcpy(q + 8, bodies[i]->data, (size_t)bodies[i]->size);
       q += 8 + pad8(bodies[i]->size);
     }
+    fsh_le_put32(q, t->has_side ? 1 : 0);
+    fsh_le_put32(q + 4, (uint32_t)t->n_counts);
+    q += 8;
+    if (side) {
+      fsh_le_put32(q, (uint32_t)side->size);
+      memcpy(q + 8, side->data, (size_t)side->size);
+      q += 8 + pad8(side->size);
+    }
+    for (int32_t i = 0; i < t->n_counts; i++, q += 8) fsh_le_put64(q, (uint64_t)t->counts[i]);
     *out = b;
   }
+  fsh_buffer_unref(side);
   for (int32_t i = 0; i < t->n_inputs; i++) fsh_buffer_unref(bodies[i]);
   fsh_free(bodies);
   return rc;
@@ -124,8 +149,45 @@ int fsh_fragment_task_decode(const uint8_t *p, int64_t size, fsh_fragment_task *
     t.n_inputs = (int32_t)(i + 1);
     q += 8 + pad8(len);
   }
+  /* the tail: u32 flags (bit 0: a side input), u32 n_counts, the side
+   * input (u32 length, u32 0, its body padded), the counts */
+  uint32_t flags = 0;
+  int64_t n_counts = 0;
+  if (!rc) {
+    if (end - q < 8) {
+      rc = fsh_error_set(err, EINVAL, "plan-fragment: no tail after the inputs (%td bytes)",
+                         end - q);
+    } else {
+      flags = fsh_le_get32(q);
+      n_counts = fsh_le_get32(q + 4);
+      q += 8;
+      if ((flags & ~1u) || n_counts > PT_MAX_COUNT)
+        rc = fsh_error_set(err, EINVAL, "plan-fragment: tail flags %u, %" PRId64 " counts",
+                           flags, n_counts);
+    }
+  }
+  if (!rc && (flags & 1)) {
+    int64_t len = end - q >= 8 ? (int64_t)fsh_le_get32(q) : -1;
+    if (len < 0 || fsh_le_get32(q + 4) || pad8(len) > end - q - 8)
+      rc = fsh_error_set(err, EINVAL, "plan-fragment: the side input is malformed (length %"
+                         PRId64 ", %td bytes left)", len, end - q);
+    else if ((rc = fsh_reduce_task_decode(q + 8, len, &t.side, err)) != 0)
+      rc = fsh_error_prefix(err, rc, "plan-fragment side input: ");
+    else
+      t.has_side = true, q += 8 + pad8(len);
+  }
+  if (!rc && n_counts) {
+    if ((end - q) / 8 < n_counts)
+      rc = fsh_error_set(err, EINVAL, "plan-fragment: %" PRId64 " counts do not fit in %td "
+                         "bytes", n_counts, end - q);
+    else if (!(t.counts = fsh_malloc((size_t)n_counts * sizeof *t.counts)))
+      rc = fsh_error_set(err, ENOMEM, "plan-fragment: out of memory");
+    for (int64_t i = 0; !rc && i < n_counts; i++, q += 8)
+      t.counts[i] = (int64_t)fsh_le_get64(q);
+    if (!rc) t.n_counts = (int32_t)n_counts;
+  }
   if (!rc && q != end)
-    rc = fsh_error_set(err, EINVAL, "plan-fragment: %td bytes after the last input", end - q);
+    rc = fsh_error_set(err, EINVAL, "plan-fragment: %td bytes after the end", end - q);
   if (!rc) rc = check_fragment_task(&t, err);
   if (rc) {
     fsh_fragment_task_reset(&t);
