@@ -475,6 +475,13 @@ int cmd_run(int argc, char **argv) {
   int rc = load_plan(path, (int32_t)parts, &p);
   if (rc) return rc;
   fsh_error err;
+  if (workers > 0 && (op_memory > 0 || merge == FSH_PLAN_MERGE_ON || threads > 1 || fs_dir)) {
+    fsh_plan_free(p);
+    return cli_fail(2, "run: --workers: --operator-memory, --pre-shuffle-merge on, --threads and "
+                       "--fs-dir apply to an in-process run only (on a cluster every task is "
+                       "one map output, run by a worker in memory; the fs backend's directory "
+                       "is the cluster's own)");
+  }
   if (workers > 0) {
     cluster_run cr = {.path = path, .backend = backend_name, .workers = (int)workers,
                       .memory_limit = memory_limit, .spill_dir = spill_dir,
