@@ -7,7 +7,7 @@ into_partitions exchange (a distributed sort, into_partitions) as a
 staging and a scatter stage each. A worker killed with SIGKILL mid-plan
 (a join + group-by, a distributed sort): the plan still ends verified and
 the job summary names the recomputed tasks. No worker process outlives
-the run."""
+the run, Ctrl-C included."""
 import json
 import os
 import signal
@@ -160,3 +160,27 @@ def test_kill_a_worker_mid_plan(tmp_path, which):
         assert "was on worker grpc://" in summary
     time.sleep(0.2)
     assert all(gone(x) for x in pids)
+
+
+def test_ctrl_c_stops_every_worker(tmp_path):
+    plan = tmp_path / "big.json"
+    plan.write_text(json.dumps(BIG))
+    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        for line in p.stdout:
+            if line.startswith("worker "):
+                pids.append(int(line.split()[-1]))
+            if line.startswith("progress: stage 1 "):
+                p.send_signal(signal.SIGINT)
+                break
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, p.stderr.read()
+    assert "SIGINT, stopping the cluster" in p.stderr.read()
+    assert len(pids) == 3
+    assert all(gone(x) for x in pids), "a worker outlived the run"
