@@ -150,6 +150,7 @@ typedef struct cli_local_options {
   bool log;                /* the driver's log on stderr */
   bool quiet;              /* the workers' stderr into log files (removed) */
   bool with_fs_dir;        /* the workers share base/fs as --fs-dir */
+  int64_t operator_memory; /* > 0: the workers' --operator-memory */
 } cli_local_options;
 
 /* Starts the cluster into *c (large: keep it static) and waits until every

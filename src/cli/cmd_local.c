@@ -70,9 +70,11 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static bool interrupted(void *c) { return cli_local_signal(c, 0); }
 
 /* Starts worker i (fork + exec of this executable; stdout a pipe). */
-static int start_worker(cli_local *c, int i, int64_t memory_limit, const char *auth_token,
-                        long long keepalive_ms) {
-  char limit[32], keepalive[32], log[4300];
+static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
+  int64_t memory_limit = lo->memory_limit;
+  const char *auth_token = lo->auth_token;
+  long long keepalive_ms = lo->keepalive_ms;
+  char limit[32], keepalive[32], log[4300], opmem[32];
   snprintf(c->spill[i], sizeof c->spill[i], "%s/w%d", c->base, i + 1);
   snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
   snprintf(keepalive, sizeof keepalive, "%lld", keepalive_ms);
@@ -83,6 +85,8 @@ static int start_worker(cli_local *c, int i, int64_t memory_limit, const char *a
   if (auth_token) args[n++] = "--auth-token", args[n++] = auth_token;
   if (keepalive_ms > 0) args[n++] = "--keepalive-ms", args[n++] = keepalive;
   if (c->fs_dir[0]) args[n++] = "--fs-dir", args[n++] = c->fs_dir;
+  snprintf(opmem, sizeof opmem, "%" PRId64, lo->operator_memory);
+  if (lo->operator_memory > 0) args[n++] = "--operator-memory", args[n++] = opmem;
   args[n] = NULL;
   sigset_t none;
   sigemptyset(&none);
@@ -203,7 +207,7 @@ int cli_local_start(const cli_local_options *o, cli_local *c) {
   int rc = fsh_sched_driver_start(&dopts, &c->driver, &err);
   if (rc != 0) rc = cli_fail(1, "local: driver: %s", err.message);
   for (int i = 0; rc == 0 && i < o->n_workers; i++)
-    rc = start_worker(c, i, o->memory_limit, o->auth_token, o->keepalive_ms);
+    rc = start_worker(c, i, o);
   if (rc == 0) rc = wait_registered(c);
   if (rc != 0) {
     if (rc == 130 || c->signal) {

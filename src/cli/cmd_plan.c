@@ -211,7 +211,7 @@ static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
 typedef struct cluster_run {
   const char *path, *backend, *spill_dir, *output;
   int workers;
-  int64_t memory_limit, heartbeat_timeout_ms;
+  int64_t memory_limit, heartbeat_timeout_ms, operator_memory;
   int32_t max_attempts;
   bool verify;
 } cluster_run;
@@ -311,7 +311,7 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
                           .memory_limit = r->memory_limit,
                           .heartbeat_timeout_ms = r->heartbeat_timeout_ms,
                           .log = getenv("FSH_DRIVER_LOG") != NULL, .quiet = true,
-                          .with_fs_dir = fs};
+                          .with_fs_dir = fs, .operator_memory = r->operator_memory};
   int rc = cli_local_start(&lo, &c);
   if (rc) {
     fsh_buffer_unref(plan);
@@ -389,9 +389,12 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
     for (int32_t i = 0; i < s.n_stages; i++) tasks += s.stages[i].tasks_total;
     res.exchanges = s.n_stages - 1;
     res.map_tasks = res.map_outputs = tasks;
-    char extra[160];
-    snprintf(extra, sizeof extra, " workers=%d stages=%d retried=%d recomputed=%d", c.n,
-             (int)s.n_stages, (int)s.n_retried, (int)s.n_recomputed);
+    char extra[200];
+    int len = snprintf(extra, sizeof extra, " workers=%d stages=%d retried=%d recomputed=%d",
+                       c.n, (int)s.n_stages, (int)s.n_retried, (int)s.n_recomputed);
+    if (r->operator_memory > 0 && len > 0 && (size_t)len < sizeof extra)
+      snprintf(extra + len, sizeof extra - (size_t)len, " operator_memory=%" PRId64,
+               r->operator_memory);
     status = print_summary(p, r->path, r->backend, &res, secs, 0, extra, r->verify, r->output);
   }
   fsh_plan_result_reset(&res);
@@ -475,18 +478,19 @@ int cmd_run(int argc, char **argv) {
   int rc = load_plan(path, (int32_t)parts, &p);
   if (rc) return rc;
   fsh_error err;
-  if (workers > 0 && (op_memory > 0 || merge == FSH_PLAN_MERGE_ON || threads > 1 || fs_dir)) {
+  if (workers > 0 && (merge == FSH_PLAN_MERGE_ON || threads > 1 || fs_dir || n_op_dirs)) {
     fsh_plan_free(p);
-    return cli_fail(2, "run: --workers: --operator-memory, --pre-shuffle-merge on, --threads and "
-                       "--fs-dir apply to an in-process run only (on a cluster every task is "
-                       "one map output, run by a worker in memory; the fs backend's directory "
-                       "is the cluster's own)");
+    return cli_fail(2, "run: --workers: --pre-shuffle-merge on, --threads, --fs-dir and "
+                       "--operator-spill-dir apply to an in-process run only (on a cluster every "
+                       "task is one map output; the fs backend's directory is the cluster's "
+                       "own; the workers' operators spill into their --spill-dir)");
   }
   if (workers > 0) {
     cluster_run cr = {.path = path, .backend = backend_name, .workers = (int)workers,
                       .memory_limit = memory_limit, .spill_dir = spill_dir,
                       .heartbeat_timeout_ms = hb_timeout_ms, .verify = verify,
-                      .output = output, .max_attempts = (int32_t)max_attempts};
+                      .output = output, .max_attempts = (int32_t)max_attempts,
+                      .operator_memory = op_memory};
     rc = run_on_cluster(p, &cr);
     fsh_plan_free(p);
     return rc;

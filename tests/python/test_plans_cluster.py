@@ -184,3 +184,18 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     assert "SIGINT, stopping the cluster" in p.stderr.read()
     assert len(pids) == 3
     assert all(gone(x) for x in pids), "a worker outlived the run"
+
+
+def test_operator_memory_reaches_the_workers():
+    plan = REPO / "examples" / "plans" / "join_group_by.json"
+    # within a small budget the operators spill on the workers and the
+    # result still verifies
+    r = run("run", plan, "--workers", 3, "--operator-memory", "256K", "--verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = result_line(r.stdout)
+    assert res["verified"] == "yes" and res["operator_memory"] == str(256 * 1024)
+    # a budget nothing fits in: the job fails naming the operator (so the
+    # budget is the workers' own, not ignored)
+    r = run("run", plan, "--workers", 2, "--operator-memory", "1", "--max-attempts", "1")
+    assert r.returncode == 1
+    assert "the job failed" in r.stderr and "over its budget" in r.stderr, r.stderr
