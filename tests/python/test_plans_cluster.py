@@ -110,7 +110,7 @@ BIG_SORT = {
     "name": "kill test: a distributed sort",
     "partitions": 6,
     "nodes": [
-        {"op": "scan", "generate": "keyed", "rows": 6000000, "batch_rows": 8192,
+        {"op": "scan", "generate": "keyed", "rows": 4000000, "batch_rows": 8192,
          "partitions": 12, "key_range": 1000000, "seed": 3},
         {"op": "sort", "keys": ["key", {"column": "id", "descending": True}]},
     ],
