@@ -7,7 +7,8 @@
  * the flight and the fs backends; afterwards every store is empty once
  * the result shuffle is released. A distributed sort and into_partitions
  * run as a staging and a scatter stage; malformed plan-fragment bodies sent to a worker are
- * answered INVALID_ARGUMENT (EINVAL) naming the problem. */
+ * answered INVALID_ARGUMENT (EINVAL) naming the problem; malformed
+ * plan-fragment JobPlans are refused at submit. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -276,11 +277,64 @@ static void malformed_bodies(void) {
   stop_cluster(&c);
 }
 
+/* Plan-fragment JobPlans the driver refuses at submit, naming the stage
+ * and what is wrong. */
+static void bad_job_plans(void) {
+  fsh_error err;
+  fsh_sched_driver *d = NULL;
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0"};
+  CHECK_OK(fsh_sched_driver_start(&o, &d, &err));
+  if (!d) return;
+  fsh_buffer *frag = fsh_buffer_copy("\x08\x01", 2); /* opaque to the driver */
+  int in0[1] = {0};
+  int32_t node[1] = {5};
+  struct {
+    fsh_sched_plan_stage st[2];
+    const char *want;
+  } cases[] = {
+      /* 3 tasks reading a 2-partition stage */
+      {{{.fragment = frag, .n_tasks = 2, .n_partitions = 2},
+        {.fragment = frag, .n_tasks = 3, .n_partitions = 1, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node, .result = true}},
+       "has 2 partitions"},
+      /* a scatter of a stage without the extra (samples) partition */
+      {{{.fragment = frag, .n_tasks = 2, .n_partitions = 2},
+        {.fragment = frag, .n_tasks = 2, .n_partitions = 4, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node, .result = true, .scatter = true}},
+       "scatters stage 1 of 2 partitions"},
+      /* reading the job's result */
+      {{{.fragment = frag, .n_tasks = 2, .n_partitions = 2, .result = true},
+        {.fragment = frag, .n_tasks = 2, .n_partitions = 2, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node}},
+       "is the job's result"},
+      /* no tasks */
+      {{{.fragment = frag, .n_tasks = 0, .n_partitions = 2},
+        {.fragment = frag, .n_tasks = 2, .n_partitions = 2, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node, .result = true}},
+       "0 tasks"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fsh_sched_plan_job pj = {.n_stages = 2, .stages = cases[i].st,
+                             .backend = FSH_TASK_BACKEND_FLIGHT};
+    fsh_buffer *plan = NULL;
+    CHECK_OK(fsh_sched_plan_job_plan(&pj, &plan, &err));
+    uint64_t id = 0;
+    int rc = plan ? fsh_sched_driver_submit(d, plan->data, plan->size, &id, &err) : -1;
+    CHECK_MSG(rc == EINVAL && strstr(err.message, "plan-fragment") &&
+                  strstr(err.message, cases[i].want),
+              "case %zu: %d %s", i, rc, err.message);
+    fsh_buffer_unref(plan);
+  }
+  fsh_buffer_unref(frag);
+  fsh_sched_driver_stop(d, 1000);
+}
+
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"plans_flight", plans_flight},
       {"plans_fs", plans_fs},
       {"malformed_bodies", malformed_bodies},
+      {"bad_job_plans", bad_job_plans},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }
