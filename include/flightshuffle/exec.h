@@ -942,10 +942,14 @@ typedef struct fsh_plan_task_run_options {
 /* Checks t as a worker would before running it (fragment and inputs). */
 FSH_NODISCARD int fsh_plan_task_check(const fsh_fragment_task *t, fsh_error *err);
 /* Runs t through b (reader and writer); o may be NULL. On error nothing is
- * kept (the writer is aborted). */
+ * kept (the writer is aborted). With reads: *reads (fsh_malloc'd) and
+ * *n_reads, what it read of each input exchange and of its side input
+ * (rows, row checksum, read to the end or not) -- the worker's answer
+ * carries them (fsh_fragment_answer_encode). */
 FSH_NODISCARD int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_task *t,
                                     const fsh_plan_task_run_options *o,
-                                    fsh_map_task_result *out, fsh_error *err);
+                                    fsh_map_task_result *out, fsh_fragment_read **reads,
+                                    int32_t *n_reads, fsh_error *err);
 /* The "plan-fragment" worker task kind (fsh_shuffle_worker_options
  * .task_kinds); o (borrowed, may be NULL) must outlive the worker. */
 fsh_worker_task_kind fsh_plan_task_kind(const fsh_plan_task_run_options *o);

@@ -487,7 +487,9 @@ FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
  * outputs of the partition this task reads (a reduce-verify task, not
  * incremental); the output: map output (map_id, attempt) of shuffle
  * shuffle_id, compressed as said, through `backend`. Answer: the
- * map-synthetic answer (row checksums: exec.h).
+ * map-synthetic answer (row checksums: exec.h) and what it read of each
+ * input (fsh_fragment_answer_encode), so that the driver checks every
+ * partition read against what was written there.
  * Body: "FSPT", u8 version 1, 3 zero bytes, u64 shuffle_id, i64 map_id,
  * i32 attempt, i32 task, i32 n_tasks, u8 compression, u8 backend, 2 zero
  * bytes, u32 n_inputs (0 .. 64), u32 fragment length F (1 .. 64 MiB), the
@@ -519,6 +521,28 @@ typedef struct fsh_fragment_task {
   int32_t n_counts;
   int64_t *counts;       /* owned when decoded */
 } fsh_fragment_task;
+
+/* What a plan-fragment task read of one input: node (the exchange's id;
+ * -1: the side input), the rows and their row checksum (exec.h), and
+ * whether it read the partition to its end (a limit may stop early: then
+ * nothing is to be compared). */
+typedef struct fsh_fragment_read {
+  int32_t node;
+  bool complete;
+  int64_t rows;
+  uint64_t checksum;
+} fsh_fragment_read;
+
+/* The plan-fragment answer: the map-synthetic answer of its output (r)
+ * followed by n_reads x (i32 node, u8 complete, 3 zero bytes, i64 rows,
+ * u64 checksum), u32 n_reads (0 .. 65) and "FSRD". Decode: *reads
+ * fsh_malloc'd (NULL when none). */
+FSH_NODISCARD int fsh_fragment_answer_encode(const fsh_map_task_result *r,
+                                             const fsh_fragment_read *reads, int32_t n_reads,
+                                             fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_fragment_answer_decode(const uint8_t *data, int64_t size,
+                                             fsh_map_task_result *r, fsh_fragment_read **reads,
+                                             int32_t *n_reads, fsh_error *err);
 
 void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */
 FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out,

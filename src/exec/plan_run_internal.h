@@ -36,6 +36,14 @@ typedef struct run_ctx {
     int64_t instances, files, bytes;
   } *node_spill;      /* [n_nodes] when op_memory > 0 */
   pthread_mutex_t mu; /* guards res's counters and node_spill */
+  /* a plan-fragment task (plan_task.c): what it read of each input
+   * exchange ([n_nodes]; NULL otherwise) */
+  struct plan_read {
+    int opens;
+    bool complete;
+    int64_t rows;
+    uint64_t checksum;
+  } *reads;
 } run_ctx;
 
 /* The backend that map output / reduce partition i goes through. */
@@ -50,6 +58,10 @@ int plan_name_fail(const plan_node *n, int rc, fsh_error *err);
 /* Opens partition `part` of node `node` as a stream into *out (an
  * exchange: runs it first if it has not run; its reduce partition). */
 int plan_open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
+/* Wraps *st (an input exchange's partition, node) so that c->reads[node]
+ * counts its rows and row checksum and whether it was read to its end;
+ * *st released on error. */
+int plan_count_reads(run_ctx *c, int node, fsh_batch_stream *st, fsh_error *err);
 /* Drains stream in into *held (*n_held non-empty batches, the caller's:
  * given also on error, to release). */
 int plan_drain(fsh_batch_stream *in, fsh_batch ***held, int64_t *n_held, fsh_error *err);

@@ -159,10 +159,57 @@ int fsh_plan_task_check(const fsh_fragment_task *t, fsh_error *err) {
   return 0;
 }
 
+/* ---- counting what a task reads ------------------------------------------------------ */
+
+typedef struct counted {
+  fsh_batch_stream in;
+  struct plan_read *r;
+} counted;
+
+static int counted_next(fsh_batch_stream *st, fsh_batch **out, fsh_error *err) {
+  counted *k = st->private_data;
+  FSH_RETURN_NOT_OK(k->in.get_next(&k->in, out, err));
+  if (!*out) {
+    k->r->complete = true;
+    return 0;
+  }
+  k->r->rows += (*out)->length;
+  int rc = plan_row_checksum(*out, &k->r->checksum, err);
+  if (rc) {
+    fsh_batch_unref(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+static void counted_release(fsh_batch_stream *st) {
+  counted *k = st->private_data;
+  k->in.release(&k->in);
+  fsh_free(k);
+  fsh_schema_unref(st->schema);
+  memset(st, 0, sizeof *st);
+}
+
+int plan_count_reads(run_ctx *c, int node, fsh_batch_stream *st, fsh_error *err) {
+  counted *k = fsh_calloc(1, sizeof *k);
+  if (!k) {
+    st->release(st);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  k->in = *st;
+  k->r = &c->reads[node];
+  k->r->opens++; /* read twice: the sums are no partition's (not compared) */
+  *st = (fsh_batch_stream){.schema = fsh_schema_ref(k->in.schema), .get_next = counted_next,
+                           .release = counted_release, .private_data = k};
+  return 0;
+}
+
 /* A range scatter's boundaries: from the samples every task staged (the
- * side input, read in map order), as plan_run_exchange computes them. */
+ * side input, read in map order), as plan_run_exchange computes them;
+ * *side: what was read. */
 static int scatter_bounds(fsh_shuffle_backend *b, const fsh_fragment_task *t, const prepared *q,
-                          const plan_node *x, plan_scatter *out, fsh_error *err) {
+                          const plan_node *x, plan_scatter *out, fsh_fragment_read *side,
+                          fsh_error *err) {
   fsh_shuffle_spec spec = {.shuffle_id = t->side.shuffle_id,
                            .n_partitions = t->side.n_partitions, .schema = x->schema};
   fsh_batch_stream st;
@@ -172,16 +219,22 @@ static int scatter_bounds(fsh_shuffle_backend *b, const fsh_fragment_task *t, co
   int64_t n = 0;
   int rc = plan_drain(&st, &samples, &n, err);
   st.release(&st);
+  *side = (fsh_fragment_read){.node = -1, .complete = rc == 0};
+  for (int64_t i = 0; rc == 0 && i < n; i++) {
+    side->rows += samples[i]->length;
+    rc = plan_row_checksum(samples[i], &side->checksum, err);
+  }
   if (!rc) rc = plan_range_bounds(x, samples, n, x->n_partitions, &out->bounds, err);
   for (int64_t i = 0; i < n; i++) fsh_batch_unref(samples[i]);
   fsh_free(samples);
   return rc ? fsh_error_prefix(err, rc, "reading the staged samples: ") : 0;
 }
 
-/* Runs the prepared task q of t through backend b. */
+/* Runs the prepared task q of t through backend b; *reads / *n_reads (may
+ * be NULL): what it read of each input exchange (and the side input). */
 static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prepared *q,
                         const fsh_plan_task_run_options *o, fsh_map_task_result *out,
-                        fsh_error *err) {
+                        fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
   int64_t t0 = now_nanos();
   const fsh_plan *p = q->plan;
   fsh_plan_result res = {0};
@@ -198,10 +251,12 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   fsh_map_task_result r = {0};
   int rc = 0;
   c.x = fsh_calloc((size_t)p->n_nodes, sizeof *c.x);
+  c.reads = fsh_calloc((size_t)p->n_nodes, sizeof *c.reads);
+  fsh_fragment_read side = {.node = -1};
   const plan_node *root = p->nodes[p->n_nodes - 1];
   int32_t R = q->staged ? t->n_tasks + 1 : q->output >= 0 ? root->n_partitions : t->n_tasks;
   r.row_checksums = fsh_calloc((size_t)R, sizeof *r.row_checksums);
-  if (!c.x || !r.row_checksums) rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (!c.x || !c.reads || !r.row_checksums) rc = fsh_error_set(err, ENOMEM, "out of memory");
   for (int i = 0; !rc && i < p->n_nodes; i++) {
     if (!q->sources[i]) continue;
     xstate *xs = &c.x[i];
@@ -215,7 +270,8 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R,
                            .schema = root->schema, .compression = t->compression};
   plan_scatter sc = {.counts = t->counts, .n_counts = t->n_counts};
-  if (!rc && q->scatter && root->xkind == PX_RANGE) rc = scatter_bounds(b, t, q, root, &sc, err);
+  if (!rc && q->scatter && root->xkind == PX_RANGE)
+    rc = scatter_bounds(b, t, q, root, &sc, &side, err);
   if (!rc && q->staged)
     rc = plan_staged_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
                           r.row_checksums, err);
@@ -226,11 +282,27 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
     rc = plan_result_task(&c, root->id, &spec, t->task, t->map_id, t->attempt, &r.output,
                           r.row_checksums, err);
   fsh_batch_unref(sc.bounds);
+  /* what it read: every input exchange, and the side input */
+  fsh_fragment_read *v = NULL;
+  int32_t nv = 0;
+  if (!rc && reads) {
+    v = fsh_calloc((size_t)p->n_nodes + 1, sizeof *v);
+    if (!v) rc = fsh_error_set(err, ENOMEM, "out of memory");
+    for (int i = 0; v && i < p->n_nodes; i++)
+      if (q->sources[i])
+        v[nv++] = (fsh_fragment_read){.node = q->ids[i],
+                                      .complete = c.reads[i].complete && c.reads[i].opens == 1,
+                                      .rows = c.reads[i].rows,
+                                      .checksum = c.reads[i].checksum};
+    if (v && q->scatter && root->xkind == PX_RANGE) v[nv++] = side;
+  }
+  fsh_free(c.reads);
   fsh_free(c.x);
   pthread_mutex_destroy(&c.mu);
   fsh_plan_result_reset(&res);
   if (rc) {
     fsh_map_task_result_reset(&r);
+    fsh_free(v);
     return fsh_error_prefix(err, rc, "plan-fragment task %d of %d (map %" PRId64 " attempt %d "
                             "of shuffle %" PRIu64 "): ", t->task, t->n_tasks, t->map_id,
                             t->attempt, t->shuffle_id);
@@ -239,16 +311,18 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   for (int32_t i = 0; i < R; i++) r.input_bytes += r.output.bytes ? r.output.bytes[i] : 0;
   r.nanos = now_nanos() - t0;
   *out = r;
+  if (reads) *reads = v, *n_reads = nv;
   return 0;
 }
 
 int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_task *t,
                       const fsh_plan_task_run_options *o, fsh_map_task_result *out,
-                      fsh_error *err) {
+                      fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
   memset(out, 0, sizeof *out);
+  if (reads) *reads = NULL, *n_reads = 0;
   prepared *q = NULL;
-    FSH_RETURN_NOT_OK(prepare(t, &q, err));
-  int rc = run_prepared(b, t, q, o, out, err);
+  FSH_RETURN_NOT_OK(prepare(t, &q, err));
+  int rc = run_prepared(b, t, q, o, out, reads, n_reads, err);
   prepared_free(q);
   return rc;
 }
@@ -290,9 +364,12 @@ static int kind_run(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer *
   kind_state *s = state;
   const fsh_plan_task_run_options *o = ctx;
   fsh_map_task_result r;
-  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, o, &r, err));
-  int rc = fsh_map_task_result_encode(&r, answer, err);
+  fsh_fragment_read *reads = NULL;
+  int32_t n = 0;
+  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, o, &r, &reads, &n, err));
+  int rc = fsh_fragment_answer_encode(&r, reads, n, answer, err);
   fsh_map_task_result_reset(&r);
+  fsh_free(reads);
   return rc;
 }
 

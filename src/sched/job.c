@@ -62,7 +62,10 @@ void fsh_job_free(sched_job *j) {
     fsh_free(st->part_rows);
     fsh_free(st->part_sums);
     fsh_free(st->counted);
-    for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) fsh_free(st->tasks[t].lost);
+    for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) {
+      fsh_free(st->tasks[t].lost);
+      fsh_free(st->tasks[t].reads);
+    }
     fsh_free(st->tasks);
   }
   fsh_free(j->stages);

@@ -31,6 +31,8 @@ typedef struct jtask {
   uint64_t checksum;            /* reduce */
   int64_t nanos;                /* the task's own time */
   int64_t input_bytes;          /* map */
+  fsh_fragment_read *reads;     /* KIND_PLAN: what the done attempt read (owned) */
+  int32_t n_reads;
 } jtask;
 
 typedef struct jstage {

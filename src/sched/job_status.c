@@ -70,6 +70,28 @@ static int result_parts(const sched_job *j, int x, fsh_sched_job_status *s, fsh_
   return 0;
 }
 
+/* Whether every read of the done tasks of plan stage st that went to the
+ * end of its partition found what its input's tasks wrote there (rows and
+ * row checksum; the side input of a scatter: the last partition). Reads
+ * stopped early (a limit) are not compared. mu held. */
+static bool plan_reads_verified(const sched_job *j, const jstage *st) {
+  for (int32_t t = 0; t < st->n_tasks; t++) {
+    const jtask *k = &st->tasks[t];
+    for (int32_t i = 0; k->state == T_DONE && i < k->n_reads; i++) {
+      const fsh_fragment_read *r = &k->reads[i];
+      int in = -1;
+      for (int x = 0; x < st->n_inputs && in < 0; x++)
+        if (r->node == st->input_nodes[x] || (r->node == -1 && st->scatter)) in = x;
+      if (in < 0) return false; /* a read of no input */
+      const jstage *src = &j->stages[st->inputs[in]];
+      int32_t p = r->node == -1 ? src->n_parts - 1 : part_read(src, t);
+      if (r->complete && (r->rows != src->part_rows[p] || r->checksum != src->part_sums[p]))
+        return false;
+    }
+  }
+  return true;
+}
+
 /* The status of j into *out; mu held. */
 static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_status *out,
                       fsh_error *err) {
@@ -104,7 +126,11 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
                    1000.0;
     /* verification of a consumer stage against its input stage: per
      * partition, the rows and row checksum read == those written */
-    if (!consumer(st) || st->kind == KIND_PLAN) continue; /* a plan's: the client's check */
+    if (consumer(st) && st->kind == KIND_PLAN) {
+      if (!plan_reads_verified(j, st)) s.verified = false;
+      continue;
+    }
+    if (!consumer(st)) continue;
     const jstage *in = &j->stages[st->input];
     if (with_partitions && st->kind == KIND_REDUCE && !s.partitions) {
       if (!(s.partitions = fsh_calloc((size_t)st->n_tasks, sizeof *s.partitions))) rc = ENOMEM;

@@ -1,5 +1,5 @@
-/* task_fragment.c -- the "plan-fragment" task body (contract and wire
- * format in shuffle.h, "plan-fragment tasks"): a stage's fragment (opaque
+/* task_fragment.c -- the "plan-fragment" task body and answer (contract
+ * and wire formats in shuffle.h, "plan-fragment"): a stage's fragment (opaque
  * here: exec builds and runs it), the task's place in its stage, the map
  * outputs of every exchange it reads (reduce-verify bodies) and where its
  * output goes. The shuffle layer only carries it: the driver (sched)
@@ -194,5 +194,68 @@ int fsh_fragment_task_decode(const uint8_t *p, int64_t size, fsh_fragment_task *
     return rc;
   }
   *out = t;
+  return 0;
+}
+
+#define FA_MAGIC "FSRD"
+#define FA_READ 24
+#define FA_MAX_READS 65
+
+int fsh_fragment_answer_encode(const fsh_map_task_result *r, const fsh_fragment_read *reads,
+                               int32_t n_reads, fsh_buffer **out, fsh_error *err) {
+  *out = NULL;
+  if (n_reads < 0 || n_reads > FA_MAX_READS || (n_reads && !reads))
+    return fsh_error_set(err, EINVAL, "plan-fragment answer: %d reads (0 .. %d)", n_reads,
+                         FA_MAX_READS);
+  fsh_buffer *head = NULL;
+  FSH_RETURN_NOT_OK(fsh_map_task_result_encode(r, &head, err));
+  fsh_buffer *b = fsh_buffer_new(head->size + FA_READ * n_reads + 8, true);
+  if (!b) {
+    fsh_buffer_unref(head);
+    return fsh_error_set(err, ENOMEM, "plan-fragment answer: out of memory");
+  }
+  memcpy(b->data, head->data, (size_t)head->size);
+  uint8_t *q = b->data + head->size;
+  fsh_buffer_unref(head);
+  for (int32_t i = 0; i < n_reads; i++, q += FA_READ) {
+    fsh_le_put32(q, (uint32_t)reads[i].node);
+    q[4] = reads[i].complete ? 1 : 0;
+    fsh_le_put64(q + 8, (uint64_t)reads[i].rows);
+    fsh_le_put64(q + 16, reads[i].checksum);
+  }
+  fsh_le_put32(q, (uint32_t)n_reads);
+  memcpy(q + 4, FA_MAGIC, 4);
+  *out = b;
+  return 0;
+}
+
+int fsh_fragment_answer_decode(const uint8_t *p, int64_t size, fsh_map_task_result *r,
+                               fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
+  *reads = NULL;
+  *n_reads = 0;
+  if (!p || size < 8 || memcmp(p + size - 4, FA_MAGIC, 4) != 0)
+    return fsh_error_set(err, EINVAL, "plan-fragment answer: no " FA_MAGIC " trailer (%" PRId64
+                         " bytes)", size);
+  int64_t n = fsh_le_get32(p + size - 8);
+  if (n > FA_MAX_READS || size - 8 < FA_READ * n)
+    return fsh_error_set(err, EINVAL, "plan-fragment answer: %" PRId64 " reads in %" PRId64
+                         " bytes", n, size);
+  const uint8_t *q = p + size - 8 - FA_READ * n;
+  for (int64_t i = 0; i < n; i++)
+    if (q[FA_READ * i + 4] > 1 || q[FA_READ * i + 5] || q[FA_READ * i + 6] || q[FA_READ * i + 7])
+      return fsh_error_set(err, EINVAL, "plan-fragment answer: read %" PRId64 " is malformed",
+                           i);
+  FSH_RETURN_NOT_OK(fsh_map_task_result_decode(p, q - p, r, err));
+  fsh_fragment_read *v = n ? fsh_calloc((size_t)n, sizeof *v) : NULL;
+  if (n && !v) {
+    fsh_map_task_result_reset(r);
+    return fsh_error_set(err, ENOMEM, "plan-fragment answer: out of memory");
+  }
+  for (int64_t i = 0; i < n; i++, q += FA_READ)
+    v[i] = (fsh_fragment_read){.node = (int32_t)fsh_le_get32(q), .complete = q[4] == 1,
+                               .rows = (int64_t)fsh_le_get64(q + 8),
+                               .checksum = fsh_le_get64(q + 16)};
+  *reads = v;
+  *n_reads = (int32_t)n;
   return 0;
 }

@@ -134,6 +134,9 @@ static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend
   fsh_sched_job_status s;
   CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c->d), NULL, id, false, &s, &err));
   CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s: %s", name, s.error ? s.error : "?");
+  /* the driver's check: every partition a task read to its end held what
+   * its input's tasks wrote there */
+  CHECK_MSG(s.verified, "%s: the driver's check of the reads failed", name);
   fsh_plan_job_stages js;
   CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
   CHECK_EQ_INT(s.n_stages, js.n); /* a staged exchange: two stages */

@@ -186,14 +186,16 @@ static void check_output(fsh_shuffle_backend *b, const fsh_plan *p, stage_out *s
 }
 
 /* Runs plan p as plan-fragment tasks over backend b (its job stages, in
- * order, every task after the stages it reads); *res: its result. */
+ * order, every task after the stages it reads); *res: its result;
+ * *n_checked: the reads (read to their end) compared with what was written. */
 static void run_tasks(const fsh_plan *p, fsh_shuffle_backend *b, fsh_task_backend kind,
-                      fsh_plan_result *res) {
+                      fsh_plan_result *res, int64_t *n_checked) {
   fsh_error err;
   fsh_plan_job_stages js;
   memset(res, 0, sizeof *res);
   CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
   int n = js.n;
+  int64_t checked_reads = 0;
   stage_out *outs = calloc((size_t)(n ? n : 1), sizeof *outs);
   for (int s = 0; s < n; s++) {
     const fsh_sched_plan_stage *st = &js.stages[s];
@@ -205,13 +207,36 @@ static void run_tasks(const fsh_plan *p, fsh_shuffle_backend *b, fsh_task_backen
     for (int32_t t = 0; t < st->n_tasks; t++) {
       fsh_fragment_task task;
       task_of(s, outs, t, 0, kind, &task);
-      int rc = fsh_plan_task_run(b, &task, NULL, &outs[s].r[t], &err);
+      fsh_fragment_read *reads = NULL;
+      int32_t n_reads = 0;
+      int rc = fsh_plan_task_run(b, &task, NULL, &outs[s].r[t], &reads, &n_reads, &err);
       CHECK_MSG(rc == 0, "stage %d task %d: %s", s, t, err.message);
       fsh_fragment_task_reset(&task);
+      /* what it read of an input, when read to its end, is what was
+       * written into the partition it reads */
+      CHECK(rc != 0 || n_reads == st->n_inputs + (st->scatter && reads[n_reads - 1].node == -1));
+      for (int32_t i = 0; rc == 0 && i < n_reads; i++) {
+        int k = 0;
+        while (k < st->n_inputs && reads[i].node != -1 && st->input_nodes[k] != reads[i].node) k++;
+        CHECK(k < st->n_inputs || reads[i].node == -1);
+        const stage_out *src = &outs[st->input_stages[reads[i].node == -1 ? 0 : k]];
+        int32_t part = reads[i].node == -1 ? src->st->n_partitions - 1
+                       : src->st->n_partitions == 1 ? 0 : t;
+        uint64_t sum = 0;
+        for (int32_t m = 0; m < src->st->n_tasks; m++) sum += src->r[m].row_checksums[part];
+        if (!reads[i].complete) continue;
+        checked_reads++;
+        CHECK_MSG(reads[i].rows == src->rows[part] && reads[i].checksum == sum,
+                  "stage %d task %d read %lld rows of input node %d partition %d, %lld written",
+                  s, t, (long long)reads[i].rows, reads[i].node, part,
+                  (long long)src->rows[part]);
+      }
+      fsh_free(reads);
       for (int32_t q = 0; rc == 0 && q < st->n_partitions; q++)
         outs[s].rows[q] += outs[s].r[t].output.rows[q];
     }
   }
+  *n_checked = checked_reads;
   /* the result: the last stage's output partitions, in order (its
    * exchange's when the plan ends in one) */
   stage_out *last = &outs[n - 1];
@@ -267,7 +292,11 @@ static void check_plan(const char *name, fsh_plan *p, fsh_shuffle_backend *b,
   fsh_plan_result ref, got;
   fsh_plan_run_options ro = {.reference = true};
   CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
-  run_tasks(p, b, kind, &got);
+  int64_t checked = 0;
+  run_tasks(p, b, kind, &got, &checked);
+  /* the tasks read their inputs to the end (but where a limit stops them) */
+  CHECK_MSG(fsh_plan_stage_count(p) == 1 || checked > 0 || strstr(name, "limit"),
+            "%s: no read compared", name);
   int rc = fsh_plan_result_compare(p, &got, &ref, &err);
   CHECK_MSG(rc == 0, "%s: %s", name, err.message);
   CHECK_MSG(got.rows == ref.rows, "%s: %lld rows, reference %lld", name, (long long)got.rows,

@@ -80,6 +80,9 @@ def test_example_on_three_workers(plan, backend):
         assert int(res["stages"]) == explain_stages(plan)
     assert int(res["rows"]) > 0
     assert "job 1: succeeded" in r.stdout
+    # the driver's own check: every partition a task read to its end held
+    # what its input's tasks wrote there
+    assert "\n  verified yes\n" in r.stdout
     pids = worker_pids(r.stdout)
     assert len(pids) == 3
     time.sleep(0.2)
