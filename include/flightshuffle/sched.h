@@ -165,7 +165,15 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *  - a stage's shuffle is released on every worker once its last consumer
  *    stage is complete;
  *  - at the end, every partition is verified: the rows and row checksums
- *    the maps wrote (fsh_task_row_checksums) against what the reduce read.
+ *    the maps wrote (fsh_task_row_checksums) against what the reduce read;
+ *    for "plan-fragment" stages (a plan's, exec.h), every partition a task
+ *    read to its end against what its input's tasks wrote there (a read a
+ *    limit stopped early is not compared);
+ *  - "plan-fragment" stages may read several stages (a join), a
+ *    1-partition input in every task (a broadcast side, a gather), and a
+ *    staged shuffle (a scatter: its partition, every task's sample and
+ *    every task's row count); the result stage's shuffle is kept after the
+ *    job for the caller (JobStatus.result_parts), who releases it.
  * Driver DoActions: "submit" (body JobPlan, answers SubmitReply),
  * "job-status" (body JobStatusRequest, answers JobStatus: progress while
  * running, the summary at the end), "task-done" and "map-outputs" (from
