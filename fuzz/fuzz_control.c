@@ -3,7 +3,8 @@
  * driver and workers). The first input byte picks the decoder, the rest is
  * the message: ShuffleSources (the driver's incremental-metadata answer),
  * WorkerList, the map / reduce task bodies and answers, and the worker's
- * PutResult. Errors are expected; crashes, leaks and out-of-bounds reads
+ * PutResult; a first byte 0xfe: a plan-fragment task body, 0xfd: its
+ * answer. Errors are expected; crashes, leaks and out-of-bounds reads
  * are bugs. A decoded value is used the way a caller would (walked). */
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
@@ -26,6 +27,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *msg = data + 1;
   int64_t n = (int64_t)size - 1;
   fsh_error err;
+  if (data[0] == 0xfe) { /* outside the % 7 cases: no older seed starts with it */
+    fsh_fragment_task t;
+    if (fsh_fragment_task_decode(msg, n, &t, &err) == 0) fsh_fragment_task_reset(&t);
+    return 0;
+  }
+  if (data[0] == 0xfd) { /* likewise: a plan-fragment answer */
+    fsh_map_task_result r = {0};
+    fsh_fragment_read *reads = NULL;
+    int32_t n_reads = 0;
+    if (fsh_fragment_answer_decode(msg, n, &r, &reads, &n_reads, &err) == 0) {
+      fsh_map_task_result_reset(&r);
+      fsh_free(reads);
+    }
+    return 0;
+  }
   switch (data[0] % 7) {
     case 0: {
       fsh_shuffle_sources s = {0};

@@ -17,6 +17,7 @@
 
 #include <flightshuffle/kernels.h>
 #include <flightshuffle/shuffle.h>
+#include <flightshuffle/sched.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -908,6 +909,27 @@ FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_resu
 int fsh_plan_stage_count(const fsh_plan *p);
 FSH_NODISCARD int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out,
                                         fsh_error *err);
+/* What a driver needs of stage `stage` to launch its tasks: how many
+ * (the partitions it runs in), the exchange it writes (node id, or -1 for
+ * the result stage) and that exchange's partitions (the result: n_tasks),
+ * and for every exchange it reads, its node id, its partitions and the
+ * stage writing it. EINVAL for a stage out of range. */
+#define FSH_PLAN_STAGE_MAX_INPUTS 64
+typedef struct fsh_plan_stage_info {
+  int32_t n_tasks;
+  int32_t output_node;
+  int32_t output_partitions;
+  int n_inputs;
+  int32_t input_nodes[FSH_PLAN_STAGE_MAX_INPUTS];
+  int32_t input_partitions[FSH_PLAN_STAGE_MAX_INPUTS];
+  int input_stages[FSH_PLAN_STAGE_MAX_INPUTS];
+} fsh_plan_stage_info;
+FSH_NODISCARD int fsh_plan_stage_info_get(const fsh_plan *p, int stage, fsh_plan_stage_info *out,
+                                          fsh_error *err);
+/* 0 when every stage can run as plan-fragment tasks (fsh_plan_job_stages_get);
+ * ENOTSUP naming the operator otherwise (none is left: range and
+ * into_partitions exchanges run staged, then scattered). */
+FSH_NODISCARD int fsh_plan_check_distributed(const fsh_plan *p, fsh_error *err);
 typedef struct fsh_plan_fragment fsh_plan_fragment;
 FSH_NODISCARD int fsh_plan_fragment_decode(const uint8_t *data, int64_t size,
                                            fsh_plan_fragment **out, fsh_error *err);
@@ -915,6 +937,88 @@ FSH_NODISCARD int fsh_plan_fragment_encode(const fsh_plan_fragment *f, fsh_buffe
                                            fsh_error *err);
 int fsh_plan_fragment_operators(const fsh_plan_fragment *f);
 void fsh_plan_fragment_free(fsh_plan_fragment *f); /* NULL accepted */
+
+/* ---- plan-fragment tasks ----------------------------------------------------
+ * One task of a stage run on a worker ("plan-fragment", a worker task
+ * kind, shuffle.h): the stage's fragment, this task's index among the
+ * stage's n_tasks (the partitions its operators run in), for every
+ * exchange the fragment reads the map outputs of the partition it reads
+ * (a reduce-verify body's sources: partition `task`, or 0 of a
+ * 1-partition exchange such as a broadcast build side), and its output:
+ * map output (map_id, attempt) of shuffle shuffle_id -- partitioned as the
+ * fragment's output exchange says, or, for the result stage, every row
+ * into partition `task` of a result shuffle of n_tasks partitions.
+ * Operators run as in fsh_plan_run (one partition). The answer is a map
+ * task's (fsh_map_task_result): the output's metadata and per partition
+ * the order-independent row checksum of the rows written (per row
+ * fsh_hash_columns over every column, seed 0; summed mod 2^64), so that a
+ * reader can check each partition. Range and into_partitions output
+ * exchanges are ENOTSUP (they need every map's rows first).
+ *
+ * The body and its codec are the shuffle layer's (fsh_fragment_task,
+ * shuffle.h: the driver builds it without exec). */
+
+/* Bounded memory of the operators a worker's plan-fragment tasks run (as
+ * fsh_plan_run_options.operator_memory; 0: unbounded). */
+typedef struct fsh_plan_task_run_options {
+  int64_t operator_memory;
+  const char *const *spill_dirs;
+  int n_spill_dirs;
+} fsh_plan_task_run_options;
+
+/* Checks t as a worker would before running it (fragment and inputs). */
+FSH_NODISCARD int fsh_plan_task_check(const fsh_fragment_task *t, fsh_error *err);
+/* Runs t through b (reader and writer); o may be NULL. On error nothing is
+ * kept (the writer is aborted). With reads: *reads (fsh_malloc'd) and
+ * *n_reads, what it read of each input exchange and of its side input
+ * (rows, row checksum, read to the end or not) -- the worker's answer
+ * carries them (fsh_fragment_answer_encode). */
+FSH_NODISCARD int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_task *t,
+                                    const fsh_plan_task_run_options *o,
+                                    fsh_map_task_result *out, fsh_fragment_read **reads,
+                                    int32_t *n_reads, fsh_error *err);
+/* The "plan-fragment" worker task kind (fsh_shuffle_worker_options
+ * .task_kinds); o (borrowed, may be NULL) must outlive the worker. */
+fsh_worker_task_kind fsh_plan_task_kind(const fsh_plan_task_run_options *o);
+
+/* A plan as a driver's job (sched.h): every stage a "plan-fragment" stage,
+ * the last one writing the job's result shuffle. */
+typedef struct fsh_plan_job_options {
+  const char *name;
+  fsh_task_backend backend;     /* fs or flight */
+  fsh_compression compression;  /* of every shuffle */
+  int32_t max_attempts;         /* 0 = 4 */
+  int32_t slots_per_worker;     /* 0 = 2 */
+} fsh_plan_job_options;
+/* The job stages of p, in order (fragments owned): a plan stage writing a
+ * range or into_partitions exchange -- which needs every map's rows
+ * before any is written -- is two, a staging stage (task i writes its rows
+ * into partition i of a shuffle of tasks + 1 partitions and, for a range,
+ * its sample into the last one) and a scatter stage (task i reads
+ * partition i, the samples and every task's row count, and writes the
+ * exchange as plan_run would: boundaries from the same samples, the same
+ * global row offsets); every other stage is one. */
+typedef struct fsh_plan_job_stages {
+  int n;
+  fsh_sched_plan_stage *stages;
+  int *inputs;     /* the stages' input_stages arrays */
+  int32_t *nodes;  /* the stages' input_nodes arrays */
+} fsh_plan_job_stages;
+FSH_NODISCARD int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out,
+                                          fsh_error *err);
+void fsh_plan_job_stages_free(fsh_plan_job_stages *js);
+/* The packed JobPlan of p (its job stages). */
+FSH_NODISCARD int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o,
+                                    fsh_buffer **out, fsh_error *err);
+/* Reads the result of a succeeded job of p (its status s: s->result) through
+ * b (a flight backend reaching the workers, or the fs backend of the
+ * shared directory) into *out, like fsh_plan_run's: partition after
+ * partition, each checked against the rows and row checksum its tasks
+ * wrote (EIO naming the partition). The caller releases the result
+ * shuffle (s->result[0].shuffle_id) afterwards. */
+FSH_NODISCARD int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s,
+                                      fsh_shuffle_backend *b, fsh_plan_result *out,
+                                      fsh_error *err);
 
 
 #ifdef __cplusplus

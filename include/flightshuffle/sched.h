@@ -165,7 +165,15 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *  - a stage's shuffle is released on every worker once its last consumer
  *    stage is complete;
  *  - at the end, every partition is verified: the rows and row checksums
- *    the maps wrote (fsh_task_row_checksums) against what the reduce read.
+ *    the maps wrote (fsh_task_row_checksums) against what the reduce read;
+ *    for "plan-fragment" stages (a plan's, exec.h), every partition a task
+ *    read to its end against what its input's tasks wrote there (a read a
+ *    limit stopped early is not compared);
+ *  - "plan-fragment" stages may read several stages (a join), a
+ *    1-partition input in every task (a broadcast side, a gather), and a
+ *    staged shuffle (a scatter: its partition, every task's sample and
+ *    every task's row count); the result stage's shuffle is kept after the
+ *    job for the caller (JobStatus.result_parts), who releases it.
  * Driver DoActions: "submit" (body JobPlan, answers SubmitReply),
  * "job-status" (body JobStatusRequest, answers JobStatus: progress while
  * running, the summary at the end), "task-done" and "map-outputs" (from
@@ -206,6 +214,39 @@ typedef struct fsh_sched_shuffle_job {
 /* The packed JobPlan of j (a new buffer in *plan). */
 FSH_NODISCARD int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *j, fsh_buffer **plan,
                                              fsh_error *err);
+
+/* A job of "plan-fragment" stages (a plan cut at its exchanges, exec.h):
+ * stage i (id i + 1) runs n_tasks tasks of `fragment`, reading for each
+ * k < n_inputs the shuffle of the earlier stage input_stages[k] (an index)
+ * as the fragment's exchange node input_nodes[k], and writes a shuffle of
+ * n_partitions partitions; the stage with result writes the job's result
+ * (kept for the caller: JobStatus.result). */
+typedef struct fsh_sched_plan_stage {
+  const fsh_buffer *fragment; /* borrowed */
+  int32_t n_tasks, n_partitions;
+  int n_inputs;
+  const int *input_stages;
+  const int32_t *input_nodes;
+  bool result;
+  /* scatters what its one input stage staged (n_tasks + 1 partitions):
+   * task i reads partition i, the last one as its side input, and the
+   * rows of every staged partition as its counts (Sched.proto) */
+  bool scatter;
+} fsh_sched_plan_stage;
+
+typedef struct fsh_sched_plan_job {
+  const char *name;
+  int n_stages;
+  const fsh_sched_plan_stage *stages;
+  fsh_compression compression;
+  fsh_task_backend backend; /* fs or flight */
+  int32_t max_attempts;     /* 0 = 4 */
+  int32_t slots_per_worker; /* 0 = 2 */
+} fsh_sched_plan_job;
+
+/* The packed JobPlan of a plan job (a new buffer in *plan). */
+FSH_NODISCARD int fsh_sched_plan_job_plan(const fsh_sched_plan_job *j, fsh_buffer **plan,
+                                          fsh_error *err);
 
 /* Submits a packed JobPlan; *job_id names it. EINVAL naming what is wrong
  * with the plan (unknown task type, malformed task body, bad inputs). */
@@ -249,6 +290,15 @@ typedef struct fsh_sched_job_status {
   fsh_sched_partition_check *partitions;
   /* seconds since the job started; < 0: not yet */
   double first_map_output_s, first_reduce_start_s, last_map_output_s;
+  /* a job with a result stage ("plan-fragment", result), once succeeded:
+   * per partition of its result shuffle the map outputs to read (a
+   * reduce-verify task, owned, sizes unknown) and the rows and row checksum
+   * the tasks wrote there; the caller reads them, then releases the
+   * shuffle (result[0].shuffle_id) on every worker */
+  int32_t n_result;
+  fsh_reduce_task *result;
+  int64_t *result_rows;
+  uint64_t *result_checksums;
 } fsh_sched_job_status;
 
 void fsh_sched_job_status_reset(fsh_sched_job_status *s);

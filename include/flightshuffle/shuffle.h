@@ -262,6 +262,31 @@ struct fsh_reduce_task;
 typedef int (*fsh_worker_more_sources_fn)(void *ctx, const uint8_t *tag, int64_t tag_size,
                                           uint64_t *version, struct fsh_reduce_task *more,
                                           bool *complete, fsh_error *err);
+/* The backend a task runs through (tasks below). */
+typedef enum fsh_task_backend {
+  FSH_TASK_BACKEND_MEMORY = 0, /* in-process only */
+  FSH_TASK_BACKEND_FS = 1,     /* the worker's --fs-dir */
+  FSH_TASK_BACKEND_FLIGHT = 2  /* the worker's store + DoGet from peers */
+} fsh_task_backend;
+
+/* A task kind a worker runs besides its own (the synthetic ones): a layer
+ * above the shuffle registers it (e.g. exec's "plan-fragment"), and the
+ * "task" envelope and the DoAction of that name accept it. decode runs on
+ * the Flight call's thread (must not block): checks body[0, size), sets
+ * *state (the decoded task, released by free_state) and *backend (the
+ * worker backend the task writes and reads through); EINVAL naming what
+ * is wrong becomes INVALID_ARGUMENT at once. run runs on the task's own
+ * thread with that backend and sets *answer (a new reference). */
+typedef struct fsh_worker_task_kind {
+  const char *name; /* 1 .. 64 bytes */
+  int (*decode)(void *ctx, const uint8_t *body, int64_t size, void **state,
+                fsh_task_backend *backend, fsh_error *err);
+  int (*run)(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer **answer,
+             fsh_error *err);
+  void (*free_state)(void *state);
+  void *ctx;
+} fsh_worker_task_kind;
+
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
   const char *const *spill_dirs;
@@ -275,6 +300,8 @@ typedef struct fsh_shuffle_worker_options {
   void *on_task_done_ctx;
   fsh_worker_more_sources_fn on_more_sources; /* NULL: incremental reduces are refused */
   void *on_more_sources_ctx;
+  const fsh_worker_task_kind *task_kinds; /* [n_task_kinds], copied at start */
+  int n_task_kinds;
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
@@ -328,11 +355,7 @@ FSH_NODISCARD int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts,
  * the reduce-side checksum, and the rows likewise. The same functions run
  * in-process (memory backend) and on workers (DoAction, formats below). */
 
-typedef enum fsh_task_backend {
-  FSH_TASK_BACKEND_MEMORY = 0, /* in-process only */
-  FSH_TASK_BACKEND_FS = 1,     /* the worker's --fs-dir */
-  FSH_TASK_BACKEND_FLIGHT = 2  /* the worker's store + DoGet from peers */
-} fsh_task_backend;
+/* fsh_task_backend: see the worker section above. */
 
 const char *fsh_task_backend_name(fsh_task_backend b);
 /* "memory", "fs", "flight"; EINVAL otherwise. */
@@ -417,6 +440,13 @@ typedef struct fsh_reduce_task_result {
 FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                                       fsh_reduce_task_result *out, fsh_error *err);
 
+/* t's sources as the map outputs a reader of partition t->partition takes
+ * (only [t->partition] of their per-partition arrays is meaningful;
+ * locations borrowed from t): one fsh_malloc'd block (*out), released
+ * with fsh_free. EINVAL for a malformed task. */
+FSH_NODISCARD int fsh_reduce_task_map_outputs(const fsh_reduce_task *t, fsh_map_output **out,
+                                              fsh_error *err);
+
 /* Reads partition t->partition of every source through b's reader and
  * calls fn(ctx, batch) for each batch (borrowed) until fn fails. */
 FSH_NODISCARD int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
@@ -449,6 +479,76 @@ FSH_NODISCARD int fsh_reduce_map_task_encode(const fsh_reduce_map_task *t, fsh_b
                                              fsh_error *err);
 FSH_NODISCARD int fsh_reduce_map_task_decode(const uint8_t *data, int64_t size,
                                              fsh_reduce_map_task *out, fsh_error *err);
+
+/* "plan-fragment": one task of a plan's stage (exec.h runs it; here only
+ * its body). fragment: the stage's StageFragment bytes (proto/Plan.proto),
+ * opaque to this layer; task of n_tasks: its partition in the stage;
+ * inputs: for every exchange the fragment reads, its node id and the map
+ * outputs of the partition this task reads (a reduce-verify task, not
+ * incremental); the output: map output (map_id, attempt) of shuffle
+ * shuffle_id, compressed as said, through `backend`. Answer: the
+ * map-synthetic answer (row checksums: exec.h) and what it read of each
+ * input (fsh_fragment_answer_encode), so that the driver checks every
+ * partition read against what was written there.
+ * Body: "FSPT", u8 version 1, 3 zero bytes, u64 shuffle_id, i64 map_id,
+ * i32 attempt, i32 task, i32 n_tasks, u8 compression, u8 backend, 2 zero
+ * bytes, u32 n_inputs (0 .. 64), u32 fragment length F (1 .. 64 MiB), the
+ * fragment (F bytes, zero-padded to a multiple of 8), then n_inputs x (i32
+ * exchange node id, u32 length L, a reduce-verify body of L bytes
+ * zero-padded to a multiple of 8), then u32 flags (bit 0: a side input),
+ * u32 n_counts, the side input when flagged (u32 length L, u32 0, a
+ * reduce-verify body zero-padded to a multiple of 8) and n_counts x i64.
+ * The side input and the counts serve a stage that scatters what an
+ * earlier stage staged (exec.h: range and into_partitions exchanges): the
+ * samples every task staged, the rows every task staged. */
+typedef struct fsh_fragment_task_input {
+  int32_t node;         /* the exchange's node id (Plan.proto Operator.id) */
+  fsh_reduce_task read; /* its map outputs; owned when decoded */
+} fsh_fragment_task_input;
+
+typedef struct fsh_fragment_task {
+  fsh_buffer *fragment; /* one reference (owned when decoded) */
+  int32_t task, n_tasks;
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  fsh_compression compression;
+  fsh_task_backend backend;
+  int32_t n_inputs;
+  fsh_fragment_task_input *inputs;
+  bool has_side;
+  fsh_reduce_task side;  /* owned when decoded */
+  int32_t n_counts;
+  int64_t *counts;       /* owned when decoded */
+} fsh_fragment_task;
+
+/* What a plan-fragment task read of one input: node (the exchange's id;
+ * -1: the side input), the rows and their row checksum (exec.h), and
+ * whether it read the partition to its end (a limit may stop early: then
+ * nothing is to be compared). */
+typedef struct fsh_fragment_read {
+  int32_t node;
+  bool complete;
+  int64_t rows;
+  uint64_t checksum;
+} fsh_fragment_read;
+
+/* The plan-fragment answer: the map-synthetic answer of its output (r)
+ * followed by n_reads x (i32 node, u8 complete, 3 zero bytes, i64 rows,
+ * u64 checksum), u32 n_reads (0 .. 65) and "FSRD". Decode: *reads
+ * fsh_malloc'd (NULL when none). */
+FSH_NODISCARD int fsh_fragment_answer_encode(const fsh_map_task_result *r,
+                                             const fsh_fragment_read *reads, int32_t n_reads,
+                                             fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_fragment_answer_decode(const uint8_t *data, int64_t size,
+                                             fsh_map_task_result *r, fsh_fragment_read **reads,
+                                             int32_t *n_reads, fsh_error *err);
+
+void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */
+FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out,
+                                           fsh_error *err);
+FSH_NODISCARD int fsh_fragment_task_decode(const uint8_t *data, int64_t size,
+                                           fsh_fragment_task *out, fsh_error *err);
 
 /* Wire formats (all integers little-endian; every decoder checks every
  * length and value and answers EINVAL naming what is wrong):

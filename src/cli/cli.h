@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <flightshuffle/ipc.h>
+#include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
 
 /* A whole table in memory: the schema and its batches (references held). */
@@ -116,6 +117,55 @@ bool cli_child_reap(cli_child *c);
  * (may be NULL) right after, in order. */
 void cli_children_stop(cli_child *c, int n, double grace_s,
                        void (*ended)(const cli_child *c, int i, void *arg), void *arg);
+
+/* ---- a local cluster (cmd_local.c) --------------------------------------- */
+
+/* A driver in this process and n worker processes (`flightshuffle worker
+ * --driver URI`, this executable) on 127.0.0.1: what `local` runs, and
+ * `run PLAN --workers N`. SIGINT and SIGTERM are blocked in every thread
+ * (cli_local_start blocks them: call it before any thread exists) and
+ * taken with cli_local_signal. */
+#define LOCAL_MAX_WORKERS 64
+
+typedef struct cli_local {
+  int n;
+  cli_child proc[LOCAL_MAX_WORKERS]; /* the workers */
+  char spill[LOCAL_MAX_WORKERS][4200];
+  char base[4096]; /* parent of the spill directories */
+  char fs_dir[4200]; /* the workers' shared --fs-dir (base/fs), or "" */
+  bool base_is_temp;
+  bool quiet;      /* the workers' stderr to <spill>.log, removed at the end */
+  fsh_sched_driver *driver;
+  sigset_t sigs; /* SIGINT, SIGTERM: blocked, taken with sigtimedwait */
+  int signal;    /* the one received, or 0 */
+} cli_local;
+
+typedef struct cli_local_options {
+  int n_workers;
+  const char *spill_dir;   /* worker i spills into DIR/w<i>; NULL: a temp directory */
+  int64_t memory_limit;
+  const char *auth_token;
+  long long keepalive_ms;  /* 0: default */
+  int64_t heartbeat_timeout_ms; /* 0: the driver's default */
+  bool log;                /* the driver's log on stderr */
+  bool quiet;              /* the workers' stderr into log files (removed) */
+  bool with_fs_dir;        /* the workers share base/fs as --fs-dir */
+  int64_t operator_memory; /* > 0: the workers' --operator-memory */
+} cli_local_options;
+
+/* Starts the cluster into *c (large: keep it static) and waits until every
+ * worker registered (30 s). 0; else the cluster is stopped already and the
+ * status returned (130: interrupted). */
+int cli_local_start(const cli_local_options *o, cli_local *c);
+/* Stops every worker (SIGTERM, SIGKILL after 10 s), the driver; removes
+ * the spill directories (and the fs directory). Safe on a partly started
+ * cluster. */
+void cli_local_stop(cli_local *c);
+/* Takes a pending SIGINT/SIGTERM, waiting up to ms; true if one came (then
+ * and later: c->signal). */
+bool cli_local_signal(cli_local *c, int ms);
+/* Reaps the workers that ended on their own, reporting them on stderr. */
+void cli_local_reap(cli_local *c);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

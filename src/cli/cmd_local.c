@@ -33,19 +33,6 @@
 
 #include <flightshuffle/sched.h>
 
-#define LOCAL_MAX_WORKERS 64
-
-typedef struct local_cluster {
-  int n;
-  cli_child proc[LOCAL_MAX_WORKERS]; /* the workers */
-  char spill[LOCAL_MAX_WORKERS][4200];
-  char base[4096]; /* parent of the spill directories */
-  bool base_is_temp;
-  fsh_sched_driver *driver;
-  sigset_t sigs; /* SIGINT, SIGTERM: blocked, taken with sigtimedwait */
-  int signal;    /* the one received, or 0 */
-} local_cluster;
-
 static int local_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle local --workers N [--spill-dir DIR] [--memory-limit BYTES]\n"
@@ -66,7 +53,7 @@ static double now_sec(void) {
 }
 
 /* Takes a pending SIGINT/SIGTERM, waiting up to ms; true if one came. */
-static bool take_signal(local_cluster *c, int ms) {
+bool cli_local_signal(cli_local *c, int ms) {
   if (c->signal) return true;
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
   int s = sigtimedwait(&c->sigs, NULL, &ts);
@@ -80,12 +67,14 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
   return 0;
 }
 
-static bool interrupted(void *c) { return take_signal(c, 0); }
+static bool interrupted(void *c) { return cli_local_signal(c, 0); }
 
 /* Starts worker i (fork + exec of this executable; stdout a pipe). */
-static int start_worker(local_cluster *c, int i, int64_t memory_limit, const char *auth_token,
-                        long long keepalive_ms) {
-  char limit[32], keepalive[32];
+static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
+  int64_t memory_limit = lo->memory_limit;
+  const char *auth_token = lo->auth_token;
+  long long keepalive_ms = lo->keepalive_ms;
+  char limit[32], keepalive[32], log[4300], opmem[32];
   snprintf(c->spill[i], sizeof c->spill[i], "%s/w%d", c->base, i + 1);
   snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
   snprintf(keepalive, sizeof keepalive, "%lld", keepalive_ms);
@@ -95,11 +84,16 @@ static int start_worker(local_cluster *c, int i, int64_t memory_limit, const cha
   int n = 10;
   if (auth_token) args[n++] = "--auth-token", args[n++] = auth_token;
   if (keepalive_ms > 0) args[n++] = "--keepalive-ms", args[n++] = keepalive;
+  if (c->fs_dir[0]) args[n++] = "--fs-dir", args[n++] = c->fs_dir;
+  snprintf(opmem, sizeof opmem, "%" PRId64, lo->operator_memory);
+  if (lo->operator_memory > 0) args[n++] = "--operator-memory", args[n++] = opmem;
   args[n] = NULL;
   sigset_t none;
   sigemptyset(&none);
+  snprintf(log, sizeof log, "%s.log", c->spill[i]);
   cli_child_options o = {.who = "local", .child_mask = &none, .timeout_s = 30,
-                         .interrupted = interrupted, .arg = c};
+                         .interrupted = interrupted, .arg = c,
+                         .stderr_log = c->quiet ? log : NULL};
   int rc = cli_child_start(args, &o, &c->proc[i]);
   if (c->proc[i].pid > 0) c->n = i + 1;
   if (rc == CLI_CHILD_NO_URI) {
@@ -117,7 +111,7 @@ static void report_end(const cli_child *w, int i) {
           WIFEXITED(w->status) ? WEXITSTATUS(w->status) : WTERMSIG(w->status));
 }
 
-static void reap_exited(local_cluster *c) {
+void cli_local_reap(cli_local *c) {
   for (int i = 0; i < c->n; i++)
     if (cli_child_reap(&c->proc[i])) report_end(&c->proc[i], i);
 }
@@ -135,16 +129,22 @@ static void stopped(const cli_child *w, int i, void *arg) {
 /* Stops every worker (SIGTERM, then SIGKILL after 10 s) and reaps it, then
  * the driver; removes the spill directories. Safe on a partly started
  * cluster. */
-static void cluster_stop(local_cluster *c) {
+void cli_local_stop(cli_local *c) {
   cli_children_stop(c->proc, c->n, 10, stopped, NULL);
   fsh_sched_driver_stop(c->driver, 2000);
   c->driver = NULL;
-  for (int i = 0; i < c->n; i++) nftw(c->spill[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  for (int i = 0; i < c->n; i++) {
+    char log[4300];
+    snprintf(log, sizeof log, "%s.log", c->spill[i]);
+    nftw(c->spill[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (c->quiet) remove(log);
+  }
+  if (c->fs_dir[0]) nftw(c->fs_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (c->base_is_temp) nftw(c->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Waits (up to 30 s) until every worker is registered and alive. */
-static int wait_registered(local_cluster *c) {
+static int wait_registered(cli_local *c) {
   double deadline = now_sec() + 30;
   for (;;) {
     fsh_error err;
@@ -161,12 +161,62 @@ static int wait_registered(local_cluster *c) {
         }
     fsh_sched_worker_list_reset(&l);
     if (ok == c->n) return 0;
-    reap_exited(c);
-    if (take_signal(c, 20)) return 130;
+    cli_local_reap(c);
+    if (cli_local_signal(c, 20)) return 130;
     if (now_sec() > deadline)
       return cli_fail(1, "local: only %d of %d workers registered with the driver in 30 s", ok,
                       c->n);
   }
+}
+
+int cli_local_start(const cli_local_options *o, cli_local *c) {
+  memset(c, 0, sizeof *c);
+  c->quiet = o->quiet;
+  sigemptyset(&c->sigs);
+  sigaddset(&c->sigs, SIGINT);
+  sigaddset(&c->sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &c->sigs, NULL); /* before any thread exists */
+  signal(SIGPIPE, SIG_IGN);
+  if (o->n_workers < 1 || o->n_workers > LOCAL_MAX_WORKERS)
+    return cli_fail(2, "local: %d workers (1 .. %d)", o->n_workers, LOCAL_MAX_WORKERS);
+
+  if (o->spill_dir) {
+    if (mkdir(o->spill_dir, 0755) != 0 && errno != EEXIST)
+      return cli_fail(1, "local: --spill-dir %s: %s", o->spill_dir, strerror(errno));
+    snprintf(c->base, sizeof c->base, "%s", o->spill_dir);
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(c->base, sizeof c->base, "%s/fsh-local-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(c->base)) return cli_fail(1, "local: mkdtemp %s: %s", c->base, strerror(errno));
+    c->base_is_temp = true;
+  }
+  if (o->with_fs_dir) {
+    snprintf(c->fs_dir, sizeof c->fs_dir, "%s/fs", c->base);
+    if (mkdir(c->fs_dir, 0755) != 0 && errno != EEXIST) {
+      int e = errno;
+      c->fs_dir[0] = '\0';
+      cli_local_stop(c);
+      return cli_fail(1, "local: mkdir %s/fs: %s", c->base, strerror(e));
+    }
+  }
+
+  fsh_error err;
+  fsh_sched_driver_options dopts = {.listen = "127.0.0.1:0",
+                                    .heartbeat_timeout_ms = o->heartbeat_timeout_ms,
+                                    .auth_token = o->auth_token, .log = o->log};
+  int rc = fsh_sched_driver_start(&dopts, &c->driver, &err);
+  if (rc != 0) rc = cli_fail(1, "local: driver: %s", err.message);
+  for (int i = 0; rc == 0 && i < o->n_workers; i++)
+    rc = start_worker(c, i, o);
+  if (rc == 0) rc = wait_registered(c);
+  if (rc != 0) {
+    if (rc == 130 || c->signal) {
+      rc = 130;
+      fprintf(stderr, "flightshuffle: local: interrupted, stopping the cluster\n");
+    }
+    cli_local_stop(c);
+  }
+  return rc;
 }
 
 int cmd_local(int argc, char **argv) {
@@ -221,50 +271,28 @@ int cmd_local(int argc, char **argv) {
     return local_usage();
   }
 
-  static local_cluster c; /* large: not on the stack */
-  memset(&c, 0, sizeof c);
-  sigemptyset(&c.sigs);
-  sigaddset(&c.sigs, SIGINT);
-  sigaddset(&c.sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &c.sigs, NULL); /* before any thread exists */
-  signal(SIGPIPE, SIG_IGN);
-
-  if (spill_dir) {
-    if (mkdir(spill_dir, 0755) != 0 && errno != EEXIST)
-      return cli_fail(1, "local: --spill-dir %s: %s", spill_dir, strerror(errno));
-    snprintf(c.base, sizeof c.base, "%s", spill_dir);
-  } else {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(c.base, sizeof c.base, "%s/fsh-local-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(c.base)) return cli_fail(1, "local: mkdtemp %s: %s", c.base, strerror(errno));
-    c.base_is_temp = true;
-  }
-
-  fsh_error err;
-  fsh_sched_driver_options dopts = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = timeout_ms,
-                                    .auth_token = auth_token, .log = true};
-  int rc = fsh_sched_driver_start(&dopts, &c.driver, &err);
-  if (rc != 0) rc = cli_fail(1, "local: driver: %s", err.message);
-  for (int i = 0; rc == 0 && i < n_workers; i++) rc = start_worker(&c, i, memory_limit, auth_token, keepalive_ms);
-  if (rc == 0) rc = wait_registered(&c);
-  if (rc == 0) {
+  static cli_local c; /* large: not on the stack */
+  cli_local_options lo = {.n_workers = (int)n_workers, .spill_dir = spill_dir,
+                          .memory_limit = memory_limit, .auth_token = auth_token,
+                          .keepalive_ms = keepalive_ms, .heartbeat_timeout_ms = timeout_ms,
+                          .log = true};
+  int rc = cli_local_start(&lo, &c);
+  if (rc != 0) return rc; /* stopped already */
+  {
     printf("driver %s\n", fsh_sched_driver_uri(c.driver));
     for (int i = 0; i < c.n; i++)
       printf("worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
     printf("cluster ready: %d workers\n", c.n);
     fflush(stdout);
     double end = run_seconds >= 0 ? now_sec() + (double)run_seconds : 0;
-    while (!take_signal(&c, 200)) {
-      reap_exited(&c);
+    while (!cli_local_signal(&c, 200)) {
+      cli_local_reap(&c);
       if (run_seconds >= 0 && now_sec() >= end) break;
     }
     if (c.signal)
       fprintf(stderr, "flightshuffle: local: %s, stopping the cluster\n",
               c.signal == SIGINT ? "SIGINT" : "SIGTERM");
-  } else if (rc == 130 || c.signal) {
-    rc = 130;
-    fprintf(stderr, "flightshuffle: local: interrupted, stopping the cluster\n");
   }
-  cluster_stop(&c);
+  cli_local_stop(&c);
   return rc;
 }

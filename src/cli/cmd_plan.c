@@ -72,7 +72,11 @@ static int usage_plan(void) {
           "                 [--partitions N] [--pre-shuffle-merge auto|on|off]\n"
           "                 [--merge-threshold T] [--threads N] [--verify] [--output OUT.arrow]\n"
           "                 [--workers N] [--operator-memory BYTES]\n"
-          "                 [--operator-spill-dir DIR]...\n"
+          "                 [--operator-spill-dir DIR]... [--heartbeat-timeout-ms MS]\n"
+          "                 [--max-attempts A]\n"
+          "  --workers N: on a local cluster (a driver here, N worker processes) through\n"
+          "  --backend flight (default) or fs; every stage's tasks run on the workers\n"
+          "  (a range / into_partitions exchange as a staging and a scatter stage)\n"
           "  --spill-dir: the in-process flight workers' stores; --operator-spill-dir\n"
           "  (repeatable; default: a temporary directory): where sorts, aggregates and\n"
           "  joins spill when --operator-memory bounds them\n");
@@ -202,12 +206,209 @@ static int checksum(const fsh_plan_result *r, uint64_t *out, fsh_error *err) {
   return 0;
 }
 
+/* ---- on a local cluster ------------------------------------------------------------- */
+
+typedef struct cluster_run {
+  const char *path, *backend, *spill_dir, *output;
+  int workers;
+  int64_t memory_limit, heartbeat_timeout_ms, operator_memory;
+  int32_t max_attempts;
+  bool verify;
+} cluster_run;
+
+/* "progress: stage 1 d/t stage 2 d/t ..." on stdout when it changed. */
+static void print_progress(const fsh_sched_job_status *s, char *last, size_t size) {
+  char line[1024];
+  size_t n = (size_t)snprintf(line, sizeof line, "progress:");
+  for (int32_t i = 0; i < s->n_stages && n < sizeof line; i++)
+    n += (size_t)snprintf(line + n, sizeof line - n, " stage %u %d/%d", s->stages[i].stage_id,
+                          s->stages[i].tasks_done, s->stages[i].tasks_total);
+  if (strcmp(line, last) == 0) return;
+  snprintf(last, size, "%s", line);
+  printf("%s\n", line);
+  fflush(stdout);
+}
+
+/* The summary lines both ways of running print: output (spill with an
+ * operator budget), the result file, reference and verify, result. */
+static int print_summary(const fsh_plan *p, const char *path, const char *backend,
+                         const fsh_plan_result *res, double secs, int64_t op_memory,
+                         const char *extra, bool verify, const char *output) {
+  fsh_error err;
+  uint64_t sum = 0, ref_sum = 0;
+  int status = 0;
+  if (checksum(res, &sum, &err) != 0) status = cli_fail(1, "run: checksum: %s", err.message);
+  printf("output: rows=%" PRId64 " batches=%" PRId64 " partitions=%d checksum=%016" PRIx64
+         " exchanges=%" PRId64 " map_tasks=%" PRId64 " map_outputs=%" PRId64
+         " maps_skipped=%" PRId64 " seconds=%.3f\n",
+         res->rows, res->n_batches, (int)fsh_plan_output_partitions(p), sum, res->exchanges,
+         res->map_tasks, res->map_outputs, res->maps_skipped, secs);
+  if (op_memory > 0)
+    printf("spill: operator_memory=%" PRId64 " files=%" PRId64 " bytes=%" PRId64
+           " operators_spilled=%" PRId64 "%s%s\n",
+           op_memory, res->spill_files, res->spilled_bytes, res->operators_spilled,
+           res->spill_summary ? " | " : "", res->spill_summary ? res->spill_summary : "");
+  if (output && !status) {
+    /* the result as an IPC file: the batches, partition after partition */
+    cli_table t = {.schema = res->schema, .n_batches = res->n_batches, .batches = res->batches};
+    fsh_ipc_write_options wo;
+    fsh_ipc_write_options_init(&wo);
+    if (cli_table_write(&t, output, true, &wo, &err) != 0)
+      status = cli_fail(1, "run: writing %s: %s", output, err.message);
+  }
+  const char *verified = "no";
+  fsh_plan_result ref;
+  memset(&ref, 0, sizeof ref);
+  if (verify && !status) {
+    fsh_plan_run_options ro = {.reference = true};
+    double t0 = now_s();
+    int rc = fsh_plan_run(p, &ro, &ref, &err);
+    double rsecs = now_s() - t0;
+    if (rc) {
+      status = cli_fail(1, "run: reference run: %s", err.message);
+    } else if ((rc = checksum(&ref, &ref_sum, &err)) != 0) {
+      status = cli_fail(1, "run: reference checksum: %s", err.message);
+    } else {
+      printf("reference: rows=%" PRId64 " checksum=%016" PRIx64 " seconds=%.3f\n", ref.rows,
+             ref_sum, rsecs);
+      if ((rc = fsh_plan_result_compare(p, res, &ref, &err)) != 0) {
+        printf("verify: FAILED: %s\n", err.message);
+        status = 1;
+      } else {
+        printf("verify: the output equals the single-process run's\n");
+        verified = "yes";
+      }
+    }
+  }
+  fsh_plan_result_reset(&ref);
+  const char *name = strrchr(path, '/');
+  printf("result: plan=%s backend=%s partitions=%d rows=%" PRId64 " checksum=%016" PRIx64
+         " seconds=%.3f%s verified=%s\n",
+         name ? name + 1 : path, backend, (int)fsh_plan_output_partitions(p), res->rows, sum,
+         secs, extra ? extra : "", verified);
+  fflush(stdout);
+  return status;
+}
+
+/* Runs p on a local cluster (cli_local: a driver here, r->workers worker
+ * processes): the plan's stages as a job of plan-fragment stages, progress
+ * while it runs, the job's summary (retried and recomputed tasks with
+ * their reasons), then the result read from the result shuffle (each
+ * partition checked against its tasks' row checksums) and released, and
+ * the same summary lines as an in-process run. Every worker is stopped on
+ * every way out (SIGINT/SIGTERM included). */
+static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
+  fsh_error err;
+  bool fs = strcmp(r->backend, "fs") == 0;
+  fsh_plan_job_options jo = {.name = r->path, .backend = fs ? FSH_TASK_BACKEND_FS
+                                                            : FSH_TASK_BACKEND_FLIGHT,
+                             .max_attempts = r->max_attempts};
+  fsh_buffer *plan = NULL;
+  if (fsh_plan_job_plan(p, &jo, &plan, &err) != 0)
+    return cli_fail(2, "run: %s: %s", r->path, err.message); /* before any process starts */
+  static cli_local c; /* large */
+  cli_local_options lo = {.n_workers = r->workers, .spill_dir = r->spill_dir,
+                          .memory_limit = r->memory_limit,
+                          .heartbeat_timeout_ms = r->heartbeat_timeout_ms,
+                          .log = getenv("FSH_DRIVER_LOG") != NULL, .quiet = true,
+                          .with_fs_dir = fs, .operator_memory = r->operator_memory};
+  int rc = cli_local_start(&lo, &c);
+  if (rc) {
+    fsh_buffer_unref(plan);
+    return rc;
+  }
+  printf("driver %s\n", fsh_sched_driver_uri(c.driver));
+  for (int i = 0; i < c.n; i++)
+    printf("worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
+  printf("cluster ready: %d workers\n", c.n);
+  fflush(stdout);
+  uint64_t id = 0;
+  double t0 = now_s();
+  rc = fsh_sched_driver_submit(c.driver, plan->data, plan->size, &id, &err);
+  fsh_buffer_unref(plan);
+  if (rc) {
+    cli_local_stop(&c);
+    return cli_fail(1, "run: submit: %s", err.message);
+  }
+  fsh_sched_job_status s;
+  memset(&s, 0, sizeof s);
+  char last[1024] = "";
+  int status = 0;
+  for (;;) {
+    if (fsh_sched_driver_wait_job(c.driver, id, 100, &err) == 0) break;
+    if (cli_local_signal(&c, 0)) break;
+    cli_local_reap(&c);
+    if (fsh_sched_driver_job_status(c.driver, id, false, &s, &err) == 0) {
+      print_progress(&s, last, sizeof last);
+      fsh_sched_job_status_reset(&s);
+    }
+  }
+  double secs = now_s() - t0;
+  if (c.signal) {
+    fprintf(stderr, "flightshuffle: run: %s, stopping the cluster\n",
+            c.signal == SIGINT ? "SIGINT" : "SIGTERM");
+    cli_local_stop(&c);
+    return 130;
+  }
+  if (fsh_sched_driver_job_status(c.driver, id, false, &s, &err) != 0) {
+    cli_local_stop(&c);
+    return cli_fail(1, "run: job status: %s", err.message);
+  }
+  print_progress(&s, last, sizeof last);
+  fsh_sched_job_status_print(&s, stdout);
+  fflush(stdout);
+  fsh_plan_result res;
+  memset(&res, 0, sizeof res);
+  if (s.state != FSH_SCHED_JOB_SUCCEEDED) {
+    status = cli_fail(1, "run: %s: the job failed: %s", r->path, s.error ? s.error : "?");
+  } else {
+    /* the result: through the workers' Flight servers (released on the
+     * alive ones: a lost worker's store is gone with it), or the fs
+     * directory */
+    fsh_shuffle_backend *b = NULL;
+    const char *peers[LOCAL_MAX_WORKERS];
+    int n_peers = 0;
+    fsh_sched_worker_list wl = {0};
+    if ((rc = fsh_sched_driver_workers(c.driver, &wl, &err)) == 0)
+      for (int64_t i = 0; i < wl.n && n_peers < LOCAL_MAX_WORKERS; i++)
+        if (wl.items[i].state == FSH_SCHED_WORKER_ALIVE) peers[n_peers++] = wl.items[i].uri;
+    fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = n_peers};
+    if (rc == 0)
+      rc = fs ? fsh_shuffle_fs_new(c.fs_dir, &b, &err) : fsh_shuffle_flight_new(&fo, &b, &err);
+    if (rc == 0) rc = fsh_plan_job_result(p, &s, b, &res, &err);
+    if (rc) status = cli_fail(1, "run: %s: %s", r->path, err.message);
+    fsh_error rerr;
+    if (b && s.n_result > 0 && fsh_shuffle_release(b, s.result[0].shuffle_id, &rerr) != 0 &&
+        !status)
+      status = cli_fail(1, "run: releasing the result: %s", rerr.message);
+    fsh_shuffle_backend_destroy(b);
+    fsh_sched_worker_list_reset(&wl);
+  }
+  if (!status) {
+    int64_t tasks = 0;
+    for (int32_t i = 0; i < s.n_stages; i++) tasks += s.stages[i].tasks_total;
+    res.exchanges = s.n_stages - 1;
+    res.map_tasks = res.map_outputs = tasks;
+    char extra[200];
+    int len = snprintf(extra, sizeof extra, " workers=%d stages=%d retried=%d recomputed=%d",
+                       c.n, (int)s.n_stages, (int)s.n_retried, (int)s.n_recomputed);
+    if (r->operator_memory > 0 && len > 0 && (size_t)len < sizeof extra)
+      snprintf(extra + len, sizeof extra - (size_t)len, " operator_memory=%" PRId64,
+               r->operator_memory);
+    status = print_summary(p, r->path, r->backend, &res, secs, 0, extra, r->verify, r->output);
+  }
+  fsh_plan_result_reset(&res);
+  fsh_sched_job_status_reset(&s);
+  cli_local_stop(&c);
+  return status;
+}
+
 int cmd_run(int argc, char **argv) {
   const char *path = NULL, *backend_name = "memory", *fs_dir = NULL, *output = NULL;
   const char *spill_dir = NULL;
   int64_t parts = 0, workers = 0, threshold = 0, threads = 1, flight_workers = 2;
   int64_t memory_limit = (int64_t)1 << 30;
-  int64_t op_memory = 0;
+  int64_t op_memory = 0, hb_timeout_ms = 0, max_attempts = 0;
   const char *op_dirs[16];
   int n_op_dirs = 0;
   bool verify = false;
@@ -255,6 +456,12 @@ int cmd_run(int argc, char **argv) {
       else if (strcmp(m, "on") == 0) merge = FSH_PLAN_MERGE_ON;
       else if (strcmp(m, "off") == 0) merge = FSH_PLAN_MERGE_OFF;
       else return cli_fail(2, "run: --pre-shuffle-merge must be auto, on or off");
+    } else if (strcmp(a, "--heartbeat-timeout-ms") == 0 && has) {
+      if (!parse_int(argv[++i], 100, 86400000, &hb_timeout_ms))
+        return cli_fail(2, "run: --heartbeat-timeout-ms must be in [100, 86400000]");
+    } else if (strcmp(a, "--max-attempts") == 0 && has) {
+      if (!parse_int(argv[++i], 1, 100, &max_attempts))
+        return cli_fail(2, "run: --max-attempts must be in [1, 100]");
     } else if (strcmp(a, "--verify") == 0) {
       verify = true;
     } else if (a[0] == '-' || path) {
@@ -264,17 +471,30 @@ int cmd_run(int argc, char **argv) {
     }
   }
   if (!path) return usage_plan();
-  if (workers > 0)
-    return cli_fail(2, "run: --workers %lld: running a plan on a local cluster is not available "
-                       "yet (the distributed runtime has not landed); omit --workers to run it "
-                       "in this process (--backend flight --flight-workers N runs it on "
-                       "in-process workers)", (long long)workers);
   if (strcmp(backend_name, "memory") && strcmp(backend_name, "fs") && strcmp(backend_name, "flight"))
     return cli_fail(2, "run: --backend must be memory, fs or flight, got '%s'", backend_name);
+  if (workers > 0 && strcmp(backend_name, "memory") == 0) backend_name = "flight";
   fsh_plan *p;
   int rc = load_plan(path, (int32_t)parts, &p);
   if (rc) return rc;
   fsh_error err;
+  if (workers > 0 && (merge == FSH_PLAN_MERGE_ON || threads > 1 || fs_dir || n_op_dirs)) {
+    fsh_plan_free(p);
+    return cli_fail(2, "run: --workers: --pre-shuffle-merge on, --threads, --fs-dir and "
+                       "--operator-spill-dir apply to an in-process run only (on a cluster every "
+                       "task is one map output; the fs backend's directory is the cluster's "
+                       "own; the workers' operators spill into their --spill-dir)");
+  }
+  if (workers > 0) {
+    cluster_run cr = {.path = path, .backend = backend_name, .workers = (int)workers,
+                      .memory_limit = memory_limit, .spill_dir = spill_dir,
+                      .heartbeat_timeout_ms = hb_timeout_ms, .verify = verify,
+                      .output = output, .max_attempts = (int32_t)max_attempts,
+                      .operator_memory = op_memory};
+    rc = run_on_cluster(p, &cr);
+    fsh_plan_free(p);
+    return rc;
+  }
   cli_plan_backends bk;
   if ((rc = cli_plan_backends_open(backend_name, (int)flight_workers, fs_dir, spill_dir,
                                    memory_limit, &bk, &err)) != 0) {
@@ -296,8 +516,7 @@ int cmd_run(int argc, char **argv) {
                             .n_threads = (int)threads, .backends = bk.backends,
                             .n_backends = bk.n, .operator_memory = op_memory,
                             .spill_dirs = op_dirs, .n_spill_dirs = n_op_dirs};
-  fsh_plan_result res, ref;
-  memset(&ref, 0, sizeof ref);
+  fsh_plan_result res;
   double t0 = now_s();
   rc = fsh_plan_run(p, &o, &res, &err);
   double secs = now_s() - t0;
@@ -309,60 +528,13 @@ int cmd_run(int argc, char **argv) {
     fsh_plan_free(p);
     return cli_fail(1, "run: %s: %s", path, err.message);
   }
-  uint64_t sum = 0, ref_sum = 0;
-  int status = 0;
-  if ((rc = checksum(&res, &sum, &err)) != 0) status = cli_fail(1, "run: checksum: %s", err.message);
-  printf("output: rows=%" PRId64 " batches=%" PRId64 " partitions=%d checksum=%016" PRIx64
-         " exchanges=%" PRId64 " map_tasks=%" PRId64 " map_outputs=%" PRId64
-         " maps_skipped=%" PRId64 " seconds=%.3f\n",
-         res.rows, res.n_batches, (int)fsh_plan_output_partitions(p), sum, res.exchanges,
-         res.map_tasks, res.map_outputs, res.maps_skipped, secs);
-  if (op_memory > 0)
-    printf("spill: operator_memory=%" PRId64 " files=%" PRId64 " bytes=%" PRId64
-           " operators_spilled=%" PRId64 "%s%s\n",
-           op_memory, res.spill_files, res.spilled_bytes, res.operators_spilled,
-           res.spill_summary ? " | " : "", res.spill_summary ? res.spill_summary : "");
-  if (output && !status) {
-    /* the result as an IPC file: the batches, partition after partition */
-    cli_table t = {.schema = res.schema, .n_batches = res.n_batches, .batches = res.batches};
-    fsh_ipc_write_options wo;
-    fsh_ipc_write_options_init(&wo);
-    if (cli_table_write(&t, output, true, &wo, &err) != 0)
-      status = cli_fail(1, "run: writing %s: %s", output, err.message);
-  }
-  const char *verified = "no";
-  if (verify && !status) {
-    fsh_plan_run_options ro = {.reference = true};
-    t0 = now_s();
-    rc = fsh_plan_run(p, &ro, &ref, &err);
-    double rsecs = now_s() - t0;
-    if (rc) {
-      status = cli_fail(1, "run: reference run: %s", err.message);
-    } else if ((rc = checksum(&ref, &ref_sum, &err)) != 0) {
-      status = cli_fail(1, "run: reference checksum: %s", err.message);
-    } else {
-      printf("reference: rows=%" PRId64 " checksum=%016" PRIx64 " seconds=%.3f\n", ref.rows,
-             ref_sum, rsecs);
-      if ((rc = fsh_plan_result_compare(p, &res, &ref, &err)) != 0) {
-        printf("verify: FAILED: %s\n", err.message);
-        status = 1;
-      } else {
-        printf("verify: the output equals the single-process run's\n");
-        verified = "yes";
-      }
-    }
-  }
-  const char *name = strrchr(path, '/');
   char spilled[96] = "";
   if (op_memory > 0)
     snprintf(spilled, sizeof spilled, " spill_files=%" PRId64 " spilled_bytes=%" PRId64,
              res.spill_files, res.spilled_bytes);
-  printf("result: plan=%s backend=%s partitions=%d rows=%" PRId64 " checksum=%016" PRIx64
-         " seconds=%.3f%s verified=%s\n",
-         name ? name + 1 : path, backend_name, (int)fsh_plan_output_partitions(p), res.rows, sum,
-         secs, spilled, verified);
+  int status = print_summary(p, path, backend_name, &res, secs, op_memory, spilled, verify,
+                             output);
   fsh_plan_result_reset(&res);
-  fsh_plan_result_reset(&ref);
   fsh_plan_free(p);
   return status;
 }

@@ -4,7 +4,8 @@
  * Its Flight surface (ListFlights, DoGet of shuffle tickets, DoPut of map
  * outputs, DoAction "release", tasks "map-synthetic" / "reduce-verify"
  * through its store or the --fs-dir directory, "stats") and wire formats
- * are in shuffle.h. Prints
+ * are in shuffle.h; it also runs "plan-fragment" tasks (one task of a
+ * plan's stage, exec.h), registered as a worker task kind. Prints
  * "listening on grpc://HOST:PORT" once ready; SIGINT/SIGTERM stop it
  * cleanly (in-flight calls get 2 s, then the store and its spill files go).
  * With --driver URI the worker joins that driver's cluster: a heartbeat
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flightshuffle/exec.h>
 #include <flightshuffle/flight.h>
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
@@ -32,17 +34,22 @@ static int worker_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle worker --listen HOST:PORT [--spill-dir DIR]... "
           "[--memory-limit BYTES] [--auth-token T] [--threads N] [--fs-dir DIR]\n"
+          "       [--operator-memory BYTES]\n"
           "       [--driver URI] [--keepalive-ms N]\n"
           "  --driver: join that driver's cluster (register, then heartbeat)\n"
           "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
           "                  dropped after about twice that; default 10000)\n"
           "  --fs-dir: the shared directory of fs-backend tasks (map-synthetic)\n"
+          "  --operator-memory: the budget of each sort / aggregate / join of the\n"
+          "                     plan-fragment tasks (they spill to the --spill-dir's)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
 }
 
 int cmd_worker(int argc, char **argv) {
   fsh_shuffle_worker_options o = {.memory_limit = (int64_t)1 << 30};
+  static fsh_plan_task_run_options topts; /* outlives the worker */
+  memset(&topts, 0, sizeof topts);
   const char *dirs[WORKER_MAX_DIRS];
   const char *driver = NULL;
   for (int i = 1; i < argc; i++) {
@@ -68,6 +75,9 @@ int cmd_worker(int argc, char **argv) {
                         v);
     } else if (strcmp(a, "--driver") == 0) {
       driver = v;
+    } else if (strcmp(a, "--operator-memory") == 0) {
+      if (!cli_parse_bytes(v, &topts.operator_memory) || topts.operator_memory < 1)
+        return cli_fail(2, "worker: --operator-memory '%s': expected bytes > 0 (e.g. 1M)", v);
     } else if (strcmp(a, "--fs-dir") == 0) {
       o.fs_dir = v;
     } else if (strcmp(a, "--auth-token") == 0) {
@@ -90,6 +100,14 @@ int cmd_worker(int argc, char **argv) {
     return worker_usage();
   }
   o.spill_dirs = dirs;
+  if (topts.operator_memory > 0 && o.n_spill_dirs == 0)
+    return cli_fail(2, "worker: --operator-memory needs a --spill-dir (the operators spill there)");
+  topts.spill_dirs = dirs;
+  topts.n_spill_dirs = o.n_spill_dirs;
+  /* the driver's plan stages: "plan-fragment" tasks (exec.h) */
+  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(&topts)};
+  o.task_kinds = kinds;
+  o.n_task_kinds = 1;
 
   sigset_t sigs;
   cli_block_stop_signals(&sigs); /* taken by sigwait below */

@@ -21,14 +21,31 @@ static int64_t merge_group(const run_ctx *c, const plan_node *x, int64_t m, int6
   return plan_merge_group(merge_policy(c, x), c->merge_threshold, m, r);
 }
 
-/* One map output being written: a writer for a group of map tasks. */
+/* One map output being written: a writer for a group of map tasks; with
+ * sums (a plan-fragment task), the row checksum of every partition
+ * written (plan_row_checksum). */
 typedef struct mapw {
   fsh_shuffle_writer *w;
   int64_t map_id;
+  uint64_t *sums; /* [n_partitions] or NULL */
 } mapw;
+
+int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
+  if (b->length == 0) return 0;
+  int32_t *cols = fsh_malloc((size_t)(b->n_columns ? b->n_columns : 1) * sizeof *cols);
+  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
+  int rc = cols && h ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  for (int64_t i = 0; !rc && i < b->n_columns; i++) cols[i] = (int32_t)i;
+  if (!rc) rc = fsh_hash_columns(b, cols, (int)b->n_columns, 0, h, err);
+  for (int64_t i = 0; !rc && i < b->length; i++) *sum += h[i];
+  fsh_free(cols);
+  fsh_free(h);
+  return rc;
+}
 
 static int write_part(mapw *mw, int32_t part, fsh_batch *b, fsh_error *err) {
   if (!b || b->length == 0) return 0;
+  if (mw->sums) FSH_RETURN_NOT_OK(plan_row_checksum(b, &mw->sums[part], err));
   return mw->w->write(mw->w, part, b, err);
 }
 
@@ -103,6 +120,37 @@ static int held_fill(run_ctx *c, const plan_node *x, int64_t m, held_maps *h, fs
   return 0;
 }
 
+/* The sample of one map's rows (batches[0, n), rows in all, > 0): up to
+ * sample_rows rows, evenly spaced. */
+static int map_sample(const plan_node *x, fsh_batch **batches, int64_t n, int64_t rows,
+                      fsh_batch **out, fsh_error *err) {
+  fsh_batch *all = NULL;
+  FSH_RETURN_NOT_OK(fsh_concat(batches, n, &all, err));
+  int64_t k = rows < x->sample_rows ? rows : x->sample_rows;
+  int64_t *idx = fsh_malloc((size_t)(k ? k : 1) * sizeof *idx);
+  int rc = idx ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  for (int64_t j = 0; !rc && j < k; j++) idx[j] = j * rows / k;
+  if (!rc) rc = fsh_take(all, idx, k, out, err);
+  fsh_free(idx);
+  fsh_batch_unref(all);
+  return rc;
+}
+
+/* The range boundaries from the maps' samples (samples[0, n), in map
+ * order): NULL when there are none. */
+int plan_range_bounds(const plan_node *x, fsh_batch **samples, int64_t n, int32_t n_out,
+                      fsh_batch **out, fsh_error *err) {
+  *out = NULL;
+  if (n == 0) return 0;
+  fsh_batch *sample = NULL;
+  FSH_RETURN_NOT_OK(fsh_concat(samples, n, &sample, err));
+  int rc = sample->length == 0
+               ? 0
+               : fsh_range_boundaries(sample, x->keys, x->n_keys, x->sort_order, n_out, out, err);
+  fsh_batch_unref(sample);
+  return rc;
+}
+
 /* A sample of every map's rows (evenly spaced, sample_rows per map at
  * most), and the range boundaries from it (NULL when there are no rows). */
 static int range_bounds(const plan_node *x, const held_maps *h, int32_t n_out, fsh_batch **out,
@@ -114,28 +162,12 @@ static int range_bounds(const plan_node *x, const held_maps *h, int32_t n_out, f
   int rc = 0;
   for (int64_t i = 0; i < h->m && !rc; i++) {
     if (!h->rows[i]) continue;
-    fsh_batch *all = NULL;
-    if ((rc = fsh_concat(h->batches[i], h->n[i], &all, err)) != 0) break;
-    int64_t k = h->rows[i] < x->sample_rows ? h->rows[i] : x->sample_rows;
-    int64_t *idx = fsh_malloc((size_t)k * sizeof *idx);
-    if (!idx) {
-      fsh_batch_unref(all);
-      rc = fsh_error_set(err, ENOMEM, "out of memory");
-      break;
-    }
-    for (int64_t j = 0; j < k; j++) idx[j] = j * h->rows[i] / k;
-    rc = fsh_take(all, idx, k, &samples[n_samples], err);
-    if (!rc) n_samples++;
-    fsh_free(idx);
-    fsh_batch_unref(all);
+    if ((rc = map_sample(x, h->batches[i], h->n[i], h->rows[i], &samples[n_samples], err)) == 0)
+      n_samples++;
   }
-  fsh_batch *sample = NULL;
-  if (!rc && n_samples) rc = fsh_concat(samples, n_samples, &sample, err);
+  if (!rc) rc = plan_range_bounds(x, samples, n_samples, n_out, out, err);
   for (int64_t i = 0; i < n_samples; i++) fsh_batch_unref(samples[i]);
   fsh_free(samples);
-  if (!rc && sample)
-    rc = fsh_range_boundaries(sample, x->keys, x->n_keys, x->sort_order, n_out, out, err);
-  fsh_batch_unref(sample);
   return rc;
 }
 
@@ -164,13 +196,23 @@ static void stat_add(run_ctx *c, int64_t *field, int64_t n) {
   pthread_mutex_unlock(&c->mu);
 }
 
+/* Where a group's map output goes: backend, shuffle, map id and attempt,
+ * and the row checksums to keep (NULL: none). */
+typedef struct xdest {
+  fsh_shuffle_backend *backend;
+  const fsh_shuffle_spec *spec;
+  int64_t map_id;
+  int32_t attempt;
+  uint64_t *sums;
+} xdest;
+
 /* Map tasks [g * group, (g + 1) * group) into one map output (*out). */
-static int run_group(run_ctx *c, const plan_node *x, xstate *xs, xshared *sh, xscratch *sc,
+static int run_group(run_ctx *c, const plan_node *x, const xdest *d, xshared *sh, xscratch *sc,
                      int64_t g, fsh_map_output *out, fsh_error *err) {
   int64_t m = sh->m, group = sh->group;
   int32_t r = sh->r;
-  mapw mw = {.map_id = g};
-  int rc = fsh_shuffle_open_writer(plan_backend_of(c, g), &xs->spec, g, 0, &mw.w, err);
+  mapw mw = {.map_id = d->map_id, .sums = d->sums};
+  int rc = fsh_shuffle_open_writer(d->backend, d->spec, d->map_id, d->attempt, &mw.w, err);
   if (rc) return rc;
   for (int64_t i = g * group; i < m && i < (g + 1) * group && !rc; i++) {
     if (x->limit_hint >= 0 && sh->total >= x->limit_hint) {
@@ -267,7 +309,8 @@ static void *pool_main(void *arg) {
   while (!rc && !atomic_load(&pl->failed)) {
     long g = atomic_fetch_add(&pl->next, 1);
     if (g >= pl->sh->n_groups) break;
-    rc = run_group(pl->c, pl->x, pl->xs, pl->sh, &sc, g, &pl->xs->outputs[g], &err);
+    xdest d = {.backend = plan_backend_of(pl->c, g), .spec = &pl->xs->spec, .map_id = g};
+    rc = run_group(pl->c, pl->x, &d, pl->sh, &sc, g, &pl->xs->outputs[g], &err);
   }
   if (rc) {
     pthread_mutex_lock(&pl->mu);
@@ -396,7 +439,8 @@ int plan_run_exchange(run_ctx *c, const plan_node *x, fsh_error *err) {
         stat_add(c, &c->res->maps_skipped, sh.m - g * sh.group);
         break;
       }
-      if ((rc = run_group(c, x, xs, &sh, &sc, g, &xs->outputs[xs->n_outputs], err)) != 0) break;
+      xdest d = {.backend = plan_backend_of(c, g), .spec = &xs->spec, .map_id = g};
+      if ((rc = run_group(c, x, &d, &sh, &sc, g, &xs->outputs[xs->n_outputs], err)) != 0) break;
       xs->n_outputs++;
       stat_add(c, &c->res->map_outputs, 1);
     }
@@ -411,4 +455,109 @@ int plan_run_exchange(run_ctx *c, const plan_node *x, fsh_error *err) {
   xs->done = true;
   stat_add(c, &c->res->exchanges, 1);
   return release_consumed(c, err);
+}
+
+/* ---- one task of a stage (a plan-fragment task) ----------------------------------- */
+
+int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                       int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                       uint64_t *sums, const plan_scatter *scatter, fsh_error *err) {
+  bool holds = x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS;
+  if (holds != (scatter != NULL))
+    return plan_name_fail(x, fsh_error_set(err, EINVAL, "a %s exchange %s", plan_exchange_name(
+                                               x->xkind), holds ? "is written by a scatter stage "
+                                               "(or staged)" : "is not scattered"), err);
+  const plan_node *in = c->p->nodes[x->inputs[0]];
+  /* a scatter reads the staged shuffle: one more partition than maps */
+  xshared sh = {.m = plan_parts_of(c, in) - (scatter ? 1 : 0), .group = 1,
+                .r = spec->n_partitions};
+  sh.n_groups = sh.m;
+  if (part < 0 || part >= sh.m)
+    return fsh_error_set(err, EINVAL, "task %d of a stage of %lld partitions", (int)part,
+                         (long long)sh.m);
+  xscratch sc = {.parts = fsh_calloc((size_t)sh.r, sizeof *sc.parts)};
+  fsh_part_slice *slices = NULL;
+  int rc = sc.parts ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc && scatter && x->xkind == PX_RANGE) sh.bounds = fsh_batch_ref(scatter->bounds);
+  if (!rc && scatter && x->xkind == PX_INTO_PARTITIONS) {
+    /* as plan_run_exchange: output p covers global rows [starts[p],
+     * starts[p + 1]); this map's rows start after those of the maps before */
+    if (scatter->n_counts != sh.m)
+      rc = fsh_error_set(err, EINVAL, "%d row counts for %lld maps", (int)scatter->n_counts,
+                         (long long)sh.m);
+    slices = rc ? NULL : fsh_calloc((size_t)sh.r, sizeof *slices);
+    sh.starts = rc ? NULL : fsh_calloc((size_t)sh.r + 1, sizeof *sh.starts);
+    if (!rc && (!slices || !sh.starts)) rc = fsh_error_set(err, ENOMEM, "out of memory");
+    if (!rc) rc = fsh_plan_partitions(scatter->counts, sh.m, sh.r, slices, err);
+    for (int32_t p = 0; !rc && p < sh.r; p++) sh.starts[p + 1] = sh.starts[p] + slices[p].n_rows;
+    for (int32_t i = 0; !rc && i < part; i++) sh.global_row += scatter->counts[i];
+  }
+  xdest d = {.backend = c->backend, .spec = spec, .map_id = map_id, .attempt = attempt,
+             .sums = sums};
+  if (!rc) rc = run_group(c, x, &d, &sh, &sc, part, out, err);
+  fsh_batch_unref(sh.bounds);
+  fsh_free(slices);
+  fsh_free(sh.starts);
+  fsh_free(sc.pids);
+  fsh_free(sc.parts);
+  return rc ? plan_name_fail(x, rc, err) : 0;
+}
+
+int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                     int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                     uint64_t *sums, fsh_error *err) {
+  int32_t last = spec->n_partitions - 1;
+  if (part < 0 || part >= last)
+    return fsh_error_set(err, EINVAL, "task %d of a staging stage of %d partitions", (int)part,
+                         (int)last);
+  mapw mw = {.map_id = map_id, .sums = sums};
+  FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
+  fsh_batch_stream st;
+  fsh_batch **held = NULL, *sample = NULL;
+  int64_t n_held = 0, rows = 0;
+  int rc = plan_open_stream(c, x->inputs[0], part, &st, err);
+  if (!rc) {
+    rc = plan_drain(&st, &held, &n_held, err);
+    st.release(&st);
+  }
+  for (int64_t i = 0; !rc && i < n_held; i++) {
+    rows += held[i]->length;
+    rc = write_part(&mw, part, held[i], err);
+  }
+  if (!rc && x->xkind == PX_RANGE && rows > 0) {
+    if ((rc = map_sample(x, held, n_held, rows, &sample, err)) == 0)
+      rc = write_part(&mw, last, sample, err);
+  }
+  for (int64_t i = 0; i < n_held; i++) fsh_batch_unref(held[i]);
+  fsh_free(held);
+  fsh_batch_unref(sample);
+  if (rc) {
+    mw.w->abort(mw.w);
+    return plan_name_fail(x, rc, err);
+  }
+  return mw.w->close(mw.w, out, err);
+}
+
+int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t part,
+                     int64_t map_id, int32_t attempt, fsh_map_output *out, uint64_t *sums,
+                     fsh_error *err) {
+  if (part < 0 || part >= spec->n_partitions)
+    return fsh_error_set(err, EINVAL, "task %d of a result of %d partitions", (int)part,
+                         (int)spec->n_partitions);
+  mapw mw = {.map_id = map_id, .sums = sums};
+  FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
+  fsh_batch_stream st;
+  int rc = plan_open_stream(c, root, part, &st, err);
+  while (!rc) {
+    fsh_batch *b = NULL;
+    if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+    rc = write_part(&mw, part, b, err);
+    fsh_batch_unref(b);
+  }
+  if (st.release) st.release(&st);
+  if (rc) {
+    mw.w->abort(mw.w);
+    return rc;
+  }
+  return mw.w->close(mw.w, out, err);
 }

@@ -84,6 +84,7 @@ typedef struct plan_node {
   int64_t sample_rows;
   fsh_plan_merge merge;
   int64_t limit_hint; /* a gather under a global limit: stop maps at n rows (-1: none) */
+  bool staged;        /* a fragment's range / into_partitions output, staged (Plan.proto) */
 } plan_node;
 
 struct fsh_plan {
@@ -111,5 +112,23 @@ int plan_stage_roots(const fsh_plan *p, int *roots);
 /* member[i] (n_nodes entries): node i runs in the stage of `root` (input
  * exchanges are members: the stage reads them). */
 void plan_stage_members(const fsh_plan *p, int root, bool *member);
+
+/* The plan of a decoded stage fragment (a plan-fragment task): its
+ * operators as nodes 0 .. n-1 in fragment order (*ids: each one's node id
+ * in the whole plan, fsh_malloc'd), expressions bound; the exchanges it
+ * reads have no inputs (their rows come from the task's map outputs).
+ * EINVAL naming the operator for what the decoder let through but a node
+ * cannot hold. */
+int plan_fragment_build(const fsh_plan_fragment *f, fsh_plan **out, int **ids, fsh_error *err);
+/* The node id of the exchange the fragment writes, -1: the result. */
+int plan_fragment_output(const fsh_plan_fragment *f);
+/* Whether the fragment is a scatter stage's (Plan.proto StageFragment.scatter). */
+bool plan_fragment_scatter(const fsh_plan_fragment *f);
+/* Stage `stage` of p as a fragment: mode 0 as it is; 1 its range /
+ * into_partitions output exchange staged; 2 the scatter stage that
+ * writes that exchange from the staged shuffle (read as node n_nodes + id,
+ * tasks + 1 partitions). */
+int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **out,
+                           fsh_error *err);
 
 #endif

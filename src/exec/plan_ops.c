@@ -556,9 +556,12 @@ int plan_open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, 
     if (c->reference) return plan_open_stream(c, n->inputs[0], 0, out, err);
     if (!c->x[node].done) FSH_RETURN_NOT_OK(plan_run_exchange(c, n, err));
     xstate *xs = &c->x[node];
-    if (xs->n_outputs == 0) return fsh_batch_stream_from_batches(n->schema, NULL, 0, out, err);
-    int rc = fsh_shuffle_open_reader(plan_backend_of(c, part), &xs->spec, part, xs->outputs,
-                                     xs->n_outputs, out, err);
+    int rc = xs->n_outputs == 0
+                 ? fsh_batch_stream_from_batches(n->schema, NULL, 0, out, err)
+                 : fsh_shuffle_open_reader(plan_backend_of(c, part), &xs->spec, part,
+                                           xs->outputs, xs->n_outputs, out, err);
+    /* a plan-fragment task counts what it reads (plan_task.c) */
+    if (rc == 0 && c->reads) rc = plan_count_reads(c, node, out, err);
     return rc ? plan_name_fail(n, rc, err) : 0;
   }
   ostate *s = fsh_calloc(1, sizeof *s);

@@ -51,6 +51,7 @@ static void free_op(pb_op *o) {
   if (!o) return;
   fsh_free(o->inputs);
   fsh_free(o->label);
+  fsh_free(o->user_op);
   fsh_free(o->schema.data);
   if (o->generated) fsh_free(o->generated);
   for (size_t i = 0; i < o->n_files; i++) fsh_free(o->files[i]);
@@ -86,6 +87,7 @@ static int encode_op(const fsh_plan *p, const plan_node *n, pb_op **out, fsh_err
   o->partitions = n->n_partitions;
   o->user_position = n->user_pos;
   oom |= !(o->label = dup_or_empty(n->label));
+  oom |= !(o->user_op = dup_or_empty(n->user_op));
   if (n->n_inputs) {
     if (!(o->inputs = fsh_malloc((size_t)n->n_inputs * sizeof *o->inputs))) oom = true;
     else
@@ -203,6 +205,11 @@ int fsh_plan_stage_count(const fsh_plan *p) {
 }
 
 int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out, fsh_error *err) {
+  return plan_stage_encode_mode(p, stage, 0, out, err);
+}
+
+int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **out,
+                           fsh_error *err) {
   *out = NULL;
   int n_stages = fsh_plan_stage_count(p);
   if (stage < 0 || stage >= n_stages)
@@ -223,9 +230,32 @@ int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out, fsh_er
     f.output_exchange = p->nodes[root]->kind == PN_EXCHANGE ? root : -1;
     f.operators = ops;
     f.input_exchanges = inputs;
-    for (int i = 0; i < p->n_nodes && !rc; i++) {
+    const plan_node *x = p->nodes[root];
+    if (mode && (x->kind != PN_EXCHANGE ||
+                 (x->xkind != PX_RANGE && x->xkind != PX_INTO_PARTITIONS)))
+      rc = fsh_error_set(err, EINVAL, "stage %d writes no range / into_partitions exchange", stage);
+    if (!rc && mode == 2) {
+      /* [the staged shuffle read, the exchange written from it] */
+      int32_t staged_id = p->n_nodes + root;
+      f.scatter = true;
+      rc = encode_op(p, x, &ops[0], err);
+      if (!rc) {
+        f.n_operators = 1;
+        ops[0]->id = staged_id;
+        ops[0]->n_inputs = 0;
+        ops[0]->partitions = p->nodes[x->inputs[0]]->n_partitions + 1;
+        inputs[f.n_input_exchanges++] = staged_id;
+        rc = encode_op(p, x, &ops[1], err);
+      }
+      if (!rc) {
+        f.n_operators = 2;
+        ops[1]->inputs[0] = staged_id;
+      }
+    }
+    for (int i = 0; mode != 2 && i < p->n_nodes && !rc; i++) {
       if (!member[i]) continue;
       if ((rc = encode_op(p, p->nodes[i], &ops[f.n_operators], err)) != 0) break;
+      if (i == root && mode == 1) ops[f.n_operators]->staged = true;
       f.n_operators++;
       if (p->nodes[i]->kind == PN_EXCHANGE && i != root) inputs[f.n_input_exchanges++] = i;
     }
@@ -245,6 +275,52 @@ int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out, fsh_er
   fsh_free(roots);
   fsh_free(member);
   return rc ? fsh_error_prefix(err, rc, "plan stage %d: ", stage) : 0;
+}
+
+int fsh_plan_stage_info_get(const fsh_plan *p, int stage, fsh_plan_stage_info *out,
+                            fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  int n_stages = fsh_plan_stage_count(p);
+  if (stage < 0 || stage >= n_stages)
+    return fsh_error_set(err, EINVAL, "plan stage %d: the plan has %d stage(s)", stage, n_stages);
+  int *roots = fsh_malloc((size_t)p->n_nodes * sizeof *roots);
+  bool *member = fsh_malloc((size_t)p->n_nodes * sizeof *member);
+  if (!roots || !member) {
+    fsh_free(roots);
+    fsh_free(member);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  plan_stage_roots(p, roots);
+  int root = roots[stage];
+  plan_stage_members(p, root, member);
+  const plan_node *r = p->nodes[root];
+  bool result = r->kind != PN_EXCHANGE;
+  out->output_node = result ? -1 : root;
+  out->n_tasks = result ? r->n_partitions : p->nodes[r->inputs[0]]->n_partitions;
+  out->output_partitions = result ? out->n_tasks : r->n_partitions;
+  int rc = 0;
+  for (int i = 0; i < p->n_nodes && !rc; i++) {
+    if (!member[i] || i == root || p->nodes[i]->kind != PN_EXCHANGE) continue;
+    if (out->n_inputs == FSH_PLAN_STAGE_MAX_INPUTS) {
+      rc = fsh_error_set(err, ENOTSUP, "plan stage %d reads more than %d exchanges", stage,
+                         FSH_PLAN_STAGE_MAX_INPUTS);
+      break;
+    }
+    int k = out->n_inputs++;
+    out->input_nodes[k] = i;
+    out->input_partitions[k] = p->nodes[i]->n_partitions;
+    out->input_stages[k] = -1;
+    for (int s2 = 0; s2 < n_stages; s2++)
+      if (roots[s2] == i) out->input_stages[k] = s2;
+  }
+  fsh_free(roots);
+  fsh_free(member);
+  return rc;
+}
+
+int fsh_plan_check_distributed(const fsh_plan *p, fsh_error *err) {
+  if (!p || !p->n_nodes) return fsh_error_set(err, EINVAL, "the plan is empty");
+  return 0;
 }
 
 /* ---- decoding ------------------------------------------------------------------- */
@@ -464,3 +540,172 @@ void fsh_plan_fragment_free(fsh_plan_fragment *f) {
   flightshuffle__plan__stage_fragment__free_unpacked(f->m, &plan_pb_allocator);
   fsh_free(f);
 }
+
+/* ---- building the fragment's plan -------------------------------------------------- */
+
+/* The static name of a plan operator (plan_node.user_op) for a name that
+ * came over the wire ("operator" when it is none of the builders'). */
+static const char *static_op_name(const char *name) {
+  static const char *const names[] = {"scan", "filter", "project", "aggregate", "join", "sort",
+                                      "top_n", "limit", "into_batches", "repartition",
+                                      "gather", "into_partitions"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (name && strcmp(name, names[i]) == 0) return names[i];
+  return "operator";
+}
+
+/* Fills node n (index k of the fragment) from operator o; `index` maps a
+ * node id of the fragment to its index (-1: none). */
+static int build_node(const pb_frag *m, size_t k, const int *index, int n_index, plan_node *n,
+                      fsh_plan *p, fsh_error *err) {
+  const pb_op *o = m->operators[k];
+  n->kind = (pn_kind)o->kind;
+  n->id = (int)k;
+  n->user_pos = o->user_position;
+  n->user_op = static_op_name(o->user_op);
+  if (o->label && o->label[0] && !(n->label = fsh_strdup(o->label))) return ENOMEM;
+  n->n_partitions = o->partitions;
+  FSH_RETURN_NOT_OK(decode_schema(&o->schema, &n->schema, err));
+  bool read_exchange = false;
+  for (size_t i = 0; i < m->n_input_exchanges; i++) read_exchange |= m->input_exchanges[i] == o->id;
+  if (!read_exchange) {
+    for (size_t i = 0; i < o->n_inputs && i < 2; i++) {
+      int in = o->inputs[i] >= 0 && o->inputs[i] < n_index ? index[o->inputs[i]] : -1;
+      if (in < 0 || in >= (int)k)
+        return fsh_error_set(err, EINVAL, "input %d is not an earlier operator", o->inputs[i]);
+      n->inputs[n->n_inputs++] = in;
+    }
+  }
+  const fsh_schema *in0 = n->n_inputs ? p->nodes[n->inputs[0]]->schema : NULL;
+  if (o->generated) {
+    const Flightshuffle__Plan__Generated *g = o->generated;
+    n->gen = (fsh_plan_gen_options){.generator = (fsh_plan_generator)g->generator,
+                                    .rows = g->rows, .batch_rows = g->batch_rows,
+                                    .seed = g->seed, .key_range = g->key_range,
+                                    .with_nulls = g->with_nulls,
+                                    .null_fraction = g->null_fraction, .skew = g->skew,
+                                    .groups = g->groups};
+  }
+  if (o->n_files) {
+    if (!(n->files = fsh_calloc(o->n_files, sizeof *n->files))) return ENOMEM;
+    for (size_t i = 0; i < o->n_files; i++, n->n_files++)
+      if (!(n->files[i] = fsh_strdup(o->files[i]))) return ENOMEM;
+  }
+  if (o->n_columns) {
+    n->columns = fsh_calloc(o->n_columns, sizeof *n->columns);
+    n->column_exprs = fsh_calloc(o->n_columns, sizeof *n->column_exprs);
+    if (!n->columns || !n->column_exprs) return ENOMEM;
+    for (size_t i = 0; i < o->n_columns; i++, n->n_columns++)
+      if (!(n->columns[i] = fsh_strdup(o->columns[i])) ||
+          !(n->column_exprs[i] = fsh_expr_col(o->columns[i])))
+        return ENOMEM;
+  }
+  if (o->n_exprs) {
+    n->exprs = fsh_calloc(o->n_exprs, sizeof *n->exprs);
+    n->names = o->n_names ? fsh_calloc(o->n_exprs, sizeof *n->names) : NULL;
+    if (!n->exprs || (o->n_names && !n->names)) return ENOMEM;
+    n->n_exprs = (int32_t)o->n_exprs;
+    for (size_t i = 0; i < o->n_exprs; i++) {
+      FSH_RETURN_NOT_OK(fsh_expr_from_json(o->exprs[i], -1, &n->exprs[i], err));
+      if (in0) FSH_RETURN_NOT_OK(fsh_expr_bind(n->exprs[i], in0, err));
+      if (n->names && i < o->n_names && !(n->names[i] = fsh_strdup(o->names[i]))) return ENOMEM;
+    }
+  }
+  if (n->kind == PN_AGG) {
+    n->agg_mode = (fsh_agg_mode)o->agg_mode;
+    FSH_RETURN_NOT_OK(decode_schema(&o->agg_input_schema, &n->agg_input, err));
+    n->aggs = fsh_calloc(o->n_aggregates ? o->n_aggregates : 1, sizeof *n->aggs);
+    n->agg_names = fsh_calloc(o->n_aggregates ? o->n_aggregates : 1, sizeof *n->agg_names);
+    if (!n->aggs || !n->agg_names) return ENOMEM;
+    for (size_t i = 0; i < o->n_aggregates; i++, n->n_aggs++) {
+      const Flightshuffle__Plan__Aggregate *a = o->aggregates[i];
+      n->aggs[i].fn = (fsh_agg_fn)a->fn;
+      n->aggs[i].column = a->column;
+      if (a->name && a->name[0]) {
+        if (!(n->agg_names[i] = fsh_strdup(a->name))) return ENOMEM;
+        n->aggs[i].name = n->agg_names[i];
+      }
+    }
+  }
+  if (o->n_keys || n->kind == PN_AGG) {
+    n->keys = fsh_malloc((o->n_keys ? o->n_keys : 1) * sizeof *n->keys);
+    if (!n->keys) return ENOMEM;
+    for (size_t i = 0; i < o->n_keys; i++) n->keys[i] = o->keys[i];
+    n->n_keys = (int32_t)o->n_keys;
+  }
+  if (o->n_right_keys) {
+    if (!(n->keys2 = fsh_malloc(o->n_right_keys * sizeof *n->keys2))) return ENOMEM;
+    for (size_t i = 0; i < o->n_right_keys; i++) n->keys2[i] = o->right_keys[i];
+  }
+  if (o->n_order) {
+    if (o->n_order != o->n_keys)
+      return fsh_error_set(err, EINVAL, "%zu order entries for %zu keys", o->n_order, o->n_keys);
+    if (!(n->sort_order = fsh_calloc(o->n_order, sizeof *n->sort_order))) return ENOMEM;
+    for (size_t i = 0; i < o->n_order; i++)
+      n->sort_order[i] = (fsh_sort_key){.descending = o->order[i]->descending,
+                                        .nulls_first = o->order[i]->nulls_first};
+  }
+  n->join_type = (fsh_join_type)o->join_type;
+  n->broadcast = o->broadcast;
+  n->n = o->n;
+  n->xkind = (px_kind)o->exchange;
+  n->seed = o->seed;
+  n->sample_rows = o->sample_rows;
+  n->merge = (fsh_plan_merge)o->pre_shuffle_merge;
+  n->limit_hint = o->limit_hint;
+  n->staged = o->staged;
+  if (n->staged && (n->kind != PN_EXCHANGE || (n->xkind != PX_RANGE &&
+                                                n->xkind != PX_INTO_PARTITIONS) ||
+                    (int)k != (int)m->n_operators - 1 || m->scatter))
+    return fsh_error_set(err, EINVAL, "only the output range / into_partitions exchange of a "
+                         "staging fragment is staged");
+  return 0;
+}
+
+int plan_fragment_build(const fsh_plan_fragment *f, fsh_plan **out, int **ids, fsh_error *err) {
+  *out = NULL;
+  *ids = NULL;
+  const pb_frag *m = f->m;
+  int max_id = -1;
+  for (size_t k = 0; k < m->n_operators; k++) {
+    if (m->operators[k]->id < 0 || m->operators[k]->id > (1 << 24))
+      return fsh_error_set(err, EINVAL, "plan fragment: node id %d out of range",
+                           m->operators[k]->id);
+    if (m->operators[k]->id > max_id) max_id = m->operators[k]->id;
+  }
+  int *index = fsh_malloc((size_t)(max_id + 1) * sizeof *index);
+  int *orig = fsh_malloc(m->n_operators * sizeof *orig);
+  fsh_plan *p = NULL;
+  int rc = index && orig ? fsh_plan_new(1, &p, err) : ENOMEM;
+  if (!rc && !(p->nodes = fsh_calloc(m->n_operators, sizeof *p->nodes))) rc = ENOMEM;
+  if (!rc) {
+    p->cap_nodes = (int)m->n_operators;
+    p->merge = FSH_PLAN_MERGE_OFF;
+    for (int i = 0; i <= max_id; i++) index[i] = -1;
+  }
+  for (size_t k = 0; !rc && k < m->n_operators; k++) {
+    index[m->operators[k]->id] = (int)k;
+    orig[k] = m->operators[k]->id;
+    plan_node *n = fsh_calloc(1, sizeof *n);
+    if (!n) {
+      rc = ENOMEM;
+      break;
+    }
+    p->nodes[p->n_nodes++] = n;
+    if ((rc = build_node(m, k, index, max_id + 1, n, p, err)) != 0 && rc != ENOMEM)
+      rc = fsh_error_prefix(err, rc, "plan fragment operator %zu (node %d): ", k, orig[k]);
+  }
+  fsh_free(index);
+  if (rc == ENOMEM) fsh_error_set(err, ENOMEM, "plan fragment: out of memory");
+  if (rc) {
+    fsh_plan_free(p);
+    fsh_free(orig);
+    return rc;
+  }
+  *out = p;
+  *ids = orig;
+  return 0;
+}
+
+int plan_fragment_output(const fsh_plan_fragment *f) { return f->m->output_exchange; }
+bool plan_fragment_scatter(const fsh_plan_fragment *f) { return f->m->scatter; }

@@ -36,6 +36,14 @@ typedef struct run_ctx {
     int64_t instances, files, bytes;
   } *node_spill;      /* [n_nodes] when op_memory > 0 */
   pthread_mutex_t mu; /* guards res's counters and node_spill */
+  /* a plan-fragment task (plan_task.c): what it read of each input
+   * exchange ([n_nodes]; NULL otherwise) */
+  struct plan_read {
+    int opens;
+    bool complete;
+    int64_t rows;
+    uint64_t checksum;
+  } *reads;
 } run_ctx;
 
 /* The backend that map output / reduce partition i goes through. */
@@ -50,6 +58,10 @@ int plan_name_fail(const plan_node *n, int rc, fsh_error *err);
 /* Opens partition `part` of node `node` as a stream into *out (an
  * exchange: runs it first if it has not run; its reduce partition). */
 int plan_open_stream(run_ctx *c, int node, int32_t part, fsh_batch_stream *out, fsh_error *err);
+/* Wraps *st (an input exchange's partition, node) so that c->reads[node]
+ * counts its rows and row checksum and whether it was read to its end;
+ * *st released on error. */
+int plan_count_reads(run_ctx *c, int node, fsh_batch_stream *st, fsh_error *err);
 /* Drains stream in into *held (*n_held non-empty batches, the caller's:
  * given also on error, to release). */
 int plan_drain(fsh_batch_stream *in, fsh_batch ***held, int64_t *n_held, fsh_error *err);
@@ -57,6 +69,44 @@ int plan_drain(fsh_batch_stream *in, fsh_batch ***held, int64_t *n_held, fsh_err
 /* Runs exchange x's map tasks (and the exchanges they read that have not
  * run), then releases every exchange nobody reads any more. */
 int plan_run_exchange(run_ctx *c, const plan_node *x, fsh_error *err);
+/* What a scatter task knows of every map of a range / into_partitions
+ * exchange: the range boundaries (from every map's sample; NULL: no rows)
+ * or every map's row count. */
+typedef struct plan_scatter {
+  fsh_batch *bounds;
+  const int64_t *counts;
+  int32_t n_counts;
+} plan_scatter;
+
+/* One task of a stage, alone (a plan-fragment task, plan_task.c): map
+ * task `part` of exchange x, partitioned as plan_run_exchange does, into
+ * map output (map_id, attempt) of spec through c->backend; sums
+ * ([spec->n_partitions], zeroed by the caller) gets the row checksum of
+ * each partition written. A range or into_partitions exchange is written
+ * by a scatter task (scatter given: x's input is the staged shuffle,
+ * partition `part` this map's rows), the others never (scatter NULL). */
+int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                       int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                       uint64_t *sums, const plan_scatter *scatter, fsh_error *err);
+/* The staging task of a range / into_partitions exchange x: every row of
+ * x's input partition `part` into partition `part` of spec (maps + 1
+ * partitions), and (range) the map's sample -- as plan_run_exchange takes
+ * it -- into the last partition. */
+int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                     int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                     uint64_t *sums, fsh_error *err);
+/* The range boundaries of x's n_out partitions from the maps' samples
+ * (samples[0, n), in map order; *out NULL when there is no row). */
+int plan_range_bounds(const plan_node *x, fsh_batch **samples, int64_t n, int32_t n_out,
+                      fsh_batch **out, fsh_error *err);
+/* The result stage's task: partition `part` of node root, every row into
+ * partition `part` of spec (map output map_id, attempt), sums as above. */
+int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t part,
+                     int64_t map_id, int32_t attempt, fsh_map_output *out, uint64_t *sums,
+                     fsh_error *err);
+/* Adds the order-independent row checksum of b to *sum: per row
+ * fsh_hash_columns over every column (seed 0), summed mod 2^64. */
+int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err);
 /* Releases exchange xs's shuffle on every backend. */
 int plan_release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err);
 

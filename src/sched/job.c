@@ -57,11 +57,15 @@ void fsh_job_free(sched_job *j) {
   for (int s = 0; j->stages && s < j->n_stages; s++) {
     jstage *st = &j->stages[s];
     fsh_free(st->maps);
+    fsh_buffer_unref(st->fragment);
     fsh_shuffle_meta_free(st->meta);
     fsh_free(st->part_rows);
     fsh_free(st->part_sums);
     fsh_free(st->counted);
-    for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) fsh_free(st->tasks[t].lost);
+    for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) {
+      fsh_free(st->tasks[t].lost);
+      fsh_free(st->tasks[t].reads);
+    }
     fsh_free(st->tasks);
   }
   fsh_free(j->stages);
@@ -174,7 +178,7 @@ int fsh_job_resolve_ref(fsh_sched_driver *d, const char *action, const uint8_t *
 
 const char *fsh_job_kind_name(int kind) {
   return kind == KIND_MAP ? "map-synthetic" : kind == KIND_REDUCE ? "reduce-verify"
-                                                                  : "reduce-then-map";
+         : kind == KIND_PLAN ? "plan-fragment" : "reduce-then-map";
 }
 
 /* The job is over: no more attempts (their late answers are ignored). */
@@ -202,7 +206,7 @@ void fsh_job_end(fsh_sched_driver *d, sched_job *j, fsh_sched_job_state state) {
 /* Whether every stage reading stage s is complete. */
 bool fsh_job_consumers_complete(const sched_job *j, int s) {
   for (int c = 0; c < j->n_stages; c++)
-    if (consumer(&j->stages[c]) && j->stages[c].input == s && !fsh_job_stage_complete(j, c))
+    if (consumer(&j->stages[c]) && reads(&j->stages[c], s) && !fsh_job_stage_complete(j, c))
       return false;
   return true;
 }
@@ -219,7 +223,8 @@ bool fsh_job_stage_complete(const sched_job *j, int s) {
 bool fsh_job_settled(const sched_job *j) {
   if (j->state == FSH_SCHED_JOB_RUNNING || j->releasing) return false;
   for (int s = 0; s < j->n_stages; s++)
-    if (producer(&j->stages[s]) && !j->stages[s].released) return false;
+    if (producer(&j->stages[s]) && !j->stages[s].released && !kept(j, &j->stages[s]))
+      return false;
   return true;
 }
 
@@ -297,6 +302,57 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
   return rc;
 }
 
+int fsh_sched_plan_job_plan(const fsh_sched_plan_job *pj, fsh_buffer **plan, fsh_error *err) {
+  *plan = NULL;
+  if (pj->n_stages < 1 || pj->n_stages > JOB_MAX_STAGES || !pj->stages)
+    return fsh_error_set(err, EINVAL, "plan job: %d stages (1 .. %d)", pj->n_stages,
+                         JOB_MAX_STAGES);
+  Flightshuffle__Sched__StagePlan *sp = fsh_calloc((size_t)pj->n_stages, sizeof *sp);
+  Flightshuffle__Sched__StagePlan **spp = fsh_calloc((size_t)pj->n_stages, sizeof *spp);
+  uint32_t *ids = fsh_calloc((size_t)pj->n_stages * JOB_MAX_INPUTS, sizeof *ids);
+  int rc = sp && spp && ids ? 0 : fsh_error_set(err, ENOMEM, "plan job: out of memory");
+  for (int i = 0; rc == 0 && i < pj->n_stages; i++) {
+    const fsh_sched_plan_stage *x = &pj->stages[i];
+    if (!x->fragment || x->n_inputs < 0 || x->n_inputs > JOB_MAX_INPUTS) {
+      rc = fsh_error_set(err, EINVAL, "plan job: stage %d: no fragment or %d inputs (0 .. %d)",
+                         i, x->n_inputs, JOB_MAX_INPUTS);
+      break;
+    }
+    Flightshuffle__Sched__StagePlan y = FLIGHTSHUFFLE__SCHED__STAGE_PLAN__INIT;
+    y.stage_id = (uint32_t)i + 1;
+    y.kind = (char *)"plan-fragment";
+    y.fragment = (ProtobufCBinaryData){(size_t)x->fragment->size, x->fragment->data};
+    y.task_count = (uint32_t)x->n_tasks;
+    y.n_partitions = (uint32_t)x->n_partitions;
+    y.compression = (uint32_t)pj->compression;
+    y.result = x->result;
+    y.scatter = x->scatter;
+    y.n_inputs = y.n_input_nodes = (size_t)x->n_inputs;
+    y.inputs = ids + (size_t)i * JOB_MAX_INPUTS;
+    y.input_nodes = (int32_t *)x->input_nodes;
+    for (int k = 0; k < x->n_inputs; k++) y.inputs[k] = (uint32_t)x->input_stages[k] + 1;
+    sp[i] = y;
+    spp[i] = &sp[i];
+  }
+  if (rc == 0) {
+    Flightshuffle__Sched__JobPlan jp = FLIGHTSHUFFLE__SCHED__JOB_PLAN__INIT;
+    jp.name = (char *)(pj->name ? pj->name : "plan");
+    jp.n_stages = (size_t)pj->n_stages;
+    jp.stages = spp;
+    jp.max_attempts = pj->max_attempts;
+    jp.slots_per_worker = pj->slots_per_worker;
+    jp.backend = (int32_t)pj->backend;
+    size_t n = protobuf_c_message_get_packed_size(&jp.base);
+    fsh_buffer *b = fsh_buffer_new((int64_t)n, false);
+    if (!b) rc = fsh_error_set(err, ENOMEM, "plan job: out of memory");
+    else protobuf_c_message_pack(&jp.base, b->data), *plan = b;
+  }
+  fsh_free(sp);
+  fsh_free(spp);
+  fsh_free(ids);
+  return rc;
+}
+
 /* A producer stage's metadata and verification sums (n_tasks, n_parts and
  * shuffle_id set). */
 static int producer_init(jstage *st, fsh_error *err) {
@@ -308,6 +364,64 @@ static int producer_init(jstage *st, fsh_error *err) {
   if (!st->part_rows || !st->part_sums || !st->counted)
     return fsh_error_set(err, ENOMEM, "stage %u: out of memory", st->id);
   return 0;
+}
+
+/* Stage s of j a "plan-fragment" stage (see Sched.proto): its inputs are
+ * earlier stages writing a shuffle (each task reads partition t of each,
+ * or 0 of a 1-partition one, so an input has 1 or task_count partitions),
+ * one per exchange node the fragment reads. The fragment itself is
+ * checked by the workers (the driver runs no plan). */
+static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan *sp,
+                      fsh_error *err) {
+  jstage *st = &j->stages[s];
+  st->kind = KIND_PLAN;
+  if (sp->n_tasks || !sp->fragment.len || sp->n_inputs != sp->n_input_nodes ||
+      sp->n_inputs > JOB_MAX_INPUTS)
+    return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): needs a fragment, no task "
+                         "bodies and one input node per input stage (at most %d): %zu bodies, "
+                         "%zu-byte fragment, %zu inputs, %zu input nodes", st->id,
+                         JOB_MAX_INPUTS, sp->n_tasks, sp->fragment.len, sp->n_inputs,
+                         sp->n_input_nodes);
+  if (sp->task_count < 1 || sp->task_count > JOB_MAX_TASKS || sp->n_partitions < 1 ||
+      sp->n_partitions > (1u << 24) || sp->compression > FSH_COMPRESSION_ZSTD)
+    return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): %u tasks (1 .. %d), %u "
+                         "partitions (1 .. %d), compression %u", st->id, sp->task_count,
+                         JOB_MAX_TASKS, sp->n_partitions, 1 << 24, sp->compression);
+  st->n_tasks = (int32_t)sp->task_count;
+  st->n_parts = (int32_t)sp->n_partitions;
+  st->compression = (fsh_compression)sp->compression;
+  st->result = sp->result;
+  st->scatter = sp->scatter;
+  if (st->scatter && sp->n_inputs != 1)
+    return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a scatter reads one stage, not "
+                         "%zu", st->id, sp->n_inputs);
+  for (size_t i = 0; i < sp->n_inputs; i++) {
+    int in = fsh_job_stage_index(j, sp->inputs[i]);
+    if (in < 0 || in >= s || !producer(&j->stages[in]))
+      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u is not an "
+                           "earlier stage writing a shuffle", st->id, sp->inputs[i]);
+    if (j->stages[in].result)
+      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u is the job's "
+                           "result", st->id, sp->inputs[i]);
+    if (st->scatter && j->stages[in].n_parts != st->n_tasks + 1)
+      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): scatters stage %u of %d "
+                           "partitions; %d tasks scatter %d", st->id, sp->inputs[i],
+                           j->stages[in].n_parts, st->n_tasks, st->n_tasks + 1);
+    if (!st->scatter && j->stages[in].n_parts != 1 && j->stages[in].n_parts != st->n_tasks)
+      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u has %d "
+                           "partitions; a stage of %d tasks reads 1 or %d", st->id,
+                           sp->inputs[i], j->stages[in].n_parts, st->n_tasks, st->n_tasks);
+    if (reads(st, in))
+      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u named twice",
+                           st->id, sp->inputs[i]);
+    st->inputs[st->n_inputs] = in;
+    st->input_nodes[st->n_inputs++] = sp->input_nodes[i];
+    j->stages[in].consumed = true;
+  }
+  st->input = st->n_inputs ? st->inputs[0] : -1;
+  if (!(st->fragment = fsh_buffer_copy(sp->fragment.data, (int64_t)sp->fragment.len)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  return producer_init(st, err);
 }
 
 /* Builds a job from a decoded plan (not yet linked). */
@@ -398,6 +512,8 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
                            "earlier stage writing a shuffle", st->id, sp->inputs[0]);
       if (rc) break;
       st->input = in;
+      st->n_inputs = 1;
+      st->inputs[0] = in;
       j->stages[in].consumed = true;
       st->n_tasks = j->stages[in].n_parts;
     } else if (strcmp(kind, "reduce-then-map") == 0) {
@@ -418,15 +534,19 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
                            "earlier stage writing a shuffle", st->id, sp->inputs[0]);
       if (rc) break;
       st->input = in;
+      st->n_inputs = 1;
+      st->inputs[0] = in;
       j->stages[in].consumed = true;
       st->n_tasks = j->stages[in].n_parts;
       st->n_parts = (int32_t)sp->n_partitions;
       st->key_column = (int32_t)sp->key_column;
       st->compression = (fsh_compression)sp->compression;
       rc = producer_init(st, err);
+    } else if (strcmp(kind, "plan-fragment") == 0) {
+      rc = plan_stage(j, (int)s, sp, err);
     } else {
       rc = fsh_error_set(err, EINVAL, "stage %u: unknown task type '%s' (map-synthetic, "
-                         "reduce-verify, reduce-then-map)", st->id, kind);
+                         "reduce-verify, reduce-then-map, plan-fragment)", st->id, kind);
     }
     if (rc == 0 && !(st->tasks = fsh_calloc((size_t)st->n_tasks, sizeof *st->tasks)))
       rc = fsh_error_set(err, ENOMEM, "out of memory");

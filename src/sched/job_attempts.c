@@ -40,7 +40,16 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
   int rc = 0;
   if (ok && producer(st)) {
     fsh_map_task_result r;
-    rc = fsh_map_task_result_decode(answer, size, &r, &err);
+    fsh_fragment_read *reads = NULL;
+    int32_t n_reads = 0;
+    rc = st->kind == KIND_PLAN
+             ? fsh_fragment_answer_decode(answer, size, &r, &reads, &n_reads, &err)
+             : fsh_map_task_result_decode(answer, size, &r, &err);
+    if (rc == 0) { /* what this attempt read (checked by the status) */
+      fsh_free(k->reads);
+      k->reads = reads;
+      k->n_reads = n_reads;
+    }
     if (rc == 0) {
       if (r.output.n_partitions != st->n_parts || r.output.map_id != t ||
           r.output.attempt != attempt || r.output.shuffle_id != st->shuffle_id)

@@ -105,6 +105,34 @@ int fsh_sched_get_job_status(const char *driver_uri, const char *auth_token, uin
         .map_rows = x->map_rows, .reduce_rows = x->reduce_rows, .map_checksum = x->map_checksum,
         .reduce_checksum = x->reduce_checksum};
   }
+  if (rc == 0 && m->n_result_parts &&
+      (m->n_result_rows != m->n_result_parts || m->n_result_checksums != m->n_result_parts)) {
+    flightshuffle__sched__job_status__free_unpacked(m, &fsh_sched_pb_allocator);
+    fsh_sched_job_status_reset(&s);
+    return fsh_error_set(err, EPROTO, "driver %s: job-status: %zu result parts, %zu rows, %zu "
+                         "checksums", driver_uri, m->n_result_parts, m->n_result_rows,
+                         m->n_result_checksums);
+  }
+  if (rc == 0 && m->n_result_parts) {
+    size_t n = m->n_result_parts;
+    s.result = fsh_calloc(n, sizeof *s.result);
+    s.result_rows = fsh_calloc(n, sizeof *s.result_rows);
+    s.result_checksums = fsh_calloc(n, sizeof *s.result_checksums);
+    if (!s.result || !s.result_rows || !s.result_checksums) rc = ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+      fsh_error e;
+      if (fsh_reduce_task_decode(m->result_parts[i].data, (int64_t)m->result_parts[i].len,
+                                 &s.result[i], &e) != 0) {
+        flightshuffle__sched__job_status__free_unpacked(m, &fsh_sched_pb_allocator);
+        fsh_sched_job_status_reset(&s);
+        return fsh_error_set(err, EPROTO, "driver %s: job-status: result part %zu: %s",
+                             driver_uri, i, e.message);
+      }
+      s.n_result++;
+      s.result_rows[i] = m->result_rows[i];
+      s.result_checksums[i] = m->result_checksums[i];
+    }
+  }
   if (rc == 0) rc = decode_events(m->retried, m->n_retried, &s.retried, &s.n_retried);
   if (rc == 0) rc = decode_events(m->recomputed, m->n_recomputed, &s.recomputed, &s.n_recomputed);
   if (rc == 0) rc = decode_events(m->ignored, m->n_ignored, &s.ignored, &s.n_ignored);

@@ -10,7 +10,8 @@
 
 #define JOB_MAX_STAGES 64
 
-enum { KIND_MAP = 1, KIND_REDUCE = 2, KIND_REDUCE_MAP = 3 };
+enum { KIND_MAP = 1, KIND_REDUCE = 2, KIND_REDUCE_MAP = 3, KIND_PLAN = 4 };
+#define JOB_MAX_INPUTS 64
 enum { T_PENDING = 0, T_RUNNING = 1, T_DONE = 2 };
 
 typedef struct jtask {
@@ -30,6 +31,8 @@ typedef struct jtask {
   uint64_t checksum;            /* reduce */
   int64_t nanos;                /* the task's own time */
   int64_t input_bytes;          /* map */
+  fsh_fragment_read *reads;     /* KIND_PLAN: what the done attempt read (owned) */
+  int32_t n_reads;
 } jtask;
 
 typedef struct jstage {
@@ -43,7 +46,17 @@ typedef struct jstage {
   uint64_t shuffle_id;
   int32_t key_column; /* KIND_REDUCE_MAP: the key of its output */
   fsh_compression compression; /* KIND_REDUCE_MAP */
-  int input;          /* consumers (KIND_REDUCE, KIND_REDUCE_MAP): their input stage */
+  int input;          /* consumers: their (first) input stage */
+  /* consumers: every input stage (KIND_PLAN may read several; the others
+   * one: inputs[0] == input) and, KIND_PLAN, the fragment's exchange node
+   * each one is */
+  int n_inputs;
+  int inputs[JOB_MAX_INPUTS];
+  int32_t input_nodes[JOB_MAX_INPUTS];
+  fsh_buffer *fragment; /* KIND_PLAN: the stage's StageFragment bytes */
+  bool result;          /* KIND_PLAN: its shuffle is the job's result (kept) */
+  bool scatter;         /* KIND_PLAN: scatters its input's staged partitions (the
+                           last one, the samples, read by every task) */
   bool consumed;      /* producers: some stage reads it */
   bool released;
   /* producers: the metadata of the current outputs (shuffle_meta: compact
@@ -87,7 +100,22 @@ struct sched_client {
 /* A stage that writes a shuffle (map, reduce-then-map) / that reads one
  * (reduce-verify, reduce-then-map). */
 static inline bool producer(const jstage *st) { return st->kind != KIND_REDUCE; }
-static inline bool consumer(const jstage *st) { return st->kind != KIND_MAP; }
+static inline bool consumer(const jstage *st) { return st->kind != KIND_MAP && st->n_inputs > 0; }
+/* Whether consumer st reads stage s. */
+static inline bool reads(const jstage *st, int s) {
+  for (int i = 0; i < st->n_inputs; i++)
+    if (st->inputs[i] == s) return true;
+  return false;
+}
+/* The partition of input stage `in` (n_parts partitions) that task t of a
+ * consumer reads: t, or 0 of a 1-partition shuffle (a plan's broadcast
+ * side, a gather). */
+static inline int32_t part_read(const jstage *in, int32_t t) { return in->n_parts == 1 ? 0 : t; }
+/* A shuffle kept after the job (the result the client reads) -- only once
+ * the job succeeded: a failed job releases it too. */
+static inline bool kept(const sched_job *j, const jstage *st) {
+  return st->result && j->state == FSH_SCHED_JOB_SUCCEEDED;
+}
 
 /* Appends an event (its reason formatted); dropped if out of memory. */
 void fsh_job_event_push(event_list *l, uint32_t stage, int32_t task, int32_t attempt,
@@ -124,6 +152,14 @@ bool fsh_job_stage_complete(const sched_job *j, int s);
 bool fsh_job_consumers_complete(const sched_job *j, int s);
 /* Over, and its shuffles released. */
 bool fsh_job_settled(const sched_job *j);
+
+/* Reduce task p of the shuffle of stage `in` from its current outputs
+ * (metadata: sizes approximate, so sizes_unknown), sources in map order
+ * (a gather reads them in that order): t->sources and
+ * t->locations allocated, the location strings borrowed from the metadata
+ * (free the two arrays only). mu held. (job_scheduler.c) */
+int fsh_job_reduce_task_of(const sched_job *j, int in, int32_t p, bool incremental,
+                           fsh_reduce_task *t, fsh_error *err);
 
 /* job_attempts.c: records the end of attempt `attempt` of task t of stage
  * s (ok: its answer; else error, the reason). */

@@ -60,10 +60,12 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
       /* running consumers that read a lost output: retried once it is back */
       for (int c = 0; c < j->n_stages; c++) {
         jstage *cs = &j->stages[c];
-        if (!consumer(cs) || cs->input != s) continue;
+        if (!consumer(cs) || !reads(cs, s)) continue;
         for (int32_t p = 0; p < cs->n_tasks; p++) {
           jtask *k = &cs->tasks[p];
-          if (k->state != T_RUNNING || !hit[p]) continue;
+          if (k->state != T_RUNNING ||
+              !(hit[part_read(st, p)] || (cs->scatter && hit[st->n_parts - 1])))
+            continue;
           fsh_job_event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) was on "
                              "worker %s, lost (%s)", st->id, uri, why);
           fsh_job_cancel_attempt(d, j, cs, p, k->attempt, k->worker_id);

@@ -72,13 +72,14 @@ static int envelope(const char *kind, const sched_job *j, const jstage *st, int3
   return 0;
 }
 
-/* Reduce task p of consumer stage st, reading the current outputs of its
- * input stage (from its metadata: sizes approximate, so sizes_unknown):
- * t->sources and t->locations allocated, the location strings borrowed
- * from the metadata (free the two arrays only). mu held. */
-static int reduce_task_of(const sched_job *j, const jstage *st, int32_t p, bool incremental,
-                          fsh_reduce_task *t, fsh_error *err) {
-  const jstage *in = &j->stages[st->input];
+static int cmp_source(const void *a, const void *b) {
+  int64_t x = ((const fsh_reduce_source *)a)->map_id, y = ((const fsh_reduce_source *)b)->map_id;
+  return (x > y) - (x < y);
+}
+
+int fsh_job_reduce_task_of(const sched_job *j, int input, int32_t p, bool incremental,
+                           fsh_reduce_task *t, fsh_error *err) {
+  const jstage *in = &j->stages[input];
   *t = (fsh_reduce_task){.shuffle_id = in->shuffle_id, .partition = p,
                          .n_partitions = in->n_parts, .backend = j->backend,
                          .incremental = incremental, .sizes_unknown = true};
@@ -110,6 +111,10 @@ static int reduce_task_of(const sched_job *j, const jstage *st, int32_t p, bool 
   }
   fsh_free(loc_of);
   fsh_shuffle_sources_reset(&src);
+  /* in map order (the metadata keeps them in the order they came): a
+   * gather reads its partition in the order of its maps */
+  if (rc == 0 && t->n_sources > 1)
+    qsort(t->sources, (size_t)t->n_sources, sizeof *t->sources, cmp_source);
   if (rc) {
     fsh_free(t->sources);
     fsh_free(t->locations);
@@ -122,7 +127,7 @@ static int reduce_task_of(const sched_job *j, const jstage *st, int32_t p, bool 
 static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buffer **out,
                        fsh_error *err) {
   fsh_reduce_task t;
-  FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, j->incremental, &t, err));
+  FSH_RETURN_NOT_OK(fsh_job_reduce_task_of(j, st->input, p, j->incremental, &t, err));
   int rc = fsh_reduce_task_encode(&t, out, err);
   fsh_free(t.sources);
   fsh_free(t.locations); /* the strings are the metadata's */
@@ -135,10 +140,45 @@ static int reduce_map_body(const sched_job *j, const jstage *st, int32_t p, int3
   fsh_reduce_map_task t = {.out_shuffle_id = st->shuffle_id, .map_id = p, .attempt = attempt,
                            .out_partitions = st->n_parts, .key_column = st->key_column,
                            .compression = st->compression};
-  FSH_RETURN_NOT_OK(reduce_task_of(j, st, p, false, &t.in, err));
+  FSH_RETURN_NOT_OK(fsh_job_reduce_task_of(j, st->input, p, false, &t.in, err));
   int rc = fsh_reduce_map_task_encode(&t, out, err);
   fsh_free(t.in.sources);
   fsh_free(t.in.locations);
+  return rc;
+}
+
+/* The body of plan-fragment task t (attempt) of stage st: its fragment,
+ * and for every input stage the current outputs of the partition it
+ * reads. mu held. */
+static int plan_body(const sched_job *j, const jstage *st, int32_t t, int32_t attempt,
+                     fsh_buffer **out, fsh_error *err) {
+  fsh_fragment_task_input in[JOB_MAX_INPUTS];
+  memset(in, 0, sizeof in);
+  fsh_fragment_task ft = {.fragment = st->fragment, .task = t, .n_tasks = st->n_tasks,
+                          .shuffle_id = st->shuffle_id, .map_id = t, .attempt = attempt,
+                          .compression = st->compression, .backend = j->backend,
+                          .n_inputs = st->n_inputs, .inputs = in};
+  int rc = 0, k = 0;
+  for (; rc == 0 && k < st->n_inputs; k++) {
+    in[k].node = st->input_nodes[k];
+    const jstage *src = &j->stages[st->inputs[k]];
+    rc = fsh_job_reduce_task_of(j, st->inputs[k], part_read(src, t), false, &in[k].read, err);
+  }
+  /* a scatter: the staged samples (the last partition) and rows */
+  const jstage *src = st->scatter ? &j->stages[st->inputs[0]] : NULL;
+  if (rc == 0 && src) {
+    ft.has_side = true;
+    rc = fsh_job_reduce_task_of(j, st->inputs[0], src->n_parts - 1, false, &ft.side, err);
+    ft.n_counts = st->n_tasks;
+    ft.counts = src->part_rows; /* per staged partition: the rows its one task wrote */
+  }
+  if (rc == 0) rc = fsh_fragment_task_encode(&ft, out, err);
+  for (int i = 0; i < k; i++) {
+    fsh_free(in[i].read.sources);
+    fsh_free(in[i].read.locations); /* the strings are the metadata's */
+  }
+  fsh_free(ft.side.sources);
+  fsh_free(ft.side.locations);
   return rc;
 }
 
@@ -152,7 +192,7 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
     const jstage *in = &j->stages[st->input];
     fsh_shuffle_partition_totals tot;
     fsh_error e;
-    if (fsh_shuffle_meta_partition_totals(in->meta, t, &tot, &e) == 0 &&
+    if (fsh_shuffle_meta_partition_totals(in->meta, part_read(in, t), &tot, &e) == 0 &&
         tot.best_location_bytes > 0)
       best_uri = fsh_shuffle_meta_location_uri(in->meta, tot.best_location);
   }
@@ -175,7 +215,14 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
  * or (incremental) once it has a first output. */
 static bool stage_may_start(const sched_job *j, int s) {
   const jstage *st = &j->stages[s];
-  if (st->kind == KIND_MAP) return true;
+  if (!consumer(st)) return true;
+  if (st->kind == KIND_PLAN) { /* every input complete */
+    for (int i = 0; i < st->n_inputs; i++) {
+      const jstage *in = &j->stages[st->inputs[i]];
+      if (in->released || in->n_done < in->n_tasks) return false;
+    }
+    return true;
+  }
   const jstage *in = &j->stages[st->input];
   if (in->released) return false; /* plan_round brings it back first */
   return j->incremental && st->kind == KIND_REDUCE ? in->n_done > 0
@@ -235,8 +282,9 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
     if (j->state != FSH_SCHED_JOB_RUNNING) continue;
     for (int s = 0; s < j->n_stages; s++) {
       jstage *st = &j->stages[s];
-      if (consumer(st) && j->stages[st->input].released && !fsh_job_stage_complete(j, s))
-        bring_back(d, j, st->input, st);
+      for (int i = 0; consumer(st) && i < st->n_inputs; i++)
+        if (j->stages[st->inputs[i]].released && !fsh_job_stage_complete(j, s))
+          bring_back(d, j, st->inputs[i], st);
       bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
@@ -264,6 +312,8 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           rc = fsh_map_task_encode(&mt, &body, &err);
         } else if (st->kind == KIND_REDUCE) {
           rc = reduce_body(j, st, t, &body, &err);
+        } else if (st->kind == KIND_PLAN) {
+          rc = plan_body(j, st, t, attempt, &body, &err);
         } else {
           rc = reduce_map_body(j, st, t, attempt, &body, &err);
         }
@@ -465,7 +515,8 @@ static void release_round(fsh_sched_driver *d) {
        j = j->next)
     for (int s = 0; s < j->n_stages; s++) {
       jstage *st = &j->stages[s];
-      if (!producer(st) || st->released) continue;
+      if (!producer(st) || st->released || kept(j, st)) continue;
+      if (st->result && j->state == FSH_SCHED_JOB_RUNNING) continue; /* read by the client */
       if (j->state == FSH_SCHED_JOB_RUNNING && !(st->consumed && fsh_job_consumers_complete(j, s)))
         continue;
       st->released = true;

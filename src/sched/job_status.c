@@ -21,6 +21,10 @@ void fsh_sched_job_status_reset(fsh_sched_job_status *s) {
     fsh_free(lists[l]);
   }
   fsh_free(s->partitions);
+  for (int32_t i = 0; s->result && i < s->n_result; i++) fsh_reduce_task_reset(&s->result[i]);
+  fsh_free(s->result);
+  fsh_free(s->result_rows);
+  fsh_free(s->result_checksums);
   memset(s, 0, sizeof *s);
 }
 
@@ -38,6 +42,54 @@ static int copy_events(const event_list *l, fsh_sched_task_event **out, int32_t 
 
 static double since(const sched_job *j, int64_t ms) {
   return ms < 0 ? -1.0 : (double)(ms - j->start_ms) / 1000.0;
+}
+
+/* The result of j (stage x's shuffle) into s: per partition its map
+ * outputs (owned copies), rows and row checksum. mu held. */
+static int result_parts(const sched_job *j, int x, fsh_sched_job_status *s, fsh_error *err) {
+  const jstage *st = &j->stages[x];
+  int32_t n = st->n_parts;
+  s->result = fsh_calloc((size_t)n, sizeof *s->result);
+  s->result_rows = fsh_calloc((size_t)n, sizeof *s->result_rows);
+  s->result_checksums = fsh_calloc((size_t)n, sizeof *s->result_checksums);
+  if (!s->result || !s->result_rows || !s->result_checksums) return ENOMEM;
+  for (int32_t p = 0; p < n; p++) {
+    fsh_reduce_task t;
+    FSH_RETURN_NOT_OK(fsh_job_reduce_task_of(j, x, p, false, &t, err));
+    fsh_buffer *b = NULL;
+    int rc = fsh_reduce_task_encode(&t, &b, err); /* an owned copy through the codec */
+    fsh_free(t.sources);
+    fsh_free(t.locations);
+    if (rc == 0) rc = fsh_reduce_task_decode(b->data, b->size, &s->result[p], err);
+    fsh_buffer_unref(b);
+    if (rc) return rc;
+    s->n_result++;
+    s->result_rows[p] = st->part_rows[p];
+    s->result_checksums[p] = st->part_sums[p];
+  }
+  return 0;
+}
+
+/* Whether every read of the done tasks of plan stage st that went to the
+ * end of its partition found what its input's tasks wrote there (rows and
+ * row checksum; the side input of a scatter: the last partition). Reads
+ * stopped early (a limit) are not compared. mu held. */
+static bool plan_reads_verified(const sched_job *j, const jstage *st) {
+  for (int32_t t = 0; t < st->n_tasks; t++) {
+    const jtask *k = &st->tasks[t];
+    for (int32_t i = 0; k->state == T_DONE && i < k->n_reads; i++) {
+      const fsh_fragment_read *r = &k->reads[i];
+      int in = -1;
+      for (int x = 0; x < st->n_inputs && in < 0; x++)
+        if (r->node == st->input_nodes[x] || (r->node == -1 && st->scatter)) in = x;
+      if (in < 0) return false; /* a read of no input */
+      const jstage *src = &j->stages[st->inputs[in]];
+      int32_t p = r->node == -1 ? src->n_parts - 1 : part_read(src, t);
+      if (r->complete && (r->rows != src->part_rows[p] || r->checksum != src->part_sums[p]))
+        return false;
+    }
+  }
+  return true;
 }
 
 /* The status of j into *out; mu held. */
@@ -74,6 +126,10 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
                    1000.0;
     /* verification of a consumer stage against its input stage: per
      * partition, the rows and row checksum read == those written */
+    if (consumer(st) && st->kind == KIND_PLAN) {
+      if (!plan_reads_verified(j, st)) s.verified = false;
+      continue;
+    }
     if (!consumer(st)) continue;
     const jstage *in = &j->stages[st->input];
     if (with_partitions && st->kind == KIND_REDUCE && !s.partitions) {
@@ -94,6 +150,12 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
       if (s.partitions && st->kind == KIND_REDUCE && s.n_partitions == st->n_tasks)
         s.partitions[p] = c;
     }
+  }
+  for (int x = 0; rc == 0 && j->state == FSH_SCHED_JOB_SUCCEEDED && x < j->n_stages; x++)
+    if (j->stages[x].result) rc = result_parts(j, x, &s, err);
+  if (rc == EINVAL || rc == EPROTO) {
+    fsh_sched_job_status_reset(&s);
+    return rc;
   }
   s.bytes_spilled = j->bytes_spilled;
   s.first_map_output_s = since(j, j->first_map_ms);
@@ -246,7 +308,23 @@ int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
     r.input_rows = s.input_rows;
     r.input_bytes = s.input_bytes;
     r.bytes_spilled = s.bytes_spilled;
-    rc = fsh_sched_push_message(out, &r.base, "driver: job-status", err);
+    fsh_buffer **parts = s.n_result ? fsh_calloc((size_t)s.n_result, sizeof *parts) : NULL;
+    ProtobufCBinaryData *bins = s.n_result ? fsh_calloc((size_t)s.n_result, sizeof *bins) : NULL;
+    if (s.n_result && (!parts || !bins))
+      rc = fsh_error_set(err, ENOMEM, "driver %s: job-status: out of memory", d->uri);
+    for (int32_t i = 0; rc == 0 && i < s.n_result; i++)
+      if ((rc = fsh_reduce_task_encode(&s.result[i], &parts[i], err)) == 0)
+        bins[i] = (ProtobufCBinaryData){(size_t)parts[i]->size, parts[i]->data};
+    if (rc == 0) {
+      r.n_result_parts = r.n_result_rows = r.n_result_checksums = (size_t)s.n_result;
+      r.result_parts = bins;
+      r.result_rows = s.result_rows;
+      r.result_checksums = s.result_checksums;
+      rc = fsh_sched_push_message(out, &r.base, "driver: job-status", err);
+    }
+    for (int32_t i = 0; parts && i < s.n_result; i++) fsh_buffer_unref(parts[i]);
+    fsh_free(parts);
+    fsh_free(bins);
   }
   fsh_free(st), fsh_free(stp), fsh_free(pc), fsh_free(pcp);
   fsh_free(e1), fsh_free(e2), fsh_free(e3), fsh_free(p1), fsh_free(p2), fsh_free(p3);

@@ -57,25 +57,24 @@ static int check_reduce_task(const fsh_reduce_task *t, fsh_error *err) {
   return 0;
 }
 
-int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
-                         int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err), void *ctx,
-                         fsh_error *err) {
-  int rc = check_reduce_task(t, err);
-  if (rc != 0) return rc;
+int fsh_reduce_task_map_outputs(const fsh_reduce_task *t, fsh_map_output **out,
+                                fsh_error *err) {
+  *out = NULL;
+  FSH_RETURN_NOT_OK(check_reduce_task(t, err));
   int64_t n = t->n_sources, R = t->n_partitions;
-  fsh_schema *schema = fsh_synthetic_schema();
   /* The readers only look at [partition] of a map output's per-partition
    * arrays: source i's arrays start at element i of arrays of n + R
    * elements, so that its [partition] is element i + partition (distinct
-   * per source, every index in bounds; the other elements are not its). */
-  fsh_map_output *ms = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *ms);
-  int64_t *rows = fsh_calloc((size_t)(n + R), sizeof *rows);
-  int64_t *bytes = fsh_calloc((size_t)(n + R), sizeof *bytes);
-  uint64_t *sums = fsh_calloc((size_t)(n + R), sizeof *sums);
-  if (!schema || !ms || !rows || !bytes || !sums) {
-    rc = fsh_error_set(err, ENOMEM, "out of memory");
-    goto done;
-  }
+   * per source, every index in bounds; the other elements are not its).
+   * One block: the map outputs, then rows, bytes and checksums. */
+  size_t head = (size_t)(n > 0 ? n : 1) * sizeof(fsh_map_output);
+  head = (head + 7) & ~(size_t)7;
+  uint8_t *block = fsh_calloc(1, head + 3 * (size_t)(n + R) * 8);
+  if (!block) return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_map_output *ms = (fsh_map_output *)block;
+  int64_t *rows = (int64_t *)(block + head);
+  int64_t *bytes = rows + (n + R);
+  uint64_t *sums = (uint64_t *)(bytes + (n + R));
   for (int64_t i = 0; i < n; i++) {
     const fsh_reduce_source *s = &t->sources[i];
     rows[i + t->partition] = s->rows;
@@ -88,10 +87,25 @@ int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
     if (t->sizes_unknown) /* the readers then compare nothing with a record */
       ms[i].rows = ms[i].bytes = NULL, ms[i].checksums = NULL;
   }
-  fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = (int32_t)R,
+  *out = ms;
+  return 0;
+}
+
+int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
+                         int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err), void *ctx,
+                         fsh_error *err) {
+  fsh_map_output *ms = NULL;
+  int rc = fsh_reduce_task_map_outputs(t, &ms, err);
+  if (rc != 0) return rc;
+  fsh_schema *schema = fsh_synthetic_schema();
+  if (!schema) {
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+    goto done;
+  }
+  fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = t->n_partitions,
                            .schema = schema};
   fsh_batch_stream st;
-  rc = fsh_shuffle_open_reader(b, &spec, t->partition, ms, n, &st, err);
+  rc = fsh_shuffle_open_reader(b, &spec, t->partition, ms, t->n_sources, &st, err);
   if (rc != 0) goto done;
   for (;;) {
     fsh_batch *x = NULL;
@@ -111,9 +125,6 @@ int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
   st.release(&st);
 done:
   fsh_free(ms);
-  fsh_free(rows);
-  fsh_free(bytes);
-  fsh_free(sums);
   fsh_schema_unref(schema);
   return rc;
 }

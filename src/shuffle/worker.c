@@ -2,7 +2,8 @@
  * formats in shuffle.h). ListFlights describes every (shuffle, partition)
  * held; DoGet (worker_get.c) serves tickets; DoPut (worker_put.c) writes
  * map outputs; DoAction "release" removes a shuffle, "map-synthetic" and
- * "reduce-verify" run tasks (task_map.c, task_reduce.c) through the
+ * "reduce-verify" run tasks (task_map.c, task_reduce.c) -- and the task
+ * kinds a layer above registers (fsh_worker_task_kind) -- through the
  * worker's own flight backend (or the fs backend over its --fs-dir), and
  * "stats" tells the store's figures. */
 #include <errno.h>
@@ -25,6 +26,8 @@ struct fsh_shuffle_worker {
   void *on_task_done_ctx;
   fsh_worker_more_sources_fn on_more_sources;
   void *on_more_sources_ctx;
+  fsh_worker_task_kind *kinds; /* registered task kinds (names owned) */
+  int n_kinds;
   char uri[320];
 };
 
@@ -187,12 +190,15 @@ typedef struct task_job {
   fsh_map_task map;
   fsh_reduce_task reduce;
   fsh_reduce_map_task reduce_map;
+  const fsh_worker_task_kind *kind; /* a registered kind: state is its task */
+  void *state;
   uint8_t *tag; /* owned; incremental reduces (asked for more sources) */
   int64_t tag_size;
 } task_job;
 
 static void task_job_free(void *p) {
   task_job *j = p;
+  if (j->kind && j->kind->free_state) j->kind->free_state(j->state);
   if (!j->is_map) fsh_reduce_task_reset(&j->reduce);
   fsh_reduce_map_task_reset(&j->reduce_map);
   fsh_free(j->tag);
@@ -261,7 +267,9 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
 static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
   task_job *j = p;
   int rc;
-  if (j->is_map) {
+  if (j->kind) {
+    rc = j->kind->run(j->kind->ctx, j->state, j->backend, answer, err);
+  } else if (j->is_map) {
     fsh_map_task_result r;
     rc = fsh_map_task_run(j->backend, &j->map, &r, err);
     /* If the answer is lost the map output stays: the caller retries with
@@ -289,18 +297,40 @@ static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
 /* Decodes a task of kind `kind` (body data[0, size)) into a new task_job. */
 static int decode_task(fsh_shuffle_worker *w, const char *kind, const uint8_t *data,
                        int64_t size, task_job **out, fsh_error *err) {
+  static const uint8_t empty[1];
+  if (!data) data = empty;
+  for (int i = 0; i < w->n_kinds; i++) {
+    const fsh_worker_task_kind *k = &w->kinds[i];
+    if (strcmp(kind, k->name) != 0) continue;
+    task_job *j = fsh_calloc(1, sizeof *j);
+    if (!j) return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+    j->w = w;
+    j->is_map = true; /* no synthetic reduce to reset */
+    fsh_task_backend kb = FSH_TASK_BACKEND_FLIGHT;
+    int rc = k->decode(k->ctx, data, size, &j->state, &kb, err);
+    if (rc != 0) {
+      fsh_free(j);
+      return fsh_error_prefix(err, rc, "worker %s: %s: ", w->uri, kind);
+    }
+    j->kind = k;
+    if ((rc = task_backend(w, kb, kind, &j->backend, err)) != 0) {
+      task_job_free(j);
+      return rc;
+    }
+    *out = j;
+    return 0;
+  }
   bool is_map = strcmp(kind, "map-synthetic") == 0;
   bool is_rm = strcmp(kind, "reduce-then-map") == 0;
   if (!is_map && !is_rm && strcmp(kind, "reduce-verify") != 0)
     return fsh_error_set(err, EINVAL, "worker %s: task: unknown task type '%s' (map-synthetic, "
-                         "reduce-verify, reduce-then-map)", w->uri, kind);
+                         "reduce-verify, reduce-then-map%s%s)", w->uri, kind,
+                         w->n_kinds ? ", " : "", w->n_kinds ? w->kinds[0].name : "");
   task_job *j = fsh_calloc(1, sizeof *j);
   if (!j) return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   j->w = w;
   j->is_map = is_map;
   j->is_reduce_map = is_rm;
-  static const uint8_t empty[1];
-  if (!data) data = empty;
   int rc = is_map ? fsh_map_task_decode(data, size, &j->map, err)
            : is_rm ? fsh_reduce_map_task_decode(data, size, &j->reduce_map, err)
                    : fsh_reduce_task_decode(data, size, &j->reduce, err);
@@ -463,6 +493,8 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
   if (strcmp(a->type, "cancel") == 0) return action_cancel(w, a, out, err);
+  for (int i = 0; i < w->n_kinds; i++)
+    if (strcmp(a->type, w->kinds[i].name) == 0) return action_start_task(w, a, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
                        "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats, "
                        "cancel)", w->uri, a->type);
@@ -488,6 +520,10 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
                                        "stop the running tasks with that tag (body: the tag)") ||
       fsh_flight_action_type_list_push(out, "stats", "the store's figures, one line of text"))
     return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  for (int i = 0; i < w->n_kinds; i++)
+    if (fsh_flight_action_type_list_push(out, w->kinds[i].name,
+                                         "run a task of this registered kind (also in \"task\")"))
+      return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   return 0;
 }
 
@@ -510,6 +546,13 @@ static void make_uri(char *out, size_t size, const char *listen, int port) {
   snprintf(out, size, "grpc://%s:%d", host, port);
 }
 
+static void free_kinds(fsh_shuffle_worker *w) {
+  for (int i = 0; i < w->n_kinds; i++) fsh_free((char *)w->kinds[i].name);
+  fsh_free(w->kinds);
+  w->kinds = NULL;
+  w->n_kinds = 0;
+}
+
 int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle_worker **out,
                              fsh_error *err) {
   if (!opts || !opts->listen || !out)
@@ -520,7 +563,37 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   w->on_task_done_ctx = opts->on_task_done_ctx;
   w->on_more_sources = opts->on_more_sources;
   w->on_more_sources_ctx = opts->on_more_sources_ctx;
+  if (opts->n_task_kinds < 0 || (opts->n_task_kinds > 0 && !opts->task_kinds)) {
+    fsh_free(w);
+    return fsh_error_set(err, EINVAL, "worker: %d task kinds", opts->n_task_kinds);
+  }
+  for (int i = 0; i < opts->n_task_kinds; i++) {
+    const fsh_worker_task_kind *k = &opts->task_kinds[i];
+    size_t len = k->name ? strlen(k->name) : 0;
+    if (len < 1 || len > TASK_MAX_KIND || !k->decode || !k->run) {
+      fsh_free(w);
+      return fsh_error_set(err, EINVAL, "worker: task kind %d needs a name of 1 .. %d bytes, "
+                           "decode and run", i, TASK_MAX_KIND);
+    }
+  }
+  if (opts->n_task_kinds > 0) {
+    w->kinds = fsh_calloc((size_t)opts->n_task_kinds, sizeof *w->kinds);
+    for (int i = 0; w->kinds && i < opts->n_task_kinds; i++) {
+      w->kinds[i] = opts->task_kinds[i];
+      if (!(w->kinds[i].name = fsh_strdup(opts->task_kinds[i].name))) {
+        for (int k = 0; k < i; k++) fsh_free((char *)w->kinds[k].name);
+        fsh_free(w->kinds);
+        w->kinds = NULL;
+      }
+    }
+    if (!w->kinds) {
+      fsh_free(w);
+      return fsh_error_set(err, ENOMEM, "worker: out of memory");
+    }
+    w->n_kinds = opts->n_task_kinds;
+  }
   if (fsh_worker_tasks_new(&w->tasks) != 0) {
+    free_kinds(w);
     fsh_free(w);
     return fsh_error_set(err, ENOMEM, "worker: out of memory");
   }
@@ -531,6 +604,7 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   int rc = fsh_shuffle_store_new(&so, &w->store, err);
   if (rc != 0) {
     fsh_worker_tasks_free(w->tasks);
+    free_kinds(w);
     fsh_free(w);
     return fsh_error_prefix(err, rc, "worker %s: ", opts->listen);
   }
@@ -570,5 +644,6 @@ void fsh_shuffle_worker_stop(fsh_shuffle_worker *w, int64_t deadline_ms) {
   fsh_shuffle_backend_destroy(w->flight);
   fsh_shuffle_backend_destroy(w->fs);
   fsh_shuffle_store_free(w->store);
+  free_kinds(w);
   fsh_free(w);
 }

@@ -1,0 +1,161 @@
+/* plan_task_job.c -- a plan as a driver's job: every stage of the plan a
+ * "plan-fragment" stage of a JobPlan (sched.h, fsh_sched_plan_job_plan) --
+ * a stage writing a range / into_partitions exchange two: the staging
+ * stage (every task's rows and sample) and the scatter stage --
+ * and the result of such a job read back from its result shuffle (the
+ * last stage's) and checked partition by partition against the rows and
+ * row checksums its tasks answered. */
+#include "exec/plan_run_internal.h"
+
+#include <flightshuffle/sched.h>
+
+#include <inttypes.h>
+
+void fsh_plan_job_stages_free(fsh_plan_job_stages *js) {
+  if (!js) return;
+  for (int i = 0; js->stages && i < js->n; i++) fsh_buffer_unref((fsh_buffer *)js->stages[i].fragment);
+  fsh_free(js->stages);
+  fsh_free(js->inputs);
+  fsh_free(js->nodes);
+  memset(js, 0, sizeof *js);
+}
+
+int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  FSH_RETURN_NOT_OK(fsh_plan_check_distributed(p, err));
+  int n = fsh_plan_stage_count(p);
+  if (n < 1) return fsh_error_set(err, EINVAL, "plan job: the plan is empty");
+  /* a stage writing a range / into_partitions exchange becomes two: the
+   * staging stage and the scatter stage (whose output later stages read) */
+  fsh_plan_stage_info *info = fsh_calloc((size_t)n, sizeof *info);
+  int *job_of = fsh_calloc((size_t)n, sizeof *job_of); /* plan stage -> job stage writing it */
+  out->stages = fsh_calloc((size_t)n * 2, sizeof *out->stages);
+  out->inputs = fsh_calloc((size_t)n * 2 * FSH_PLAN_STAGE_MAX_INPUTS, sizeof *out->inputs);
+  out->nodes = fsh_calloc((size_t)n * 2 * FSH_PLAN_STAGE_MAX_INPUTS, sizeof *out->nodes);
+  int rc = info && job_of && out->stages && out->inputs && out->nodes
+               ? 0 : fsh_error_set(err, ENOMEM, "plan job: out of memory");
+  for (int s = 0; rc == 0 && s < n; s++) {
+    if ((rc = fsh_plan_stage_info_get(p, s, &info[s], err)) != 0) break;
+    const plan_node *x = info[s].output_node >= 0 ? p->nodes[info[s].output_node] : NULL;
+    bool two = x && (x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS);
+    for (int step = 0; rc == 0 && step < (two ? 2 : 1); step++) {
+      int k = out->n;
+      fsh_sched_plan_stage *st = &out->stages[k];
+      int *ins = out->inputs + (size_t)k * FSH_PLAN_STAGE_MAX_INPUTS;
+      int32_t *nodes = out->nodes + (size_t)k * FSH_PLAN_STAGE_MAX_INPUTS;
+      fsh_buffer *frag = NULL;
+      rc = plan_stage_encode_mode(p, s, two ? 1 + step : 0, &frag, err);
+      if (rc) break;
+      *st = (fsh_sched_plan_stage){.fragment = frag, .n_tasks = info[s].n_tasks,
+                                   .n_partitions = info[s].output_partitions,
+                                   .input_stages = ins, .input_nodes = nodes,
+                                   .result = s == n - 1 && step == (two ? 1 : 0)};
+      out->n++;
+      if (two && step == 0) {
+        st->n_partitions = info[s].n_tasks + 1; /* staged: a partition per task, the samples */
+      } else if (two) {
+        st->scatter = true;
+        st->n_inputs = 1;
+        ins[0] = k - 1;
+        nodes[0] = p->n_nodes + info[s].output_node;
+      }
+      if (!two || step == 0) {
+        for (int i = 0; rc == 0 && i < info[s].n_inputs; i++) {
+          int from = info[s].input_stages[i];
+          if (from < 0 || from >= s)
+            rc = fsh_error_set(err, EINVAL, "plan job: stage %d reads exchange %d, written by "
+                               "no earlier stage", s, (int)info[s].input_nodes[i]);
+          else
+            ins[i] = job_of[from], nodes[i] = info[s].input_nodes[i];
+        }
+        st->n_inputs = info[s].n_inputs;
+      }
+    }
+    job_of[s] = out->n - 1;
+  }
+  fsh_free(info);
+  fsh_free(job_of);
+  if (rc) fsh_plan_job_stages_free(out);
+  return rc;
+}
+
+int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buffer **out,
+                      fsh_error *err) {
+  *out = NULL;
+  fsh_plan_job_stages js;
+  FSH_RETURN_NOT_OK(fsh_plan_job_stages_get(p, &js, err));
+  fsh_sched_plan_job j = {.name = o && o->name ? o->name : "plan", .n_stages = js.n,
+                          .stages = js.stages,
+                          .compression = o ? o->compression : FSH_COMPRESSION_NONE,
+                          .backend = o ? o->backend : FSH_TASK_BACKEND_FLIGHT,
+                          .max_attempts = o ? o->max_attempts : 0,
+                          .slots_per_worker = o ? o->slots_per_worker : 0};
+  int rc = fsh_sched_plan_job_plan(&j, out, err);
+  fsh_plan_job_stages_free(&js);
+  return rc;
+}
+
+int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s, fsh_shuffle_backend *b,
+                        fsh_plan_result *out, fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  const plan_node *root = p->nodes[p->n_nodes - 1];
+  int32_t np = root->n_partitions;
+  if (s->state != FSH_SCHED_JOB_SUCCEEDED || s->n_result != np)
+    return fsh_error_set(err, EINVAL, "plan job %" PRIu64 ": %s with %d result partitions; the "
+                         "plan has %d", s->job_id, fsh_sched_job_state_name(s->state),
+                         s->n_result, (int)np);
+  out->n_partitions = np;
+  int64_t cap = 0;
+  int rc = 0;
+  if (!(out->partition_batches = fsh_calloc((size_t)np, sizeof *out->partition_batches)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  for (int32_t part = 0; rc == 0 && part < np; part++) {
+    const fsh_reduce_task *t = &s->result[part];
+    fsh_map_output *ms = NULL;
+    if ((rc = fsh_reduce_task_map_outputs(t, &ms, err)) != 0) break;
+    fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = t->n_partitions,
+                             .schema = root->schema};
+    fsh_batch_stream st;
+    if ((rc = fsh_shuffle_open_reader(b, &spec, part, ms, t->n_sources, &st, err)) != 0) {
+      fsh_free(ms);
+      break;
+    }
+    int64_t rows = 0;
+    uint64_t sum = 0;
+    for (;;) {
+      fsh_batch *x = NULL;
+      if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
+      rows += x->length;
+      if ((rc = plan_row_checksum(x, &sum, err)) != 0 || x->length == 0) {
+        fsh_batch_unref(x);
+        if (rc) break;
+        continue;
+      }
+      if (out->n_batches == cap) {
+        int64_t nc = cap ? cap * 2 : 16;
+        fsh_batch **v = fsh_realloc(out->batches, (size_t)nc * sizeof *v);
+        if (!v) {
+          fsh_batch_unref(x);
+          rc = fsh_error_set(err, ENOMEM, "out of memory");
+          break;
+        }
+        out->batches = v, cap = nc;
+      }
+      out->batches[out->n_batches++] = x;
+      out->partition_batches[part]++;
+      out->rows += x->length;
+    }
+    st.release(&st);
+    fsh_free(ms);
+    if (rc == 0 && (rows != s->result_rows[part] || sum != s->result_checksums[part]))
+      rc = fsh_error_set(err, EIO, "partition %d: %" PRId64 " rows read (row checksum %016"
+                         PRIx64 "), its tasks wrote %" PRId64 " (%016" PRIx64 ")", (int)part,
+                         rows, sum, s->result_rows[part], s->result_checksums[part]);
+  }
+  if (rc) {
+    fsh_plan_result_reset(out);
+    return fsh_error_prefix(err, rc, "plan job %" PRIu64 ": reading the result: ", s->job_id);
+  }
+  out->schema = fsh_schema_ref(root->schema);
+  return 0;
+}

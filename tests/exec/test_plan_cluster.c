@@ -1,0 +1,343 @@
+/* test_plan_cluster.c -- plans as driver jobs in one process: an in-process
+ * driver and three in-process workers that run "plan-fragment" tasks (the
+ * task kind registered as `flightshuffle worker` does). Each plan's job
+ * (fsh_plan_job_plan) must succeed, its result read back from the result
+ * shuffle (fsh_plan_job_result, every partition checked against its
+ * tasks' row checksums) must equal the single-process reference run, over
+ * the flight and the fs backends; afterwards every store is empty once
+ * the result shuffle is released. A distributed sort and into_partitions
+ * run as a staging and a scatter stage; malformed plan-fragment bodies sent to a worker are
+ * answered INVALID_ARGUMENT (EINVAL) naming the problem; malformed
+ * plan-fragment JobPlans are refused at submit. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <flightshuffle/exec.h>
+#include <flightshuffle/flight.h>
+#include <flightshuffle/sched.h>
+
+#include "../test.h"
+
+#define N_WORKERS 3
+
+typedef struct cluster {
+  fsh_sched_driver *d;
+  fsh_shuffle_worker *w[N_WORKERS];
+  fsh_sched_notifier *n[N_WORKERS];
+  fsh_sched_heartbeat *h[N_WORKERS];
+  char fs_dir[64];
+} cluster;
+
+static void start_cluster(cluster *c) {
+  fsh_error err;
+  memset(c, 0, sizeof *c);
+  strcpy(c->fs_dir, "/tmp/fsh-test-plancl-XXXXXX");
+  CHECK(mkdtemp(c->fs_dir) != NULL);
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 5000,
+                                .log = getenv("FSH_TEST_LOG") != NULL};
+  CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
+  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(NULL)};
+  for (int i = 0; c->d && i < N_WORKERS; i++) {
+    CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
+    fsh_shuffle_worker_options wo = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
+                                     .n_threads = 6, .fs_dir = c->fs_dir,
+                                     .on_task_done = fsh_sched_notify_task_done,
+                                     .on_task_done_ctx = c->n[i], .task_kinds = kinds,
+                                     .n_task_kinds = 1};
+    CHECK_OK(fsh_shuffle_worker_start(&wo, &c->w[i], &err));
+    if (!c->w[i]) continue;
+    fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]), false);
+    fsh_sched_heartbeat_options ho = {.driver_uri = fsh_sched_driver_uri(c->d),
+                                      .worker_uri = fsh_shuffle_worker_uri(c->w[i]),
+                                      .retry_ms = 50};
+    CHECK_OK(fsh_sched_heartbeat_start(&ho, &c->h[i], &err));
+  }
+}
+
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+/* Every store and the fs directory empty, then everything stopped. */
+static void stop_cluster(cluster *c) {
+  for (int i = 0; i < N_WORKERS; i++) {
+    if (!c->w[i]) continue;
+    fsh_shuffle_store_stats st;
+    fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c->w[i]), &st);
+    CHECK_MSG(st.map_outputs == 0, "worker %d still holds %lld map outputs", i,
+              (long long)st.map_outputs);
+  }
+  CHECK_MSG(dir_entries(c->fs_dir) == 0, "files left in %s", c->fs_dir);
+  for (int i = 0; i < N_WORKERS; i++) fsh_sched_heartbeat_stop(c->h[i]);
+  for (int i = 0; i < N_WORKERS; i++) fsh_shuffle_worker_stop(c->w[i], 1000);
+  fsh_sched_driver_stop(c->d, 1000);
+  for (int i = 0; i < N_WORKERS; i++) fsh_sched_notifier_free(c->n[i]);
+  CHECK_EQ_INT(rmdir(c->fs_dir), 0);
+}
+
+/* Waits until the driver knows every worker. */
+static void wait_workers(cluster *c) {
+  for (int tries = 0; tries < 200; tries++) {
+    fsh_sched_worker_list l = {0};
+    fsh_error err;
+    if (fsh_sched_driver_workers(c->d, &l, &err) == 0) {
+      int64_t n = fsh_sched_worker_list_alive(&l);
+      fsh_sched_worker_list_reset(&l);
+      if (n == N_WORKERS) return;
+    }
+    usleep(20000);
+  }
+  CHECK_MSG(false, "the workers did not register");
+}
+
+/* A backend of the client's: the fs directory, or a reader-only flight
+ * backend whose release reaches every worker. */
+static fsh_shuffle_backend *client_backend(cluster *c, fsh_task_backend kind) {
+  fsh_error err;
+  fsh_shuffle_backend *b = NULL;
+  if (kind == FSH_TASK_BACKEND_FS) {
+    CHECK_OK(fsh_shuffle_fs_new(c->fs_dir, &b, &err));
+    return b;
+  }
+  const char *peers[N_WORKERS];
+  for (int i = 0; i < N_WORKERS; i++) peers[i] = fsh_shuffle_worker_uri(c->w[i]);
+  fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = N_WORKERS};
+  CHECK_OK(fsh_shuffle_flight_new(&fo, &b, &err));
+  return b;
+}
+
+/* Runs p as a job on the cluster and compares its result with the
+ * reference run. */
+static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend kind) {
+  fsh_error err;
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = name, .backend = kind,
+                             .compression = FSH_COMPRESSION_LZ4_FRAME};
+  CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  if (!plan) return;
+  uint64_t id = 0;
+  CHECK_OK(fsh_sched_submit(fsh_sched_driver_uri(c->d), NULL, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  int rc = fsh_sched_driver_wait_job(c->d, id, 20000, &err);
+  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c->d), NULL, id, false, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s: %s", name, s.error ? s.error : "?");
+  /* the driver's check: every partition a task read to its end held what
+   * its input's tasks wrote there */
+  CHECK_MSG(s.verified, "%s: the driver's check of the reads failed", name);
+  fsh_plan_job_stages js;
+  CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+  CHECK_EQ_INT(s.n_stages, js.n); /* a staged exchange: two stages */
+  CHECK(js.n >= fsh_plan_stage_count(p));
+  fsh_plan_job_stages_free(&js);
+  fsh_shuffle_backend *b = client_backend(c, kind);
+  fsh_plan_result got, ref;
+  rc = fsh_plan_job_result(p, &s, b, &got, &err);
+  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
+  fsh_plan_run_options ro = {.reference = true};
+  CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+  if (rc == 0) {
+    rc = fsh_plan_result_compare(p, &got, &ref, &err);
+    CHECK_MSG(rc == 0, "%s (%s): %s", name, fsh_task_backend_name(kind), err.message);
+    CHECK_EQ_INT(got.rows, ref.rows);
+  }
+  if (s.n_result > 0) CHECK_OK(fsh_shuffle_release(b, s.result[0].shuffle_id, &err));
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_sched_job_status_reset(&s);
+  fsh_shuffle_backend_destroy(b);
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *t = malloc((size_t)n + 1);
+  if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
+    free(t);
+    t = NULL;
+  }
+  if (t) t[n] = 0;
+  fclose(f);
+  return t;
+}
+
+static fsh_plan *load_example(const char *name) {
+  const char *src = getenv("FSH_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/examples/plans/%s", src ? src : ".", name);
+  char *text = read_text(path);
+  CHECK_MSG(text != NULL, "cannot read %s", path);
+  if (!text) return NULL;
+  fsh_plan *p = NULL;
+  fsh_error err;
+  int rc = fsh_plan_from_json(text, -1, 3, &p, &err);
+  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
+  free(text);
+  return p;
+}
+
+/* A partitioned join + group-by (a stage reading two exchanges). */
+static const char join_group_by[] =
+    "{\"partitions\": 3, \"nodes\": ["
+    "{\"id\": \"facts\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 40000, "
+    "\"batch_rows\": 4096, \"partitions\": 4, \"key_range\": 3000, \"null_fraction\": 0.01, "
+    "\"seed\": 1},"
+    "{\"id\": \"dims\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 3000, "
+    "\"batch_rows\": 1024, \"partitions\": 2, \"key_range\": 3000, \"seed\": 2, \"groups\": 8},"
+    "{\"id\": \"dims_p\", \"op\": \"project\", \"input\": \"dims\", \"columns\": ["
+    "{\"name\": \"dkey\", \"expr\": {\"col\": \"id\"}}, {\"name\": \"category\", "
+    "\"expr\": {\"col\": \"grp\"}}]},"
+    "{\"id\": \"j\", \"op\": \"join\", \"left\": \"facts\", \"right\": \"dims_p\", "
+    "\"left_keys\": [\"key\"], \"right_keys\": [\"dkey\"], \"type\": \"inner\", "
+    "\"strategy\": \"partitioned\"},"
+    "{\"op\": \"aggregate\", \"keys\": [\"category\"], \"aggs\": [{\"fn\": \"count_star\", "
+    "\"name\": \"n\"}, {\"fn\": \"sum\", \"column\": \"amount\", \"name\": \"total\"}]}"
+    "]}";
+
+static void plans_on(fsh_task_backend kind) {
+  cluster c;
+  start_cluster(&c);
+  wait_workers(&c);
+  /* sort and into_partitions: a staging and a scatter stage each */
+  const char *names[] = {"repartition_hash.json", "broadcast_join.json", "limit.json",
+                         "gather.json", "sort.json", "into_partitions.json"};
+  for (int i = 0; i < 6; i++) {
+    fsh_plan *p = load_example(names[i]);
+    if (p) run_plan(&c, names[i], p, kind);
+    fsh_plan_free(p);
+  }
+  fsh_plan *p = NULL;
+  fsh_error err;
+  CHECK_OK(fsh_plan_from_json(join_group_by, -1, 0, &p, &err));
+  if (p) run_plan(&c, "join + group-by", p, kind);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+}
+
+static void plans_flight(void) { plans_on(FSH_TASK_BACKEND_FLIGHT); }
+static void plans_fs(void) { plans_on(FSH_TASK_BACKEND_FS); }
+
+/* Malformed plan-fragment bodies sent to a worker: EINVAL (the Flight
+ * INVALID_ARGUMENT) naming the problem; the worker goes on serving; its
+ * ListActions names the kind. */
+static void malformed_bodies(void) {
+  cluster c;
+  start_cluster(&c);
+  fsh_error err;
+  fsh_flight_client *cl = NULL;
+  fsh_flight_client_options co = {.uri = fsh_shuffle_worker_uri(c.w[0]), .timeout_ms = 5000};
+  CHECK_OK(fsh_flight_client_open(&co, &cl, &err));
+  const char *bodies[] = {"", "FSPT", "FSPT\x01\0\0\0garbage-garbage-garbage-garbage-garbage-xx",
+                          "\x0a\x02\x08\x01"};
+  int64_t sizes[] = {0, 4, 50, 4};
+  for (int i = 0; cl && i < 4; i++) {
+    fsh_flight_action a = {.type = (char *)"plan-fragment",
+                           .body = {(uint8_t *)bodies[i], sizes[i]}};
+    fsh_flight_result_list res = {0};
+    int rc = fsh_flight_do_action(cl, &a, &res, &err);
+    CHECK_MSG(rc == EINVAL && strstr(err.message, "plan-fragment"), "body %d: %d %s", i, rc,
+              err.message);
+    fsh_flight_result_list_reset(&res);
+  }
+  /* a well-formed body whose fragment is garbage */
+  fsh_fragment_task t = {.n_tasks = 1, .backend = FSH_TASK_BACKEND_FLIGHT};
+  t.fragment = fsh_buffer_copy("\x12\x03\xff\xff\xff", 5);
+  fsh_buffer *body = NULL;
+  CHECK_OK(fsh_fragment_task_encode(&t, &body, &err));
+  fsh_buffer_unref(t.fragment);
+  if (cl && body) {
+    fsh_flight_action a = {.type = (char *)"plan-fragment", .body = {body->data, body->size}};
+    fsh_flight_result_list res = {0};
+    int rc = fsh_flight_do_action(cl, &a, &res, &err);
+    CHECK_MSG(rc == EINVAL && strstr(err.message, "fragment"), "%d %s", rc, err.message);
+    fsh_flight_result_list_reset(&res);
+  }
+  fsh_buffer_unref(body);
+  fsh_flight_action_type_list types = {0};
+  if (cl) {
+    CHECK_OK(fsh_flight_list_actions(cl, &types, &err));
+    bool found = false;
+    for (int64_t i = 0; i < types.n; i++) found |= strcmp(types.items[i].type, "plan-fragment") == 0;
+    CHECK(found);
+    fsh_flight_action_type_list_reset(&types);
+  }
+  fsh_flight_client_close(cl);
+  stop_cluster(&c);
+}
+
+/* Plan-fragment JobPlans the driver refuses at submit, naming the stage
+ * and what is wrong. */
+static void bad_job_plans(void) {
+  fsh_error err;
+  fsh_sched_driver *d = NULL;
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0"};
+  CHECK_OK(fsh_sched_driver_start(&o, &d, &err));
+  if (!d) return;
+  fsh_buffer *frag = fsh_buffer_copy("\x08\x01", 2); /* opaque to the driver */
+  int in0[1] = {0};
+  int32_t node[1] = {5};
+  struct {
+    fsh_sched_plan_stage st[2];
+    const char *want;
+  } cases[] = {
+      /* 3 tasks reading a 2-partition stage */
+      {{{.fragment = frag, .n_tasks = 2, .n_partitions = 2},
+        {.fragment = frag, .n_tasks = 3, .n_partitions = 1, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node, .result = true}},
+       "has 2 partitions"},
+      /* a scatter of a stage without the extra (samples) partition */
+      {{{.fragment = frag, .n_tasks = 2, .n_partitions = 2},
+        {.fragment = frag, .n_tasks = 2, .n_partitions = 4, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node, .result = true, .scatter = true}},
+       "scatters stage 1 of 2 partitions"},
+      /* reading the job's result */
+      {{{.fragment = frag, .n_tasks = 2, .n_partitions = 2, .result = true},
+        {.fragment = frag, .n_tasks = 2, .n_partitions = 2, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node}},
+       "is the job's result"},
+      /* no tasks */
+      {{{.fragment = frag, .n_tasks = 0, .n_partitions = 2},
+        {.fragment = frag, .n_tasks = 2, .n_partitions = 2, .n_inputs = 1, .input_stages = in0,
+         .input_nodes = node, .result = true}},
+       "0 tasks"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fsh_sched_plan_job pj = {.n_stages = 2, .stages = cases[i].st,
+                             .backend = FSH_TASK_BACKEND_FLIGHT};
+    fsh_buffer *plan = NULL;
+    CHECK_OK(fsh_sched_plan_job_plan(&pj, &plan, &err));
+    uint64_t id = 0;
+    int rc = plan ? fsh_sched_driver_submit(d, plan->data, plan->size, &id, &err) : -1;
+    CHECK_MSG(rc == EINVAL && strstr(err.message, "plan-fragment") &&
+                  strstr(err.message, cases[i].want),
+              "case %zu: %d %s", i, rc, err.message);
+    fsh_buffer_unref(plan);
+  }
+  fsh_buffer_unref(frag);
+  fsh_sched_driver_stop(d, 1000);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"plans_flight", plans_flight},
+      {"plans_fs", plans_fs},
+      {"malformed_bodies", malformed_bodies},
+      {"bad_job_plans", bad_job_plans},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}

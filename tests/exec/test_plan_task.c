@@ -1,0 +1,513 @@
+/* test_plan_task.c -- plan-fragment tasks (exec.h) against fsh_plan_run in
+ * process. A small driver here runs every stage of an example plan as
+ * plan-fragment tasks (bodies encoded and decoded on the way) over the
+ * memory and fs backends: each task's inputs are the map outputs the
+ * earlier stages' tasks answered. The result (read back from the result
+ * shuffle) must equal the single-process reference run, and every
+ * partition of the result shuffle the row checksums the tasks answered
+ * (the test recomputes them from the rows read, over every column). Range and
+ * into_partitions exchanges run as a staging and a scatter stage. Malformed
+ * bodies are refused with EINVAL naming what is wrong. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <flightshuffle/exec.h>
+
+#include "../test.h"
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *t = malloc((size_t)n + 1);
+  if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
+    free(t);
+    t = NULL;
+  }
+  if (t) t[n] = 0;
+  fclose(f);
+  return t;
+}
+
+static fsh_plan *load_example(const char *name, int32_t partitions) {
+  const char *src = getenv("FSH_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/examples/plans/%s", src ? src : ".", name);
+  char *text = read_text(path);
+  CHECK_MSG(text != NULL, "cannot read %s", path);
+  if (!text) return NULL;
+  fsh_plan *p = NULL;
+  fsh_error err;
+  int rc = fsh_plan_from_json(text, -1, partitions, &p, &err);
+  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
+  free(text);
+  return p;
+}
+
+/* The independent row checksum: per row, hash of every column (seed 0),
+ * summed. */
+static uint64_t rows_checksum(const fsh_batch *b) {
+  if (b->length == 0) return 0;
+  int32_t cols[64];
+  for (int64_t i = 0; i < b->n_columns; i++) cols[i] = (int32_t)i;
+  uint64_t *h = malloc((size_t)b->length * sizeof *h);
+  fsh_error err;
+  CHECK_OK(fsh_hash_columns(b, cols, (int)b->n_columns, 0, h, &err));
+  uint64_t s = 0;
+  for (int64_t i = 0; i < b->length; i++) s += h[i];
+  free(h);
+  return s;
+}
+
+/* What one job stage's tasks answered. */
+typedef struct stage_out {
+  const fsh_sched_plan_stage *st;
+  fsh_map_task_result *r; /* [n_tasks] */
+  int64_t *rows;          /* [n_partitions]: rows its tasks wrote there */
+} stage_out;
+
+/* The reduce-verify sources of partition `part` of stage s's output. */
+static void sources_of(const stage_out *s, int32_t part, fsh_task_backend backend,
+                       fsh_reduce_task *t) {
+  int32_t n = s->st->n_tasks;
+  t->shuffle_id = s->r[0].output.shuffle_id;
+  t->partition = part;
+  t->n_partitions = s->st->n_partitions;
+  t->backend = backend;
+  t->n_sources = n;
+  t->sources = calloc((size_t)n, sizeof *t->sources);
+  t->locations = calloc((size_t)n, sizeof *t->locations);
+  t->n_locations = n;
+  for (int32_t m = 0; m < n; m++) {
+    const fsh_map_output *o = &s->r[m].output;
+    t->locations[m] = o->location;
+    t->sources[m] = (fsh_reduce_source){.map_id = o->map_id, .attempt = o->attempt,
+                                        .location = m, .rows = o->rows[part],
+                                        .bytes = o->bytes[part], .checksum = o->checksums[part]};
+  }
+}
+
+static void sources_free(fsh_reduce_task *t) {
+  free(t->sources);
+  free(t->locations);
+  memset(t, 0, sizeof *t);
+}
+
+/* The body of task `task` of job stage s (through encode and decode), as
+ * the driver builds it: each input's partition `task` (0 of a 1-partition
+ * one); a scatter's side input (the staged samples) and row counts. */
+static void task_of(int s, stage_out *outs, int32_t task, int32_t attempt,
+                    fsh_task_backend backend, fsh_fragment_task *decoded) {
+  fsh_error err;
+  const fsh_sched_plan_stage *st = outs[s].st;
+  fsh_fragment_task t = {.fragment = (fsh_buffer *)st->fragment, .task = task,
+                         .n_tasks = st->n_tasks, .shuffle_id = 1000 + (uint64_t)s,
+                         .map_id = task, .attempt = attempt,
+                         .compression = task % 2 ? FSH_COMPRESSION_LZ4_FRAME
+                                                 : FSH_COMPRESSION_NONE,
+                         .backend = backend, .n_inputs = st->n_inputs};
+  fsh_fragment_task_input in[FSH_PLAN_STAGE_MAX_INPUTS];
+  t.inputs = in;
+  for (int i = 0; i < t.n_inputs; i++) {
+    const stage_out *src = &outs[st->input_stages[i]];
+    int32_t part = src->st->n_partitions == 1 ? 0 : task;
+    in[i].node = st->input_nodes[i];
+    memset(&in[i].read, 0, sizeof in[i].read);
+    sources_of(src, part, backend, &in[i].read);
+  }
+  if (st->scatter) {
+    const stage_out *src = &outs[st->input_stages[0]];
+    t.has_side = true;
+    sources_of(src, src->st->n_partitions - 1, backend, &t.side);
+    t.n_counts = st->n_tasks;
+    t.counts = src->rows;
+  }
+  fsh_buffer *body = NULL;
+  CHECK_OK(fsh_fragment_task_encode(&t, &body, &err));
+  CHECK_OK(fsh_fragment_task_decode(body->data, body->size, decoded, &err));
+  fsh_buffer *again = NULL;
+  CHECK_OK(fsh_fragment_task_encode(decoded, &again, &err));
+  CHECK(again->size == body->size && memcmp(again->data, body->data, (size_t)body->size) == 0);
+  fsh_buffer_unref(again);
+  fsh_buffer_unref(body);
+  for (int i = 0; i < t.n_inputs; i++) sources_free(&in[i].read);
+  if (t.has_side) sources_free(&t.side);
+}
+
+/* Every partition of the result stage's output read back: its rows and
+ * checksum equal the sums of what the tasks answered; the batches go to
+ * res (partition after partition). */
+static void check_output(fsh_shuffle_backend *b, const fsh_plan *p, stage_out *s,
+                         fsh_plan_result *res) {
+  fsh_error err;
+  int32_t R = s->st->n_partitions, n = s->st->n_tasks;
+  fsh_map_output *outs = calloc((size_t)n, sizeof *outs);
+  for (int32_t m = 0; m < n; m++) outs[m] = s->r[m].output;
+  fsh_batch_stream st;
+  for (int32_t part = 0; part < R; part++) {
+    int64_t want_rows = 0;
+    uint64_t want_sum = 0;
+    for (int32_t m = 0; m < n; m++) {
+      want_rows += s->r[m].output.rows[part];
+      want_sum += s->r[m].row_checksums[part];
+    }
+    fsh_shuffle_spec spec = {.shuffle_id = outs[0].shuffle_id, .n_partitions = R,
+                             .schema = fsh_plan_schema(p)};
+    CHECK_OK(fsh_shuffle_open_reader(b, &spec, part, outs, n, &st, &err));
+    int64_t rows = 0;
+    uint64_t sum = 0;
+    for (;;) {
+      fsh_batch *x = NULL;
+      CHECK_OK(st.get_next(&st, &x, &err));
+      if (!x) break;
+      rows += x->length;
+      sum += rows_checksum(x);
+      if (x->length > 0) {
+        res->batches = realloc(res->batches, (size_t)(res->n_batches + 1) * sizeof *res->batches);
+        res->batches[res->n_batches++] = x;
+        res->partition_batches[part]++;
+        res->rows += x->length;
+      } else {
+        fsh_batch_unref(x);
+      }
+    }
+    st.release(&st);
+    CHECK_MSG(rows == want_rows, "stage output partition %d: %lld rows read, %lld answered",
+              part, (long long)rows, (long long)want_rows);
+    CHECK_MSG(sum == want_sum, "stage output partition %d: row checksum differs", part);
+  }
+  free(outs);
+}
+
+/* Runs plan p as plan-fragment tasks over backend b (its job stages, in
+ * order, every task after the stages it reads); *res: its result;
+ * *n_checked: the reads (read to their end) compared with what was written. */
+static void run_tasks(const fsh_plan *p, fsh_shuffle_backend *b, fsh_task_backend kind,
+                      fsh_plan_result *res, int64_t *n_checked) {
+  fsh_error err;
+  fsh_plan_job_stages js;
+  memset(res, 0, sizeof *res);
+  CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+  int n = js.n;
+  int64_t checked_reads = 0;
+  stage_out *outs = calloc((size_t)(n ? n : 1), sizeof *outs);
+  for (int s = 0; s < n; s++) {
+    const fsh_sched_plan_stage *st = &js.stages[s];
+    outs[s].st = st;
+    for (int i = 0; i < st->n_inputs; i++)
+      CHECK(st->input_stages[i] >= 0 && st->input_stages[i] < s);
+    outs[s].r = calloc((size_t)st->n_tasks, sizeof *outs[s].r);
+    outs[s].rows = calloc((size_t)st->n_partitions, sizeof *outs[s].rows);
+    for (int32_t t = 0; t < st->n_tasks; t++) {
+      fsh_fragment_task task;
+      task_of(s, outs, t, 0, kind, &task);
+      fsh_fragment_read *reads = NULL;
+      int32_t n_reads = 0;
+      int rc = fsh_plan_task_run(b, &task, NULL, &outs[s].r[t], &reads, &n_reads, &err);
+      CHECK_MSG(rc == 0, "stage %d task %d: %s", s, t, err.message);
+      fsh_fragment_task_reset(&task);
+      /* what it read of an input, when read to its end, is what was
+       * written into the partition it reads */
+      CHECK(rc != 0 || n_reads == st->n_inputs + (st->scatter && reads[n_reads - 1].node == -1));
+      for (int32_t i = 0; rc == 0 && i < n_reads; i++) {
+        int k = 0;
+        while (k < st->n_inputs && reads[i].node != -1 && st->input_nodes[k] != reads[i].node) k++;
+        CHECK(k < st->n_inputs || reads[i].node == -1);
+        const stage_out *src = &outs[st->input_stages[reads[i].node == -1 ? 0 : k]];
+        int32_t part = reads[i].node == -1 ? src->st->n_partitions - 1
+                       : src->st->n_partitions == 1 ? 0 : t;
+        uint64_t sum = 0;
+        for (int32_t m = 0; m < src->st->n_tasks; m++) sum += src->r[m].row_checksums[part];
+        if (!reads[i].complete) continue;
+        checked_reads++;
+        CHECK_MSG(reads[i].rows == src->rows[part] && reads[i].checksum == sum,
+                  "stage %d task %d read %lld rows of input node %d partition %d, %lld written",
+                  s, t, (long long)reads[i].rows, reads[i].node, part,
+                  (long long)src->rows[part]);
+      }
+      fsh_free(reads);
+      for (int32_t q = 0; rc == 0 && q < st->n_partitions; q++)
+        outs[s].rows[q] += outs[s].r[t].output.rows[q];
+    }
+  }
+  *n_checked = checked_reads;
+  /* the result: the last stage's output partitions, in order (its
+   * exchange's when the plan ends in one) */
+  stage_out *last = &outs[n - 1];
+  CHECK(last->st->result);
+  res->n_partitions = last->st->n_partitions;
+  res->partition_batches = calloc((size_t)res->n_partitions, sizeof *res->partition_batches);
+  res->schema = fsh_schema_ref(fsh_plan_schema(p));
+  check_output(b, p, last, res);
+  for (int s = 0; s < n; s++) {
+    CHECK_OK(fsh_shuffle_release(b, 1000 + (uint64_t)s, &err));
+    for (int32_t t = 0; t < outs[s].st->n_tasks; t++) fsh_map_task_result_reset(&outs[s].r[t]);
+    free(outs[s].r);
+    free(outs[s].rows);
+  }
+  free(outs);
+  fsh_plan_job_stages_free(&js);
+}
+
+static void result_free(fsh_plan_result *r) {
+  for (int64_t i = 0; i < r->n_batches; i++) fsh_batch_unref(r->batches[i]);
+  free(r->batches);
+  free(r->partition_batches);
+  fsh_schema_unref(r->schema);
+  memset(r, 0, sizeof *r);
+}
+
+/* A partitioned join + two-phase group-by (join_group_by.json without
+ * its final sort, which needs a range exchange). */
+static const char join_group_by[] =
+    "{\"partitions\": 4, \"nodes\": ["
+    "{\"id\": \"facts\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 60000, "
+    "\"batch_rows\": 4096, \"partitions\": 5, \"key_range\": 5000, \"skew\": 0.05, "
+    "\"null_fraction\": 0.01, \"seed\": 1},"
+    "{\"id\": \"dims\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 5000, "
+    "\"batch_rows\": 1024, \"partitions\": 2, \"key_range\": 5000, \"seed\": 2, \"groups\": 8},"
+    "{\"id\": \"dims_p\", \"op\": \"project\", \"input\": \"dims\", \"columns\": ["
+    "{\"name\": \"dkey\", \"expr\": {\"col\": \"id\"}}, {\"name\": \"category\", "
+    "\"expr\": {\"col\": \"grp\"}}]},"
+    "{\"id\": \"j\", \"op\": \"join\", \"left\": \"facts\", \"right\": \"dims_p\", "
+    "\"left_keys\": [\"key\"], \"right_keys\": [\"dkey\"], \"type\": \"inner\", "
+    "\"strategy\": \"partitioned\"},"
+    "{\"op\": \"filter\", \"predicate\": {\"op\": \">\", \"args\": [{\"col\": \"amount\"}, "
+    "{\"lit\": 100}]}},"
+    "{\"op\": \"aggregate\", \"keys\": [\"category\"], \"aggs\": [{\"fn\": \"count_star\", "
+    "\"name\": \"n\"}, {\"fn\": \"sum\", \"column\": \"amount\", \"name\": \"total\"}, "
+    "{\"fn\": \"count_distinct\", \"column\": \"key\", \"name\": \"keys\"}]}"
+    "]}";
+
+/* Runs p both ways and compares; name for messages. */
+static void check_plan(const char *name, fsh_plan *p, fsh_shuffle_backend *b,
+                       fsh_task_backend kind) {
+  fsh_error err;
+  fsh_plan_result ref, got;
+  fsh_plan_run_options ro = {.reference = true};
+  CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+  int64_t checked = 0;
+  run_tasks(p, b, kind, &got, &checked);
+  /* the tasks read their inputs to the end (but where a limit stops them) */
+  CHECK_MSG(fsh_plan_stage_count(p) == 1 || checked > 0 || strstr(name, "limit"),
+            "%s: no read compared", name);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
+  CHECK_MSG(got.rows == ref.rows, "%s: %lld rows, reference %lld", name, (long long)got.rows,
+            (long long)ref.rows);
+  result_free(&got);
+  fsh_plan_result_reset(&ref);
+}
+
+/* Every example plan (those with a range or into_partitions exchange as a
+ * staging and a scatter stage), and the join + group-by above. */
+static void test_examples(fsh_shuffle_backend *b, fsh_task_backend kind,
+                          const char *const *only, int n_only) {
+  fsh_error err;
+  const char *src = getenv("FSH_SOURCE_DIR");
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/examples/plans", src ? src : ".");
+  DIR *d = opendir(dir);
+  CHECK_MSG(d != NULL, "cannot list %s", dir);
+  int ran = 0, staged = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
+    bool listed = n_only == 0;
+    for (int i = 0; i < n_only; i++) listed |= strcmp(only[i], e->d_name) == 0;
+    if (!listed) continue;
+    fsh_plan *p = load_example(e->d_name, 3);
+    if (!p) continue;
+    CHECK_OK(fsh_plan_check_distributed(p, &err));
+    fsh_plan_job_stages js;
+    CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+    bool scatters = false;
+    for (int i = 0; i < js.n; i++) scatters |= js.stages[i].scatter;
+    CHECK(js.n >= fsh_plan_stage_count(p));
+    fsh_plan_job_stages_free(&js);
+    check_plan(e->d_name, p, b, kind);
+    ran++;
+    staged += scatters;
+    fsh_plan_free(p);
+  }
+  if (d) closedir(d);
+  /* sort, repartition_range, into_partitions, join_group_by (its sort) */
+  if (n_only == 0) CHECK_MSG(ran >= 13 && staged >= 4, "%d example plans ran, %d staged", ran, staged);
+  else CHECK_MSG(ran == n_only, "%d of the %d example plans listed ran", ran, n_only);
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(join_group_by, -1, 0, &p, &err));
+  check_plan("join + group-by", p, b, kind);
+  fsh_plan_free(p);
+}
+
+static void test_examples_memory(void) {
+  fsh_error err;
+  fsh_shuffle_backend *b = NULL;
+  CHECK_OK(fsh_shuffle_memory_new(&b, &err));
+  test_examples(b, FSH_TASK_BACKEND_MEMORY, NULL, 0);
+  fsh_shuffle_backend_destroy(b);
+}
+
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+static void test_examples_fs(void) {
+  fsh_error err;
+  char dir[] = "/tmp/fsh-test-plantask-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  fsh_shuffle_backend *b = NULL;
+  CHECK_OK(fsh_shuffle_fs_new(dir, &b, &err));
+  /* a smaller set (time): every kind of exchange, staged ones included */
+  static const char *const only[] = {"repartition_range.json", "into_partitions.json",
+                                     "repartition_hash.json", "broadcast_join.json",
+                                     "limit.json", "gather.json"};
+  test_examples(b, FSH_TASK_BACKEND_FS, only, 6);
+  fsh_shuffle_backend_destroy(b);
+  CHECK_MSG(dir_entries(dir) == 0, "files left in %s", dir);
+  CHECK_EQ_INT(rmdir(dir), 0);
+}
+
+/* A range / into_partitions exchange is written staged, then scattered:
+ * its stage's fragment as it is (not staged) is refused by the task with
+ * EINVAL naming the exchange; a scatter without its samples or counts too. */
+static void test_staging_required(void) {
+  fsh_error err;
+  const char *names[] = {"repartition_range.json", "into_partitions.json"};
+  for (int i = 0; i < 2; i++) {
+    fsh_plan *p = load_example(names[i], 3);
+    if (!p) continue;
+    fsh_plan_stage_info info;
+    CHECK_OK(fsh_plan_stage_info_get(p, 0, &info, &err));
+    CHECK(info.n_inputs == 0 && info.output_node >= 0);
+    fsh_fragment_task t = {.n_tasks = info.n_tasks, .shuffle_id = 7,
+                           .backend = FSH_TASK_BACKEND_MEMORY};
+    CHECK_OK(fsh_plan_stage_encode(p, 0, &t.fragment, &err));
+    int rc = fsh_plan_task_check(&t, &err);
+    CHECK_MSG(rc == EINVAL && strstr(err.message, "staged, then scattered"), "%s: %d %s",
+              names[i], rc, err.message);
+    fsh_buffer_unref(t.fragment);
+    /* the scatter stage without side input / counts */
+    fsh_plan_job_stages js;
+    CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+    CHECK(js.n >= 2 && js.stages[1].scatter);
+    if (js.n >= 2) {
+      fsh_fragment_task_input in = {.node = js.stages[1].input_nodes[0],
+                                    .read = {.shuffle_id = 7, .partition = 0,
+                                             .n_partitions = js.stages[0].n_partitions,
+                                             .backend = FSH_TASK_BACKEND_MEMORY}};
+      fsh_fragment_task sc = {.fragment = (fsh_buffer *)js.stages[1].fragment,
+                              .n_tasks = js.stages[1].n_tasks, .shuffle_id = 8,
+                              .backend = FSH_TASK_BACKEND_MEMORY, .n_inputs = 1, .inputs = &in};
+      rc = fsh_plan_task_check(&sc, &err);
+      CHECK_MSG(rc == EINVAL && (strstr(err.message, "side input") ||
+                                 strstr(err.message, "counts")), "%s: %d %s", names[i], rc,
+                err.message);
+    }
+    fsh_plan_job_stages_free(&js);
+    fsh_plan_free(p);
+  }
+}
+
+/* Malformed bodies: EINVAL naming the problem, never a crash. */
+static void test_malformed(void) {
+  fsh_error err;
+  fsh_plan *p = load_example("join_group_by.json", 3);
+  if (!p) return;
+  fsh_plan_stage_info info;
+  /* the join's stage reads two exchanges */
+  int js = -1;
+  for (int s = 0; s < fsh_plan_stage_count(p) && js < 0; s++) {
+    CHECK_OK(fsh_plan_stage_info_get(p, s, &info, &err));
+    if (info.n_inputs == 2) js = s;
+  }
+  CHECK(js >= 0);
+  fsh_fragment_task t = {.task = 0, .n_tasks = info.n_tasks, .shuffle_id = 9, .map_id = 0,
+                     .backend = FSH_TASK_BACKEND_FLIGHT, .n_inputs = 2};
+  CHECK_OK(fsh_plan_stage_encode(p, js, &t.fragment, &err));
+  fsh_fragment_task_input in[2];
+  char loc[] = "grpc://127.0.0.1:1";
+  char *locs[1] = {loc};
+  fsh_reduce_source src = {.map_id = 0, .location = 0};
+  for (int i = 0; i < 2; i++)
+    in[i] = (fsh_fragment_task_input){
+        .node = info.input_nodes[i],
+        .read = {.shuffle_id = 1, .partition = 0, .n_partitions = info.input_partitions[i],
+                 .backend = FSH_TASK_BACKEND_FLIGHT, .n_sources = 1, .sources = &src,
+                 .n_locations = 1, .locations = locs}};
+  t.inputs = in;
+  CHECK_OK(fsh_plan_task_check(&t, &err));
+  fsh_buffer *body = NULL;
+  CHECK_OK(fsh_fragment_task_encode(&t, &body, &err));
+  fsh_fragment_task d;
+  /* every truncation */
+  for (int64_t n = 0; n < body->size; n += 1 + n / 16) {
+    int rc = fsh_fragment_task_decode(body->data, n, &d, &err);
+    CHECK_MSG(rc == EINVAL, "truncated to %lld: %d", (long long)n, rc);
+  }
+  /* flipped bytes: decode fails with EINVAL or decodes to a task that the
+   * check accepts or refuses with EINVAL */
+  uint8_t *copy = malloc((size_t)body->size);
+  for (int64_t i = 0; i < body->size; i += 1 + i / 32) {
+    memcpy(copy, body->data, (size_t)body->size);
+    copy[i] ^= 0x5a;
+    int rc = fsh_fragment_task_decode(copy, body->size, &d, &err);
+    CHECK_MSG(rc == 0 || rc == EINVAL, "byte %lld: %d", (long long)i, rc);
+    if (rc == 0) {
+      rc = fsh_plan_task_check(&d, &err);
+      CHECK_MSG(rc == 0 || rc == EINVAL, "byte %lld: check %d %s", (long long)i, rc, err.message);
+      fsh_fragment_task_reset(&d);
+    }
+  }
+  free(copy);
+  fsh_buffer_unref(body);
+  /* an input missing, given twice, the wrong partition, a task out of range */
+  t.n_inputs = 1;
+  CHECK(fsh_plan_task_check(&t, &err) == EINVAL && strstr(err.message, "no map outputs"));
+  t.n_inputs = 2;
+  in[1].node = in[0].node;
+  CHECK(fsh_plan_task_check(&t, &err) == EINVAL && strstr(err.message, "given twice"));
+  in[1].node = info.input_nodes[1];
+  in[0].read.partition = info.input_partitions[0] > 1 ? 1 : 0;
+  t.task = info.input_partitions[0] > 1 ? 0 : 0;
+  if (info.input_partitions[0] > 1) {
+    CHECK(fsh_plan_task_check(&t, &err) == EINVAL && strstr(err.message, "reads partition"));
+    in[0].read.partition = 0;
+  }
+  t.n_tasks = info.n_tasks + 1;
+  CHECK(fsh_plan_task_check(&t, &err) == EINVAL && strstr(err.message, "partitions"));
+  t.n_tasks = info.n_tasks;
+  t.task = info.n_tasks;
+  CHECK(fsh_plan_task_check(&t, &err) == EINVAL && strstr(err.message, "task"));
+  t.task = 0;
+  /* garbage as the fragment */
+  fsh_buffer_unref(t.fragment);
+  t.fragment = fsh_buffer_copy("\x0a\xff\xff\xff", 4);
+  CHECK(fsh_plan_task_check(&t, &err) == EINVAL && strstr(err.message, "fragment"));
+  fsh_buffer_unref(t.fragment);
+  fsh_plan_free(p);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"examples_memory", test_examples_memory},
+      {"examples_fs", test_examples_fs},
+      {"staging_required", test_staging_required},
+      {"malformed", test_malformed},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
