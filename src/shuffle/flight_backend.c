@@ -2,8 +2,9 @@
  * writers write into the local worker's store (location: its URI);
  * readers yield a partition's batches in source order, reading the local
  * store's map outputs in-process and every other worker's through the
- * fetch threads of flight_fetch.c (one DoGet per peer); release reaches
- * the local store and every peer. */
+ * fetch threads of flight_fetch.c (one DoGet per peer, or direct reads
+ * of a same-host peer's files: flight_direct.c); release reaches the
+ * local store and every peer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,6 +17,11 @@ typedef struct fb_client_entry {
   fsh_flight_client *client;
 } fb_client_entry;
 
+typedef struct fb_host {
+  char *uri;
+  int same; /* 1 this host, -1 another */
+} fb_host;
+
 typedef struct fb_state {
   fsh_shuffle_worker *local; /* borrowed; may be NULL */
   char **peers;
@@ -27,7 +33,34 @@ typedef struct fb_state {
   pthread_mutex_t mu; /* the client cache */
   fb_client_entry *clients;
   int n_clients, cap_clients;
+  fb_host *hosts; /* what locate answers said (under mu) */
+  int n_hosts, cap_hosts;
+  bool direct;    /* same-host direct reads on */
+  fb_stats stats;
 } fb_state;
+
+fb_stats *fb_stats_of(fb_state *st) { return &st->stats; }
+bool fb_direct_enabled(const fb_state *st) { return st->direct; }
+
+int fb_same_host(fb_state *st, const char *uri, int set) {
+  pthread_mutex_lock(&st->mu);
+  int i = 0;
+  while (i < st->n_hosts && strcmp(st->hosts[i].uri, uri) != 0) i++;
+  int same = i < st->n_hosts ? st->hosts[i].same : 0;
+  if (set && i < st->n_hosts) {
+    st->hosts[i].same = set;
+  } else if (set) { /* out of memory: not remembered, asked again next time */
+    if (st->n_hosts == st->cap_hosts) {
+      int cap = st->cap_hosts ? st->cap_hosts * 2 : 8;
+      fb_host *n = fsh_realloc(st->hosts, sizeof *n * (size_t)cap);
+      if (n) st->hosts = n, st->cap_hosts = cap;
+    }
+    char *u = st->n_hosts < st->cap_hosts ? fsh_strdup(uri) : NULL;
+    if (u) st->hosts[st->n_hosts++] = (fb_host){u, set};
+  }
+  pthread_mutex_unlock(&st->mu);
+  return set ? set : same;
+}
 
 int fb_client(fb_state *st, const char *uri, fsh_flight_client **out, fsh_error *err) {
   pthread_mutex_lock(&st->mu);
@@ -164,6 +197,7 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
                          s->rows, s->bytes, s->checksum);
   }
   if (rc != 0) close_local(r);
+  else atomic_fetch_add(&r->st->stats.local_sources, 1);
   return rc;
 }
 
@@ -436,6 +470,8 @@ static void fb_destroy(fsh_shuffle_backend *b) {
     fsh_free(st->clients[i].uri);
   }
   fsh_free(st->clients);
+  for (int i = 0; i < st->n_hosts; i++) fsh_free(st->hosts[i].uri);
+  fsh_free(st->hosts);
   for (int i = 0; i < st->n_peers; i++) fsh_free(st->peers[i]);
   fsh_free(st->peers);
   fsh_free(st->auth_token);
@@ -470,6 +506,7 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   st->max_parallel = opts->max_parallel_fetches ? opts->max_parallel_fetches : 4;
   st->max_in_flight = opts->max_bytes_in_flight ? opts->max_bytes_in_flight : (int64_t)64 << 20;
   st->timeout_ms = opts->timeout_ms;
+  st->direct = !opts->no_direct_reads;
   bool ok = true;
   if (opts->auth_token) ok = (st->auth_token = fsh_strdup(opts->auth_token)) != NULL;
   if (ok && opts->n_peers > 0) ok = (st->peers = fsh_calloc((size_t)opts->n_peers, sizeof(char *)));
@@ -483,4 +520,16 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   }
   *out = b;
   return 0;
+}
+
+void fsh_shuffle_flight_get_stats(fsh_shuffle_backend *b, fsh_shuffle_flight_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (!b || b->ops != &k_flight_ops) return;
+  fb_stats *s = &((fb_state *)b->state)->stats;
+  out->local_sources = atomic_load(&s->local_sources);
+  out->direct_sources = atomic_load(&s->direct_sources);
+  out->direct_bytes = atomic_load(&s->direct_bytes);
+  out->fetched_sources = atomic_load(&s->fetched_sources);
+  out->direct_fallbacks = atomic_load(&s->direct_fallbacks);
+  out->locates = atomic_load(&s->locates);
 }

@@ -463,6 +463,7 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
   if (strcmp(a->type, "cancel") == 0) return action_cancel(w, a, out, err);
+  if (strcmp(a->type, "locate") == 0) return fsh_worker_locate(w->store, a->body.data, a->body.size, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
                        "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats, "
                        "cancel)", w->uri, a->type);
@@ -548,7 +549,8 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   }
   /* The tasks' backends: calls are already being served, but no task
    * runs before the "listening" line tells callers the URI. */
-  fsh_shuffle_flight_options fl = {.local = w, .auth_token = opts->auth_token};
+  fsh_shuffle_flight_options fl = {.local = w, .auth_token = opts->auth_token,
+                                   .no_direct_reads = opts->no_direct_reads};
   if (rc == 0) rc = fsh_shuffle_flight_new(&fl, &w->flight, err);
   if (rc == 0 && opts->fs_dir && (rc = fsh_shuffle_fs_new(opts->fs_dir, &w->fs, err)) != 0)
     rc = fsh_error_prefix(err, rc, "worker %s: --fs-dir: ", w->uri);
