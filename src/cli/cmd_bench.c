@@ -958,7 +958,7 @@ int cmd_bench(int argc, char **argv) {
            gb[2], st[0].table_bytes);
     printf("  socket copy  %8.3f %8.3f %8.3f GB/s\n", sock[0], sock[1], sock[2]);
     if (file[1] > 0) printf("  file write   %8.3f %8.3f %8.3f GB/s\n", file[0], file[1], file[2]);
-    if (!o.incremental_both) /* else the comparison's line below is the result */
+    if (!o.incremental_both && !o.direct_both) /* else a comparison's line below is the result */
     printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
            "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
@@ -982,10 +982,12 @@ int cmd_bench(int argc, char **argv) {
       printf("  reduce       %8.3f %8.3f %8.3f s\n", red_off[0], red_off[1], red_off[2]);
       printf("  shuffle      %8.3f %8.3f %8.3f GB/s\n", gb_off[0], gb_off[1], gb_off[2]);
       printf("result: name=bench_shuffle_direct verified=%s workers=%d maps=%d reduces=%d "
-             "bytes=%" PRId64 " runs=%d gbps_median_on=%.3f gbps_median_off=%.3f "
+             "bytes=%" PRId64 " compression=%s spilled_bytes=%" PRId64 " runs=%d "
+             "gbps_median_on=%.3f gbps_median_off=%.3f "
              "vs_socket_on=%.3f vs_socket_off=%.3f reduce_s_median_on=%.3f "
              "reduce_s_median_off=%.3f speedup_on=%.3f\n",
-             verified ? "yes" : "no", o.workers, o.maps, o.reduces, o.bytes, o.runs, gb[1],
+             verified ? "yes" : "no", o.workers, o.maps, o.reduces, o.bytes,
+             fsh_compression_name(o.compression), spilled, o.runs, gb[1],
              gb_off[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0,
              sock[1] > 0 ? gb_off[1] / sock[1] : 0.0, red[1], red_off[1],
              t_off[1] > 0 && tot[1] > 0 ? t_off[1] / tot[1] : 0.0);
