@@ -12,9 +12,15 @@
  *
  * A job whose worker runs on this host first locates its map outputs
  * (flight_direct.c) and reads the located ones block by block straight
- * from the worker's files (one pread per block); each block goes through
- * the same checks, decoding and queueing as a bundled block of a DoGet. */
+ * from the worker's files -- a partition of at least DIRECT_MAP_MIN bytes
+ * through a read-only mapping of the range its blocks span (the batches
+ * decoded are slices of it: no copy), a smaller one with a pread per block
+ * (a mapping costs more than copying a few KiB) -- and each block goes
+ * through the same checks, decoding and queueing as a bundled block of a
+ * DoGet. A mapping never faults: spill files and published memory images
+ * are never truncated, only unlinked, which leaves a mapping whole. */
 #include <errno.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -436,6 +442,36 @@ static int direct_decoder(fetch *f, const fr_direct *d, fsh_error *err) {
   return 0;
 }
 
+#define DIRECT_MAP_MIN ((int64_t)256 << 10)
+
+typedef struct direct_map {
+  void *p;
+  size_t len;
+} direct_map;
+
+static void direct_map_release(void *ctx) {
+  direct_map *m = ctx;
+  munmap(m->p, m->len);
+  fsh_free(m);
+}
+
+/* A read-only mapping of fd's bytes [lo, hi) as a buffer (data = the byte
+ * at lo), or NULL (ENOMEM or a refused mapping: the caller preads). */
+static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
+  int64_t page = sysconf(_SC_PAGESIZE), start = lo - lo % page;
+  direct_map *m = fsh_malloc(sizeof *m);
+  if (!m) return NULL;
+  m->len = (size_t)(hi - start);
+  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED, fd, start);
+  if (m->p == MAP_FAILED) {
+    fsh_free(m);
+    return NULL;
+  }
+  fsh_buffer *b = fsh_buffer_wrap((uint8_t *)m->p + (lo - start), hi - lo, direct_map_release, m);
+  if (!b) direct_map_release(m);
+  return b;
+}
+
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
  * file at path) and feeds them like a DoGet's. */
 static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd,
@@ -455,6 +491,16 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     rc = finish_empty(f, s, err);
     f->k++;
   }
+  /* the span of the blocks, to map it when large enough */
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int64_t i = 0; i < src->n_blocks; i++) {
+    const uint8_t *q = src->blocks + 32 * i;
+    int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
+    if (off < 0 || len <= 0 || len > src->size || off > src->size - len) break; /* below */
+    if (off < lo) lo = off;
+    if (off + len > hi) hi = off + len;
+  }
+  fsh_buffer *map = src->bytes >= DIRECT_MAP_MIN && hi > lo ? map_range(fd, lo, hi) : NULL;
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
     fsh_block_header h = {.map_id = sl->map_id, .attempt = sl->attempt,
@@ -470,6 +516,10 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
                          f->prefix, sl->map_id, sl->attempt, r->partition, i, off, h.length,
                          path, src->size);
       break;
+    }
+    if (map) { /* within [lo, hi): checked above */
+      rc = feed_block(f, &h, map, off - lo, err);
+      continue;
     }
     fsh_buffer *b = fsh_buffer_new(h.length, false);
     if (!b) {
@@ -488,6 +538,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     if (rc == 0) rc = feed_block(f, &h, b, 0, err);
     fsh_buffer_unref(b);
   }
+  fsh_buffer_unref(map);
   f->via = "";
   if (rc == 0) {
     atomic_fetch_add(&fb_stats_of(r->st)->direct_sources, 1);

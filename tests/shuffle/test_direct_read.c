@@ -283,6 +283,39 @@ static void corrupted_file_read_directly(void) {
   pair_stop(&p);
 }
 
+/* Partitions of ~1 MB (read through a mapping of the file, not pread):
+ * the same rows, directly, from a memory image and from a spill file; a
+ * corrupted mapped block is EIO naming the file. */
+static void large_partitions_mapped(void) {
+  pair p;
+  if (!pair_start(&p)) return;
+  stu_plan plan;
+  make_plan(&plan, 76, 2, 2, 40000);
+  plan.spec.target_block_bytes = 256 << 10;
+  plan.spec.compression = FSH_COMPRESSION_NONE;
+  run_maps(&p, &plan);
+  CHECK_MSG(plan.maps[0].out.bytes[0] >= (512 << 10) && plan.maps[1].out.bytes[1] >= (512 << 10),
+            "partitions of %lld and %lld bytes", (long long)plan.maps[0].out.bytes[0],
+            (long long)plan.maps[1].out.bytes[1]);
+  for (int32_t q = 0; q < 2; q++)
+    for (int i = 0; i < 2; i++) stu_check_partition(p.b[i], &plan, q, NULL, 0, "mapped");
+  for (int i = 0; i < 2; i++) {
+    fsh_shuffle_flight_stats d = stats(p.b[i]);
+    CHECK_MSG(d.direct_sources == 2 && d.fetched_sources == 0, "direct %lld fetched %lld",
+              (long long)d.direct_sources, (long long)d.fetched_sources);
+  }
+  corrupt(p.dir1, 0);
+  fsh_error err = {{0}};
+  fsh_map_output src = plan.maps[1].out;
+  int rc = stu_read_rc(p.b[0], &plan.spec, 0, &src, 1, NULL, &err);
+  CHECK_MSG(rc == EIO && strstr(err.message, p.uris[1]) && strstr(err.message, "map 1") &&
+                strstr(err.message, "partition 0") && strstr(err.message, "read directly"),
+            "rc %d: %s", rc, err.message);
+  CHECK_OK(fsh_shuffle_release(p.b[0], 76, &err));
+  stu_plan_free(&plan);
+  pair_stop(&p);
+}
+
 typedef struct race {
   fsh_shuffle_store *store;
   uint64_t shuffle_id;
@@ -390,5 +423,6 @@ static void evicted_between_locate_and_read(void) {
 }
 
 FSH_TEST_MAIN(TEST(same_host_reads_directly), TEST(locate_answer),
-              TEST(corrupted_file_read_directly), TEST(released_between_locate_and_read),
+              TEST(corrupted_file_read_directly), TEST(large_partitions_mapped),
+              TEST(released_between_locate_and_read),
               TEST(evicted_between_locate_and_read))
