@@ -192,6 +192,11 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    ends, the worker calls on_task_done (options) on the task's thread;
  *    if that says the outcome was delivered, the task is forgotten (a
  *    later "task-wait" of it is NOT_FOUND), else it waits for "task-wait";
+ *    "locate", body a shuffle ticket: where its map outputs' blocks of
+ *    the partition are -- spill file names in this worker's spill
+ *    directories, memory images' memfds, offsets and checksums -- for a
+ *    reader on the same host, which then reads them without a DoGet (the
+ *    flight backend below; answer format in src/shuffle/shuffle_internal.h);
  *    "stats": one result, a line of text
  *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N"
  *    (the store's fsh_shuffle_store_stats). A malformed body is
@@ -321,6 +326,11 @@ typedef struct fsh_shuffle_flight_options {
   int64_t max_bytes_in_flight;    /* 0 = 64 MiB */
   int64_t timeout_ms;             /* per DoGet; 0 = none */
   bool no_direct_reads;           /* same-host peers through DoGet too */
+  /* Direct reads only for a peer whose sources average at least this many
+   * stored bytes of the partition (by the map outputs' metadata; sources
+   * without it count as large): smaller ones are cheaper through one
+   * bundled DoGet than opened one by one. 0 = 32 KiB; < 0: no minimum. */
+  int64_t direct_min_bytes;
 } fsh_shuffle_flight_options;
 
 FSH_NODISCARD int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts,

@@ -36,11 +36,13 @@ typedef struct fb_state {
   fb_host *hosts; /* what locate answers said (under mu) */
   int n_hosts, cap_hosts;
   bool direct;    /* same-host direct reads on */
+  int64_t direct_min; /* their minimum average source bytes */
   fb_stats stats;
 } fb_state;
 
 fb_stats *fb_stats_of(fb_state *st) { return &st->stats; }
 bool fb_direct_enabled(const fb_state *st) { return st->direct; }
+int64_t fb_direct_min_bytes(const fb_state *st) { return st->direct_min; }
 
 int fb_same_host(fb_state *st, const char *uri, int set) {
   pthread_mutex_lock(&st->mu);
@@ -507,6 +509,7 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   st->max_in_flight = opts->max_bytes_in_flight ? opts->max_bytes_in_flight : (int64_t)64 << 20;
   st->timeout_ms = opts->timeout_ms;
   st->direct = !opts->no_direct_reads;
+  st->direct_min = opts->direct_min_bytes ? opts->direct_min_bytes : (int64_t)32 << 10;
   bool ok = true;
   if (opts->auth_token) ok = (st->auth_token = fsh_strdup(opts->auth_token)) != NULL;
   if (ok && opts->n_peers > 0) ok = (st->peers = fsh_calloc((size_t)opts->n_peers, sizeof(char *)));

@@ -549,7 +549,8 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
 
 /* The job's slots in ascending order: located ones read directly, runs of
  * the others with one DoGet each (all of them, in one DoGet, when the
- * worker is on another host or direct reads are off). */
+ * worker is on another host, direct reads are off, or its sources average
+ * fewer bytes than the backend's minimum). */
 static int run_slots(fetch *f, fsh_error *err) {
   fr_reader *r = f->r;
   fr_job *job = f->job;
@@ -557,7 +558,16 @@ static int run_slots(fetch *f, fsh_error *err) {
   memset(&d, 0, sizeof d);
   bool direct = false;
   int rc = 0;
-  if (fb_direct_enabled(r->st)) {
+  /* small sources (by the metadata) come cheaper in one bundled DoGet */
+  int64_t bytes = 0, min = fb_direct_min_bytes(r->st);
+  bool small = min > 0;
+  for (int64_t k = 0; small && k < job->n_slots; k++) {
+    const fr_slot *sl = slot_of(f, job->slots[k]);
+    small = sl->has_meta;
+    bytes += sl->bytes;
+  }
+  if (small && bytes >= min * job->n_slots) small = false;
+  if (fb_direct_enabled(r->st) && !small) {
     f->transport = true;
     rc = fr_direct_locate(r, job, &d, &direct, err);
     if (rc != 0) return rc;

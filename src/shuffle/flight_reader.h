@@ -85,6 +85,8 @@ typedef struct fb_stats {
 fb_stats *fb_stats_of(struct fb_state *st);
 /* Whether same-host direct reads are on (fsh_shuffle_flight_options). */
 bool fb_direct_enabled(const struct fb_state *st);
+/* Its minimum average source bytes (< 0: none). */
+int64_t fb_direct_min_bytes(const struct fb_state *st);
 /* What the backend knows of uri's host: set != 0 records it (1 this
  * host, -1 another); answers 1, -1 or 0 (not known yet). */
 int fb_same_host(struct fb_state *st, const char *uri, int set);

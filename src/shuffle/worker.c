@@ -463,7 +463,8 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);
   if (strcmp(a->type, "cancel") == 0) return action_cancel(w, a, out, err);
-  if (strcmp(a->type, "locate") == 0) return fsh_worker_locate(w->store, a->body.data, a->body.size, out, err);
+  if (strcmp(a->type, "locate") == 0) /* same-host direct reads (worker_locate.c) */
+    return fsh_worker_locate(w->store, a->body.data, a->body.size, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
                        "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats, "
                        "cancel)", w->uri, a->type);

@@ -154,7 +154,7 @@ static inline int stu_make_flight_opts(const char *dir, bool no_direct, fsh_shuf
         .local = i < STU_FLIGHT_WORKERS ? f->workers[i] : NULL,
         .peers = uris, .n_peers = STU_FLIGHT_WORKERS,
         .max_parallel_fetches = 2, .max_bytes_in_flight = 256 << 10, .timeout_ms = 60000,
-        .no_direct_reads = no_direct};
+        .no_direct_reads = no_direct, .direct_min_bytes = -1};
     rc = fsh_shuffle_flight_new(&o, &f->backends[i], err);
   }
   if (rc != 0) {

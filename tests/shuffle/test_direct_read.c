@@ -33,7 +33,8 @@ static fsh_shuffle_backend *backend_for(fsh_shuffle_worker *w, const char **peer
   fsh_shuffle_backend *b = NULL;
   fsh_shuffle_flight_options o = {.local = w, .peers = peers, .n_peers = n,
                                   .max_parallel_fetches = 2, .max_bytes_in_flight = 1 << 20,
-                                  .timeout_ms = 30000, .no_direct_reads = no_direct};
+                                  .timeout_ms = 30000, .no_direct_reads = no_direct,
+                                  .direct_min_bytes = -1};
   CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
   return b;
 }
@@ -316,6 +317,39 @@ static void large_partitions_mapped(void) {
   pair_stop(&p);
 }
 
+/* With the default minimum (32 KiB a source on average), a peer's tiny
+ * sources come through one DoGet, without a locate; large ones directly. */
+static void small_sources_use_doget(void) {
+  pair p;
+  if (!pair_start(&p)) return;
+  fsh_error err = {{0}};
+  fsh_shuffle_backend *b = NULL;
+  fsh_shuffle_flight_options o = {.local = p.w[0], .peers = p.uris, .n_peers = 2,
+                                  .timeout_ms = 30000};
+  CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
+  stu_plan tiny, big;
+  make_plan(&tiny, 77, 8, 2, 2000); /* ~10 KB a source */
+  make_plan(&big, 78, 2, 2, 20000); /* ~400 KB a source */
+  run_maps(&p, &tiny);
+  run_maps(&p, &big);
+  for (int32_t q = 0; q < 8; q++) stu_check_partition(b, &tiny, q, NULL, 0, "tiny");
+  fsh_shuffle_flight_stats s = stats(b);
+  CHECK_MSG(s.locates == 0 && s.fetched_sources == 8 && s.direct_sources == 0,
+            "tiny: locates %lld fetched %lld direct %lld", (long long)s.locates,
+            (long long)s.fetched_sources, (long long)s.direct_sources);
+  for (int32_t q = 0; q < 2; q++) stu_check_partition(b, &big, q, NULL, 0, "big");
+  s = stats(b);
+  CHECK_MSG(s.locates == 2 && s.fetched_sources == 8 && s.direct_sources == 2,
+            "big: locates %lld fetched %lld direct %lld", (long long)s.locates,
+            (long long)s.fetched_sources, (long long)s.direct_sources);
+  CHECK_OK(fsh_shuffle_release(p.b[0], 77, &err));
+  CHECK_OK(fsh_shuffle_release(p.b[0], 78, &err));
+  stu_plan_free(&tiny);
+  stu_plan_free(&big);
+  fsh_shuffle_backend_destroy(b);
+  pair_stop(&p);
+}
+
 typedef struct race {
   fsh_shuffle_store *store;
   uint64_t shuffle_id;
@@ -424,5 +458,6 @@ static void evicted_between_locate_and_read(void) {
 
 FSH_TEST_MAIN(TEST(same_host_reads_directly), TEST(locate_answer),
               TEST(corrupted_file_read_directly), TEST(large_partitions_mapped),
+              TEST(small_sources_use_doget),
               TEST(released_between_locate_and_read),
               TEST(evicted_between_locate_and_read))
