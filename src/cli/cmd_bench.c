@@ -94,8 +94,8 @@ static int bench_usage(void) {
           "  both: every run once off, then once on, compared in the result line).\n"
           "  --direct: flight workers read the map outputs of same-host workers\n"
           "  straight from their files and memory (on, default) or with DoGet (off);\n"
-          "  both: every run once off, then once on, each on a freshly started\n"
-          "  cluster, compared in the result line.\n");
+          "  both: every run once off and once on (alternating which goes first),\n"
+          "  each on a freshly started cluster, compared in the result line.\n");
   return 2;
 }
 
@@ -906,22 +906,22 @@ int cmd_bench(int argc, char **argv) {
   bool verified = true;
   int64_t spilled = 0;
   for (int i = 0; i < o.runs && status == 0; i++) {
-    if (o.direct_both) { /* off on the cluster running, then on on a new one */
-      printf("direct reads off:\n");
-      status = one_run(&r, i, &st_on[i]);
-      verified = verified && st_on[i].verified;
-      cluster_stop(&c, false);
-      o.direct_off = false;
-      if (status == 0) status = cluster_start(&c, &o);
-      if (status != 0) break;
-      printf("direct reads on:\n");
-      status = one_run(&r, i, &st[i]);
-      verified = verified && st[i].verified;
-      if (st[i].spilled > spilled) spilled = st[i].spilled;
-      o.direct_off = true;
-      if (status == 0 && i + 1 < o.runs) {
-        cluster_stop(&c, false);
-        status = cluster_start(&c, &o);
+    if (o.direct_both) {
+      /* the mode of the cluster running, then the other on a new cluster:
+       * off, on | on, off | ... -- neither mode always runs second (after
+       * the other's writes, e.g. spill files still being written back) */
+      for (int half = 0; half < 2 && status == 0; half++) {
+        bool off = o.direct_off;
+        run_stats *x = off ? &st_on[i] : &st[i];
+        printf("direct reads %s:\n", off ? "off" : "on");
+        status = one_run(&r, i, x);
+        verified = verified && x->verified;
+        if (x->spilled > spilled) spilled = x->spilled;
+        if (half == 0 && status == 0) {
+          cluster_stop(&c, false);
+          o.direct_off = !off;
+          status = cluster_start(&c, &o);
+        }
       }
       continue;
     }
