@@ -462,7 +462,11 @@ static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
   direct_map *m = fsh_malloc(sizeof *m);
   if (!m) return NULL;
   m->len = (size_t)(hi - start);
-  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED, fd, start);
+  /* populated: every byte is read (checksums), and installing the pages
+   * at once costs less than a read fault per 64 KiB (measured with
+   * bench_store_images: reading a memfd mapping 5.5 GB/s faulted, 14
+   * populated) */
+  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, start);
   if (m->p == MAP_FAILED) {
     fsh_free(m);
     return NULL;
