@@ -22,6 +22,13 @@ typedef struct fb_host {
   int same; /* 1 this host, -1 another */
 } fb_host;
 
+/* A peer whose sources of a shuffle were found small (a locate answer). */
+typedef struct fb_small {
+  char *uri;
+  uint64_t shuffle_id;
+} fb_small;
+#define FB_SMALL_MAX 256
+
 typedef struct fb_state {
   fsh_shuffle_worker *local; /* borrowed; may be NULL */
   char **peers;
@@ -35,12 +42,31 @@ typedef struct fb_state {
   int n_clients, cap_clients;
   fb_host *hosts; /* what locate answers said (under mu) */
   int n_hosts, cap_hosts;
+  fb_small small[FB_SMALL_MAX]; /* (peer, shuffle)s of small sources, a ring */
+  int n_small, next_small;
   bool direct;    /* same-host direct reads on */
   int64_t direct_min; /* their minimum average source bytes */
   fb_stats stats;
 } fb_state;
 
 fb_stats *fb_stats_of(fb_state *st) { return &st->stats; }
+
+bool fb_small_sources(fb_state *st, const char *uri, uint64_t shuffle_id, bool set) {
+  pthread_mutex_lock(&st->mu);
+  bool found = false;
+  for (int i = 0; i < st->n_small && !found; i++)
+    found = st->small[i].shuffle_id == shuffle_id && strcmp(st->small[i].uri, uri) == 0;
+  char *u = set && !found ? fsh_strdup(uri) : NULL;
+  if (u) { /* (out of memory: not remembered) */
+    fb_small *e = &st->small[st->next_small];
+    fsh_free(e->uri);
+    *e = (fb_small){u, shuffle_id};
+    st->next_small = (st->next_small + 1) % FB_SMALL_MAX;
+    if (st->n_small < FB_SMALL_MAX) st->n_small++;
+  }
+  pthread_mutex_unlock(&st->mu);
+  return found || set;
+}
 bool fb_direct_enabled(const fb_state *st) { return st->direct; }
 int64_t fb_direct_min_bytes(const fb_state *st) { return st->direct_min; }
 
@@ -473,6 +499,7 @@ static void fb_destroy(fsh_shuffle_backend *b) {
   }
   fsh_free(st->clients);
   for (int i = 0; i < st->n_hosts; i++) fsh_free(st->hosts[i].uri);
+  for (int i = 0; i < st->n_small; i++) fsh_free(st->small[i].uri);
   fsh_free(st->hosts);
   for (int i = 0; i < st->n_peers; i++) fsh_free(st->peers[i]);
   fsh_free(st->peers);

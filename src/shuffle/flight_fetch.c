@@ -571,10 +571,22 @@ static int run_slots(fetch *f, fsh_error *err) {
     bytes += sl->bytes;
   }
   if (small && bytes >= min * job->n_slots) small = false;
+  if (!small && min > 0) small = fb_small_sources(r->st, job->uri, r->shuffle_id, false);
   if (fb_direct_enabled(r->st) && !small) {
     f->transport = true;
     rc = fr_direct_locate(r, job, &d, &direct, err);
     if (rc != 0) return rc;
+  }
+  if (direct && min > 0) { /* no sizes beforehand: the answer's */
+    int64_t located = 0;
+    bytes = 0;
+    for (int64_t k = 0; k < job->n_slots; k++)
+      if (d.a.sources[k].kind != FSH_STORE_AT_NONE) located++, bytes += d.a.sources[k].bytes;
+    if (located > 0 && bytes < min * located) {
+      fb_small_sources(r->st, job->uri, r->shuffle_id, true);
+      fr_direct_reset(&d);
+      direct = false;
+    }
   }
   for (int64_t k = 0; rc == 0 && k < job->n_slots;) {
     if (direct && d.a.sources[k].kind != FSH_STORE_AT_NONE) {

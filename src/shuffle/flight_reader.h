@@ -87,6 +87,11 @@ fb_stats *fb_stats_of(struct fb_state *st);
 bool fb_direct_enabled(const struct fb_state *st);
 /* Its minimum average source bytes (< 0: none). */
 int64_t fb_direct_min_bytes(const struct fb_state *st);
+/* Whether uri's sources of the shuffle were found smaller than that (set:
+ * record that they were; a bounded memory of recent ones). Readers whose
+ * sources carry no sizes learn it from one locate answer per (peer,
+ * shuffle) instead of paying a locate each. */
+bool fb_small_sources(struct fb_state *st, const char *uri, uint64_t shuffle_id, bool set);
 /* What the backend knows of uri's host: set != 0 records it (1 this
  * host, -1 another); answers 1, -1 or 0 (not known yet). */
 int fb_same_host(struct fb_state *st, const char *uri, int set);

@@ -503,7 +503,7 @@ static int64_t image_grow(int64_t cap, int64_t need) {
   return want;
 }
 
-/* The image's pages: a memfd mapping (shared images) or fsh_malloc'd. */
+/* A finished shared image: its read-only mapping and its memfd. */
 typedef struct shm_image {
   uint8_t *p;
   int64_t len; /* mapped */

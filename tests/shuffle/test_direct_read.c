@@ -94,6 +94,24 @@ static void run_maps(pair *p, stu_plan *plan) {
     CHECK_OK(stu_run_map(p->b[m % 2], &plan->spec, &plan->maps[m], &err));
 }
 
+/* Open memfds of store images in this process (/proc/self/fd links
+ * "/memfd:fsh-image (deleted)"). */
+static int count_image_memfds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    char path[300], target[300];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(path, target, sizeof target - 1);
+    if (k <= 0) continue;
+    target[k] = '\0';
+    n += strstr(target, "memfd:fsh-image") != NULL;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 static fsh_shuffle_flight_stats stats(fsh_shuffle_backend *b) {
   fsh_shuffle_flight_stats s;
   fsh_shuffle_flight_get_stats(b, &s);
@@ -131,8 +149,12 @@ static void same_host_reads_directly(void) {
               "backend %d direct off: direct %lld fetched %lld locates %lld", i,
               (long long)g.direct_sources, (long long)g.fetched_sources, (long long)g.locates);
   }
+  /* worker 0's two images are memfds; the release closes them (no reader
+   * holds them any more) */
+  CHECK_EQ_INT(count_image_memfds(), 2);
   fsh_error err = {{0}};
   CHECK_OK(fsh_shuffle_release(p.b[0], 70, &err));
+  CHECK_EQ_INT(count_image_memfds(), 0);
   stu_plan_free(&plan);
   pair_stop(&p);
 }
@@ -342,6 +364,24 @@ static void small_sources_use_doget(void) {
   CHECK_MSG(s.locates == 2 && s.fetched_sources == 8 && s.direct_sources == 2,
             "big: locates %lld fetched %lld direct %lld", (long long)s.locates,
             (long long)s.fetched_sources, (long long)s.direct_sources);
+  /* without sizes (a scheduler's compact metadata): one locate tells the
+   * sources of that peer in that shuffle are small; later readers DoGet
+   * them without asking */
+  fsh_shuffle_backend *b2 = NULL;
+  CHECK_OK(fsh_shuffle_flight_new(&o, &b2, &err));
+  for (int32_t q = 0; q < 8 && b2; q++) {
+    fsh_map_output src[2] = {tiny.maps[0].out, tiny.maps[1].out};
+    for (int m = 0; m < 2; m++) src[m].rows = src[m].bytes = NULL, src[m].checksums = NULL;
+    int64_t rows = 0, want = 0;
+    CHECK_OK(stu_read_rc(b2, &tiny.spec, q, src, 2, &rows, &err));
+    for (int m = 0; m < 2; m++) want += tiny.maps[m].out.rows[q];
+    CHECK_EQ_INT(rows, want);
+  }
+  s = stats(b2);
+  CHECK_MSG(s.locates == 1 && s.fetched_sources == 8 && s.direct_sources == 0,
+            "no sizes: locates %lld fetched %lld direct %lld", (long long)s.locates,
+            (long long)s.fetched_sources, (long long)s.direct_sources);
+  fsh_shuffle_backend_destroy(b2);
   CHECK_OK(fsh_shuffle_release(p.b[0], 77, &err));
   CHECK_OK(fsh_shuffle_release(p.b[0], 78, &err));
   stu_plan_free(&tiny);
