@@ -88,7 +88,7 @@ int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size) 
   int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
   if (s->kind == FSH_STORE_AT_FILE) flags |= O_NOFOLLOW;
   int fd = open(path, flags);
-  if (fd < 0) return -1;
+  if (fd < 0) return errno == EACCES || errno == EPERM ? -2 : -1;
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != s->dev ||
       (uint64_t)st.st_ino != s->ino || (int64_t)st.st_size != s->size) {

@@ -601,6 +601,10 @@ static int run_slots(fetch *f, fsh_error *err) {
       }
       d.a.sources[k].kind = FSH_STORE_AT_NONE; /* gone or changed: DoGet says what became of it */
       atomic_fetch_add(&fb_stats_of(r->st)->direct_fallbacks, 1);
+      if (fd == -2) { /* not ours to open: this peer's are all fetched, from now on too */
+        fb_same_host(r->st, job->uri, -1);
+        for (int64_t j = k + 1; j < job->n_slots; j++) d.a.sources[j].kind = FSH_STORE_AT_NONE;
+      }
     }
     int64_t e = k + 1;
     while (e < job->n_slots && !(direct && d.a.sources[e].kind != FSH_STORE_AT_NONE)) e++;
