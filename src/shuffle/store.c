@@ -39,7 +39,10 @@
  * (fsh_store_locate; the reader is flight_direct.c). A memfd is
  * anonymous: nothing of it outlives the worker, crashed or not, so no new
  * leftovers. When memfd_create is refused the image is fsh_realloc'd as
- * before (and located as "not shareable"). */
+ * before (and located as "not shareable"); so is every image past a
+ * quarter of the process's file descriptor limit (RLIMIT_NOFILE, at most
+ * 8192 memfds): a store holding thousands of images must not starve the
+ * sockets and files of its fds. */
 #define _GNU_SOURCE /* memfd_create */
 #include <dirent.h>
 #include <errno.h>
@@ -51,6 +54,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -510,8 +514,28 @@ typedef struct shm_image {
   int fd;
 } shm_image;
 
+/* Image memfds open in this process, and how many may be. */
+static atomic_int g_image_fds;
+
+static int image_fds_max(void) {
+  static atomic_int max = -1;
+  int m = atomic_load(&max);
+  if (m < 0) {
+    struct rlimit rl;
+    rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    m = lim == RLIM_INFINITY || lim / 4 > 8192 ? 8192 : (int)(lim / 4);
+    atomic_store(&max, m);
+  }
+  return m;
+}
+
+static void image_fd_close(int fd) {
+  close(fd);
+  atomic_fetch_sub(&g_image_fds, 1);
+}
+
 static void img_free(spill_out *o) {
-  if (o->img_fd >= 0) close(o->img_fd);
+  if (o->img_fd >= 0) image_fd_close(o->img_fd);
   fsh_free(o->img);
   o->img = NULL;
   o->img_fd = -1;
@@ -523,9 +547,15 @@ static void img_free(spill_out *o) {
  * The first growth of a shared-images store makes the memfd. */
 static bool img_resize(spill_out *o, int64_t want) {
   if (o->s->shared_images && o->img_fd < 0 && !o->img && !o->no_memfd) {
-    int fd = memfd_create("fsh-image", MFD_CLOEXEC);
-    if (fd >= 0) o->img_fd = fd;
-    else o->no_memfd = true;
+    int fd = -1;
+    if (atomic_fetch_add(&g_image_fds, 1) < image_fds_max())
+      fd = memfd_create("fsh-image", MFD_CLOEXEC);
+    if (fd >= 0) {
+      o->img_fd = fd;
+    } else {
+      atomic_fetch_sub(&g_image_fds, 1);
+      o->no_memfd = true;
+    }
   }
   if (o->img_fd >= 0) return true;
   uint8_t *p = fsh_realloc(o->img, (size_t)want);
@@ -612,7 +642,7 @@ static void image_release(void *ctx) { fsh_free(ctx); }
 static void shm_image_release(void *ctx) {
   shm_image *m = ctx;
   munmap(m->p, (size_t)m->len);
-  close(m->fd);
+  image_fd_close(m->fd);
   fsh_free(m);
 }
 
