@@ -83,6 +83,8 @@ typedef struct fsh_sched_driver_options {
   bool log;                     /* membership changes on stderr */
   int32_t keep_jobs;            /* finished jobs kept for job-status (the
                                    newest ones; older ones are freed); 0 = 64 */
+  int64_t call_timeout_ms;      /* deadline of each call to a worker (task,
+                                   task-wait, cancel, stats, release); 0 = 5000 */
 } fsh_sched_driver_options;
 
 typedef struct fsh_sched_driver fsh_sched_driver;
