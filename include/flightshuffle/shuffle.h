@@ -40,6 +40,8 @@
 
 #include <flightshuffle/ipc.h>
 
+#include <stdatomic.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -276,7 +278,9 @@ typedef enum fsh_task_backend {
  * *state (the decoded task, released by free_state) and *backend (the
  * worker backend the task writes and reads through); EINVAL naming what
  * is wrong becomes INVALID_ARGUMENT at once. run runs on the task's own
- * thread with that backend and sets *answer (a new reference). */
+ * thread with that backend and sets *answer (a new reference); it should
+ * check fsh_worker_task_cancel_flag() between batches and end with
+ * ECANCELED once it is set. */
 typedef struct fsh_worker_task_kind {
   const char *name; /* 1 .. 64 bytes */
   int (*decode)(void *ctx, const uint8_t *body, int64_t size, void **state,
@@ -286,6 +290,12 @@ typedef struct fsh_worker_task_kind {
   void (*free_state)(void *state);
   void *ctx;
 } fsh_worker_task_kind;
+
+/* On a worker task's thread (a task kind's run): the task's cancel flag,
+ * set once the worker is asked to stop it (the "cancel" action: a
+ * superseded attempt, or its job ended); it lives as long as the task.
+ * NULL on any other thread. */
+const atomic_bool *fsh_worker_task_cancel_flag(void);
 
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */

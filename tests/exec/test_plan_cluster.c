@@ -8,9 +8,11 @@
  * the result shuffle is released. A distributed sort and into_partitions
  * run as a staging and a scatter stage; malformed plan-fragment bodies sent to a worker are
  * answered INVALID_ARGUMENT (EINVAL) naming the problem; malformed
- * plan-fragment JobPlans are refused at submit. */
+ * plan-fragment JobPlans are refused at submit; a job that fails cancels
+ * its plan tasks still running (their workers end them ECANCELED). */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +26,32 @@
 
 #define N_WORKERS 3
 
+/* The workers' task-done hook: counts the tasks that ended cancelled
+ * (ECANCELED), then reports to the driver. */
+typedef struct done_hook {
+  fsh_sched_notifier *n;
+  atomic_int cancelled;
+} done_hook;
+
+static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
+                           const char *error, const uint8_t *answer, int64_t answer_size) {
+  done_hook *h = ctx;
+  if (rc == ECANCELED && error && strstr(error, "cancelled")) atomic_fetch_add(&h->cancelled, 1);
+  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+}
+
 typedef struct cluster {
   fsh_sched_driver *d;
+  done_hook hook[N_WORKERS];
   fsh_shuffle_worker *w[N_WORKERS];
   fsh_sched_notifier *n[N_WORKERS];
   fsh_sched_heartbeat *h[N_WORKERS];
   char fs_dir[64];
 } cluster;
 
-static void start_cluster(cluster *c) {
+/* Starts the driver and the workers; worker no_fs (-1: none) has no fs
+ * directory (its fs tasks fail). */
+static void start_cluster_with(cluster *c, int no_fs) {
   fsh_error err;
   memset(c, 0, sizeof *c);
   strcpy(c->fs_dir, "/tmp/fsh-test-plancl-XXXXXX");
@@ -43,10 +62,12 @@ static void start_cluster(cluster *c) {
   fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(NULL)};
   for (int i = 0; c->d && i < N_WORKERS; i++) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
+    c->hook[i].n = c->n[i];
+    atomic_init(&c->hook[i].cancelled, 0);
     fsh_shuffle_worker_options wo = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
-                                     .n_threads = 6, .fs_dir = c->fs_dir,
-                                     .on_task_done = fsh_sched_notify_task_done,
-                                     .on_task_done_ctx = c->n[i], .task_kinds = kinds,
+                                     .n_threads = 6, .fs_dir = i == no_fs ? NULL : c->fs_dir,
+                                     .on_task_done = hook_task_done,
+                                     .on_task_done_ctx = &c->hook[i], .task_kinds = kinds,
                                      .n_task_kinds = 1};
     CHECK_OK(fsh_shuffle_worker_start(&wo, &c->w[i], &err));
     if (!c->w[i]) continue;
@@ -57,6 +78,8 @@ static void start_cluster(cluster *c) {
     CHECK_OK(fsh_sched_heartbeat_start(&ho, &c->h[i], &err));
   }
 }
+
+static void start_cluster(cluster *c) { start_cluster_with(c, -1); }
 
 static int dir_entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -280,6 +303,54 @@ static void malformed_bodies(void) {
   stop_cluster(&c);
 }
 
+/* A job that ends cancels its tasks still running: three long scan tasks
+ * (one per worker, a slot each) over the fs backend, one on the worker
+ * without an fs directory -- it fails, and with max_attempts 1 so does the
+ * job; the two others, still running, are cancelled on their workers
+ * (they end with ECANCELED "cancelled", as their workers' task state
+ * says) and leave no file behind. */
+static void job_end_cancels_running_tasks(void) {
+  cluster c;
+  start_cluster_with(&c, 0);
+  wait_workers(&c);
+  static const char text[] =
+      "{\"partitions\": 3, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 30000000, "
+      "\"batch_rows\": 4096, \"partitions\": 3, \"key_range\": 5000, \"seed\": 5},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 3},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(text, -1, 0, &p, &err));
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = "cancelled", .backend = FSH_TASK_BACKEND_FS,
+                             .max_attempts = 1, .slots_per_worker = 1};
+  if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  uint64_t id = 0;
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c.d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_FAILED);
+  CHECK(s.error && strstr(s.error, "--fs-dir"));
+  if (s.n_stages >= 1) CHECK_EQ_INT(s.stages[0].tasks_done, 0);
+  fsh_sched_job_status_reset(&s);
+  /* the running ones were cancelled: each of the two fs workers says so */
+  int got[N_WORKERS] = {0};
+  for (int t = 0; t < 1000; t++) {
+    for (int i = 0; i < N_WORKERS; i++) got[i] = atomic_load(&c.hook[i].cancelled);
+    if (got[1] == 1 && got[2] == 1) break;
+    usleep(10000);
+  }
+  CHECK_EQ_INT(got[0], 0);
+  CHECK_MSG(got[1] == 1 && got[2] == 1, "cancelled tasks: worker 1 %d, worker 2 %d (1 each "
+            "expected)", got[1], got[2]);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+}
+
 /* Plan-fragment JobPlans the driver refuses at submit, naming the stage
  * and what is wrong. */
 static void bad_job_plans(void) {
@@ -338,6 +409,7 @@ int main(int argc, char **argv) {
       {"plans_fs", plans_fs},
       {"malformed_bodies", malformed_bodies},
       {"bad_job_plans", bad_job_plans},
+      {"job_end_cancels_running_tasks", job_end_cancels_running_tasks},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -7,9 +7,11 @@
  * partition of the result shuffle the row checksums the tasks answered
  * (the test recomputes them from the rows read, over every column). Range and
  * into_partitions exchanges run as a staging and a scatter stage. Malformed
- * bodies are refused with EINVAL naming what is wrong. */
+ * bodies are refused with EINVAL naming what is wrong. A task whose cancel
+ * flag is set stops at its next batch (ECANCELED, its writer aborted). */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +425,131 @@ static void test_staging_required(void) {
   }
 }
 
+/* ---- cancel ---- */
+
+/* A backend over the memory one that counts what its writers do and sets
+ * a cancel flag once `after` batches were written (-1: never). */
+typedef struct spy {
+  fsh_shuffle_backend base, *mem;
+  atomic_bool *flag;
+  int after, writes, closes, aborts;
+} spy;
+
+typedef struct spy_writer {
+  fsh_shuffle_writer base, *in;
+  spy *s;
+} spy_writer;
+
+static int spy_write(fsh_shuffle_writer *w, int32_t part, fsh_batch *b, fsh_error *err) {
+  spy_writer *k = w->state;
+  if (++k->s->writes == k->s->after) atomic_store(k->s->flag, true);
+  return k->in->write(k->in, part, b, err);
+}
+
+static int spy_close(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err) {
+  spy_writer *k = w->state;
+  fsh_shuffle_writer *in = k->in;
+  k->s->closes++;
+  free(k);
+  return in->close(in, out, err);
+}
+
+static void spy_abort(fsh_shuffle_writer *w) {
+  spy_writer *k = w->state;
+  k->s->aborts++;
+  k->in->abort(k->in);
+  free(k);
+}
+
+static int spy_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int64_t map_id,
+                           int32_t attempt, fsh_shuffle_writer **out, fsh_error *err) {
+  spy *s = b->state;
+  spy_writer *k = calloc(1, sizeof *k);
+  int rc = fsh_shuffle_open_writer(s->mem, spec, map_id, attempt, &k->in, err);
+  if (rc) {
+    free(k);
+    return rc;
+  }
+  k->s = s;
+  k->base = (fsh_shuffle_writer){.write = spy_write, .close = spy_close, .abort = spy_abort,
+                                 .state = k};
+  *out = &k->base;
+  return 0;
+}
+
+static int spy_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t part,
+                           const fsh_map_output *src, int64_t n, fsh_batch_stream *out,
+                           fsh_error *err) {
+  spy *s = b->state;
+  return fsh_shuffle_open_reader(s->mem, spec, part, src, n, out, err);
+}
+
+static int spy_release(fsh_shuffle_backend *b, uint64_t id, fsh_error *err) {
+  spy *s = b->state;
+  return fsh_shuffle_release(s->mem, id, err);
+}
+
+static void spy_destroy(fsh_shuffle_backend *b) { (void)b; }
+
+static const fsh_shuffle_backend_ops spy_ops = {.name = "spy", .open_writer = spy_open_writer,
+                                                .open_reader = spy_open_reader,
+                                                .release = spy_release, .destroy = spy_destroy};
+
+/* A plan task whose cancel flag is set while it runs stops at the next
+ * batch: the flag is set by the 5th batch written, the task ends with
+ * ECANCELED ("cancelled"), no 6th batch is written and its writer is
+ * aborted, never closed; without the flag set the same task writes every
+ * row and closes; with the flag set before it starts, nothing is written. */
+static void test_cancel_between_batches(void) {
+  static const char plan[] =
+      "{\"partitions\": 1, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 200000, "
+      "\"batch_rows\": 1000, \"partitions\": 1, \"key_range\": 5000, \"seed\": 3},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 4},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(plan, -1, 0, &p, &err));
+  if (!p) return;
+  fsh_plan_job_stages js;
+  CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+  fsh_shuffle_backend *mem = NULL;
+  CHECK_OK(fsh_shuffle_memory_new(&mem, &err));
+  for (int mode = 0; mode < 3 && js.n >= 1 && mem; mode++) { /* never, after 5, before */
+    atomic_bool flag;
+    atomic_init(&flag, mode == 2);
+    spy s = {.base = {.ops = &spy_ops}, .mem = mem, .flag = &flag, .after = mode == 1 ? 5 : -1};
+    s.base.state = &s;
+    fsh_fragment_task t = {.fragment = (fsh_buffer *)js.stages[0].fragment, .task = 0,
+                           .n_tasks = js.stages[0].n_tasks, .shuffle_id = 9, .map_id = 0,
+                           .backend = FSH_TASK_BACKEND_MEMORY};
+    fsh_plan_task_run_options o = {.cancel = &flag};
+    fsh_map_task_result r;
+    int rc = fsh_plan_task_run(&s.base, &t, &o, &r, NULL, NULL, &err);
+    if (mode == 0) {
+      CHECK_MSG(rc == 0, "%s", err.message);
+      int64_t rows = 0;
+      for (int32_t i = 0; rc == 0 && i < r.output.n_partitions; i++) rows += r.output.rows[i];
+      CHECK_EQ_INT(rows, 200000);
+      CHECK(s.writes > 5);
+      CHECK_EQ_INT(s.closes, 1);
+      CHECK_EQ_INT(s.aborts, 0);
+      if (rc == 0) fsh_map_task_result_reset(&r);
+    } else {
+      CHECK_MSG(rc == ECANCELED && strstr(err.message, "cancelled"), "mode %d: %d %s", mode, rc,
+                rc ? err.message : "ok");
+      CHECK_EQ_INT(s.writes, mode == 1 ? 5 : 0);
+      CHECK_EQ_INT(s.closes, 0);
+      CHECK_EQ_INT(s.aborts, mode == 1 ? 1 : 0);
+    }
+    CHECK_OK(fsh_shuffle_release(mem, 9, &err));
+  }
+  fsh_shuffle_backend_destroy(mem);
+  fsh_plan_job_stages_free(&js);
+  fsh_plan_free(p);
+}
+
 /* Malformed bodies: EINVAL naming the problem, never a crash. */
 static void test_malformed(void) {
   fsh_error err;
@@ -508,6 +635,7 @@ int main(int argc, char **argv) {
       {"examples_fs", test_examples_fs},
       {"staging_required", test_staging_required},
       {"malformed", test_malformed},
+      {"cancel_between_batches", test_cancel_between_batches},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }
