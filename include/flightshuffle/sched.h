@@ -285,6 +285,9 @@ typedef struct fsh_sched_job_status {
   double seconds;
   int64_t bytes_written, bytes_fetched, input_rows, input_bytes;
   int64_t bytes_spilled; /* the workers' spill files ("stats") when the shuffles were released */
+  /* plan-fragment jobs: what the done tasks' operators spilled (files,
+   * bytes, operator instances that spilled), from their answers */
+  int64_t operator_spill_files, operator_spilled_bytes, operators_spilled;
   int32_t n_retried, n_recomputed, n_ignored;
   fsh_sched_task_event *retried, *recomputed, *ignored;
   bool verified;

@@ -553,6 +553,23 @@ FSH_NODISCARD int fsh_fragment_answer_encode(const fsh_map_task_result *r,
 FSH_NODISCARD int fsh_fragment_answer_decode(const uint8_t *data, int64_t size,
                                              fsh_map_task_result *r, fsh_fragment_read **reads,
                                              int32_t *n_reads, fsh_error *err);
+/* What a plan-fragment task's operators spilled (exec.h fsh_plan_result's
+ * spill counters of the task). */
+typedef struct fsh_fragment_stats {
+  int64_t spill_files, spilled_bytes, operators_spilled;
+} fsh_fragment_stats;
+/* The answer with the task's stats: the reads are followed by 4 x i64
+ * (spill_files, spilled_bytes, operators_spilled, 0), then u32 n_reads and
+ * "FSR2". Decode accepts both trailers (an "FSRD" answer: stats all 0);
+ * stats may be NULL. */
+FSH_NODISCARD int fsh_fragment_answer_encode_stats(const fsh_map_task_result *r,
+                                                   const fsh_fragment_read *reads,
+                                                   int32_t n_reads, const fsh_fragment_stats *st,
+                                                   fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_fragment_answer_decode_stats(const uint8_t *data, int64_t size,
+                                                   fsh_map_task_result *r,
+                                                   fsh_fragment_read **reads, int32_t *n_reads,
+                                                   fsh_fragment_stats *st, fsh_error *err);
 
 void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */
 FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out,

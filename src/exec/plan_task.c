@@ -350,10 +350,12 @@ static int scatter_bounds(fsh_shuffle_backend *b, const fsh_fragment_task *t, co
 }
 
 /* Runs the prepared task q of t through backend b; *reads / *n_reads (may
- * be NULL): what it read of each input exchange (and the side input). */
+ * be NULL): what it read of each input exchange (and the side input);
+ * *stats (may be NULL): what its operators spilled. */
 static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prepared *q,
                         const fsh_plan_task_run_options *o, fsh_map_task_result *out,
-                        fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
+                        fsh_fragment_read **reads, int32_t *n_reads, fsh_fragment_stats *stats,
+                        fsh_error *err) {
   int64_t t0 = now_nanos();
   const fsh_plan *p = q->plan;
   cancel_backend cb = {.base = {.ops = &cancel_ops, .state = &cb}, .in = b,
@@ -421,6 +423,10 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   fsh_free(c.reads);
   fsh_free(c.x);
   pthread_mutex_destroy(&c.mu);
+  if (stats)
+    *stats = (fsh_fragment_stats){.spill_files = res.spill_files,
+                                  .spilled_bytes = res.spilled_bytes,
+                                  .operators_spilled = res.operators_spilled};
   fsh_plan_result_reset(&res);
   if (rc) {
     fsh_map_task_result_reset(&r);
@@ -444,7 +450,7 @@ int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_task *t,
   if (reads) *reads = NULL, *n_reads = 0;
   prepared *q = NULL;
   FSH_RETURN_NOT_OK(prepare(t, &q, err));
-  int rc = run_prepared(b, t, q, o, out, reads, n_reads, err);
+  int rc = run_prepared(b, t, q, o, out, reads, n_reads, NULL, err);
   prepared_free(q);
   return rc;
 }
@@ -490,8 +496,9 @@ static int kind_run(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer *
   fsh_map_task_result r;
   fsh_fragment_read *reads = NULL;
   int32_t n = 0;
-  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, &o, &r, &reads, &n, err));
-  int rc = fsh_fragment_answer_encode(&r, reads, n, answer, err);
+  fsh_fragment_stats st;
+  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, &o, &r, &reads, &n, &st, err));
+  int rc = fsh_fragment_answer_encode_stats(&r, reads, n, &st, answer, err);
   fsh_map_task_result_reset(&r);
   fsh_free(reads);
   return rc;

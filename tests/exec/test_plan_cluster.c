@@ -51,7 +51,7 @@ typedef struct cluster {
 
 /* Starts the driver and the workers; worker no_fs (-1: none) has no fs
  * directory (its fs tasks fail). */
-static void start_cluster_with(cluster *c, int no_fs) {
+static void start_cluster_with(cluster *c, int no_fs, const fsh_plan_task_run_options *ko) {
   fsh_error err;
   memset(c, 0, sizeof *c);
   strcpy(c->fs_dir, "/tmp/fsh-test-plancl-XXXXXX");
@@ -59,7 +59,7 @@ static void start_cluster_with(cluster *c, int no_fs) {
   fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 5000,
                                 .log = getenv("FSH_TEST_LOG") != NULL};
   CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
-  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(NULL)};
+  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(ko)};
   for (int i = 0; c->d && i < N_WORKERS; i++) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
     c->hook[i].n = c->n[i];
@@ -79,7 +79,7 @@ static void start_cluster_with(cluster *c, int no_fs) {
   }
 }
 
-static void start_cluster(cluster *c) { start_cluster_with(c, -1); }
+static void start_cluster(cluster *c) { start_cluster_with(c, -1, NULL); }
 
 static int dir_entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -140,6 +140,42 @@ static fsh_shuffle_backend *client_backend(cluster *c, fsh_task_backend kind) {
   return b;
 }
 
+/* The summary's figures against the plan's stages: a scatter stage writes
+ * every row its staging stage staged (the staging stage's rows count no
+ * samples); fetched is, per input, every partition of it read once (a
+ * 1-partition input: by every task; a scatter's samples, in its staging
+ * stage's bytes, are read by every task: bounds); input rows are what the
+ * stages reading no exchange wrote, and there are some. */
+static void check_figures(const char *name, const fsh_plan_job_stages *js,
+                          const fsh_sched_job_status *s) {
+  int64_t lo = 0, hi = 0, sources = 0;
+  for (int x = 0; x < js->n; x++) {
+    const fsh_sched_plan_stage *st = &js->stages[x];
+    if (st->n_inputs == 0) sources += s->stages[x].rows;
+    for (int i = 0; i < st->n_inputs; i++) {
+      const fsh_sched_plan_stage *in = &js->stages[st->input_stages[i]];
+      int64_t b = s->stages[st->input_stages[i]].bytes;
+      if (in->n_partitions == 1) {
+        lo += st->n_tasks * b, hi += st->n_tasks * b;
+      } else if (st->scatter) {
+        lo += b, hi += st->n_tasks * b;
+        CHECK_MSG(s->stages[x].rows == s->stages[st->input_stages[i]].rows,
+                  "%s: the scatter stage wrote %lld rows, its staging stage says %lld", name,
+                  (long long)s->stages[x].rows, (long long)s->stages[st->input_stages[i]].rows);
+      } else {
+        lo += b, hi += b;
+      }
+    }
+  }
+  CHECK_MSG(s->bytes_fetched >= lo && s->bytes_fetched <= hi && (js->n == 1 || lo > 0),
+            "%s: fetched %lld bytes, expected %lld .. %lld", name, (long long)s->bytes_fetched,
+            (long long)lo, (long long)hi);
+  CHECK_MSG(s->input_rows == sources && sources > 0, "%s: input rows %lld, the source stages "
+            "wrote %lld", name, (long long)s->input_rows, (long long)sources);
+  if (strcmp(name, "join + group-by") == 0) /* its scans' rows go to exchanges unfiltered */
+    CHECK_EQ_INT(s->input_rows, 40000 + 3000);
+}
+
 /* Runs p as a job on the cluster and compares its result with the
  * reference run. */
 static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend kind) {
@@ -164,6 +200,7 @@ static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend
   CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
   CHECK_EQ_INT(s.n_stages, js.n); /* a staged exchange: two stages */
   CHECK(js.n >= fsh_plan_stage_count(p));
+  if (s.n_stages == js.n) check_figures(name, &js, &s);
   fsh_plan_job_stages_free(&js);
   fsh_shuffle_backend *b = client_backend(c, kind);
   fsh_plan_result got, ref;
@@ -303,6 +340,52 @@ static void malformed_bodies(void) {
   stop_cluster(&c);
 }
 
+/* The workers' operator spill reaches the driver: with a 64 KiB budget
+ * per operator, the sort plan's job reports in its status (from the tasks'
+ * answers) as many operator instances spilled as the in-process run with
+ * that budget (the same partitions: the same instances spill), with files
+ * and bytes, and the workers' spill directory is left empty. */
+static void operator_spill_reported(void) {
+  char dir[] = "/tmp/fsh-test-plancl-spill-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  const char *dirs[1] = {dir};
+  fsh_plan_task_run_options ko = {.operator_memory = 64 << 10, .spill_dirs = dirs,
+                                  .n_spill_dirs = 1};
+  cluster c;
+  start_cluster_with(&c, -1, &ko);
+  wait_workers(&c);
+  fsh_error err;
+  fsh_plan *p = load_example("sort.json");
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = "spill", .backend = FSH_TASK_BACKEND_FLIGHT};
+  if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  uint64_t id = 0;
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c.d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c.d), NULL, id, false, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  fsh_plan_result ref;
+  fsh_plan_run_options ro = {.operator_memory = 64 << 10, .spill_dirs = dirs, .n_spill_dirs = 1};
+  if (p) CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+  CHECK_MSG(ref.operators_spilled > 0, "the in-process run did not spill");
+  CHECK_EQ_INT(s.operators_spilled, ref.operators_spilled);
+  /* files and bytes differ (the in-process sort's runs are cut from
+   * other batches): some of both */
+  CHECK(s.operator_spill_files >= s.operators_spilled && s.operator_spilled_bytes > 0);
+  fsh_plan_result_reset(&ref);
+  /* the result shuffle: released by its reader */
+  fsh_shuffle_backend *b = client_backend(&c, FSH_TASK_BACKEND_FLIGHT);
+  if (s.n_result > 0) CHECK_OK(fsh_shuffle_release(b, s.result[0].shuffle_id, &err));
+  fsh_shuffle_backend_destroy(b);
+  fsh_sched_job_status_reset(&s);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+  CHECK_EQ_INT(dir_entries(dir), 0);
+  CHECK_EQ_INT(rmdir(dir), 0);
+}
+
 /* A job that ends cancels its tasks still running: three long scan tasks
  * (one per worker, a slot each) over the fs backend, one on the worker
  * without an fs directory -- it fails, and with max_attempts 1 so does the
@@ -311,7 +394,7 @@ static void malformed_bodies(void) {
  * says) and leave no file behind. */
 static void job_end_cancels_running_tasks(void) {
   cluster c;
-  start_cluster_with(&c, 0);
+  start_cluster_with(&c, 0, NULL);
   wait_workers(&c);
   static const char text[] =
       "{\"partitions\": 3, \"nodes\": ["
@@ -410,6 +493,7 @@ int main(int argc, char **argv) {
       {"malformed_bodies", malformed_bodies},
       {"bad_job_plans", bad_job_plans},
       {"job_end_cancels_running_tasks", job_end_cancels_running_tasks},
+      {"operator_spill_reported", operator_spill_reported},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }
