@@ -9,7 +9,10 @@
  * run as a staging and a scatter stage; malformed plan-fragment bodies sent to a worker are
  * answered INVALID_ARGUMENT (EINVAL) naming the problem; malformed
  * plan-fragment JobPlans are refused at submit; a job that fails cancels
- * its plan tasks still running (their workers end them ECANCELED). */
+ * its plan tasks still running, and a superseded plan task is cancelled
+ * (their workers end them ECANCELED); the summary's fetched bytes, input
+ * rows and staging rows agree with the plan's stages, and the workers'
+ * operator spill reaches the job status. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -340,6 +343,75 @@ static void malformed_bodies(void) {
   stop_cluster(&c);
 }
 
+/* A superseded plan task still running on a live worker is cancelled
+ * there: the worker running one of three long scan tasks is declared dead
+ * (it is alive); its attempt ends ECANCELED "cancelled" (its worker's task
+ * state), the task re-runs elsewhere and the job's result equals the
+ * single-process run's. */
+static void superseded_plan_task_cancelled(void) {
+  cluster c;
+  start_cluster(&c);
+  wait_workers(&c);
+  static const char text[] =
+      "{\"partitions\": 3, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 1500000, "
+      "\"batch_rows\": 4096, \"partitions\": 3, \"key_range\": 5000, \"seed\": 6},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 3},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(text, -1, 0, &p, &err));
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = "superseded", .backend = FSH_TASK_BACKEND_FLIGHT,
+                             .slots_per_worker = 1};
+  if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  uint64_t id = 0;
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c.d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  bool all = false; /* every scan task running, none done */
+  for (int t = 0; t < 1000 && !all; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    all = s.n_stages >= 1 && s.stages[0].tasks_running == 3 && s.stages[0].tasks_done == 0;
+    fsh_sched_job_status_reset(&s);
+    if (!all) usleep(5000); /* (a cancel follows its task to the worker: no wait) */
+  }
+  CHECK_MSG(all, "the scan tasks never all ran at once");
+  int victim = 1;
+  CHECK_OK(fsh_sched_driver_declare_dead(c.d, fsh_shuffle_worker_uri(c.w[victim]),
+                                         "declared by the test", &err));
+  int got = 0;
+  for (int t = 0; t < 1000 && !got; t++) {
+    got = atomic_load(&c.hook[victim].cancelled);
+    if (!got) usleep(10000);
+  }
+  CHECK_MSG(got == 1, "the victim's plan task was not cancelled (%d)", got);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 60000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED && s.verified, "state %d verified %d: %s",
+            (int)s.state, (int)s.verified, s.error ? s.error : "");
+  fsh_shuffle_backend *b = client_backend(&c, FSH_TASK_BACKEND_FLIGHT);
+  fsh_plan_result res, ref;
+  memset(&res, 0, sizeof res);
+  int rc = p ? fsh_plan_job_result(p, &s, b, &res, &err) : EINVAL;
+  CHECK_MSG(rc == 0, "%s", err.message);
+  fsh_plan_run_options ro = {.reference = true};
+  memset(&ref, 0, sizeof ref);
+  if (p) CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+  if (rc == 0 && p) CHECK_OK(fsh_plan_result_compare(p, &res, &ref, &err));
+  fsh_plan_result_reset(&ref);
+  if (s.n_result > 0) CHECK_OK(fsh_shuffle_release(b, s.result[0].shuffle_id, &err));
+  fsh_plan_result_reset(&res);
+  fsh_shuffle_backend_destroy(b);
+  fsh_sched_job_status_reset(&s);
+  for (int i = 0; i < N_WORKERS; i++)
+    if (i != victim) CHECK_EQ_INT(atomic_load(&c.hook[i].cancelled), 0);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+}
+
 /* The workers' operator spill reaches the driver: with a 64 KiB budget
  * per operator, the sort plan's job reports in its status (from the tasks'
  * answers) as many operator instances spilled as the in-process run with
@@ -494,6 +566,7 @@ int main(int argc, char **argv) {
       {"bad_job_plans", bad_job_plans},
       {"job_end_cancels_running_tasks", job_end_cancels_running_tasks},
       {"operator_spill_reported", operator_spill_reported},
+      {"superseded_plan_task_cancelled", superseded_plan_task_cancelled},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }
