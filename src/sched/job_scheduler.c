@@ -507,7 +507,8 @@ static int64_t stats_spilled(const fsh_flight_result_list *res) {
 /* Sends one "stats" or "release" launch (mu NOT held): best effort; the
  * job's releasing count goes down once it is done, whatever came of it. A
  * suspect worker is skipped (the call would wait out its deadline; its
- * outputs stay until it stops). */
+ * outputs stay until it stops); a worker that does not answer becomes
+ * suspect, as after a failed "task" call. */
 static void run_release(fsh_sched_driver *d, launch *x) {
   fsh_error err = {{0}};
   bool skip = false;
@@ -531,6 +532,15 @@ static void run_release(fsh_sched_driver *d, launch *x) {
   int64_t spilled = rc == 0 && x->stats ? stats_spilled(&res) : 0;
   fsh_flight_result_list_reset(&res);
   pthread_mutex_lock(&d->mu);
+  /* (ENOENT: an answer, not silence) */
+  for (int64_t i = 0; c && rc != ENOENT && transport_error(rc) && i < d->n; i++) {
+    driver_worker *w = &d->workers[i];
+    if (strcmp(w->uri, x->uri) || w->state != FSH_SCHED_WORKER_ALIVE || w->suspect_ms) continue;
+    w->suspect_ms = fsh_sched_now_ms();
+    if (d->log)
+      fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no tasks "
+              "placed on it until it heartbeats again\n", w->id, w->uri, err.message);
+  }
   sched_job *j = fsh_job_find(d, x->job_id);
   if (j) {
     j->bytes_spilled += spilled;
