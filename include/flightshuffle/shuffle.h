@@ -40,6 +40,8 @@
 
 #include <flightshuffle/ipc.h>
 
+#include <stdatomic.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -283,7 +285,9 @@ typedef enum fsh_task_backend {
  * *state (the decoded task, released by free_state) and *backend (the
  * worker backend the task writes and reads through); EINVAL naming what
  * is wrong becomes INVALID_ARGUMENT at once. run runs on the task's own
- * thread with that backend and sets *answer (a new reference). */
+ * thread with that backend and sets *answer (a new reference); it should
+ * check fsh_worker_task_cancel_flag() between batches and end with
+ * ECANCELED once it is set. */
 typedef struct fsh_worker_task_kind {
   const char *name; /* 1 .. 64 bytes */
   int (*decode)(void *ctx, const uint8_t *body, int64_t size, void **state,
@@ -293,6 +297,12 @@ typedef struct fsh_worker_task_kind {
   void (*free_state)(void *state);
   void *ctx;
 } fsh_worker_task_kind;
+
+/* On a worker task's thread (a task kind's run): the task's cancel flag,
+ * set once the worker is asked to stop it (the "cancel" action: a
+ * superseded attempt, or its job ended); it lives as long as the task.
+ * NULL on any other thread. */
+const atomic_bool *fsh_worker_task_cancel_flag(void);
 
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
@@ -577,6 +587,23 @@ FSH_NODISCARD int fsh_fragment_answer_encode(const fsh_map_task_result *r,
 FSH_NODISCARD int fsh_fragment_answer_decode(const uint8_t *data, int64_t size,
                                              fsh_map_task_result *r, fsh_fragment_read **reads,
                                              int32_t *n_reads, fsh_error *err);
+/* What a plan-fragment task's operators spilled (exec.h fsh_plan_result's
+ * spill counters of the task). */
+typedef struct fsh_fragment_stats {
+  int64_t spill_files, spilled_bytes, operators_spilled;
+} fsh_fragment_stats;
+/* The answer with the task's stats: the reads are followed by 4 x i64
+ * (spill_files, spilled_bytes, operators_spilled, 0), then u32 n_reads and
+ * "FSR2". Decode accepts both trailers (an "FSRD" answer: stats all 0);
+ * stats may be NULL. */
+FSH_NODISCARD int fsh_fragment_answer_encode_stats(const fsh_map_task_result *r,
+                                                   const fsh_fragment_read *reads,
+                                                   int32_t n_reads, const fsh_fragment_stats *st,
+                                                   fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_fragment_answer_decode_stats(const uint8_t *data, int64_t size,
+                                                   fsh_map_task_result *r,
+                                                   fsh_fragment_read **reads, int32_t *n_reads,
+                                                   fsh_fragment_stats *st, fsh_error *err);
 
 void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */
 FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out,
