@@ -1,6 +1,6 @@
 /* client_internal.h -- what the Flight client's files share: the client
- * (one gRPC channel) and one RPC in flight (a call on its own pluck
- * completion queue), with blocking send / receive / finish steps.
+ * (one gRPC channel) and one RPC in flight (a call whose completions a process-wide
+ * poller thread hands to the thread waiting for them), with blocking send / receive / finish steps.
  * Private to src/flight/client*.c. */
 #ifndef FSH_FLIGHT_CLIENT_INTERNAL_H
 #define FSH_FLIGHT_CLIENT_INTERNAL_H
@@ -18,7 +18,16 @@ struct fsh_flight_client {
   int64_t timeout_ms;
   pthread_mutex_t mu; /* guards auth_header (Handshake replaces it) */
   char *auth_header;  /* "Bearer <token>", or NULL */
+  bool has_poller;    /* holds a reference on the process-wide poller */
 };
+
+/* One kind of batch of one call: its completion, handed over by the
+ * poller. Its address is the batch's gRPC tag. */
+typedef struct fsh_flight_tag {
+  struct fsh_flight_rpc *rpc;
+  bool done; /* completed, not yet collected (under rpc->wait_mu) */
+  bool ok;   /* the completion's success flag */
+} fsh_flight_tag;
 
 /* One call. The status batch (RECV_STATUS_ON_CLIENT) is started with the
  * call, so the status is always there to collect, whatever happened.
@@ -28,11 +37,13 @@ struct fsh_flight_client {
 typedef struct fsh_flight_rpc {
   fsh_flight_client *client; /* borrowed: must outlive the call */
   const char *method;        /* "DoGet", static */
-  grpc_completion_queue *cq;
+  grpc_completion_queue *cq; /* borrowed: one of the poller's */
   grpc_call *call;
   atomic_int refs;
-  /* tags: addresses of these, one per kind of batch */
-  char tag_send, tag_recv, tag_status, tag_initial;
+  /* tags, one per kind of batch; the poller signals wait_cv */
+  fsh_flight_tag tag_send, tag_recv, tag_status, tag_initial;
+  pthread_mutex_t wait_mu;
+  pthread_cond_t wait_cv;
   /* sends */
   bool sent_initial_md;
   bool sent_close;
@@ -86,6 +97,17 @@ void fsh_flight_rpc_unref(fsh_flight_rpc *r);
 /* The value of initial metadata key (NUL-terminated copy, or NULL);
  * only after fsh_flight_rpc_finish. */
 char *fsh_flight_rpc_initial_md(fsh_flight_rpc *r, const char *key);
+
+/* The process-wide poller (client_poller.c): threads that wait in gRPC's
+ * poller for every client's sockets, each on its own completion queue,
+ * and hand each completion to its fsh_flight_tag. Each open client holds
+ * one reference (taken after grpc_init, released before grpc_shutdown);
+ * the first starts the threads, the last stops and joins them. */
+FSH_NODISCARD int fsh_flight_poller_acquire(fsh_error *err);
+void fsh_flight_poller_release(void);
+/* The completion queue for a new call (round robin over the pollers');
+ * only while a poller reference is held. */
+grpc_completion_queue *fsh_flight_call_queue(void);
 
 /* "OK", "NOT_FOUND", ... */
 const char *fsh_flight_status_name(grpc_status_code s);
