@@ -6,6 +6,7 @@
  * thread (a condition variable), which never does socket I/O itself.
  * (gRPC 1.51 refuses client calls on GRPC_CQ_NON_POLLING queues: a call
  * needs a pollset, hence this hand-over.) */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +85,8 @@ int fsh_flight_poller_acquire(fsh_error *err) {
         rc = fsh_error_set(err, e, "Flight client: cannot start the poller thread: %s", strerror(e));
         break;
       }
+      /* Named before open returns (the tests count threads by name). */
+      (void)pthread_setname_np(poller_threads[started], "fsh-client-poll");
     }
     if (rc) poller_stop(started);
     else poller_n = n;
