@@ -279,6 +279,14 @@ typedef struct fsh_flight_client_options {
    * UNAVAILABLE within about 2 x keepalive_ms instead of hanging.
    * 0 = 10000, -1 = off. */
   int64_t keepalive_ms;
+  /* Per-message stall timeout: a call waiting longer than stall_timeout_ms
+   * for one message to arrive (a reader's next message, a PutResult) or
+   * for one message to be taken by the server (a writer's send under flow
+   * control) is cancelled and fails with DEADLINE_EXCEEDED (ETIMEDOUT),
+   * the message naming the call. Unlike timeout_ms it bounds each wait,
+   * not the whole call: a long stream that keeps moving never hits it.
+   * 0 = off. */
+  int64_t stall_timeout_ms;
 } fsh_flight_client_options;
 
 typedef struct fsh_flight_client fsh_flight_client;

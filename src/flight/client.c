@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -99,6 +100,7 @@ int fsh_flight_client_open(const fsh_flight_client_options *opts, fsh_flight_cli
   fsh_flight_client *c = fsh_calloc(1, sizeof *c);
   if (!c) return fsh_error_set(err, ENOMEM, "Flight client: out of memory");
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 0;
+  c->stall_ms = opts->stall_timeout_ms > 0 ? opts->stall_timeout_ms : 0;
   c->uri = fsh_strdup(opts->uri);
   if (opts->auth_token) {
     size_t n = strlen(opts->auth_token) + sizeof "Bearer ";
@@ -197,7 +199,11 @@ int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *a
   atomic_init(&r->refs, 1);
   pthread_mutex_init(&r->status_mu, NULL);
   pthread_mutex_init(&r->wait_mu, NULL);
-  pthread_cond_init(&r->wait_cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->wait_cv, &ca);
+  pthread_condattr_destroy(&ca);
   r->tag_send.rpc = r->tag_recv.rpc = r->tag_status.rpc = r->tag_initial.rpc = r;
   grpc_metadata_array_init(&r->initial_md);
   grpc_metadata_array_init(&r->trailing_md);
@@ -258,15 +264,36 @@ int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *a
 }
 
 /* Waits for the completion of tag (handed over by the poller) and
- * collects it; returns its success flag. */
-static bool pluck(fsh_flight_rpc *r, fsh_flight_tag *tag) {
+ * collects it; returns its success flag. With stall_ms > 0, a completion
+ * that has not come within stall_ms cancels the call with
+ * DEADLINE_EXCEEDED ("no message within ..."); the wait then goes on
+ * until gRPC completes the tag (promptly, with failure). */
+static bool pluck_within(fsh_flight_rpc *r, fsh_flight_tag *tag, int64_t stall_ms) {
   pthread_mutex_lock(&r->wait_mu);
+  if (stall_ms > 0 && !tag->done) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + (stall_ms % 1000) * 1000000;
+    until.tv_sec += (time_t)(stall_ms / 1000 + ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    while (!tag->done)
+      if (pthread_cond_timedwait(&r->wait_cv, &r->wait_mu, &until) == ETIMEDOUT) break;
+    if (!tag->done) {
+      char details[128];
+      snprintf(details, sizeof details,
+               "no message within %lld ms (the client's stall timeout): call cancelled",
+               (long long)stall_ms);
+      (void)grpc_call_cancel_with_status(r->call, GRPC_STATUS_DEADLINE_EXCEEDED, details, NULL);
+    }
+  }
   while (!tag->done) pthread_cond_wait(&r->wait_cv, &r->wait_mu);
   tag->done = false;
   bool ok = tag->ok;
   pthread_mutex_unlock(&r->wait_mu);
   return ok;
 }
+
+static bool pluck(fsh_flight_rpc *r, fsh_flight_tag *tag) { return pluck_within(r, tag, 0); }
 
 int fsh_flight_rpc_finish(fsh_flight_rpc *r, fsh_error *err) {
   pthread_mutex_lock(&r->status_mu);
@@ -320,7 +347,7 @@ int fsh_flight_rpc_send(fsh_flight_rpc *r, grpc_byte_buffer *msg, bool close, fs
   if (n == 0) return 0;
   r->sent_initial_md = true;
   grpc_call_error ce = grpc_call_start_batch(r->call, ops, n, &r->tag_send, NULL);
-  bool ok = ce == GRPC_CALL_OK && pluck(r, &r->tag_send);
+  bool ok = ce == GRPC_CALL_OK && pluck_within(r, &r->tag_send, r->client->stall_ms);
   if (msg) grpc_byte_buffer_destroy(msg);
   if (ce != GRPC_CALL_OK)
     return fsh_error_set(err, EIO, "%s %s: gRPC: %s", r->method, r->client->uri,
@@ -351,7 +378,7 @@ int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg, fsh_error *er
     return fsh_error_set(err, EIO, "%s %s: gRPC: %s", r->method, r->client->uri,
                          grpc_call_error_to_string(ce));
   }
-  bool ok = pluck(r, &r->tag_recv);
+  bool ok = pluck_within(r, &r->tag_recv, r->client->stall_ms);
   r->recv_pending = false;
   *msg = r->recv_msg;
   r->recv_msg = NULL;

@@ -16,6 +16,7 @@ struct fsh_flight_client {
   grpc_channel *channel;
   char *uri;     /* for error messages */
   int64_t timeout_ms;
+  int64_t stall_ms;   /* per-message stall timeout, 0 = off */
   pthread_mutex_t mu; /* guards auth_header (Handshake replaces it) */
   char *auth_header;  /* "Bearer <token>", or NULL */
   bool has_poller;    /* holds a reference on the process-wide poller */
@@ -43,7 +44,7 @@ typedef struct fsh_flight_rpc {
   /* tags, one per kind of batch; the poller signals wait_cv */
   fsh_flight_tag tag_send, tag_recv, tag_status, tag_initial;
   pthread_mutex_t wait_mu;
-  pthread_cond_t wait_cv;
+  pthread_cond_t wait_cv; /* on CLOCK_MONOTONIC (the stall timeout's waits) */
   /* sends */
   bool sent_initial_md;
   bool sent_close;
@@ -74,12 +75,15 @@ FSH_NODISCARD int fsh_flight_rpc_start(fsh_flight_client *c, const char *method,
                                        fsh_error *err);
 /* Sends one batch: the initial metadata (on the first send), then msg
  * (may be NULL; always destroyed), then, with close, the half-close.
- * Blocks until gRPC took it. A failure reports the call's status. */
+ * Blocks until gRPC took it (at most the client's stall timeout, if set:
+ * then the call is cancelled with DEADLINE_EXCEEDED). A failure reports
+ * the call's status. */
 FSH_NODISCARD int fsh_flight_rpc_send(fsh_flight_rpc *r, grpc_byte_buffer *msg, bool close,
                                       fsh_error *err);
 /* Receives the next message into *msg (the caller destroys it); *msg NULL
  * at the end of the stream, and then the status has been checked: a
- * non-OK status is the error returned. */
+ * non-OK status is the error returned. Waits at most the client's stall
+ * timeout, if set (then the call is cancelled: DEADLINE_EXCEEDED). */
 FSH_NODISCARD int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg,
                                       fsh_error *err);
 /* Waits for the status and the initial metadata (once; later calls
