@@ -149,7 +149,8 @@ int fsh_flight_client_open(const fsh_flight_client_options *opts, fsh_flight_cli
     args[n].type = GRPC_ARG_INTEGER;
     args[n].key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
     args[n++].value.integer = 1;
-    n += fsh_flight_transport_args(args + n, 16 - n, fsh_flight_keepalive_ms(opts->keepalive_ms));
+    n += fsh_flight_transport_args(args + n, 16 - n, fsh_flight_keepalive_ms(opts->keepalive_ms),
+                                   true);
     grpc_channel_args ch_args = {.num_args = n, .args = args};
     char target[300];
     if (strchr(loc.host, ':'))
