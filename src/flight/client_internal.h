@@ -1,6 +1,8 @@
 /* client_internal.h -- what the Flight client's files share: the client
- * (one gRPC channel) and one RPC in flight (a call whose completions a process-wide
- * poller thread hands to the thread waiting for them), with blocking send / receive / finish steps.
+ * (one gRPC channel) and one RPC in flight (a call whose completions either
+ * a process-wide poller thread hands to the thread waiting for them -- the
+ * bulk streams -- or the waiting thread plucks from the call's own queue),
+ * with blocking send / receive / finish steps.
  * Private to src/flight/client*.c. */
 #ifndef FSH_FLIGHT_CLIENT_INTERNAL_H
 #define FSH_FLIGHT_CLIENT_INTERNAL_H
@@ -38,7 +40,13 @@ typedef struct fsh_flight_tag {
 typedef struct fsh_flight_rpc {
   fsh_flight_client *client; /* borrowed: must outlive the call */
   const char *method;        /* "DoGet", static */
-  grpc_completion_queue *cq; /* borrowed: one of the poller's */
+  /* DoGet / DoPut / DoExchange: one of the poller's queues (borrowed);
+   * every other method: a pluck queue of its own (own_cq), polled by the
+   * waiting thread itself: no hand-over, half the round-trip time of a
+   * small unary call (see fsh_flight_rpc_start). */
+  grpc_completion_queue *cq;
+  bool own_cq;
+  bool poller_call; /* counted by fsh_flight_poller_call_begin */
   grpc_call *call;
   atomic_int refs;
   /* tags, one per kind of batch; the poller signals wait_cv */
@@ -112,6 +120,10 @@ void fsh_flight_poller_release(void);
 /* The completion queue for a new call (round robin over the pollers');
  * only while a poller reference is held. */
 grpc_completion_queue *fsh_flight_call_queue(void);
+/* A call on the pollers' queues begins / has collected its last
+ * completion: the pollers wait in gRPC only while one is in flight. */
+void fsh_flight_poller_call_begin(void);
+void fsh_flight_poller_call_end(void);
 
 /* "OK", "NOT_FOUND", ... */
 const char *fsh_flight_status_name(grpc_status_code s);

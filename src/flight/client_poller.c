@@ -1,9 +1,11 @@
 /* client_poller.c -- the process-wide socket poller of the Flight client:
  * a few threads (one per 2 online CPUs), started by the first open client
  * and joined when the last one closes, that wait in gRPC's poller for
- * every client's sockets. Every call is created on one of their
- * completion queues; the poller hands each completion to the call's
- * thread (a condition variable), which never does socket I/O itself.
+ * every client's sockets. Every bulk stream (DoGet, DoPut, DoExchange)
+ * is created on one of their completion queues; the poller hands each
+ * completion to the call's thread (a condition variable), which never
+ * does socket I/O itself. (The small control calls poll their own queue:
+ * the hand-over doubles their round-trip time; client.c.)
  * (gRPC 1.51 refuses client calls on GRPC_CQ_NON_POLLING queues: a call
  * needs a pollset, hence this hand-over.) */
 #define _GNU_SOURCE /* pthread_setname_np */
@@ -17,19 +19,55 @@
 
 #define POLLER_MAX 8
 
-static pthread_mutex_t poller_mu = PTHREAD_MUTEX_INITIALIZER;
+/* While a poller waits in gRPC's poller it is, most of the time, the
+ * thread that takes every socket event of the process (gRPC 1.51's epoll
+ * engine: one epoll set, one waiting thread at a time), also those of the
+ * calls on their own queues, which then reach their thread through a
+ * hand-over. So the pollers wait in gRPC only while a bulk call is in
+ * flight (poller_calls > 0, fsh_flight_poller_call_begin / _end), and
+ * else sleep on poller_cv; they look again every POLLER_IDLE_MS. */
+#define POLLER_IDLE_MS 50
+
+static pthread_mutex_t poller_mu = PTHREAD_MUTEX_INITIALIZER; /* the set of pollers */
 static int poller_refs;
 static int poller_n;
+/* what the pollers wait for (poller_wait_mu, never held with poller_mu
+ * taken after it) */
+static pthread_mutex_t poller_wait_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t poller_cv = PTHREAD_COND_INITIALIZER;
+static int poller_calls; /* bulk calls in flight */
+static bool poller_stopping;
 static pthread_t poller_threads[POLLER_MAX];
 static grpc_completion_queue *poller_cqs[POLLER_MAX];
 static atomic_uint poller_next; /* round robin for fsh_flight_call_queue */
 
+void fsh_flight_poller_call_begin(void) {
+  pthread_mutex_lock(&poller_wait_mu);
+  if (poller_calls++ == 0) pthread_cond_broadcast(&poller_cv);
+  pthread_mutex_unlock(&poller_wait_mu);
+}
+
+void fsh_flight_poller_call_end(void) {
+  pthread_mutex_lock(&poller_wait_mu);
+  poller_calls--;
+  pthread_mutex_unlock(&poller_wait_mu);
+}
+
 /* Polls and hands completions over until its queue is shut down (only
- * when no client is open, so no call is left). */
+ * when no client is open, so no call is left); parked while no bulk call
+ * is in flight (then none of its queue's completions is pending). */
 static void *poller_main(void *arg) {
   grpc_completion_queue *cq = arg;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    pthread_mutex_lock(&poller_wait_mu);
+    while (poller_calls == 0 && !poller_stopping) pthread_cond_wait(&poller_cv, &poller_wait_mu);
+    bool stopping = poller_stopping && poller_calls == 0;
+    pthread_mutex_unlock(&poller_wait_mu);
+    gpr_timespec until =
+        stopping ? gpr_inf_future(GPR_CLOCK_REALTIME)
+                 : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                gpr_time_from_millis(POLLER_IDLE_MS, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(cq, until, NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     fsh_flight_tag *t = ev.tag;
@@ -63,12 +101,19 @@ static int poller_count(void) {
 
 /* Stops and frees the first n pollers; poller_mu held. */
 static void poller_stop(int n) {
+  pthread_mutex_lock(&poller_wait_mu);
+  poller_stopping = true;
+  pthread_cond_broadcast(&poller_cv);
+  pthread_mutex_unlock(&poller_wait_mu);
   for (int i = 0; i < n; i++) grpc_completion_queue_shutdown(poller_cqs[i]);
   for (int i = 0; i < n; i++) {
     pthread_join(poller_threads[i], NULL);
     grpc_completion_queue_destroy(poller_cqs[i]);
     poller_cqs[i] = NULL;
   }
+  pthread_mutex_lock(&poller_wait_mu);
+  poller_stopping = false;
+  pthread_mutex_unlock(&poller_wait_mu);
 }
 
 int fsh_flight_poller_acquire(fsh_error *err) {
