@@ -3,16 +3,20 @@
  * every open client (calls on several clients at once, from several
  * threads, all complete), still serving the remaining clients when one
  * closes, joined when the last one closes (no thread left behind), and
- * started again by the next open. (Deadlines and cancellation through
- * the poller: test_client_failures.c.) Threads are counted by their name in
- * /proc/self/task. */
+ * started again by the next open. The pollers run only while a bulk
+ * stream (DoGet here) is in flight and are parked otherwise (no context
+ * switch at all), also while control calls (DoAction) run: those poll
+ * their own queue. (Deadlines and cancellation through the poller:
+ * test_client_failures.c.) Threads are found by their name in
+ * /proc/self/task, their context switches in /proc/self/task/N/status. */
 #include <dirent.h>
 #include <time.h>
 
 #include "flight/client_fixture.h"
 
-/* How many of this process's threads are named "fsh-client-poll". */
-static int count_pollers(void) {
+/* How many of this process's threads are named "fsh-client-poll"; their
+ * context switches so far (voluntary and not) added to *switches if set. */
+static int count_pollers_switches(long *switches) {
   DIR *d = opendir("/proc/self/task");
   if (!d) abort();
   int n = 0;
@@ -23,10 +27,31 @@ static int count_pollers(void) {
     snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
     FILE *f = fopen(path, "r");
     if (!f) continue; /* the thread ended meanwhile */
-    if (fgets(name, sizeof name, f) && strncmp(name, "fsh-client-poll", 15) == 0) n++;
+    bool poller = fgets(name, sizeof name, f) && strncmp(name, "fsh-client-poll", 15) == 0;
     fclose(f);
+    if (!poller) continue;
+    n++;
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    f = switches ? fopen(path, "r") : NULL;
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+      long v = 0;
+      if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+          sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+        *switches += v;
+    }
+    if (f) fclose(f);
   }
   closedir(d);
+  return n;
+}
+
+static int count_pollers(void) { return count_pollers_switches(NULL); }
+
+/* The pollers' context switches so far. */
+static long poller_switches(void) {
+  long n = 0;
+  (void)count_pollers_switches(&n);
   return n;
 }
 
@@ -116,4 +141,50 @@ static void test_lifecycle(void) {
   fx_stop(fx);
 }
 
-FSH_TEST_MAIN(TEST(test_lifecycle))
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* The pollers' context switches during ms of sleep. */
+static long switches_during(long ms) {
+  long before = poller_switches();
+  sleep_ms(ms);
+  return poller_switches() - before;
+}
+
+static void test_parked_without_streams(void) {
+  fx_server *fx = fx_start(NULL);
+  fsh_flight_client *c = fx_client(fx->uri, NULL, 10000);
+  fsh_error err = {{0}};
+  CHECK(count_pollers() >= 1);
+  sleep_ms(100);                         /* settled after the start */
+  CHECK_EQ_INT(switches_during(300), 0); /* open, idle: parked */
+  /* control calls do not wake them */
+  long before = poller_switches();
+  for (int i = 0; i < 50; i++) {
+    fsh_flight_action a = {.type = (char *)"echo", .body = {(uint8_t *)"x", 1}};
+    fsh_flight_result_list res = {0};
+    CHECK_OK(fsh_flight_do_action(c, &a, &res, &err));
+    CHECK(res.n == 1 && res.items[0].size == 1 && res.items[0].data[0] == 'x');
+    fsh_flight_result_list_reset(&res);
+  }
+  CHECK_EQ_INT(poller_switches() - before, 0);
+  /* a stream in flight (even one not being read) has them polling: each
+   * looks again every 50 ms at least */
+  fsh_bytes t = {(uint8_t *)"endless", 7};
+  fsh_flight_reader *r = NULL;
+  CHECK_OK(fsh_flight_do_get(c, &t, &r, &err));
+  fsh_batch *b = NULL;
+  if (r) CHECK_OK(fsh_flight_reader_next(r, &b, &err));
+  fsh_batch_unref(b);
+  CHECK(switches_during(300) >= 2);
+  fsh_flight_reader_free(r);
+  /* parked again once they looked (within 50 ms) */
+  sleep_ms(200);
+  CHECK_EQ_INT(switches_during(300), 0);
+  fsh_flight_client_close(c);
+  fx_stop(fx);
+}
+
+FSH_TEST_MAIN(TEST(test_lifecycle), TEST(test_parked_without_streams))
