@@ -111,8 +111,8 @@ void fsh_flight_rpc_unref(fsh_flight_rpc *r);
 char *fsh_flight_rpc_initial_md(fsh_flight_rpc *r, const char *key);
 
 /* The process-wide poller (client_poller.c): threads that wait in gRPC's
- * poller for every client's sockets, each on its own completion queue,
- * and hand each completion to its fsh_flight_tag. Each open client holds
+ * poller for the bulk streams of every client, each on its own completion
+ * queue, and hand each completion to its fsh_flight_tag. Each open client holds
  * one reference (taken after grpc_init, released before grpc_shutdown);
  * the first starts the threads, the last stops and joins them. */
 FSH_NODISCARD int fsh_flight_poller_acquire(fsh_error *err);

@@ -31,8 +31,7 @@
 static pthread_mutex_t poller_mu = PTHREAD_MUTEX_INITIALIZER; /* the set of pollers */
 static int poller_refs;
 static int poller_n;
-/* what the pollers wait for (poller_wait_mu, never held with poller_mu
- * taken after it) */
+/* what the pollers wait for (lock order: poller_mu, then poller_wait_mu) */
 static pthread_mutex_t poller_wait_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t poller_cv = PTHREAD_COND_INITIALIZER;
 static int poller_calls; /* bulk calls in flight */
