@@ -3,7 +3,7 @@
  * small catalog ("all": the every-type sample batch three times, "big":
  * one batch of a chosen size, "endless": 1 MiB batches until cancelled),
  * a DoPut sink that decodes and keeps what it receives, an echoing
- * DoExchange, and actions "echo" / "count" / "fail". Header-only. */
+ * DoExchange, and actions "echo" / "count" / "fail" / "stall". Header-only. */
 #ifndef FSH_TEST_CLIENT_FIXTURE_H
 #define FSH_TEST_CLIENT_FIXTURE_H
 
@@ -405,6 +405,9 @@ static int fx_do_action(void *ctx, fsh_flight_call *call, const fsh_flight_actio
     return fsh_flight_result_list_push(out, id, (int64_t)strlen(id));
   }
   if (strcmp(a->type, "fail") == 0) return fsh_error_set(err, EEXIST, "it is already there");
+  if (strcmp(a->type, "stall") == 0) /* answers "done" after FX_STALL_MS */
+    return fx_stall(ctx, call) ? fsh_error_set(err, ECANCELED, "stall: cancelled")
+                               : fsh_flight_result_list_push(out, "done", 4);
   return fsh_error_set(err, ENOTSUP, "no action '%s'", a->type);
 }
 

@@ -5,7 +5,8 @@
  * reading): the reader / writer fails with ETIMEDOUT and a message naming
  * the call after about the stall timeout, not the pause; the server sees
  * the call cancelled; off (the default), the same streams complete; a
- * stream that keeps moving never hits it. */
+ * stream that keeps moving never hits it; a unary call (DoAction "stall")
+ * times out the same way. */
 #include <time.h>
 #include <unistd.h>
 
@@ -134,5 +135,34 @@ static void test_writer_stall(void) {
   fx_stop(fx);
 }
 
+/* A unary call (DoAction, on the calling thread's own queue, not the
+ * poller's) whose answer does not come: the same timeout and message;
+ * off, the answer comes after the pause. */
+static void test_unary_stall(void) {
+  fx_server *fx = fx_start(NULL);
+  fsh_flight_client *c = stall_client(fx->uri, 300);
+  fsh_error err = {{0}};
+  fsh_flight_action a = {.type = (char *)"stall"};
+  fsh_flight_result_list res = {0};
+  double t0 = now_s();
+  CHECK_EQ_INT(fsh_flight_do_action(c, &a, &res, &err), ETIMEDOUT);
+  double dt = now_s() - t0;
+  CHECK_MSG(dt >= 0.3 && dt < 0.3 + FX_STALL_MS / 2000.0, "failed after %.2f s", dt);
+  char want[128];
+  snprintf(want, sizeof want, "DoAction %s: DEADLINE_EXCEEDED: no message within 300 ms",
+           fx->uri);
+  CHECK_MSG(strstr(err.message, want) != NULL, "%s", err.message);
+  /* (whether the server's handler sees the cancel while it sleeps depends
+   * on which of its threads polls: not checked here) */
+  CHECK_EQ_INT(stalls_done(fx, 1), 1);
+  fsh_flight_client_close(c);
+  c = stall_client(fx->uri, 0);
+  CHECK_OK(fsh_flight_do_action(c, &a, &res, &err));
+  CHECK(res.n == 1 && res.items[0].size == 4 && memcmp(res.items[0].data, "done", 4) == 0);
+  fsh_flight_result_list_reset(&res);
+  fsh_flight_client_close(c);
+  fx_stop(fx);
+}
+
 FSH_TEST_MAIN(TEST(test_reader_stall), TEST(test_moving_stream_never_stalls),
-              TEST(test_writer_stall))
+              TEST(test_writer_stall), TEST(test_unary_stall))
