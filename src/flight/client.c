@@ -1,10 +1,10 @@
 /* client.c -- the Flight client: one gRPC channel per client (plain or TLS,
  * mutual TLS, unlimited message sizes), one call per RPC (the bulk
  * streams' socket I/O and completions on client_poller.c's threads, the
- * other methods' on the calling thread), and
- * the unary and server-streaming methods (Handshake, ListFlights,
- * GetFlightInfo, PollFlightInfo, GetSchema, DoAction, ListActions). The streaming DoGet / DoPut / DoExchange are in
- * client_stream.c. */
+ * other methods' on the calling thread), and the unary and
+ * server-streaming methods (Handshake, ListFlights, GetFlightInfo,
+ * PollFlightInfo, GetSchema, DoAction, ListActions). The streaming DoGet /
+ * DoPut / DoExchange are in client_stream.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,10 +227,10 @@ int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *a
    * calls whose latency matters (DoAction: the scheduler's task launches,
    * heartbeats, task-done) -- poll their own queue: no hand-over from
    * another thread. Measured round trip of a 1-byte DoAction on loopback
-   * (2 CPUs, median of 2000): ~40-55 us on its own queue, ~80-90 us
-   * handed over by the poller; a busy loop on the other core and the
-   * hand-over's second wake-up made timing-sensitive tests (tests/sched
-   * test_jobs) flakier. */
+   * (2 CPUs, median of 2000): 80-90 us handed over by the poller, 37-38 us
+   * on its own queue with the pollers parked (as without a poller); under
+   * CPU load the hand-over's second wake-up made timing-sensitive tests
+   * (tests/sched test_jobs) flakier. */
   r->own_cq = strcmp(method, "DoGet") != 0 && strcmp(method, "DoPut") != 0 &&
               strcmp(method, "DoExchange") != 0;
   r->cq = r->own_cq ? grpc_completion_queue_create_for_pluck(NULL) : fsh_flight_call_queue();
@@ -280,11 +280,20 @@ int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *a
   return 0;
 }
 
-/* Waits for the completion of tag (handed over by the poller) and
- * collects it; returns its success flag. With stall_ms > 0, a completion
- * that has not come within stall_ms cancels the call with
- * DEADLINE_EXCEEDED ("no message within ..."); the wait then goes on
- * until gRPC completes the tag (promptly, with failure). */
+/* The stall timeout ran out: cancels the call with DEADLINE_EXCEEDED. */
+static void stall_cancel(fsh_flight_rpc *r, int64_t stall_ms) {
+  char details[128];
+  snprintf(details, sizeof details,
+           "no message within %lld ms (the client's stall timeout): call cancelled",
+           (long long)stall_ms);
+  (void)grpc_call_cancel_with_status(r->call, GRPC_STATUS_DEADLINE_EXCEEDED, details, NULL);
+}
+
+/* Waits for the completion of tag (plucked from the call's own queue, or
+ * handed over by the poller) and collects it; returns its success flag.
+ * With stall_ms > 0, a completion that has not come within stall_ms
+ * cancels the call (stall_cancel); the wait then goes on until gRPC
+ * completes the tag (promptly, with failure). */
 static bool pluck_within(fsh_flight_rpc *r, fsh_flight_tag *tag, int64_t stall_ms) {
   if (r->own_cq) {
     gpr_timespec forever = gpr_inf_future(GPR_CLOCK_REALTIME);
@@ -293,11 +302,7 @@ static bool pluck_within(fsh_flight_rpc *r, fsh_flight_tag *tag, int64_t stall_m
                                       : forever;
     grpc_event ev = grpc_completion_queue_pluck(r->cq, tag, until, NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
-      char details[128];
-      snprintf(details, sizeof details,
-               "no message within %lld ms (the client's stall timeout): call cancelled",
-               (long long)stall_ms);
-      (void)grpc_call_cancel_with_status(r->call, GRPC_STATUS_DEADLINE_EXCEEDED, details, NULL);
+      stall_cancel(r, stall_ms);
       ev = grpc_completion_queue_pluck(r->cq, tag, forever, NULL);
     }
     return ev.type == GRPC_OP_COMPLETE && ev.success;
@@ -311,13 +316,7 @@ static bool pluck_within(fsh_flight_rpc *r, fsh_flight_tag *tag, int64_t stall_m
     until.tv_nsec = (long)(ns % 1000000000);
     while (!tag->done)
       if (pthread_cond_timedwait(&r->wait_cv, &r->wait_mu, &until) == ETIMEDOUT) break;
-    if (!tag->done) {
-      char details[128];
-      snprintf(details, sizeof details,
-               "no message within %lld ms (the client's stall timeout): call cancelled",
-               (long long)stall_ms);
-      (void)grpc_call_cancel_with_status(r->call, GRPC_STATUS_DEADLINE_EXCEEDED, details, NULL);
-    }
+    if (!tag->done) stall_cancel(r, stall_ms);
   }
   while (!tag->done) pthread_cond_wait(&r->wait_cv, &r->wait_mu);
   tag->done = false;

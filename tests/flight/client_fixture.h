@@ -36,7 +36,7 @@ typedef struct fx_server {
 
 /* The pause of the "stall" ticket and DoPut descriptor: cut short when the
  * client cancels the call. */
-#define FX_STALL_MS 1500
+#define FX_STALL_MS 2000
 
 /* Sleeps FX_STALL_MS, or until call is cancelled; counts which. */
 static inline bool fx_stall(fx_server *fx, fsh_flight_call *call) {

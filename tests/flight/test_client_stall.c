@@ -26,9 +26,9 @@ static fsh_flight_client *stall_client(const char *uri, int64_t stall_ms) {
   return c;
 }
 
-/* Waits (up to 3 s) for the server's stall to end; its count. */
+/* Waits (up to 8 s) for the server's stall to end; its count. */
 static int stalls_done(fx_server *fx, int want) {
-  for (int i = 0; i < 300 && atomic_load(&fx->stalls_done) < want; i++) usleep(10000);
+  for (int i = 0; i < 800 && atomic_load(&fx->stalls_done) < want; i++) usleep(10000);
   return atomic_load(&fx->stalls_done);
 }
 
@@ -82,17 +82,17 @@ static void test_reader_stall(void) {
   fx_stop(fx);
 }
 
-/* A stream that keeps moving for several times the stall timeout: 40
- * batches of 1 MiB read 20 ms apart (~0.8 s) under a 200 ms stall
- * timeout, then cancelled by the reader (ECANCELED, not ETIMEDOUT). */
+/* A stream that keeps moving for longer than the stall timeout: 60
+ * batches of 1 MiB read 20 ms apart (>= 1.2 s) under a 500 ms stall
+ * timeout, then abandoned by the reader. */
 static void test_moving_stream_never_stalls(void) {
   fx_server *fx = fx_start(NULL);
-  fsh_flight_client *c = stall_client(fx->uri, 200);
+  fsh_flight_client *c = stall_client(fx->uri, 500);
   fsh_error err = {{0}};
   fsh_bytes t = {(uint8_t *)"endless", 7};
   fsh_flight_reader *r = NULL;
   CHECK_OK(fsh_flight_do_get(c, &t, &r, &err));
-  for (int i = 0; r && i < 40; i++) {
+  for (int i = 0; r && i < 60; i++) {
     fsh_batch *b = NULL;
     CHECK_OK(fsh_flight_reader_next(r, &b, &err));
     CHECK(b != NULL);
