@@ -272,8 +272,11 @@ def test_kill_a_worker_while_a_reducer_fetches_from_it(cluster, reference_big, d
     files or memory images reads on, frozen or dead victim or not, so the
     loss may go unnoticed (nothing is recomputed) or be found by a later
     locate; either way the job verifies and recomputes at most the
-    victim's outputs. Direct reads off is the fetch between hosts."""
-    c = cluster(3, timeout_ms=60000, direct_reads=direct_reads)
+    victim's outputs. A reduce that ran ON the victim then ends only when
+    the heartbeat timeout declares it dead (no fetch fails to tell the
+    driver sooner): 3 s here, well past the 0.5 s freeze. Direct reads off
+    is the fetch between hosts."""
+    c = cluster(3, timeout_ms=3000 if direct_reads else 60000, direct_reads=direct_reads)
     uri, pid = c.workers[3]
 
     def cond(m, r):
