@@ -2,7 +2,8 @@
  * a writer that buffers batch references per partition and writes each
  * partition's buffered batches as one self-contained block -- the batches
  * concatenated (fsh_concat) into one record batch, after the dictionary
- * batches it needs -- then the index and trailer; and a reader that
+ * batches it needs -- then the index and trailer (small blocks are
+ * gathered and reach the output in 256 KiB writes); and a reader that
  * verifies the index piece by piece and each block's checksum before
  * decoding it. */
 #include <errno.h>
