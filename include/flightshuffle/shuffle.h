@@ -406,11 +406,19 @@ const char *fsh_task_backend_name(fsh_task_backend b);
 FSH_NODISCARD int fsh_task_backend_parse(const char *s, fsh_task_backend *out, fsh_error *err);
 
 /* The row checksum of the synthetic schema (key int64, value float64,
- * name utf8): per row h = XXH3_64bits of the bytes: key (8, LE), a flags
- * byte (bit 0 value valid, bit 1 name valid), the value's 8 bytes if
- * valid, the name's bytes if valid -- when those are at most 96 bytes;
- * longer rows hash the name with XXH3_64bits_withSeed(name, XXH3_64bits of
- * the rest). The checksum of a set of rows is the sum of their h (mod 2^64).
+ * name utf8): per row h = XXH3_64bits of a fixed 56-byte record:
+ *   [0, 8)   the key (LE)
+ *   [8, 16)  the value's 8 bytes (LE) if valid, else zeros
+ *   [16, 48) the name's bytes, zero-padded, if valid and at most 32 bytes;
+ *            a longer name: XXH3_64bits(name) (LE) then 24 zeros; a null
+ *            name: zeros
+ *   [48, 56) the trailer, LE: flags | name length << 8 (length 0 when the
+ *            name is null); flags bit 0 value valid, bit 1 name valid,
+ *            bit 2 name longer than 32 bytes
+ * (one length for every row: XXH3's fixed-length path, computed straight
+ * from the column buffers). The checksum of a set of rows is the sum of
+ * their h (mod 2^64), so it is independent of their order and of how they
+ * are batched, and sums over partitions and map tasks add up.
  * Adds each row's h to sums[part_of_row[i]] (sums[0] when part_of_row is
  * NULL). b must have the synthetic schema's columns. */
 void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums);

@@ -2,7 +2,8 @@
  * a writer that buffers batch references per partition and writes each
  * partition's buffered batches as one self-contained block -- the batches
  * concatenated (fsh_concat) into one record batch, after the dictionary
- * batches it needs -- then the index and trailer; and a reader that
+ * batches it needs -- then the index and trailer (small blocks are
+ * gathered and reach the output in 256 KiB writes); and a reader that
  * verifies the index piece by piece and each block's checksum before
  * decoding it. */
 #include <errno.h>
@@ -69,6 +70,13 @@ struct fsh_map_file_writer {
   int64_t n_blocks;
   part_buf *parts;
   XXH3_state_t *block_hash; /* scratch, reset per block */
+  /* Small writes (a block of a few KiB: many partitions, few rows) are
+   * gathered here and reach the file STAGE_BYTES at a time (one syscall
+   * for hundreds of blocks); sink is the output the blocks are written
+   * to, its position counting the staged bytes. */
+  fsh_output sink;
+  uint8_t *stage;
+  int64_t staged;
   fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
                                dictionaries (then it holds no state); else
                                NULL: a fresh encoder per block */
@@ -91,6 +99,41 @@ static int tee_writev(fsh_output *o, const struct iovec *iov, int n, fsh_error *
     if (t->b) XXH3_64bits_update(t->b, iov[i].iov_base, iov[i].iov_len);
   }
   return t->inner->writev(t->inner, iov, n, err);
+}
+
+/* Writes of fewer bytes than this are staged (below it a syscall costs
+ * more than the copy); STAGE_BYTES of them are written at once. */
+#define STAGE_DIRECT_BYTES ((int64_t)8 << 10)
+#define STAGE_BYTES ((int64_t)256 << 10)
+
+/* Writes the staged bytes to the file. */
+static int stage_flush(fsh_map_file_writer *w, fsh_error *err) {
+  if (w->staged == 0) return 0;
+  struct iovec v = {w->stage, (size_t)w->staged};
+  w->staged = 0;
+  return w->out->writev(w->out, &v, 1, err);
+}
+
+/* The sink's writev: small writes are copied to the stage (flushed when
+ * full), large ones flush it and go straight to the file. */
+static int sink_writev(fsh_output *o, const struct iovec *iov, int n, fsh_error *err) {
+  fsh_map_file_writer *w = o->ctx;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
+  if (total >= STAGE_DIRECT_BYTES) {
+    FSH_RETURN_NOT_OK(stage_flush(w, err));
+    FSH_RETURN_NOT_OK(w->out->writev(w->out, iov, n, err));
+  } else {
+    if (!w->stage && !(w->stage = fsh_malloc((size_t)STAGE_BYTES)))
+      return fsh_error_set(err, ENOMEM, "%s: out of memory for the write stage", o->name);
+    if (w->staged + total > STAGE_BYTES) FSH_RETURN_NOT_OK(stage_flush(w, err));
+    for (int i = 0; i < n; i++) {
+      if (iov[i].iov_len) memcpy(w->stage + w->staged, iov[i].iov_base, iov[i].iov_len);
+      w->staged += (int64_t)iov[i].iov_len;
+    }
+  }
+  o->position += total;
+  return 0;
 }
 
 static XXH3_state_t *hash_state_new(void) {
@@ -152,9 +195,9 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
    * the partition's (a failed block kills the writer, so a half-hashed
    * partition state is never used). */
   XXH3_64bits_reset(w->block_hash);
-  tee_ctx t = {w->out, w->block_hash, single ? NULL : p->hash};
+  tee_ctx t = {&w->sink, w->block_hash, single ? NULL : p->hash};
   fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = w->out->name};
-  int64_t start = w->out->position, rows = 0;
+  int64_t start = w->sink.position, rows = 0;
   /* The block is one record batch (after its dictionaries) when its
    * batches concatenate; when they cannot (dictionaries that together
    * overflow their index type) each batch is its own message, as before. */
@@ -182,7 +225,7 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
   if (enc != w->enc) fsh_ipc_encoder_free(enc);
   part_clear_buffer(w, p);
   if (rc != 0) return writer_fail(w, rc, err);
-  int64_t len = w->out->position - start;
+  int64_t len = w->sink.position - start;
   uint64_t sum = XXH3_64bits_digest(w->block_hash);
   p->blocks[p->n_blocks++] = (fsh_map_file_block){
       .offset = start, .length = len, .rows = rows, .checksum = sum};
@@ -246,6 +289,8 @@ int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec, int6
     return rc;
   }
   w->schema_length = out->position;
+  w->sink = (fsh_output){.writev = sink_writev, .ctx = w, .name = out->name,
+                         .position = out->position};
   *w_out = w;
   return 0;
 }
@@ -288,6 +333,7 @@ static void free_writer(fsh_map_file_writer *w) {
     fsh_free(w->parts);
   }
   if (w->block_hash) fsh_aligned_free(w->block_hash, sizeof(XXH3_state_t));
+  fsh_free(w->stage);
   fsh_ipc_encoder_free(w->enc);
   fsh_schema_unref(w->schema);
   fsh_free(w);
@@ -361,16 +407,21 @@ int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_e
   fsh_map_output m = {0};
   int rc = fsh_map_output_alloc(&m, w->shuffle_id, w->map_id, w->attempt, w->n_partitions, err);
   for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) rc = flush_partition(w, i, true, err);
-  int64_t data_end = w->out->position;
+  int64_t data_end = w->sink.position;
+  fsh_buffer *index = NULL;
   if (rc == 0) {
     struct iovec v = {(void *)k_eos, sizeof k_eos};
-    rc = w->out->writev(w->out, &v, 1, err);
-  }
-  fsh_buffer *index = NULL;
-  if (rc == 0) rc = build_index(w, data_end, &index, err);
-  if (rc == 0) {
-    struct iovec v = {index->data, (size_t)index->size};
-    rc = w->out->writev(w->out, &v, 1, err);
+    int wrc = w->sink.writev(&w->sink, &v, 1, err);
+    if (wrc == 0) wrc = build_index(w, data_end, &index, err);
+    if (wrc == 0) {
+      struct iovec vi = {index->data, (size_t)index->size};
+      wrc = w->sink.writev(&w->sink, &vi, 1, err);
+    }
+    if (wrc == 0) wrc = stage_flush(w, err);
+    if (wrc == 0 && w->out->position != w->sink.position)
+      wrc = fsh_error_set(err, EIO, "%lld bytes reached the file, %lld were written",
+                          (long long)w->out->position, (long long)w->sink.position);
+    if (wrc != 0) rc = wrc == ENOMEM ? wrc : fsh_error_prefix(err, wrc, "%s: ", w->what);
   }
   fsh_buffer_unref(index);
   if (rc != 0) {
@@ -769,7 +820,9 @@ struct fsh_map_file_cursor {
   fsh_buffer *block; /* current block, verified */
   int64_t pos;       /* next message in block */
   int64_t block_rows;
-  XXH3_state_t *hash; /* over the partition's blocks */
+  XXH3_state_t *hash; /* over the partition's blocks; NULL for a partition
+                         of one block or none, whose checksum is by
+                         definition its block's (or the empty input's) */
   bool done;
 };
 
@@ -779,9 +832,10 @@ int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cu
   if (!c) return fsh_error_set(err, ENOMEM, "out of memory");
   c->f = f;
   int rc = 0;
-  if (!(c->hash = hash_state_new())) rc = fsh_error_set(err, ENOMEM, "out of memory");
-  if (rc == 0 && !f->dec) rc = head_decoder(f->head, &f->dec, err);
+  if (!f->dec) rc = head_decoder(f->head, &f->dec, err);
   if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &c->part, err);
+  if (rc == 0 && c->part.n_blocks > 1 && !(c->hash = hash_state_new()))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
   if (rc != 0) {
     fsh_map_file_cursor_free(c);
     return rc;
@@ -850,7 +904,11 @@ int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out, fsh_error 
       c->block = NULL;
     }
     if (c->next_block == c->part.n_blocks) {
-      if (XXH3_64bits_digest(c->hash) != c->part.checksum)
+      /* one block: its bytes were checked against its checksum on read */
+      uint64_t sum = c->hash ? XXH3_64bits_digest(c->hash)
+                     : c->part.n_blocks == 1 ? c->part.blocks[0].checksum
+                                             : XXH3_64bits(NULL, 0);
+      if (sum != c->part.checksum)
         return fsh_error_set(err, EIO, "%s partition %d: the partition checksum of %s does not "
                              "match its blocks: the stored map output is corrupt",
                              c->f->what, c->part.partition, c->f->in->name);
@@ -858,7 +916,7 @@ int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out, fsh_error 
       break;
     }
     FSH_RETURN_NOT_OK(fsh_map_file_read_block(c->f, &c->part, c->next_block, &c->block, err));
-    XXH3_64bits_update(c->hash, c->block->data, (size_t)c->block->size);
+    if (c->hash) XXH3_64bits_update(c->hash, c->block->data, (size_t)c->block->size);
     c->next_block++;
     c->pos = 0;
     c->block_rows = 0;

@@ -53,18 +53,38 @@ int fsh_task_backend_parse(const char *s, fsh_task_backend *out, fsh_error *err)
 
 /* ---- row checksum ------------------------------------------------------ */
 
-/* Row bytes up to this size are hashed in one XXH3 call. */
-#define ROW_INLINE_BYTES 96
-/* Names up to this long are copied with a fixed-size copy (when the
- * string bytes extend that far) instead of a call to memcpy. */
-#define NAME_FIXED_COPY 32
+/* Names up to this long are stored in the record itself (the definition
+ * in shuffle.h); longer ones by their XXH3_64bits. */
+#define RECORD_NAME_BYTES 32
+#define RECORD_BYTES 56
 
-/* The same values as XXH3_64bits(row, n) (its 17 .. 128 byte case called
- * directly: with the key, flags and value that is every row with a valid
- * value; shorter ones take the general entry). */
-static inline uint64_t row_hash(const uint8_t *row, size_t n) {
-  return n > 16 ? XXH3_len_17to128_64b(row, n, XXH3_kSecret, sizeof XXH3_kSecret, 0)
-                : XXH3_64bits(row, n);
+/* 0xFF x 32 then 0x00 x 32: the 8 bytes at WINDOW + 32 - n + 8 j keep the
+ * bytes of word j of a name that lie before its length n (0 .. 32), so a
+ * name is masked with four loads and no branch on its length. */
+static const uint8_t WINDOW[64] = {
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255};
+
+/* XXH3's 16-byte mix of two words held in registers. */
+static inline uint64_t mix_words(uint64_t lo, uint64_t hi, const uint8_t *secret) {
+  return XXH3_mul128_fold64(lo ^ XXH_readLE64(secret), hi ^ XXH_readLE64(secret + 8));
+}
+
+/* XXH3_64bits of the 56-byte record (k, v, w[0..3], trailer) as words,
+ * without writing it to memory: XXH3's 17..128-byte path for length 56
+ * mixes the 16 bytes at 16, 24 (= 56 - 32), 0 and 40 (= 56 - 16) with the
+ * secret's bytes at 32, 48, 0 and 16. Reading the record back from a
+ * buffer just written at unaligned offsets stalls on store forwarding,
+ * and a length that varies per row mispredicts: this does neither. */
+static inline uint64_t record_hash(uint64_t k, uint64_t v, const uint64_t w[4], uint64_t trailer) {
+  _Static_assert(RECORD_BYTES > 32 && RECORD_BYTES <= 64, "the record takes XXH3's 33..64 path");
+  const uint8_t *sec = XXH3_kSecret;
+  uint64_t acc = RECORD_BYTES * XXH_PRIME64_1;
+  acc += mix_words(w[0], w[1], sec + 32);
+  acc += mix_words(w[1], w[2], sec + 48);
+  acc += mix_words(k, v, sec);
+  acc += mix_words(w[3], trailer, sec + 16);
+  return XXH3_avalanche(acc);
 }
 
 void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums) {
@@ -76,26 +96,25 @@ void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint
   int64_t chars_size = s->buffers[2] ? s->buffers[2]->size : 0;
   const uint8_t *v_bits = v->buffers[0] && v->null_count != 0 ? v->buffers[0]->data : NULL;
   const uint8_t *s_bits = s->buffers[0] && s->null_count != 0 ? s->buffers[0]->data : NULL;
-  _Static_assert(17 + NAME_FIXED_COPY <= ROW_INLINE_BYTES, "the fixed copy fits the row");
-  uint8_t row[ROW_INLINE_BYTES];
   for (int64_t i = 0; i < b->length; i++) {
     bool v_ok = !v_bits || fsh_bit_get(v_bits, v->offset + i);
     bool s_ok = !s_bits || fsh_bit_get(s_bits, s->offset + i);
     uint32_t lo = fsh_le_get32(offs + 4 * i), hi = fsh_le_get32(offs + 4 * i + 4);
-    size_t name_len = s_ok ? hi - lo : 0, n = 9;
-    memcpy(row, keys + 8 * i, 8);
-    row[8] = (uint8_t)(v_ok | s_ok << 1);
-    if (v_ok) memcpy(row + n, vals + 8 * i, 8), n += 8;
-    uint64_t h;
-    if (name_len <= NAME_FIXED_COPY && (int64_t)lo + NAME_FIXED_COPY <= chars_size) {
-      memcpy(row + n, chars + lo, NAME_FIXED_COPY); /* bytes past the name are not hashed */
-      h = row_hash(row, n + name_len);
-    } else if (n + name_len <= sizeof row) {
-      memcpy(row + n, chars + lo, name_len);
-      h = row_hash(row, n + name_len);
+    uint64_t name_len = s_ok ? hi - lo : 0, flags = (uint64_t)v_ok | (uint64_t)s_ok << 1;
+    uint64_t w[4];
+    if (name_len <= RECORD_NAME_BYTES && (int64_t)lo + RECORD_NAME_BYTES <= chars_size) {
+      const uint8_t *keep = WINDOW + RECORD_NAME_BYTES - name_len; /* the common case */
+      for (int j = 0; j < 4; j++) w[j] = XXH_readLE64(chars + lo + 8 * j) & XXH_readLE64(keep + 8 * j);
+    } else if (name_len <= RECORD_NAME_BYTES) { /* near the end of the chars buffer */
+      uint8_t name[RECORD_NAME_BYTES] = {0};
+      if (name_len) memcpy(name, chars + lo, name_len);
+      for (int j = 0; j < 4; j++) w[j] = XXH_readLE64(name + 8 * j);
     } else {
-      h = XXH3_64bits_withSeed(chars + lo, name_len, XXH3_64bits(row, n));
+      w[0] = XXH3_64bits(chars + lo, name_len), w[1] = w[2] = w[3] = 0;
+      flags |= 4;
     }
+    uint64_t val = v_ok ? XXH_readLE64(vals + 8 * i) : 0;
+    uint64_t h = record_hash(XXH_readLE64(keys + 8 * i), val, w, flags | name_len << 8);
     sums[part_of_row ? part_of_row[i] : 0] += h;
   }
 }
