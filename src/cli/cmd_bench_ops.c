@@ -394,6 +394,8 @@ int cmd_bench_ops(int argc, char **argv) {
          "memory: in this process, %" PRId64 " map thread(s); fs and flight: a local cluster "
          "of %d worker processes (driver %s)\n",
          o.runs, P, o.threads, c.n, fsh_sched_driver_uri(c.driver));
+  for (int i = 0; i < c.n; i++)
+    printf("  worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
   printf("  sort: %" PRId64 " rows of (key int64, value float64, name utf8), %.1f MB\n",
          o.sort_rows, (double)bytes[0] / 1e6);
   printf("  join_group_by: %" PRId64 " x %" PRId64 " rows (keyed), join on key, group by "
