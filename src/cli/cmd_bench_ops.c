@@ -244,7 +244,7 @@ static int usage_ops(void) {
           "  the memory backend with spilling operators bounded to BYTES, beside the\n"
           "  unbounded run (time ratio).\n"
           "  full size on a 2-core / 24 GiB machine (about 10 minutes):\n"
-          "    --sort-rows 60000000 --left-rows 100000000 --right-rows 10000000 --runs 3\n");
+          "    --sort-rows 40000000 --left-rows 100000000 --right-rows 10000000 --runs 3\n");
   return 2;
 }
 
