@@ -964,6 +964,11 @@ typedef struct fsh_plan_task_run_options {
   int64_t operator_memory;
   const char *const *spill_dirs;
   int n_spill_dirs;
+  /* fsh_plan_task_run: when set, checked before every batch the task reads
+   * or writes; the task then ends with ECANCELED ("cancelled"), its
+   * output discarded. The worker task kind uses its task's flag
+   * (fsh_worker_task_cancel_flag). */
+  const atomic_bool *cancel;
 } fsh_plan_task_run_options;
 
 /* Checks t as a worker would before running it (fragment and inputs). */

@@ -276,9 +276,19 @@ typedef struct fsh_flight_client_options {
   int64_t timeout_ms; /* per-call deadline; 0 = none */
   /* Keepalive (as the server's): a server that stops answering (stopped,
    * hung, host gone, link cut) fails the calls waiting on it with
-   * UNAVAILABLE within about 2 x keepalive_ms instead of hanging.
-   * 0 = 10000, -1 = off. */
+   * UNAVAILABLE within about 2 x keepalive_ms instead of hanging. At most
+   * 2 pings go out between two messages received, so that gRPC servers
+   * with default ping limits (pyarrow.flight's) never hang up on a stream
+   * that pauses. 0 = 10000, -1 = off. */
   int64_t keepalive_ms;
+  /* Per-message stall timeout: a call waiting longer than stall_timeout_ms
+   * for one message to arrive (a reader's next message, a PutResult) or
+   * for one message to be taken by the server (a writer's send under flow
+   * control) is cancelled and fails with DEADLINE_EXCEEDED (ETIMEDOUT),
+   * the message naming the call. Unlike timeout_ms it bounds each wait,
+   * not the whole call: a long stream that keeps moving never hits it.
+   * 0 = off. */
+  int64_t stall_timeout_ms;
 } fsh_flight_client_options;
 
 typedef struct fsh_flight_client fsh_flight_client;

@@ -83,6 +83,8 @@ typedef struct fsh_sched_driver_options {
   bool log;                     /* membership changes on stderr */
   int32_t keep_jobs;            /* finished jobs kept for job-status (the
                                    newest ones; older ones are freed); 0 = 64 */
+  int64_t call_timeout_ms;      /* deadline of each call to a worker (task,
+                                   task-wait, cancel, stats, release); 0 = 5000 */
 } fsh_sched_driver_options;
 
 typedef struct fsh_sched_driver fsh_sched_driver;
@@ -132,7 +134,8 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    worker (its worker declared dead, an input of it lost) or running when
  *    its job ends is cancelled there with the worker's DoAction "cancel"
  *    (body: the attempt's tag; the task ends with ECANCELED at its next
- *    batch; its late answer is ignored like any superseded one);
+ *    batch -- a plan-fragment task at the next batch it reads or writes;
+ *    its late answer is ignored like any superseded one);
  *  - finished jobs: the newest keep_jobs finished jobs are kept for
  *    job-status; older ones are freed (ENOENT);
  *  - every attempt is tracked; a failed attempt is retried (at most
@@ -163,7 +166,13 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    a superseded attempt). Off: a reduce starts when the map stage is
  *    complete, its body naming every input;
  *  - a stage's shuffle is released on every worker once its last consumer
- *    stage is complete;
+ *    stage is complete: a "stats" (the spilled bytes added up into the
+ *    job's) then a "release" per alive worker, sent by the launchers like
+ *    the tasks (a worker that does not answer holds up no scheduling; the
+ *    job is settled -- wait_job returns -- once they are all done);
+ *  - a plan-fragment task's answer carries what its operators spilled and
+ *    the driver what its input partitions held (fetched bytes); a staging
+ *    stage's rows count no samples;
  *  - at the end, every partition is verified: the rows and row checksums
  *    the maps wrote (fsh_task_row_checksums) against what the reduce read;
  *    for "plan-fragment" stages (a plan's, exec.h), every partition a task
@@ -283,6 +292,9 @@ typedef struct fsh_sched_job_status {
   double seconds;
   int64_t bytes_written, bytes_fetched, input_rows, input_bytes;
   int64_t bytes_spilled; /* the workers' spill files ("stats") when the shuffles were released */
+  /* plan-fragment jobs: what the done tasks' operators spilled (files,
+   * bytes, operator instances that spilled), from their answers */
+  int64_t operator_spill_files, operator_spilled_bytes, operators_spilled;
   int32_t n_retried, n_recomputed, n_ignored;
   fsh_sched_task_event *retried, *recomputed, *ignored;
   bool verified;

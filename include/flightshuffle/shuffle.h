@@ -40,6 +40,8 @@
 
 #include <flightshuffle/ipc.h>
 
+#include <stdatomic.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -143,6 +145,8 @@ typedef struct fsh_shuffle_store_options {
   int n_spill_dirs;
   int64_t memory_limit; /* bytes of images kept in memory (0: all spill) */
   const char *name;     /* for messages (the worker's URI); NULL = "store" */
+  bool private_images;  /* memory images in fsh_malloc'd memory instead of
+                           memfds that same-host readers can open */
 } fsh_shuffle_store_options;
 
 typedef struct fsh_shuffle_store_stats {
@@ -190,6 +194,11 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    ends, the worker calls on_task_done (options) on the task's thread;
  *    if that says the outcome was delivered, the task is forgotten (a
  *    later "task-wait" of it is NOT_FOUND), else it waits for "task-wait";
+ *    "locate", body a shuffle ticket: where its map outputs' blocks of
+ *    the partition are -- spill file names in this worker's spill
+ *    directories, memory images' memfds, offsets and checksums -- for a
+ *    reader on the same host, which then reads them without a DoGet (the
+ *    flight backend below; answer format in src/shuffle/shuffle_internal.h);
  *    "stats": one result, a line of text
  *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N"
  *    (the store's fsh_shuffle_store_stats). A malformed body is
@@ -276,7 +285,9 @@ typedef enum fsh_task_backend {
  * *state (the decoded task, released by free_state) and *backend (the
  * worker backend the task writes and reads through); EINVAL naming what
  * is wrong becomes INVALID_ARGUMENT at once. run runs on the task's own
- * thread with that backend and sets *answer (a new reference). */
+ * thread with that backend and sets *answer (a new reference); it should
+ * check fsh_worker_task_cancel_flag() between batches and end with
+ * ECANCELED once it is set. */
 typedef struct fsh_worker_task_kind {
   const char *name; /* 1 .. 64 bytes */
   int (*decode)(void *ctx, const uint8_t *body, int64_t size, void **state,
@@ -286,6 +297,12 @@ typedef struct fsh_worker_task_kind {
   void (*free_state)(void *state);
   void *ctx;
 } fsh_worker_task_kind;
+
+/* On a worker task's thread (a task kind's run): the task's cancel flag,
+ * set once the worker is asked to stop it (the "cancel" action: a
+ * superseded attempt, or its job ended); it lives as long as the task.
+ * NULL on any other thread. */
+const atomic_bool *fsh_worker_task_cancel_flag(void);
 
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */
@@ -302,6 +319,7 @@ typedef struct fsh_shuffle_worker_options {
   void *on_more_sources_ctx;
   const fsh_worker_task_kind *task_kinds; /* [n_task_kinds], copied at start */
   int n_task_kinds;
+  bool no_direct_reads; /* its flight tasks read same-host peers via DoGet too */
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,
@@ -321,8 +339,15 @@ FSH_NODISCARD int fsh_shuffle_put_result_decode(const void *data, int64_t size,
 /* The flight backend. Writers write into the local worker's store and the
  * location of their map outputs is its URI. Readers group the sources by
  * location: sources in the local store are read in-process (no Flight);
- * for every other worker ONE DoGet carries all the map outputs wanted from
- * it; up to max_parallel_fetches workers are fetched at once, with at most
+ * for every other worker ONE DoAction "locate" asks where they are and,
+ * when that worker runs on this host (same boot id, host name, pid and
+ * mount namespaces), the reader reads them directly: spill files in the
+ * worker's spill directories (by plain name; nothing else is opened) and
+ * memory images (memfds, opened through /proc/<pid>/fd); each file is
+ * checked to be the one located (device, inode, size) and every block
+ * against its checksum, as DoGet's. What cannot be read so (another host,
+ * a private image, released or moved meanwhile) goes through ONE DoGet
+ * per worker carrying all the map outputs wanted from it; up to max_parallel_fetches workers are fetched at once, with at most
  * max_bytes_in_flight of decoded batches waiting (beyond the one source
  * being consumed). Every block is verified against its checksum before it
  * is decoded: corruption is EIO naming the worker, map output and
@@ -337,10 +362,29 @@ typedef struct fsh_shuffle_flight_options {
   int max_parallel_fetches;       /* 0 = 4 */
   int64_t max_bytes_in_flight;    /* 0 = 64 MiB */
   int64_t timeout_ms;             /* per DoGet; 0 = none */
+  bool no_direct_reads;           /* same-host peers through DoGet too */
+  /* Direct reads only for a peer whose sources average at least this many
+   * stored bytes of the partition (by the map outputs' metadata; sources
+   * without it count as large): smaller ones are cheaper through one
+   * bundled DoGet than opened one by one. 0 = 32 KiB; < 0: no minimum. */
+  int64_t direct_min_bytes;
 } fsh_shuffle_flight_options;
 
 FSH_NODISCARD int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts,
                                          fsh_shuffle_backend **out, fsh_error *err);
+
+/* What a flight backend's readers did so far (counts of sources: one map
+ * output for one partition). */
+typedef struct fsh_shuffle_flight_stats {
+  int64_t local_sources;    /* read in-process from the local store */
+  int64_t direct_sources;   /* read directly from a same-host worker */
+  int64_t direct_bytes;     /* their stored bytes read */
+  int64_t fetched_sources;  /* asked for with DoGet */
+  int64_t direct_fallbacks; /* located, but gone or changed when opened: DoGet */
+  int64_t locates;          /* locate actions sent */
+} fsh_shuffle_flight_stats;
+/* Zeros for a backend that is not a flight one. */
+void fsh_shuffle_flight_get_stats(fsh_shuffle_backend *b, fsh_shuffle_flight_stats *out);
 
 /* ---- tasks of the synthetic shuffle (the runtime's seed) ----------------
  *
@@ -543,6 +587,23 @@ FSH_NODISCARD int fsh_fragment_answer_encode(const fsh_map_task_result *r,
 FSH_NODISCARD int fsh_fragment_answer_decode(const uint8_t *data, int64_t size,
                                              fsh_map_task_result *r, fsh_fragment_read **reads,
                                              int32_t *n_reads, fsh_error *err);
+/* What a plan-fragment task's operators spilled (exec.h fsh_plan_result's
+ * spill counters of the task). */
+typedef struct fsh_fragment_stats {
+  int64_t spill_files, spilled_bytes, operators_spilled;
+} fsh_fragment_stats;
+/* The answer with the task's stats: the reads are followed by 4 x i64
+ * (spill_files, spilled_bytes, operators_spilled, 0), then u32 n_reads and
+ * "FSR2". Decode accepts both trailers (an "FSRD" answer: stats all 0);
+ * stats may be NULL. */
+FSH_NODISCARD int fsh_fragment_answer_encode_stats(const fsh_map_task_result *r,
+                                                   const fsh_fragment_read *reads,
+                                                   int32_t n_reads, const fsh_fragment_stats *st,
+                                                   fsh_buffer **out, fsh_error *err);
+FSH_NODISCARD int fsh_fragment_answer_decode_stats(const uint8_t *data, int64_t size,
+                                                   fsh_map_task_result *r,
+                                                   fsh_fragment_read **reads, int32_t *n_reads,
+                                                   fsh_fragment_stats *st, fsh_error *err);
 
 void fsh_fragment_task_reset(fsh_fragment_task *t); /* frees a decoded task */
 FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffer **out,

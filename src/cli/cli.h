@@ -152,6 +152,7 @@ typedef struct cli_local_options {
   bool quiet;              /* the workers' stderr into log files (removed) */
   bool with_fs_dir;        /* the workers share base/fs as --fs-dir */
   int64_t operator_memory; /* > 0: the workers' --operator-memory */
+  bool no_direct_reads;    /* the workers' --direct-reads off */
 } cli_local_options;
 
 /* Starts the cluster into *c (large: keep it static) and waits until every

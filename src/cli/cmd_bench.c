@@ -67,6 +67,8 @@ typedef struct bench_opts {
   double fail_worker; /* < 0: none */
   bool incremental;
   bool incremental_both; /* each run twice: off, then on */
+  bool direct_off;       /* flight workers read same-host peers with DoGet */
+  bool direct_both;      /* each run twice, off then on, each on a fresh cluster */
   int64_t bytes, memory_limit; /* memory_limit < 0: not given */
   fsh_task_backend backend;
   fsh_compression compression;
@@ -81,6 +83,7 @@ static int bench_usage(void) {
           "         --backend flight|memory|fs [--compression none|lz4|zstd]\n"
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
+          "         [--direct on|off|both]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -88,7 +91,11 @@ static int bench_usage(void) {
           "  --fail-worker F kills one worker (SIGKILL) once a fraction F of the map\n"
           "  tasks is done (the run must still verify); --incremental: reduces\n"
           "  start with the first map output (off: after the map stage; default;\n"
-          "  both: every run once off, then once on, compared in the result line).\n");
+          "  both: every run once off, then once on, compared in the result line).\n"
+          "  --direct: flight workers read the map outputs of same-host workers\n"
+          "  straight from their files and memory (on, default) or with DoGet (off);\n"
+          "  both: every run once off and once on (alternating which goes first),\n"
+          "  each on a freshly started cluster, compared in the result line.\n");
   return 2;
 }
 
@@ -165,6 +172,11 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         return cli_fail(2, "bench shuffle: --incremental '%s': expected on, off or both", v);
       o->incremental = strcmp(v, "on") == 0;
       o->incremental_both = strcmp(v, "both") == 0;
+    } else if (strcmp(a, "--direct") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && strcmp(v, "both") != 0)
+        return cli_fail(2, "bench shuffle: --direct '%s': expected on, off or both", v);
+      o->direct_off = strcmp(v, "off") == 0;
+      o->direct_both = strcmp(v, "both") == 0;
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -179,6 +191,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     cli_fail(2, "bench shuffle: --workers, --maps, --reduces, --bytes and --backend are required");
     return bench_usage();
   }
+  if (o->direct_both && (o->incremental_both || o->backend != FSH_TASK_BACKEND_FLIGHT))
+    return cli_fail(2, "bench shuffle: --direct both needs --backend flight and not "
+                    "--incremental both");
   if (o->incremental_both && o->fail_worker >= 0)
     return cli_fail(2, "bench shuffle: --fail-worker with --incremental on or off, not both");
   if (o->backend == FSH_TASK_BACKEND_MEMORY &&
@@ -277,6 +292,8 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   args[k++] = limit;
   args[k++] = (char *)"--threads";
   args[k++] = threads;
+  args[k++] = (char *)"--direct-reads";
+  args[k++] = (char *)(o->direct_off ? "off" : "on");
   if (o->backend == FSH_TASK_BACKEND_FS) {
     args[k++] = (char *)"--fs-dir";
     args[k++] = c->fs_dir;
@@ -330,6 +347,35 @@ static void cluster_stop(cluster *c, bool show_logs) {
   if (c->tmp[0]) rm_rf(c->tmp);
   c->tmp[0] = '\0';
   c->n = 0;
+}
+
+static int await_registration(cluster *c);
+
+/* A temp directory, the in-process driver and o->workers workers (direct
+ * reads as o->direct_off says), registered: 0 or an error printed (the
+ * caller stops what was started with cluster_stop). */
+static int cluster_start(cluster *c, const bench_opts *o) {
+  fsh_error err;
+  c->killed = -1;
+  snprintf(c->tmp, sizeof c->tmp, "%s/fsh-bench-XXXXXX", o->spill_dir ? o->spill_dir : "/tmp");
+  if (!mkdtemp(c->tmp)) {
+    int rc = cli_fail(1, "bench shuffle: creating a temp directory %s: %s", c->tmp,
+                      strerror(errno));
+    c->tmp[0] = '\0';
+    return rc;
+  }
+  snprintf(c->fs_dir, sizeof c->fs_dir, "%s/fs", c->tmp);
+  fsh_sched_driver_options dopt = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 1500,
+                                   .n_threads = 4};
+  if (fsh_sched_driver_start(&dopt, &c->driver, &err) != 0)
+    return cli_fail(1, "bench shuffle: driver: %s", err.message);
+  int status = 0;
+  for (int i = 0; i < o->workers && status == 0; i++) {
+    status = start_worker(c, i, o);
+    c->n = i + 1;
+  }
+  if (status == 0) status = await_registration(c);
+  return status;
 }
 
 /* Waits until the driver knows every worker (alive); 0 or an error printed. */
@@ -833,25 +879,8 @@ int cmd_bench(int argc, char **argv) {
       goto out;
     }
   } else {
-    snprintf(c.tmp, sizeof c.tmp, "%s/fsh-bench-XXXXXX", o.spill_dir ? o.spill_dir : "/tmp");
-    if (!mkdtemp(c.tmp)) {
-      status = cli_fail(1, "bench shuffle: creating a temp directory %s: %s", c.tmp,
-                        strerror(errno));
-      c.tmp[0] = '\0';
-      goto out;
-    }
-    snprintf(c.fs_dir, sizeof c.fs_dir, "%s/fs", c.tmp);
-    fsh_sched_driver_options dopt = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 1500,
-                                     .n_threads = 4};
-    if (fsh_sched_driver_start(&dopt, &c.driver, &err) != 0) {
-      status = cli_fail(1, "bench shuffle: driver: %s", err.message);
-      goto out;
-    }
-    for (int i = 0; i < o.workers && status == 0; i++) {
-      status = start_worker(&c, i, &o);
-      c.n = i + 1;
-    }
-    if (status == 0) status = await_registration(&c);
+    if (o.direct_both) o.direct_off = true; /* each run starts with off */
+    status = cluster_start(&c, &o);
     if (status != 0) goto out;
   }
   char limit[48] = "none";
@@ -868,7 +897,8 @@ int cmd_bench(int argc, char **argv) {
   fflush(stdout);
 
   run_stats *st = calloc((size_t)o.runs, sizeof *st);
-  run_stats *st_on = calloc((size_t)o.runs, sizeof *st_on); /* --incremental both */
+  run_stats *st_on = calloc((size_t)o.runs, sizeof *st_on); /* --incremental / --direct
+                                                                both (direct: the off runs) */
   if (!st || !st_on) {
     status = cli_fail(1, "bench shuffle: out of memory");
     goto out;
@@ -876,6 +906,25 @@ int cmd_bench(int argc, char **argv) {
   bool verified = true;
   int64_t spilled = 0;
   for (int i = 0; i < o.runs && status == 0; i++) {
+    if (o.direct_both) {
+      /* the mode of the cluster running, then the other on a new cluster:
+       * off, on | on, off | ... -- neither mode always runs second (after
+       * the other's writes, e.g. spill files still being written back) */
+      for (int half = 0; half < 2 && status == 0; half++) {
+        bool off = o.direct_off;
+        run_stats *x = off ? &st_on[i] : &st[i];
+        printf("direct reads %s:\n", off ? "off" : "on");
+        status = one_run(&r, i, x);
+        verified = verified && x->verified;
+        if (x->spilled > spilled) spilled = x->spilled;
+        if (half == 0 && status == 0) {
+          cluster_stop(&c, false);
+          o.direct_off = !off;
+          status = cluster_start(&c, &o);
+        }
+      }
+      continue;
+    }
     if (o.incremental_both) printf("incremental off:\n");
     if (o.incremental_both) o.incremental = false;
     status = one_run(&r, i, &st[i]);
@@ -909,18 +958,40 @@ int cmd_bench(int argc, char **argv) {
            gb[2], st[0].table_bytes);
     printf("  socket copy  %8.3f %8.3f %8.3f GB/s\n", sock[0], sock[1], sock[2]);
     if (file[1] > 0) printf("  file write   %8.3f %8.3f %8.3f GB/s\n", file[0], file[1], file[2]);
-    if (!o.incremental_both) /* else the comparison's line below is the result */
+    if (!o.incremental_both && !o.direct_both) /* else a comparison's line below is the result */
     printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
            "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
            "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
            "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
-           "idle_gap_ms_median=%.1f\n",
+           "idle_gap_ms_median=%.1f direct=%s\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
            fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
            file[1], o.incremental_both ? "off" : o.incremental ? "on" : "off", o.fail_worker,
-           recomputed, ff[1], gap[1]);
+           recomputed, ff[1], gap[1],
+           o.backend != FSH_TASK_BACKEND_FLIGHT ? "n/a" : o.direct_both ? "on" :
+           o.direct_off ? "off" : "on");
+    if (o.direct_both) {
+      double t_off[3], gb_off[3], red_off[3];
+      summarize(st_on, o.runs, offsetof(run_stats, total), t_off);
+      summarize(st_on, o.runs, offsetof(run_stats, gbps), gb_off);
+      summarize(st_on, o.runs, offsetof(run_stats, reduce), red_off);
+      printf("  direct reads off (on above):\n");
+      printf("  total        %8.3f %8.3f %8.3f s\n", t_off[0], t_off[1], t_off[2]);
+      printf("  reduce       %8.3f %8.3f %8.3f s\n", red_off[0], red_off[1], red_off[2]);
+      printf("  shuffle      %8.3f %8.3f %8.3f GB/s\n", gb_off[0], gb_off[1], gb_off[2]);
+      printf("result: name=bench_shuffle_direct verified=%s workers=%d maps=%d reduces=%d "
+             "bytes=%" PRId64 " compression=%s spilled_bytes=%" PRId64 " runs=%d "
+             "gbps_median_on=%.3f gbps_median_off=%.3f "
+             "vs_socket_on=%.3f vs_socket_off=%.3f reduce_s_median_on=%.3f "
+             "reduce_s_median_off=%.3f speedup_on=%.3f\n",
+             verified ? "yes" : "no", o.workers, o.maps, o.reduces, o.bytes,
+             fsh_compression_name(o.compression), spilled, o.runs, gb[1],
+             gb_off[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0,
+             sock[1] > 0 ? gb_off[1] / sock[1] : 0.0, red[1], red_off[1],
+             t_off[1] > 0 && tot[1] > 0 ? t_off[1] / tot[1] : 0.0);
+    }
     if (o.incremental_both) {
       double t_on[3], ff_on[3], gap_on[3];
       summarize(st_on, o.runs, offsetof(run_stats, total), t_on);

@@ -37,12 +37,15 @@ static int local_usage(void) {
   fprintf(stderr,
           "usage: flightshuffle local --workers N [--spill-dir DIR] [--memory-limit BYTES]\n"
           "                          [--run-seconds S] [--heartbeat-timeout-ms N]\n"
-          "                          [--auth-token T] [--keepalive-ms N]\n"
+          "                          [--auth-token T] [--keepalive-ms N] [--direct-reads on|off]\n"
           "  a driver and N worker processes on 127.0.0.1, until Ctrl-C (or S seconds);\n"
           "  worker i spills into DIR/w<i> (default: a temp directory), removed at the end\n"
           "  --auth-token: the driver and every worker require T of every caller (and\n"
           "                send it to each other); pass it to `job` too\n"
-          "  --keepalive-ms: Flight keepalive of the driver's and the workers' connections\n");
+          "  --keepalive-ms: Flight keepalive of the driver's and the workers' connections\n"
+          "  --direct-reads: the workers' flight tasks read each other's map outputs\n"
+          "                  straight from files and memory (default on; off: DoGet, as\n"
+          "                  between hosts)\n");
   return 2;
 }
 
@@ -78,7 +81,7 @@ static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
   snprintf(c->spill[i], sizeof c->spill[i], "%s/w%d", c->base, i + 1);
   snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
   snprintf(keepalive, sizeof keepalive, "%lld", keepalive_ms);
-  const char *args[16] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
+  const char *args[24] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
                           c->spill[i], "--memory-limit", limit, "--driver",
                           fsh_sched_driver_uri(c->driver)};
   int n = 10;
@@ -87,6 +90,7 @@ static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
   if (c->fs_dir[0]) args[n++] = "--fs-dir", args[n++] = c->fs_dir;
   snprintf(opmem, sizeof opmem, "%" PRId64, lo->operator_memory);
   if (lo->operator_memory > 0) args[n++] = "--operator-memory", args[n++] = opmem;
+  if (lo->no_direct_reads) args[n++] = "--direct-reads", args[n++] = "off";
   args[n] = NULL;
   sigset_t none;
   sigemptyset(&none);
@@ -224,6 +228,7 @@ int cmd_local(int argc, char **argv) {
   const char *auth_token = NULL;
   int64_t memory_limit = (int64_t)1 << 30;
   const char *spill_dir = NULL;
+  bool no_direct_reads = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -258,6 +263,10 @@ int cmd_local(int argc, char **argv) {
       fsh_flight_set_default_keepalive_ms(keepalive_ms); /* the driver's */
     } else if (strcmp(a, "--spill-dir") == 0) {
       spill_dir = v;
+    } else if (strcmp(a, "--direct-reads") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+        return cli_fail(2, "local: --direct-reads '%s': expected on or off", v);
+      no_direct_reads = strcmp(v, "off") == 0;
     } else if (strcmp(a, "--memory-limit") == 0) {
       if (!cli_parse_bytes(v, &memory_limit))
         return cli_fail(2, "local: --memory-limit '%s': expected bytes (e.g. 512M)", v);
@@ -275,7 +284,7 @@ int cmd_local(int argc, char **argv) {
   cli_local_options lo = {.n_workers = (int)n_workers, .spill_dir = spill_dir,
                           .memory_limit = memory_limit, .auth_token = auth_token,
                           .keepalive_ms = keepalive_ms, .heartbeat_timeout_ms = timeout_ms,
-                          .log = true};
+                          .no_direct_reads = no_direct_reads, .log = true};
   int rc = cli_local_start(&lo, &c);
   if (rc != 0) return rc; /* stopped already */
   {

@@ -401,13 +401,17 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
     for (int32_t i = 0; i < s.n_stages; i++) tasks += s.stages[i].tasks_total;
     res.exchanges = s.n_stages - 1;
     res.map_tasks = res.map_outputs = tasks;
+    res.spill_files = s.operator_spill_files; /* the workers' operators' (their answers) */
+    res.spilled_bytes = s.operator_spilled_bytes;
+    res.operators_spilled = s.operators_spilled;
     char extra[200];
     int len = snprintf(extra, sizeof extra, " workers=%d stages=%d retried=%d recomputed=%d",
                        c.n, (int)s.n_stages, (int)s.n_retried, (int)s.n_recomputed);
     if (r->operator_memory > 0 && len > 0 && (size_t)len < sizeof extra)
       snprintf(extra + len, sizeof extra - (size_t)len, " operator_memory=%" PRId64,
                r->operator_memory);
-    status = print_summary(p, r->path, r->backend, &res, secs, 0, extra, r->verify, r->output);
+    status = print_summary(p, r->path, r->backend, &res, secs, r->operator_memory, extra,
+                           r->verify, r->output);
   }
   fsh_plan_result_reset(&res);
   fsh_sched_job_status_reset(&s);

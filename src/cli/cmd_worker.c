@@ -35,13 +35,15 @@ static int worker_usage(void) {
           "usage: flightshuffle worker --listen HOST:PORT [--spill-dir DIR]... "
           "[--memory-limit BYTES] [--auth-token T] [--threads N] [--fs-dir DIR]\n"
           "       [--operator-memory BYTES]\n"
-          "       [--driver URI] [--keepalive-ms N]\n"
+          "       [--driver URI] [--keepalive-ms N] [--direct-reads on|off]\n"
           "  --driver: join that driver's cluster (register, then heartbeat)\n"
           "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
           "                  dropped after about twice that; default 10000)\n"
           "  --fs-dir: the shared directory of fs-backend tasks (map-synthetic)\n"
           "  --operator-memory: the budget of each sort / aggregate / join of the\n"
           "                     plan-fragment tasks (they spill to the --spill-dir's)\n"
+          "  --direct-reads: flight tasks read the map outputs of workers on this\n"
+          "                  host straight from their files and memory (default on)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
 }
@@ -78,6 +80,10 @@ int cmd_worker(int argc, char **argv) {
     } else if (strcmp(a, "--operator-memory") == 0) {
       if (!cli_parse_bytes(v, &topts.operator_memory) || topts.operator_memory < 1)
         return cli_fail(2, "worker: --operator-memory '%s': expected bytes > 0 (e.g. 1M)", v);
+    } else if (strcmp(a, "--direct-reads") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+        return cli_fail(2, "worker: --direct-reads '%s': expected on or off", v);
+      o.no_direct_reads = strcmp(v, "off") == 0;
     } else if (strcmp(a, "--fs-dir") == 0) {
       o.fs_dir = v;
     } else if (strcmp(a, "--auth-token") == 0) {

@@ -8,7 +8,10 @@
  * exchanges read through the task's backend reader, the output exchange
  * partitioned and written by plan_exchange.c). Its answer is a map task's
  * (shuffle.h): the output's metadata and the row checksum of each
- * partition written. Also the worker task kind that runs it. */
+ * partition written. Also the worker task kind that runs it. A cancel flag
+ * (the worker task's, or the caller's) is checked before every batch the
+ * task reads or writes (a backend wrapped around the task's): a cancelled
+ * task ends with ECANCELED at its next batch, its output aborted. */
 #include "exec/plan_run_internal.h"
 
 #include <inttypes.h>
@@ -204,6 +207,122 @@ int plan_count_reads(run_ctx *c, int node, fsh_batch_stream *st, fsh_error *err)
   return 0;
 }
 
+/* ---- cancelling between batches ----------------------------------------------------- */
+
+/* A backend over another that checks a cancel flag before every batch its
+ * writers write and its readers read: once set, ECANCELED (the task's
+ * writer is then aborted by its runner, nothing is kept). */
+typedef struct cancel_backend {
+  fsh_shuffle_backend base;
+  fsh_shuffle_backend *in;
+  const atomic_bool *cancel;
+} cancel_backend;
+
+typedef struct cancel_writer {
+  fsh_shuffle_writer base;
+  fsh_shuffle_writer *in;
+  const atomic_bool *cancel;
+} cancel_writer;
+
+static int cancelled(const atomic_bool *f, fsh_error *err) {
+  return atomic_load(f) ? fsh_error_set(err, ECANCELED, "cancelled (the worker was asked to "
+                                        "stop this task)") : 0;
+}
+
+static int cw_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *batch, fsh_error *err) {
+  cancel_writer *k = w->state;
+  FSH_RETURN_NOT_OK(cancelled(k->cancel, err));
+  return k->in->write(k->in, partition, batch, err);
+}
+
+static int cw_close(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err) {
+  cancel_writer *k = w->state;
+  fsh_shuffle_writer *in = k->in;
+  int rc = cancelled(k->cancel, err);
+  fsh_free(k);
+  if (rc) {
+    in->abort(in);
+    return rc;
+  }
+  return in->close(in, out, err);
+}
+
+static void cw_abort(fsh_shuffle_writer *w) {
+  cancel_writer *k = w->state;
+  k->in->abort(k->in);
+  fsh_free(k);
+}
+
+static int cb_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int64_t map_id,
+                          int32_t attempt, fsh_shuffle_writer **out, fsh_error *err) {
+  cancel_backend *cb = b->state;
+  *out = NULL;
+  FSH_RETURN_NOT_OK(cancelled(cb->cancel, err));
+  cancel_writer *k = fsh_calloc(1, sizeof *k);
+  if (!k) return fsh_error_set(err, ENOMEM, "out of memory");
+  int rc = fsh_shuffle_open_writer(cb->in, spec, map_id, attempt, &k->in, err);
+  if (rc) {
+    fsh_free(k);
+    return rc;
+  }
+  k->cancel = cb->cancel;
+  k->base = (fsh_shuffle_writer){.write = cw_write, .close = cw_close, .abort = cw_abort,
+                                 .state = k};
+  *out = &k->base;
+  return 0;
+}
+
+typedef struct cancel_stream {
+  fsh_batch_stream in;
+  const atomic_bool *cancel;
+} cancel_stream;
+
+static int cs_next(fsh_batch_stream *st, fsh_batch **out, fsh_error *err) {
+  cancel_stream *k = st->private_data;
+  *out = NULL;
+  FSH_RETURN_NOT_OK(cancelled(k->cancel, err));
+  return k->in.get_next(&k->in, out, err);
+}
+
+static void cs_release(fsh_batch_stream *st) {
+  cancel_stream *k = st->private_data;
+  k->in.release(&k->in);
+  fsh_free(k);
+  fsh_schema_unref(st->schema);
+  memset(st, 0, sizeof *st);
+}
+
+static int cb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
+                          const fsh_map_output *sources, int64_t n_sources, fsh_batch_stream *out,
+                          fsh_error *err) {
+  cancel_backend *cb = b->state;
+  FSH_RETURN_NOT_OK(cancelled(cb->cancel, err));
+  cancel_stream *k = fsh_calloc(1, sizeof *k);
+  if (!k) return fsh_error_set(err, ENOMEM, "out of memory");
+  int rc = fsh_shuffle_open_reader(cb->in, spec, partition, sources, n_sources, &k->in, err);
+  if (rc) {
+    fsh_free(k);
+    return rc;
+  }
+  k->cancel = cb->cancel;
+  *out = (fsh_batch_stream){.schema = fsh_schema_ref(k->in.schema), .get_next = cs_next,
+                            .release = cs_release, .private_data = k};
+  return 0;
+}
+
+static int cb_release(fsh_shuffle_backend *b, uint64_t shuffle_id, fsh_error *err) {
+  cancel_backend *cb = b->state;
+  return fsh_shuffle_release(cb->in, shuffle_id, err);
+}
+
+static void cb_destroy(fsh_shuffle_backend *b) { (void)b; /* on its runner's stack */ }
+
+static const fsh_shuffle_backend_ops cancel_ops = {.name = "cancellable",
+                                                   .open_writer = cb_open_writer,
+                                                   .open_reader = cb_open_reader,
+                                                   .release = cb_release,
+                                                   .destroy = cb_destroy};
+
 /* A range scatter's boundaries: from the samples every task staged (the
  * side input, read in map order), as plan_run_exchange computes them;
  * *side: what was read. */
@@ -231,12 +350,17 @@ static int scatter_bounds(fsh_shuffle_backend *b, const fsh_fragment_task *t, co
 }
 
 /* Runs the prepared task q of t through backend b; *reads / *n_reads (may
- * be NULL): what it read of each input exchange (and the side input). */
+ * be NULL): what it read of each input exchange (and the side input);
+ * *stats (may be NULL): what its operators spilled. */
 static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prepared *q,
                         const fsh_plan_task_run_options *o, fsh_map_task_result *out,
-                        fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
+                        fsh_fragment_read **reads, int32_t *n_reads, fsh_fragment_stats *stats,
+                        fsh_error *err) {
   int64_t t0 = now_nanos();
   const fsh_plan *p = q->plan;
+  cancel_backend cb = {.base = {.ops = &cancel_ops, .state = &cb}, .in = b,
+                       .cancel = o ? o->cancel : NULL};
+  if (cb.cancel) b = &cb.base; /* every batch read or written checks it */
   fsh_plan_result res = {0};
   run_ctx c = {.p = p, .merge = FSH_PLAN_MERGE_OFF, .merge_threshold = 200,
                .first_shuffle_id = 1, .backend = b, .res = &res, .n_threads = 1};
@@ -299,6 +423,10 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   fsh_free(c.reads);
   fsh_free(c.x);
   pthread_mutex_destroy(&c.mu);
+  if (stats)
+    *stats = (fsh_fragment_stats){.spill_files = res.spill_files,
+                                  .spilled_bytes = res.spilled_bytes,
+                                  .operators_spilled = res.operators_spilled};
   fsh_plan_result_reset(&res);
   if (rc) {
     fsh_map_task_result_reset(&r);
@@ -322,7 +450,7 @@ int fsh_plan_task_run(fsh_shuffle_backend *b, const fsh_fragment_task *t,
   if (reads) *reads = NULL, *n_reads = 0;
   prepared *q = NULL;
   FSH_RETURN_NOT_OK(prepare(t, &q, err));
-  int rc = run_prepared(b, t, q, o, out, reads, n_reads, err);
+  int rc = run_prepared(b, t, q, o, out, reads, n_reads, NULL, err);
   prepared_free(q);
   return rc;
 }
@@ -362,12 +490,15 @@ static int kind_decode(void *ctx, const uint8_t *body, int64_t size, void **stat
 static int kind_run(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer **answer,
                     fsh_error *err) {
   kind_state *s = state;
-  const fsh_plan_task_run_options *o = ctx;
+  fsh_plan_task_run_options o = {0};
+  if (ctx) o = *(const fsh_plan_task_run_options *)ctx;
+  o.cancel = fsh_worker_task_cancel_flag(); /* this task's */
   fsh_map_task_result r;
   fsh_fragment_read *reads = NULL;
   int32_t n = 0;
-  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, o, &r, &reads, &n, err));
-  int rc = fsh_fragment_answer_encode(&r, reads, n, answer, err);
+  fsh_fragment_stats st;
+  FSH_RETURN_NOT_OK(run_prepared(b, &s->t, s->q, &o, &r, &reads, &n, &st, err));
+  int rc = fsh_fragment_answer_encode_stats(&r, reads, n, &st, answer, err);
   fsh_map_task_result_reset(&r);
   fsh_free(reads);
   return rc;

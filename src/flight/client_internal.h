@@ -1,6 +1,8 @@
 /* client_internal.h -- what the Flight client's files share: the client
- * (one gRPC channel) and one RPC in flight (a call on its own pluck
- * completion queue), with blocking send / receive / finish steps.
+ * (one gRPC channel) and one RPC in flight (a call whose completions either
+ * a process-wide poller thread hands to the thread waiting for them -- the
+ * bulk streams -- or the waiting thread plucks from the call's own queue),
+ * with blocking send / receive / finish steps.
  * Private to src/flight/client*.c. */
 #ifndef FSH_FLIGHT_CLIENT_INTERNAL_H
 #define FSH_FLIGHT_CLIENT_INTERNAL_H
@@ -16,9 +18,19 @@ struct fsh_flight_client {
   grpc_channel *channel;
   char *uri;     /* for error messages */
   int64_t timeout_ms;
+  int64_t stall_ms;   /* per-message stall timeout, 0 = off */
   pthread_mutex_t mu; /* guards auth_header (Handshake replaces it) */
   char *auth_header;  /* "Bearer <token>", or NULL */
+  bool has_poller;    /* holds a reference on the process-wide poller */
 };
+
+/* One kind of batch of one call: its completion, handed over by the
+ * poller. Its address is the batch's gRPC tag. */
+typedef struct fsh_flight_tag {
+  struct fsh_flight_rpc *rpc;
+  bool done; /* completed, not yet collected (under rpc->wait_mu) */
+  bool ok;   /* the completion's success flag */
+} fsh_flight_tag;
 
 /* One call. The status batch (RECV_STATUS_ON_CLIENT) is started with the
  * call, so the status is always there to collect, whatever happened.
@@ -28,11 +40,19 @@ struct fsh_flight_client {
 typedef struct fsh_flight_rpc {
   fsh_flight_client *client; /* borrowed: must outlive the call */
   const char *method;        /* "DoGet", static */
+  /* DoGet / DoPut / DoExchange: one of the poller's queues (borrowed);
+   * every other method: a pluck queue of its own (own_cq), polled by the
+   * waiting thread itself: no hand-over, half the round-trip time of a
+   * small unary call (see fsh_flight_rpc_start). */
   grpc_completion_queue *cq;
+  bool own_cq;
+  bool poller_call; /* counted by fsh_flight_poller_call_begin */
   grpc_call *call;
   atomic_int refs;
-  /* tags: addresses of these, one per kind of batch */
-  char tag_send, tag_recv, tag_status, tag_initial;
+  /* tags, one per kind of batch; the poller signals wait_cv */
+  fsh_flight_tag tag_send, tag_recv, tag_status, tag_initial;
+  pthread_mutex_t wait_mu;
+  pthread_cond_t wait_cv; /* on CLOCK_MONOTONIC (the stall timeout's waits) */
   /* sends */
   bool sent_initial_md;
   bool sent_close;
@@ -63,12 +83,15 @@ FSH_NODISCARD int fsh_flight_rpc_start(fsh_flight_client *c, const char *method,
                                        fsh_error *err);
 /* Sends one batch: the initial metadata (on the first send), then msg
  * (may be NULL; always destroyed), then, with close, the half-close.
- * Blocks until gRPC took it. A failure reports the call's status. */
+ * Blocks until gRPC took it (at most the client's stall timeout, if set:
+ * then the call is cancelled with DEADLINE_EXCEEDED). A failure reports
+ * the call's status. */
 FSH_NODISCARD int fsh_flight_rpc_send(fsh_flight_rpc *r, grpc_byte_buffer *msg, bool close,
                                       fsh_error *err);
 /* Receives the next message into *msg (the caller destroys it); *msg NULL
  * at the end of the stream, and then the status has been checked: a
- * non-OK status is the error returned. */
+ * non-OK status is the error returned. Waits at most the client's stall
+ * timeout, if set (then the call is cancelled: DEADLINE_EXCEEDED). */
 FSH_NODISCARD int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg,
                                       fsh_error *err);
 /* Waits for the status and the initial metadata (once; later calls
@@ -86,6 +109,21 @@ void fsh_flight_rpc_unref(fsh_flight_rpc *r);
 /* The value of initial metadata key (NUL-terminated copy, or NULL);
  * only after fsh_flight_rpc_finish. */
 char *fsh_flight_rpc_initial_md(fsh_flight_rpc *r, const char *key);
+
+/* The process-wide poller (client_poller.c): threads that wait in gRPC's
+ * poller for the bulk streams of every client, each on its own completion
+ * queue, and hand each completion to its fsh_flight_tag. Each open client holds
+ * one reference (taken after grpc_init, released before grpc_shutdown);
+ * the first starts the threads, the last stops and joins them. */
+FSH_NODISCARD int fsh_flight_poller_acquire(fsh_error *err);
+void fsh_flight_poller_release(void);
+/* The completion queue for a new call (round robin over the pollers');
+ * only while a poller reference is held. */
+grpc_completion_queue *fsh_flight_call_queue(void);
+/* A call on the pollers' queues begins / has collected its last
+ * completion: the pollers wait in gRPC only while one is in flight. */
+void fsh_flight_poller_call_begin(void);
+void fsh_flight_poller_call_end(void);
 
 /* "OK", "NOT_FOUND", ... */
 const char *fsh_flight_status_name(grpc_status_code s);

@@ -180,7 +180,8 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = -1;
   size_t n_args =
-      2 + fsh_flight_transport_args(args + 2, 14, fsh_flight_keepalive_ms(opts->keepalive_ms));
+      2 + fsh_flight_transport_args(args + 2, 14, fsh_flight_keepalive_ms(opts->keepalive_ms),
+                                    false);
   grpc_channel_args cargs = {n_args, args};
   s->server = grpc_server_create(&cargs, NULL);
 

@@ -23,7 +23,7 @@ int64_t fsh_flight_keepalive_ms(int64_t option) {
   return clamp_keepalive(option);
 }
 
-size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms) {
+size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms, bool client) {
   size_t n = 0;
   /* A fixed 16 MiB receive window per stream instead of gRPC's BDP
    * estimator, which on loopback keeps the window small and the reads
@@ -43,13 +43,22 @@ size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_m
     args[n].key = (char *)tuned[i].key;
     args[n].value.integer = tuned[i].value;
   }
-  /* Keepalive: while calls are in flight, ping the peer every keepalive_ms
-   * and fail the connection (its calls end UNAVAILABLE) when an answer
-   * takes longer than keepalive_ms. Without it a reducer fetching from a
-   * stopped worker, or across a cut link, waits for TCP's retransmission
-   * timeout (~15 min). Peers must accept pings that come without data (a
-   * stalled stream): any interval, never a GOAWAY for "too many pings".
-   * No pings on an idle connection (no calls). */
+  /* Keepalive: while calls are in flight, ping the peer after keepalive_ms
+   * without anything received, and fail the connection (its calls end
+   * UNAVAILABLE) when an answer takes longer than keepalive_ms. Without it
+   * a reducer fetching from a stopped worker, or across a cut link, waits
+   * for TCP's retransmission timeout (~15 min). No pings on an idle
+   * connection (no calls).
+   * A client sends at most 2 pings between two frames of data (or headers)
+   * received: a gRPC C++ server with default settings (pyarrow.flight's)
+   * allows one ping per 5 minutes while it sends nothing, counts each
+   * earlier one as a strike and after 3 strikes ends the connection with
+   * GOAWAY "too_many_pings" (the stream fails UNAVAILABLE); unlimited
+   * pings made every pyarrow stream that paused > ~3 keepalive intervals
+   * (tests/python/test_flight_keepalive.py) fail. 2 still finds a peer
+   * that stops mid-stream (the first ping goes unanswered). Our server
+   * accepts pings at any interval (a client of ours or another), and
+   * pings without limit. */
   const int ka = keepalive_ms > 0 && keepalive_ms < INT32_MAX ? (int)keepalive_ms : INT32_MAX;
   const struct {
     const char *key;
@@ -58,7 +67,7 @@ size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_m
       {GRPC_ARG_KEEPALIVE_TIME_MS, ka},
       {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ka},
       {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0},
-      {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},
+      {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, client ? 2 : 0},
       {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 0},
       {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},
   };

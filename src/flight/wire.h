@@ -106,9 +106,9 @@ int fsh_flight_errno_from_status(grpc_status_code status);
 
 /* Fills up to cap gRPC channel arguments (the transport tuning both the
  * client and the server use; static keys) and the keepalive settings for
- * keepalive_ms (fsh_flight_keepalive_ms: > 0, or -1 = off); returns how
- * many. */
-size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms);
+ * keepalive_ms (fsh_flight_keepalive_ms: > 0, or -1 = off) of a client
+ * (client true) or a server; returns how many. */
+size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_ms, bool client);
 /* The keepalive interval options ask for: 0 -> the process default (10 s
  * unless fsh_flight_set_default_keepalive_ms changed it), < 0 ->
  * -1 (off), else the value clamped to [100 ms, 1 day]. */

@@ -317,9 +317,13 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
   if (opts->heartbeat_timeout_ms < 0)
     return fsh_error_set(err, EINVAL, "driver: heartbeat timeout %lld ms < 0",
                          (long long)opts->heartbeat_timeout_ms);
+  if (opts->call_timeout_ms < 0)
+    return fsh_error_set(err, EINVAL, "driver: call timeout %lld ms < 0",
+                         (long long)opts->call_timeout_ms);
   fsh_sched_driver *d = fsh_calloc(1, sizeof *d);
   if (!d) return fsh_error_set(err, ENOMEM, "driver: out of memory");
   d->timeout_ms = opts->heartbeat_timeout_ms ? opts->heartbeat_timeout_ms : 10000;
+  d->call_timeout_ms = opts->call_timeout_ms ? opts->call_timeout_ms : 5000;
   d->keep_jobs = opts->keep_jobs > 0 ? opts->keep_jobs : 64;
   d->log = opts->log;
   d->next_id = 1;

@@ -61,6 +61,7 @@ void fsh_job_free(sched_job *j) {
     fsh_shuffle_meta_free(st->meta);
     fsh_free(st->part_rows);
     fsh_free(st->part_sums);
+    fsh_free(st->part_bytes);
     fsh_free(st->counted);
     for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) {
       fsh_free(st->tasks[t].lost);
@@ -360,8 +361,9 @@ static int producer_init(jstage *st, fsh_error *err) {
   if (rc) return fsh_error_prefix(err, rc, "stage %u: ", st->id);
   st->part_rows = fsh_calloc((size_t)st->n_parts, sizeof *st->part_rows);
   st->part_sums = fsh_calloc((size_t)st->n_parts, sizeof *st->part_sums);
+  st->part_bytes = fsh_calloc((size_t)st->n_parts, sizeof *st->part_bytes);
   st->counted = fsh_calloc((size_t)st->n_tasks, sizeof *st->counted);
-  if (!st->part_rows || !st->part_sums || !st->counted)
+  if (!st->part_rows || !st->part_sums || !st->part_bytes || !st->counted)
     return fsh_error_set(err, ENOMEM, "stage %u: out of memory", st->id);
   return 0;
 }

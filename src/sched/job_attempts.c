@@ -23,6 +23,31 @@ static bool lost_outputs_worker(const char *msg, char *out, size_t size) {
   return true;
 }
 
+/* A done plan-fragment task's figures: its rows and input bytes without a
+ * staging stage's samples partition, what it fetched (the bytes its input
+ * stages' tasks wrote into the partitions it reads) and its operators' spill. mu held. */
+static void plan_task_figures(sched_job *j, int s, int32_t t, const fsh_map_task_result *r,
+                              const fsh_fragment_stats *spill) {
+  jstage *st = &j->stages[s];
+  jtask *k = &st->tasks[t];
+  k->spill = *spill;
+  if (staged(j, s)) {
+    int32_t last = st->n_parts - 1;
+    k->rows = 0;
+    k->input_bytes = 0;
+    for (int32_t p = 0; p < last; p++) {
+      k->rows += r->output.rows[p];
+      k->input_bytes += r->output.bytes[p];
+    }
+  }
+  k->fetched = 0;
+  for (int i = 0; i < st->n_inputs; i++) {
+    const jstage *in = &j->stages[st->inputs[i]];
+    k->fetched += in->part_bytes[part_read(in, t)];
+    if (i == 0 && st->scatter) k->fetched += in->part_bytes[in->n_parts - 1]; /* the samples */
+  }
+}
+
 /* Records the end of attempt `attempt` of task t of stage s. mu held. */
 void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, int32_t attempt,
                            bool ok, const char *error, const uint8_t *answer, int64_t size) {
@@ -42,8 +67,9 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
     fsh_map_task_result r;
     fsh_fragment_read *reads = NULL;
     int32_t n_reads = 0;
+    fsh_fragment_stats spill = {0};
     rc = st->kind == KIND_PLAN
-             ? fsh_fragment_answer_decode(answer, size, &r, &reads, &n_reads, &err)
+             ? fsh_fragment_answer_decode_stats(answer, size, &r, &reads, &n_reads, &spill, &err)
              : fsh_map_task_result_decode(answer, size, &r, &err);
     if (rc == 0) { /* what this attempt read (checked by the status) */
       fsh_free(k->reads);
@@ -70,11 +96,13 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
         k->nanos = r.nanos;
         k->bytes = 0;
         for (size_t p = 0; p < n; p++) k->bytes += r.output.bytes[p];
+        if (st->kind == KIND_PLAN) plan_task_figures(j, s, t, &r, &spill);
         if (!st->counted[t]) { /* a re-run writes the same rows */
           st->counted[t] = true;
           for (size_t p = 0; p < n; p++) {
             st->part_rows[p] += r.output.rows[p];
             st->part_sums[p] += r.row_checksums[p];
+            st->part_bytes[p] += r.output.bytes[p];
           }
         }
         if (st->kind == KIND_MAP && j->first_map_ms < 0) j->first_map_ms = now;

@@ -75,6 +75,9 @@ int fsh_sched_get_job_status(const char *driver_uri, const char *auth_token, uin
                             .seconds = m->seconds, .bytes_written = m->bytes_written,
                             .bytes_fetched = m->bytes_fetched, .input_rows = m->input_rows,
                             .input_bytes = m->input_bytes, .bytes_spilled = m->bytes_spilled,
+                            .operator_spill_files = m->operator_spill_files,
+                            .operator_spilled_bytes = m->operator_spilled_bytes,
+                            .operators_spilled = m->operators_spilled,
                             .verified = m->verified,
                             .first_map_output_s = m->first_map_output_s,
                             .first_reduce_start_s = m->first_reduce_start_s,
@@ -164,6 +167,9 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f) {
   }
   fprintf(f, "  bytes written %" PRId64 ", fetched %" PRId64 ", spilled %" PRId64 "; input %" PRId64 " rows, %" PRId64
           " bytes\n", s->bytes_written, s->bytes_fetched, s->bytes_spilled, s->input_rows, s->input_bytes);
+  if (s->operators_spilled > 0)
+    fprintf(f, "  operators spilled %" PRId64 " times: %" PRId64 " files, %" PRId64 " bytes\n",
+            s->operators_spilled, s->operator_spill_files, s->operator_spilled_bytes);
   if (s->state == FSH_SCHED_JOB_SUCCEEDED)
     fprintf(f, "  verified %s\n", s->verified ? "yes" : "no");
   print_events(f, "retried", s->retried, s->n_retried);

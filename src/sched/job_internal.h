@@ -33,6 +33,8 @@ typedef struct jtask {
   int64_t input_bytes;          /* map */
   fsh_fragment_read *reads;     /* KIND_PLAN: what the done attempt read (owned) */
   int32_t n_reads;
+  int64_t fetched;              /* KIND_PLAN: bytes of the input partitions it read */
+  fsh_fragment_stats spill;     /* KIND_PLAN: what its operators spilled */
 } jtask;
 
 typedef struct jstage {
@@ -66,6 +68,7 @@ typedef struct jstage {
   fsh_shuffle_meta *meta;
   int64_t *part_rows;  /* [n_parts] */
   uint64_t *part_sums; /* [n_parts] */
+  int64_t *part_bytes; /* [n_parts]: the bytes the tasks wrote there (exact) */
   bool *counted;       /* [n_tasks] */
   int64_t first_ms, last_ms; /* first start, last end */
 } jstage;
@@ -105,6 +108,13 @@ static inline bool consumer(const jstage *st) { return st->kind != KIND_MAP && s
 static inline bool reads(const jstage *st, int s) {
   for (int i = 0; i < st->n_inputs; i++)
     if (st->inputs[i] == s) return true;
+  return false;
+}
+/* Whether stage s is a staging stage (a scatter stage reads it: its last
+ * partition holds samples, not rows of the data). */
+static inline bool staged(const sched_job *j, int s) {
+  for (int x = 0; x < j->n_stages; x++)
+    if (j->stages[x].scatter && j->stages[x].inputs[0] == s) return true;
   return false;
 }
 /* The partition of input stage `in` (n_parts partitions) that task t of a

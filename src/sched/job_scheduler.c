@@ -14,7 +14,6 @@
 
 #define POLL_AFTER_MS 2000   /* the task-wait fallback: first poll of an attempt */
 #define POLL_EVERY_MS 2000
-#define TASK_CALL_TIMEOUT_MS 5000
 #define SCHED_IDLE_MS 200
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -29,6 +28,8 @@ typedef struct launch {
   fsh_buffer *body; /* the "task" envelope, or the "cancel" tag */
   bool poll;        /* a task-wait of wtask instead */
   bool cancel;      /* a "cancel" of the attempt instead */
+  bool release;     /* a "release" of shuffle body (job_id's releasing) */
+  bool stats;       /* a "stats" whose spilled bytes go to job_id's */
   uint64_t wtask;
 } launch;
 
@@ -382,7 +383,7 @@ static fsh_flight_client *client_of(fsh_sched_driver *d, const char *uri, fsh_er
     c = NULL;
   } else if (!found) {
     fsh_flight_client_options o = {.uri = uri, .auth_token = d->auth_token,
-                                   .timeout_ms = TASK_CALL_TIMEOUT_MS};
+                                   .timeout_ms = d->call_timeout_ms};
     if (fsh_flight_client_open(&o, &c->client, err) != 0) {
       fsh_free(c->uri);
       fsh_free(c);
@@ -401,8 +402,14 @@ static bool transport_error(int rc) {
          rc == EPIPE || rc == ENOENT;
 }
 
+static void run_release(fsh_sched_driver *d, launch *x);
+
 /* Sends one launch or poll (mu NOT held), then records what came of it. */
 static void run_launch(fsh_sched_driver *d, launch *x) {
+  if (x->release || x->stats) {
+    run_release(d, x);
+    return;
+  }
   fsh_error err = {{0}};
   fsh_flight_client *c = client_of(d, x->uri, &err);
   fsh_flight_result_list res = {0};
@@ -486,33 +493,70 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
   fsh_flight_result_list_reset(&res);
 }
 
-/* spilled_bytes of a worker's "stats" (0 if it does not answer). */
-static int64_t worker_spilled(fsh_sched_driver *d, const char *uri) {
-  fsh_error err = {{0}};
-  fsh_flight_client *c = client_of(d, uri, &err);
-  fsh_flight_action a = {.type = (char *)"stats"};
-  fsh_flight_result_list res = {0};
-  int64_t v = 0;
-  if (c && fsh_flight_do_action(c, &a, &res, &err) == 0 && res.n == 1) {
-    char line[256];
-    int64_t len = res.items[0].size < 255 ? res.items[0].size : 255;
-    memcpy(line, res.items[0].data, (size_t)len);
-    line[len] = '\0';
-    const char *p = strstr(line, "spilled_bytes=");
-    if (p) v = strtoll(p + strlen("spilled_bytes="), NULL, 10);
-  }
-  fsh_flight_result_list_reset(&res);
-  return v;
+/* spilled_bytes of a "stats" answer (0 if there is none). */
+static int64_t stats_spilled(const fsh_flight_result_list *res) {
+  if (res->n != 1) return 0;
+  char line[256];
+  int64_t len = res->items[0].size < 255 ? res->items[0].size : 255;
+  memcpy(line, res->items[0].data, (size_t)len);
+  line[len] = '\0';
+  const char *p = strstr(line, "spilled_bytes=");
+  return p ? strtoll(p + strlen("spilled_bytes="), NULL, 10) : 0;
 }
 
-/* Releases the shuffles no stage needs any more, on every alive worker
- * (first adding up the workers' spilled bytes into the job's). mu held on
- * entry and exit, released meanwhile. */
-static void release_round(fsh_sched_driver *d) {
-  uint64_t ids[JOB_MAX_STAGES * 4], jobs[JOB_MAX_STAGES * 4];
-  int n = 0;
-  for (sched_job *j = d->jobs; j && n < (int)(sizeof ids / sizeof *ids) - JOB_MAX_STAGES;
-       j = j->next)
+/* Sends one "stats" or "release" launch (mu NOT held): best effort; the
+ * job's releasing count goes down once it is done, whatever came of it. A
+ * suspect worker is skipped (the call would wait out its deadline; its
+ * outputs stay until it stops); a worker that does not answer becomes
+ * suspect, as after a failed "task" call. */
+static void run_release(fsh_sched_driver *d, launch *x) {
+  fsh_error err = {{0}};
+  bool skip = false;
+  pthread_mutex_lock(&d->mu);
+  for (int64_t i = 0; i < d->n; i++)
+    if (strcmp(d->workers[i].uri, x->uri) == 0 &&
+        (d->workers[i].suspect_ms || d->workers[i].state != FSH_SCHED_WORKER_ALIVE))
+      skip = true;
+  pthread_mutex_unlock(&d->mu);
+  fsh_flight_client *c = skip ? NULL : client_of(d, x->uri, &err);
+  fsh_flight_result_list res = {0};
+  int rc = c ? 0 : EIO;
+  if (c) {
+    fsh_flight_action a = {.type = (char *)(x->stats ? "stats" : "release")};
+    if (x->release) a.body = (fsh_bytes){x->body->data, x->body->size};
+    rc = fsh_flight_do_action(c, &a, &res, &err);
+  }
+  if (rc && !skip && d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 ": %s on %s: %s\n", x->job_id,
+            x->stats ? "stats" : "releasing a shuffle", x->uri, err.message);
+  int64_t spilled = rc == 0 && x->stats ? stats_spilled(&res) : 0;
+  fsh_flight_result_list_reset(&res);
+  pthread_mutex_lock(&d->mu);
+  /* (ENOENT: an answer, not silence) */
+  for (int64_t i = 0; c && rc != ENOENT && transport_error(rc) && i < d->n; i++) {
+    driver_worker *w = &d->workers[i];
+    if (strcmp(w->uri, x->uri) || w->state != FSH_SCHED_WORKER_ALIVE || w->suspect_ms) continue;
+    w->suspect_ms = fsh_sched_now_ms();
+    if (d->log)
+      fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no tasks "
+              "placed on it until it heartbeats again\n", w->id, w->uri, err.message);
+  }
+  sched_job *j = fsh_job_find(d, x->job_id);
+  if (j) {
+    j->bytes_spilled += spilled;
+    j->releasing--;
+  }
+  pthread_cond_broadcast(&d->job_cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* Plans the releases of the shuffles no stage needs any more: on every
+ * alive worker a "stats" (its spilled bytes are added up into the job's),
+ * then a "release". They are sent by the launchers like the tasks, so a
+ * worker that does not answer holds up no scheduling; the job stays
+ * unsettled (releasing) until they are done. mu held. */
+static void release_round(fsh_sched_driver *d, launch_list *l) {
+  for (sched_job *j = d->jobs; j; j = j->next)
     for (int s = 0; s < j->n_stages; s++) {
       jstage *st = &j->stages[s];
       if (!producer(st) || st->released || kept(j, st)) continue;
@@ -520,53 +564,29 @@ static void release_round(fsh_sched_driver *d) {
       if (j->state == FSH_SCHED_JOB_RUNNING && !(st->consumed && fsh_job_consumers_complete(j, s)))
         continue;
       st->released = true;
-      j->releasing++;
-      jobs[n] = j->id;
-      ids[n++] = st->shuffle_id;
+      char body[24];
+      int len = snprintf(body, sizeof body, "%" PRIu64, st->shuffle_id);
+      for (int64_t i = 0; i < d->n; i++) {
+        const driver_worker *w = &d->workers[i];
+        if (w->state != FSH_SCHED_WORKER_ALIVE || w->suspect_ms) continue;
+        for (int k = 0; k < 2; k++) {
+          fsh_buffer *b = k ? fsh_buffer_copy(body, len) : NULL;
+          launch *x = !k || b ? launch_push(l) : NULL;
+          if (!x) {
+            fsh_buffer_unref(b);
+            continue; /* best effort */
+          }
+          *x = (launch){.job_id = j->id, .stats = !k, .release = k, .body = b};
+          snprintf(x->uri, sizeof x->uri, "%s", w->uri);
+          j->releasing++;
+        }
+      }
     }
-  if (!n) return;
-  int64_t nw = 0;
-  char **uris = fsh_calloc((size_t)(d->n ? d->n : 1), sizeof *uris);
-  for (int64_t i = 0; uris && i < d->n; i++)
-    /* a suspect worker does not answer: the calls would hold up the
-     * scheduler for their deadline (its outputs stay until it stops) */
-    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && !d->workers[i].suspect_ms &&
-        (uris[nw] = fsh_strdup(d->workers[i].uri)))
-      nw++;
-  pthread_mutex_unlock(&d->mu);
-  for (int i = 0; i < n; i++) {
-    char body[24];
-    int len = snprintf(body, sizeof body, "%" PRIu64, ids[i]);
-    int64_t spilled = 0;
-    for (int64_t w = 0; w < nw; w++) spilled += worker_spilled(d, uris[w]);
-    pthread_mutex_lock(&d->mu);
-    sched_job *j = fsh_job_find(d, jobs[i]);
-    if (j) j->bytes_spilled += spilled;
-    pthread_mutex_unlock(&d->mu);
-    for (int64_t w = 0; w < nw; w++) {
-      fsh_error err = {{0}};
-      fsh_flight_client *c = client_of(d, uris[w], &err);
-      fsh_flight_action a = {.type = (char *)"release", .body = {(uint8_t *)body, len}};
-      fsh_flight_result_list res = {0};
-      if (c && fsh_flight_do_action(c, &a, &res, &err) != 0 && d->log)
-        fprintf(stderr, "flightshuffle: driver: releasing shuffle %s on %s: %s\n", body, uris[w],
-                err.message);
-      fsh_flight_result_list_reset(&res);
-    }
-  }
-  for (int64_t w = 0; w < nw; w++) fsh_free(uris[w]);
-  fsh_free(uris);
-  pthread_mutex_lock(&d->mu);
-  for (int i = 0; i < n; i++) {
-    sched_job *j = fsh_job_find(d, jobs[i]);
-    if (j) j->releasing--;
-  }
-  pthread_cond_broadcast(&d->job_cv);
 }
 
 /* The launchers: a small pool of threads that send the planned "task" and
  * "task-wait" calls, so that a worker that does not answer (hung, stopped:
- * a call then takes up to TASK_CALL_TIMEOUT_MS) holds up one launcher, never
+ * a call then takes up to d->call_timeout_ms) holds up one launcher, never
  * the scheduler nor the launches to other workers. At most one call per
  * worker URI is in flight (in planning order), so a silent worker holds at
  * most one launcher. The queue and the busy set are guarded by d->mu. */
@@ -654,8 +674,8 @@ void *fsh_sched_scheduler_main(void *arg) {
     d->kick = false;
     l.n = 0;
     plan_round(d, &l);
+    release_round(d, &l);
     if (l.n == 0) {
-      release_round(d);
       prune_jobs(d);
       if (!d->kick && !d->stop) {
         struct timespec ts;

@@ -118,6 +118,16 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
       o->rows += k->rows;
       o->task_seconds += (double)k->nanos * 1e-9;
       if (st->kind == KIND_MAP) s.input_rows += k->rows, s.input_bytes += k->input_bytes;
+      /* a plan: the rows its stages reading no exchange wrote (samples
+       * not counted); fetched, what its consumers' partitions held */
+      if (st->kind == KIND_PLAN && st->n_inputs == 0)
+        s.input_rows += k->rows, s.input_bytes += k->input_bytes;
+      if (st->kind == KIND_PLAN) {
+        s.bytes_fetched += k->fetched;
+        s.operator_spill_files += k->spill.spill_files;
+        s.operator_spilled_bytes += k->spill.spilled_bytes;
+        s.operators_spilled += k->spill.operators_spilled;
+      }
     }
     if (producer(st)) s.bytes_written += o->bytes;
     else s.bytes_fetched += o->bytes;
@@ -308,6 +318,9 @@ int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
     r.input_rows = s.input_rows;
     r.input_bytes = s.input_bytes;
     r.bytes_spilled = s.bytes_spilled;
+    r.operator_spill_files = s.operator_spill_files;
+    r.operator_spilled_bytes = s.operator_spilled_bytes;
+    r.operators_spilled = s.operators_spilled;
     fsh_buffer **parts = s.n_result ? fsh_calloc((size_t)s.n_result, sizeof *parts) : NULL;
     ProtobufCBinaryData *bins = s.n_result ? fsh_calloc((size_t)s.n_result, sizeof *bins) : NULL;
     if (s.n_result && (!parts || !bins))

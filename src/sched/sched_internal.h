@@ -55,6 +55,7 @@ typedef struct sched_cancel {
 struct fsh_sched_driver {
   fsh_flight_server *server;
   int64_t timeout_ms;
+  int64_t call_timeout_ms; /* of each call to a worker */
   int32_t keep_jobs; /* finished jobs kept (the newest) */
   bool log;
   char uri[320];

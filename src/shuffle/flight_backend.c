@@ -2,8 +2,9 @@
  * writers write into the local worker's store (location: its URI);
  * readers yield a partition's batches in source order, reading the local
  * store's map outputs in-process and every other worker's through the
- * fetch threads of flight_fetch.c (one DoGet per peer); release reaches
- * the local store and every peer. */
+ * fetch threads of flight_fetch.c (one DoGet per peer, or direct reads
+ * of a same-host peer's files: flight_direct.c); release reaches the
+ * local store and every peer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,6 +17,18 @@ typedef struct fb_client_entry {
   fsh_flight_client *client;
 } fb_client_entry;
 
+typedef struct fb_host {
+  char *uri;
+  int same; /* 1 this host, -1 another */
+} fb_host;
+
+/* A peer whose sources of a shuffle were found small (a locate answer). */
+typedef struct fb_small {
+  char *uri;
+  uint64_t shuffle_id;
+} fb_small;
+#define FB_SMALL_MAX 256
+
 typedef struct fb_state {
   fsh_shuffle_worker *local; /* borrowed; may be NULL */
   char **peers;
@@ -27,7 +40,55 @@ typedef struct fb_state {
   pthread_mutex_t mu; /* the client cache */
   fb_client_entry *clients;
   int n_clients, cap_clients;
+  fb_host *hosts; /* what locate answers said (under mu) */
+  int n_hosts, cap_hosts;
+  fb_small small[FB_SMALL_MAX]; /* (peer, shuffle)s of small sources, a ring */
+  int n_small, next_small;
+  bool direct;    /* same-host direct reads on */
+  int64_t direct_min; /* their minimum average source bytes */
+  fb_stats stats;
 } fb_state;
+
+fb_stats *fb_stats_of(fb_state *st) { return &st->stats; }
+
+bool fb_small_sources(fb_state *st, const char *uri, uint64_t shuffle_id, bool set) {
+  pthread_mutex_lock(&st->mu);
+  bool found = false;
+  for (int i = 0; i < st->n_small && !found; i++)
+    found = st->small[i].shuffle_id == shuffle_id && strcmp(st->small[i].uri, uri) == 0;
+  char *u = set && !found ? fsh_strdup(uri) : NULL;
+  if (u) { /* (out of memory: not remembered) */
+    fb_small *e = &st->small[st->next_small];
+    fsh_free(e->uri);
+    *e = (fb_small){u, shuffle_id};
+    st->next_small = (st->next_small + 1) % FB_SMALL_MAX;
+    if (st->n_small < FB_SMALL_MAX) st->n_small++;
+  }
+  pthread_mutex_unlock(&st->mu);
+  return found || set;
+}
+bool fb_direct_enabled(const fb_state *st) { return st->direct; }
+int64_t fb_direct_min_bytes(const fb_state *st) { return st->direct_min; }
+
+int fb_same_host(fb_state *st, const char *uri, int set) {
+  pthread_mutex_lock(&st->mu);
+  int i = 0;
+  while (i < st->n_hosts && strcmp(st->hosts[i].uri, uri) != 0) i++;
+  int same = i < st->n_hosts ? st->hosts[i].same : 0;
+  if (set && i < st->n_hosts) {
+    st->hosts[i].same = set;
+  } else if (set) { /* out of memory: not remembered, asked again next time */
+    if (st->n_hosts == st->cap_hosts) {
+      int cap = st->cap_hosts ? st->cap_hosts * 2 : 8;
+      fb_host *n = fsh_realloc(st->hosts, sizeof *n * (size_t)cap);
+      if (n) st->hosts = n, st->cap_hosts = cap;
+    }
+    char *u = st->n_hosts < st->cap_hosts ? fsh_strdup(uri) : NULL;
+    if (u) st->hosts[st->n_hosts++] = (fb_host){u, set};
+  }
+  pthread_mutex_unlock(&st->mu);
+  return set ? set : same;
+}
 
 int fb_client(fb_state *st, const char *uri, fsh_flight_client **out, fsh_error *err) {
   pthread_mutex_lock(&st->mu);
@@ -164,6 +225,7 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
                          s->rows, s->bytes, s->checksum);
   }
   if (rc != 0) close_local(r);
+  else atomic_fetch_add(&r->st->stats.local_sources, 1);
   return rc;
 }
 
@@ -436,6 +498,9 @@ static void fb_destroy(fsh_shuffle_backend *b) {
     fsh_free(st->clients[i].uri);
   }
   fsh_free(st->clients);
+  for (int i = 0; i < st->n_hosts; i++) fsh_free(st->hosts[i].uri);
+  for (int i = 0; i < st->n_small; i++) fsh_free(st->small[i].uri);
+  fsh_free(st->hosts);
   for (int i = 0; i < st->n_peers; i++) fsh_free(st->peers[i]);
   fsh_free(st->peers);
   fsh_free(st->auth_token);
@@ -470,6 +535,8 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   st->max_parallel = opts->max_parallel_fetches ? opts->max_parallel_fetches : 4;
   st->max_in_flight = opts->max_bytes_in_flight ? opts->max_bytes_in_flight : (int64_t)64 << 20;
   st->timeout_ms = opts->timeout_ms;
+  st->direct = !opts->no_direct_reads;
+  st->direct_min = opts->direct_min_bytes ? opts->direct_min_bytes : (int64_t)32 << 10;
   bool ok = true;
   if (opts->auth_token) ok = (st->auth_token = fsh_strdup(opts->auth_token)) != NULL;
   if (ok && opts->n_peers > 0) ok = (st->peers = fsh_calloc((size_t)opts->n_peers, sizeof(char *)));
@@ -483,4 +550,16 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   }
   *out = b;
   return 0;
+}
+
+void fsh_shuffle_flight_get_stats(fsh_shuffle_backend *b, fsh_shuffle_flight_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (!b || b->ops != &k_flight_ops) return;
+  fb_stats *s = &((fb_state *)b->state)->stats;
+  out->local_sources = atomic_load(&s->local_sources);
+  out->direct_sources = atomic_load(&s->direct_sources);
+  out->direct_bytes = atomic_load(&s->direct_bytes);
+  out->fetched_sources = atomic_load(&s->fetched_sources);
+  out->direct_fallbacks = atomic_load(&s->direct_fallbacks);
+  out->locates = atomic_load(&s->locates);
 }

@@ -8,8 +8,20 @@
  * block, whose checksum is by definition its block's (map_file.c): there
  * the block's verified checksum must equal the partition's. Decoded batches are
  * queued on their source's slot under the reader's bytes-in-flight limit
- * (flight_reader.h). */
+ * (flight_reader.h).
+ *
+ * A job whose worker runs on this host first locates its map outputs
+ * (flight_direct.c) and reads the located ones block by block straight
+ * from the worker's files -- a partition of at least DIRECT_MAP_MIN bytes
+ * through a read-only mapping of the range its blocks span (the batches
+ * decoded are slices of it: no copy), a smaller one with a pread per block
+ * (a mapping costs more than copying a few KiB) -- and each block goes
+ * through the same checks, decoding and queueing as a bundled block of a
+ * DoGet. A mapping never faults: spill files and published memory images
+ * are never truncated, only unlinked, which leaves a mapping whole. */
 #include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +35,7 @@ typedef struct fetch {
   fr_reader *r;
   fr_job *job;
   int64_t k;               /* next job slot expected */
+  int64_t end;             /* the slots of the current DoGet: [.., end) */
   int64_t cur_slot;        /* slot index of the map output being received, -1 none */
   fsh_block_header h;      /* its current block */
   bool in_block;
@@ -33,7 +46,9 @@ typedef struct fetch {
   fsh_flight_message *msgs; /* the block's messages */
   int64_t n_msgs, cap_msgs;
   XXH3_state_t block_hash, part_hash;
-  fsh_ipc_decoder *dec;
+  fsh_ipc_decoder *dec;     /* the current one of: */
+  fsh_ipc_decoder *stream_dec, *direct_dec; /* the DoGet's; the direct reads' */
+  const char *via;          /* "" or " (read directly from <file>)" for messages */
   bool transport; /* the last step was the client's (connect, DoGet, receive) */
   char prefix[512]; /* "flight shuffle S partition P: worker URI" */
 } fetch;
@@ -120,10 +135,10 @@ static int start_block(fetch *f, const fsh_block_header *h, fsh_error *err) {
                            PRId64 " blocks arrived", f->prefix, f->h.map_id, f->h.attempt,
                            f->next_index, f->h.n_blocks);
     int64_t k = f->k;
-    while (k < f->job->n_slots && !(slot_of(f, f->job->slots[k])->map_id == h->map_id &&
+    while (k < f->end && !(slot_of(f, f->job->slots[k])->map_id == h->map_id &&
                                     slot_of(f, f->job->slots[k])->attempt == h->attempt))
       k++;
-    if (k == f->job->n_slots)
+    if (k == f->end)
       return fsh_error_set(err, EIO, "%s: sent map %" PRId64 " attempt %d, which was not asked "
                            "for (or came out of order)", f->prefix, h->map_id, h->attempt);
     for (; f->k < k; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, f->job->slots[f->k], err));
@@ -158,9 +173,9 @@ static int end_block(fetch *f, fsh_error *err) {
   f->in_block = false;
   if (!f->block_checked && XXH3_64bits_digest(&f->block_hash) != h->checksum)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
-                         "mismatch in block %" PRId64 " (%" PRId64 " bytes): the stored map "
+                         "mismatch in block %" PRId64 " (%" PRId64 " bytes)%s: the stored map "
                          "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
-                         h->attempt, h->partition, h->index, h->length);
+                         h->attempt, h->partition, h->index, h->length, f->via);
   int64_t rows = 0;
   int rc = 0;
   for (int64_t i = 0; rc == 0 && i < f->n_msgs; i++) {
@@ -196,8 +211,8 @@ static int end_block(fetch *f, fsh_error *err) {
   uint64_t part = h->n_blocks == 1 ? h->checksum : XXH3_64bits_digest(&f->part_hash);
   if (part != h->part_checksum || f->part_rows != h->part_rows)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: the partition "
-                         "checksum does not match its blocks: the stored map output is corrupt",
-                         f->prefix, h->map_id, h->attempt, h->partition);
+                         "checksum does not match its blocks%s: the stored map output is corrupt",
+                         f->prefix, h->map_id, h->attempt, h->partition, f->via);
   mark_done(f, f->cur_slot);
   f->cur_slot = -1;
   return 0;
@@ -221,11 +236,51 @@ static int bad_bundle(fetch *f, int64_t at, const char *why, fsh_error *err) {
                        f->prefix, at, why);
 }
 
-/* A bundle of whole blocks (layout in shuffle_internal.h): each block is
- * checked against its header's checksum (one pass; end_block does not
+/* One whole block (header h; its framed bytes b[at, at + h->length)):
+ * checked against the header's checksum (one pass; end_block does not
  * hash it again) before anything in it is parsed, fed to the partition
- * hash when its partition has more blocks than one, then split into its framed messages (slices of the bundle) and decoded
- * like a block that came message by message. */
+ * hash when its partition has more blocks than one, then split into its
+ * framed messages (slices of b) and decoded like a block that came
+ * message by message. A bundled block of a DoGet, or one read directly. */
+static int feed_block(fetch *f, const fsh_block_header *h, fsh_buffer *b, int64_t at,
+                      fsh_error *err) {
+  FSH_RETURN_NOT_OK(start_block(f, h, err));
+  if (h->length > b->size - at || h->length % 8)
+    return bad_bundle(f, at, "a block longer than the bundle", err);
+  const uint8_t *blk = b->data + at;
+  if (XXH3_64bits(blk, (size_t)h->length) != h->checksum)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
+                         "mismatch in block %" PRId64 " (%" PRId64 " bytes)%s: the stored map "
+                         "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
+                         h->attempt, h->partition, h->index, h->length, f->via);
+  f->block_checked = true;
+  if (h->n_blocks > 1) XXH3_64bits_update(&f->part_hash, blk, (size_t)h->length);
+  for (int64_t pos = 0; pos < h->length;) {
+    int64_t left = h->length - pos;
+    int64_t len = left >= 8 ? (int64_t)fsh_le_get32(blk + pos + 4) : -1;
+    if (len <= 0 || fsh_le_get32(blk + pos) != 0xFFFFFFFFu || len % 8 || len > left - 8)
+      return bad_bundle(f, at + pos, "bad message framing", err);
+    fsh_flight_message m = {0};
+    fsh_ipc_message_type type = FSH_IPC_NONE;
+    int64_t body = 0;
+    int rc = (m.metadata = fsh_buffer_slice(b, at + pos + 8, len)) ? 0 : ENOMEM;
+    if (rc == 0) rc = fsh_ipc_peek_message(m.metadata, &type, &body, err);
+    if (rc == 0 && (body < 0 || body % 8 || body > left - 8 - len))
+      rc = bad_bundle(f, at + pos, "a message body past its block", err);
+    if (rc == 0 && body > 0 && !(m.body = fsh_buffer_slice(b, at + pos + 8 + len, body)))
+      rc = ENOMEM;
+    if (rc == 0) rc = push_msg(f, &m, err);
+    fsh_flight_message_reset(&m);
+    if (rc == ENOMEM) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+    if (rc != 0) return rc;
+    pos += 8 + len + body;
+  }
+  f->acc = h->length;
+  return end_block(f, err);
+}
+
+/* A bundle of whole blocks (layout in shuffle_internal.h), each fed to
+ * feed_block. */
 static int on_bundle(fetch *f, fsh_buffer *b, fsh_error *err) {
   const uint8_t *p = b->data;
   int64_t size = b->size, at = FSH_BUNDLE_HEADER_BYTES;
@@ -238,40 +293,8 @@ static int on_bundle(fetch *f, fsh_buffer *b, fsh_error *err) {
         !fsh_block_header_decode(p + at, FSH_BLOCK_HEADER_BYTES, &h))
       return bad_bundle(f, at, "no block header where one is due", err);
     at += FSH_BLOCK_HEADER_BYTES;
-    FSH_RETURN_NOT_OK(start_block(f, &h, err));
-    if (h.length > size - at || h.length % 8)
-      return bad_bundle(f, at, "a block longer than the bundle", err);
-    const uint8_t *blk = p + at;
-    if (XXH3_64bits(blk, (size_t)h.length) != h.checksum)
-      return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
-                           "mismatch in block %" PRId64 " (%" PRId64 " bytes): the stored map "
-                           "output is corrupt (or was damaged in transit)", f->prefix, h.map_id,
-                           h.attempt, h.partition, h.index, h.length);
-    f->block_checked = true;
-    if (h.n_blocks > 1) XXH3_64bits_update(&f->part_hash, blk, (size_t)h.length);
-    for (int64_t pos = 0; pos < h.length;) {
-      int64_t left = h.length - pos;
-      int64_t len = left >= 8 ? (int64_t)fsh_le_get32(blk + pos + 4) : -1;
-      if (len <= 0 || fsh_le_get32(blk + pos) != 0xFFFFFFFFu || len % 8 || len > left - 8)
-        return bad_bundle(f, at + pos, "bad message framing", err);
-      fsh_flight_message m = {0};
-      fsh_ipc_message_type type = FSH_IPC_NONE;
-      int64_t body = 0;
-      int rc = (m.metadata = fsh_buffer_slice(b, at + pos + 8, len)) ? 0 : ENOMEM;
-      if (rc == 0) rc = fsh_ipc_peek_message(m.metadata, &type, &body, err);
-      if (rc == 0 && (body < 0 || body % 8 || body > left - 8 - len))
-        rc = bad_bundle(f, at + pos, "a message body past its block", err);
-      if (rc == 0 && body > 0 && !(m.body = fsh_buffer_slice(b, at + pos + 8 + len, body)))
-        rc = ENOMEM;
-      if (rc == 0) rc = push_msg(f, &m, err);
-      fsh_flight_message_reset(&m);
-      if (rc == ENOMEM) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
-      if (rc != 0) return rc;
-      pos += 8 + len + body;
-    }
-    f->acc = h.length;
+    FSH_RETURN_NOT_OK(feed_block(f, &h, b, at, err));
     at += h.length;
-    FSH_RETURN_NOT_OK(end_block(f, err));
   }
   if (at != size) return bad_bundle(f, at, "bytes after the last block", err);
   return 0;
@@ -311,19 +334,28 @@ static int on_message(fetch *f, fsh_flight_message *m, fsh_error *err) {
   return 0;
 }
 
-static int fetch_stream(fetch *f, fsh_error *err) {
+/* One DoGet of the job's slots [k0, k1). */
+static int fetch_stream(fetch *f, int64_t k0, int64_t k1, fsh_error *err) {
   fr_reader *r = f->r;
   fr_job *job = f->job;
   fsh_flight_client *client = NULL;
   f->transport = true;
+  f->k = k0;
+  f->end = k1;
+  f->via = "";
   FSH_RETURN_NOT_OK(fb_client(r->st, job->uri, &client, err));
+  fsh_ipc_decoder_free(f->stream_dec); /* each stream starts with its schema */
+  f->stream_dec = f->dec = NULL;
+  FSH_RETURN_NOT_OK(fsh_ipc_decoder_new(&f->stream_dec, err));
+  f->dec = f->stream_dec;
+  atomic_fetch_add(&fb_stats_of(r->st)->fetched_sources, k1 - k0);
   fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
-                          .flags = FSH_TICKET_BUNDLE, .n_sources = job->n_slots};
-  t.sources = fsh_malloc(sizeof *t.sources * (size_t)job->n_slots);
+                          .flags = FSH_TICKET_BUNDLE, .n_sources = k1 - k0};
+  t.sources = fsh_malloc(sizeof *t.sources * (size_t)(k1 - k0));
   if (!t.sources) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
-  for (int64_t i = 0; i < job->n_slots; i++)
-    t.sources[i] = (fsh_ticket_source){slot_of(f, job->slots[i])->map_id,
-                                       slot_of(f, job->slots[i])->attempt};
+  for (int64_t i = k0; i < k1; i++)
+    t.sources[i - k0] = (fsh_ticket_source){slot_of(f, job->slots[i])->map_id,
+                                            slot_of(f, job->slots[i])->attempt};
   fsh_buffer *tb = NULL;
   int rc = fsh_shuffle_ticket_encode(&t, &tb, err);
   fsh_shuffle_ticket_reset(&t);
@@ -377,8 +409,210 @@ static int fetch_stream(fetch *f, fsh_error *err) {
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: the stream ended inside "
                          "the map output (block %" PRId64 " of %" PRId64 ")", f->prefix,
                          f->h.map_id, f->h.attempt, f->next_index, f->h.n_blocks);
-  for (; f->k < job->n_slots; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, job->slots[f->k], err));
+  for (; f->k < k1; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, job->slots[f->k], err));
   return 0;
+}
+
+/* The decoder of the direct reads: the located schema message, checked to
+ * be the shuffle's. */
+static int direct_decoder(fetch *f, const fr_direct *d, fsh_error *err) {
+  if (f->direct_dec) return 0;
+  if (d->a.schema_len <= 0)
+    return fsh_error_set(err, EIO, "%s: the locate answer has no schema", f->prefix);
+  fsh_buffer *meta = fsh_buffer_copy(d->a.schema, d->a.schema_len);
+  fsh_ipc_decoder *dec = NULL;
+  fsh_batch *none = NULL;
+  fsh_ipc_message_type type = FSH_IPC_NONE;
+  int64_t body = 0;
+  int rc = meta ? fsh_ipc_decoder_new(&dec, err) : fsh_error_set(err, ENOMEM, "out of memory");
+  if (rc == 0 && (fsh_ipc_peek_message(meta, &type, &body, NULL) != 0 || type != FSH_IPC_SCHEMA))
+    rc = fsh_error_set(err, EIO, "%s: the located schema is not a schema message", f->prefix);
+  if (rc == 0) rc = fsh_ipc_decode_message(dec, meta, NULL, &none, err);
+  fsh_batch_unref(none);
+  fsh_buffer_unref(meta);
+  fsh_error diff = {{0}};
+  if (rc == 0 && !fsh_schema_equals(fsh_ipc_decoder_schema(dec), f->r->schema, false, &diff))
+    rc = fsh_error_set(err, EINVAL, "%s: the map outputs' schema differs from the shuffle's: %s",
+                       f->prefix, diff.message);
+  if (rc != 0) {
+    fsh_ipc_decoder_free(dec);
+    return rc;
+  }
+  f->direct_dec = dec;
+  return 0;
+}
+
+#define DIRECT_MAP_MIN ((int64_t)256 << 10)
+
+typedef struct direct_map {
+  void *p;
+  size_t len;
+} direct_map;
+
+static void direct_map_release(void *ctx) {
+  direct_map *m = ctx;
+  munmap(m->p, m->len);
+  fsh_free(m);
+}
+
+/* A read-only mapping of fd's bytes [lo, hi) as a buffer (data = the byte
+ * at lo), or NULL (ENOMEM or a refused mapping: the caller preads). */
+static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
+  int64_t page = sysconf(_SC_PAGESIZE), start = lo - lo % page;
+  direct_map *m = fsh_malloc(sizeof *m);
+  if (!m) return NULL;
+  m->len = (size_t)(hi - start);
+  /* populated: every byte is read (checksums), and installing the pages
+   * at once costs less than a read fault per 64 KiB (measured with
+   * bench_store_images: reading a memfd mapping 5.5 GB/s faulted, 14
+   * populated) */
+  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, start);
+  if (m->p == MAP_FAILED) {
+    fsh_free(m);
+    return NULL;
+  }
+  fsh_buffer *b = fsh_buffer_wrap((uint8_t *)m->p + (lo - start), hi - lo, direct_map_release, m);
+  if (!b) direct_map_release(m);
+  return b;
+}
+
+/* Reads job slot k's blocks from fd (entry src of the locate answer, the
+ * file at path) and feeds them like a DoGet's. */
+static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd,
+                       const char *path, fsh_error *err) {
+  fr_reader *r = f->r;
+  char via[4300];
+  snprintf(via, sizeof via, " (read directly from %s)", path);
+  f->via = via;
+  f->dec = f->direct_dec;
+  f->k = k;
+  f->end = k + 1;
+  f->transport = false;
+  int64_t s = f->job->slots[k];
+  const fr_slot *sl = slot_of(f, s);
+  int rc = 0;
+  if (src->n_blocks == 0) {
+    rc = finish_empty(f, s, err);
+    f->k++;
+  }
+  /* the span of the blocks, to map it when large enough */
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int64_t i = 0; i < src->n_blocks; i++) {
+    const uint8_t *q = src->blocks + 32 * i;
+    int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
+    if (off < 0 || len <= 0 || len > src->size || off > src->size - len) break; /* below */
+    if (off < lo) lo = off;
+    if (off + len > hi) hi = off + len;
+  }
+  fsh_buffer *map = src->bytes >= DIRECT_MAP_MIN && hi > lo ? map_range(fd, lo, hi) : NULL;
+  for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
+    const uint8_t *q = src->blocks + 32 * i;
+    fsh_block_header h = {.map_id = sl->map_id, .attempt = sl->attempt,
+                          .partition = r->partition, .index = i, .n_blocks = src->n_blocks,
+                          .length = (int64_t)fsh_le_get64(q + 8),
+                          .rows = (int64_t)fsh_le_get64(q + 16), .checksum = fsh_le_get64(q + 24),
+                          .part_checksum = src->checksum, .part_rows = src->rows,
+                          .part_bytes = src->bytes};
+    int64_t off = (int64_t)fsh_le_get64(q);
+    if (off < 0 || h.length <= 0 || h.length > src->size || off > src->size - h.length) {
+      rc = fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: block %" PRId64
+                         " at [%" PRId64 ", +%" PRId64 ") lies outside %s (%" PRId64 " bytes)",
+                         f->prefix, sl->map_id, sl->attempt, r->partition, i, off, h.length,
+                         path, src->size);
+      break;
+    }
+    if (map) { /* within [lo, hi): checked above */
+      rc = feed_block(f, &h, map, off - lo, err);
+      continue;
+    }
+    fsh_buffer *b = fsh_buffer_new(h.length, false);
+    if (!b) {
+      rc = fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
+      break;
+    }
+    for (int64_t got = 0; rc == 0 && got < h.length;) {
+      ssize_t n = pread(fd, b->data + got, (size_t)(h.length - got), off + got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        rc = fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: reading "
+                           "block %" PRId64 " of %s: %s", f->prefix, sl->map_id, sl->attempt,
+                           r->partition, i, path, n < 0 ? strerror(errno) : "end of file");
+      else got += n;
+    }
+    if (rc == 0) rc = feed_block(f, &h, b, 0, err);
+    fsh_buffer_unref(b);
+  }
+  fsh_buffer_unref(map);
+  f->via = "";
+  if (rc == 0) {
+    atomic_fetch_add(&fb_stats_of(r->st)->direct_sources, 1);
+    atomic_fetch_add(&fb_stats_of(r->st)->direct_bytes, src->bytes);
+  }
+  return rc;
+}
+
+/* The job's slots in ascending order: located ones read directly, runs of
+ * the others with one DoGet each (all of them, in one DoGet, when the
+ * worker is on another host, direct reads are off, or its sources average
+ * fewer bytes than the backend's minimum). */
+static int run_slots(fetch *f, fsh_error *err) {
+  fr_reader *r = f->r;
+  fr_job *job = f->job;
+  fr_direct d;
+  memset(&d, 0, sizeof d);
+  bool direct = false;
+  int rc = 0;
+  /* small sources (by the metadata) come cheaper in one bundled DoGet */
+  int64_t bytes = 0, min = fb_direct_min_bytes(r->st);
+  bool small = min > 0;
+  for (int64_t k = 0; small && k < job->n_slots; k++) {
+    const fr_slot *sl = slot_of(f, job->slots[k]);
+    small = sl->has_meta;
+    bytes += sl->bytes;
+  }
+  if (small && bytes >= min * job->n_slots) small = false;
+  if (!small && min > 0) small = fb_small_sources(r->st, job->uri, r->shuffle_id, false);
+  if (fb_direct_enabled(r->st) && !small) {
+    f->transport = true;
+    rc = fr_direct_locate(r, job, &d, &direct, err);
+    if (rc != 0) return rc;
+  }
+  if (direct && min > 0) { /* no sizes beforehand: the answer's */
+    int64_t located = 0;
+    bytes = 0;
+    for (int64_t k = 0; k < job->n_slots; k++)
+      if (d.a.sources[k].kind != FSH_STORE_AT_NONE) located++, bytes += d.a.sources[k].bytes;
+    if (located > 0 && bytes < min * located) {
+      fb_small_sources(r->st, job->uri, r->shuffle_id, true);
+      fr_direct_reset(&d);
+      direct = false;
+    }
+  }
+  for (int64_t k = 0; rc == 0 && k < job->n_slots;) {
+    if (direct && d.a.sources[k].kind != FSH_STORE_AT_NONE) {
+      char path[4200];
+      int fd = fr_direct_open(&d, k, path, sizeof path);
+      if (fd >= 0) {
+        rc = direct_decoder(f, &d, err);
+        if (rc == 0) rc = direct_slot(f, k, &d.a.sources[k], fd, path, err);
+        close(fd);
+        k++;
+        continue;
+      }
+      d.a.sources[k].kind = FSH_STORE_AT_NONE; /* gone or changed: DoGet says what became of it */
+      atomic_fetch_add(&fb_stats_of(r->st)->direct_fallbacks, 1);
+      if (fd == -2) { /* not ours to open: this peer's are all fetched, from now on too */
+        fb_same_host(r->st, job->uri, -1);
+        for (int64_t j = k + 1; j < job->n_slots; j++) d.a.sources[j].kind = FSH_STORE_AT_NONE;
+      }
+    }
+    int64_t e = k + 1;
+    while (e < job->n_slots && !(direct && d.a.sources[e].kind != FSH_STORE_AT_NONE)) e++;
+    rc = fetch_stream(f, k, e, err);
+    k = e;
+  }
+  if (direct) fr_direct_reset(&d);
+  return rc;
 }
 
 /* Rewrites a failed job's error as "<prefix>: lost map outputs [map/attempt
@@ -429,16 +663,16 @@ static void describe_loss(fetch *f, int rc, fsh_error *err) {
 
 void fr_run_job(fr_reader *r, int j) {
   fr_job *job = &r->jobs[j];
-  fetch f = {.r = r, .job = job, .cur_slot = -1};
+  fetch f = {.r = r, .job = job, .cur_slot = -1, .via = ""};
   fsh_error err = {{0}};
   snprintf(f.prefix, sizeof f.prefix, "flight shuffle %" PRIu64 " partition %d: worker %s",
            r->shuffle_id, r->partition, job->uri);
-  int rc = fsh_ipc_decoder_new(&f.dec, &err);
-  if (rc == 0) rc = fetch_stream(&f, &err);
+  int rc = run_slots(&f, &err);
   if (rc != 0 && rc != ENOMEM) describe_loss(&f, rc, &err);
   drop_msgs(&f);
   fsh_free(f.msgs);
-  fsh_ipc_decoder_free(f.dec);
+  fsh_ipc_decoder_free(f.stream_dec);
+  fsh_ipc_decoder_free(f.direct_dec);
   pthread_mutex_lock(&r->mu);
   job->finished = true;
   job->rc = rc;

@@ -9,11 +9,19 @@
  * queueing a batch for a source the consumer has not reached while the
  * bytes in flight exceed the limit; the source being consumed is always
  * admitted, and a job the consumer waits on that no thread has started
- * gets a thread of its own: so the reader never deadlocks. */
+ * gets a thread of its own: so the reader never deadlocks.
+ *
+ * Same-host peers (flight_direct.c): a job first asks its worker where
+ * the map outputs are ("locate"); when the worker runs on this host the
+ * job reads the located ones straight from the worker's spill files and
+ * memory images and fetches only the others with DoGet -- slots still
+ * taken in ascending order (a DoGet per run of consecutive fetched ones),
+ * so the rule above holds. */
 #ifndef FSH_FLIGHT_READER_H
 #define FSH_FLIGHT_READER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <flightshuffle/flight.h>
 
@@ -68,6 +76,49 @@ typedef struct fr_reader {
   fsh_map_file_cursor *cursor;
   int failed;
 } fr_reader;
+
+/* The backend's counters (fsh_shuffle_flight_stats). */
+typedef struct fb_stats {
+  atomic_llong local_sources, direct_sources, direct_bytes, fetched_sources, direct_fallbacks,
+      locates;
+} fb_stats;
+fb_stats *fb_stats_of(struct fb_state *st);
+/* Whether same-host direct reads are on (fsh_shuffle_flight_options). */
+bool fb_direct_enabled(const struct fb_state *st);
+/* Its minimum average source bytes (< 0: none). */
+int64_t fb_direct_min_bytes(const struct fb_state *st);
+/* Whether uri's sources of the shuffle were found smaller than that (set:
+ * record that they were; a bounded memory of recent ones). Readers whose
+ * sources carry no sizes learn it from one locate answer per (peer,
+ * shuffle) instead of paying a locate each. */
+bool fb_small_sources(struct fb_state *st, const char *uri, uint64_t shuffle_id, bool set);
+/* What the backend knows of uri's host: set != 0 records it (1 this
+ * host, -1 another); answers 1, -1 or 0 (not known yet). */
+int fb_same_host(struct fb_state *st, const char *uri, int set);
+
+/* A job's locate answer (flight_direct.c). */
+typedef struct fr_direct {
+  fsh_flight_result_list res; /* the answer's bytes */
+  fsh_locate_answer a;        /* decoded (into res) */
+} fr_direct;
+/* Asks job's worker where the job's map outputs are. *ok: the worker runs
+ * on this host and answered (d then holds one entry per job slot);
+ * otherwise nothing is read directly (a worker that cannot answer is not
+ * an error here: its DoGet reports any real trouble). ENOMEM only. */
+FSH_NODISCARD int fr_direct_locate(fr_reader *r, const fr_job *job, fr_direct *d, bool *ok,
+                                   fsh_error *err);
+void fr_direct_reset(fr_direct *d);
+/* Opens entry i of d (path: what was opened, for messages): an fd of the
+ * very file answered (device, inode, size checked), or -1 when it is gone
+ * or another one (read it with DoGet), -2 when this process may not open
+ * it (permissions, e.g. another user's worker: DoGet everything). */
+int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size);
+
+/* Tests only: called (when set) by a job right after its worker answered
+ * a locate, before anything located is opened -- where a test releases
+ * or evicts map outputs to race the reader. */
+extern void (*fr_test_after_locate)(void *ctx);
+extern void *fr_test_after_locate_ctx;
 
 /* Client for uri from the backend's cache (opened on first use). */
 FSH_NODISCARD int fb_client(struct fb_state *st, const char *uri, fsh_flight_client **out,

@@ -39,6 +39,7 @@
 #ifndef FSH_SHUFFLE_INTERNAL_H
 #define FSH_SHUFFLE_INTERNAL_H
 
+#include <flightshuffle/flight.h>
 #include <flightshuffle/shuffle.h>
 
 #define FSH_MAP_FILE_MAGIC "FSHIDX01"
@@ -213,6 +214,41 @@ void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
  * output and the store when it is not held. */
 FSH_NODISCARD int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
                                  int32_t attempt, fsh_map_file **out, fsh_error *err);
+/* Where a held map output's partition is, for a reader on the same host
+ * (the worker's "locate" action, worker_locate.c). */
+typedef enum fsh_store_at {
+  FSH_STORE_AT_NONE = 0,  /* not readable directly (a private memory image) */
+  FSH_STORE_AT_FILE = 1,  /* a spill file: name in spill directory dir */
+  FSH_STORE_AT_MEMFD = 2  /* a memory image: memfd fd of this process */
+} fsh_store_at;
+typedef struct fsh_store_location {
+  fsh_store_at kind;
+  int dir;          /* FILE: index into fsh_store_spill_dirs */
+  char *name;       /* FILE: the file's name in it (owned) */
+  int fd;           /* MEMFD: valid while the image is held; may be closed
+                       (and the number reused) any time after */
+  uint64_t dev, ino; /* the file's or memfd's identity (st_dev, st_ino) */
+  int64_t size;     /* its size (the map-output file's) */
+  fsh_map_file_partition part; /* the partition's verified index entry */
+  fsh_buffer *schema_msg;      /* its verified schema message (reference) */
+} fsh_store_location;
+/* Opens (shuffle, map, attempt) like fsh_store_open and says where its
+ * bytes are and where `partition`'s blocks are in them (kind NONE when a
+ * same-host reader cannot open them). ENOENT when not held; EINVAL for a
+ * partition out of range. *out reset on error. */
+FSH_NODISCARD int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
+                                   int32_t attempt, int32_t partition,
+                                   fsh_store_location *out, fsh_error *err);
+void fsh_store_location_reset(fsh_store_location *l);
+/* The store's spill directories (borrowed; trailing '/' removed): n. */
+int fsh_store_spill_dirs(const fsh_shuffle_store *s, const char *const **dirs);
+
+/* This host's identity for same-host checks: the boot id, the host name
+ * and this process's pid and mount namespaces, one line (static storage;
+ * computed once). Two processes with equal identities see the same files
+ * (outside private mounts) and each other's /proc entries. */
+const char *fsh_host_identity(void);
+
 /* Whether (shuffle, map, attempt) is held; *n_partitions set if so. */
 bool fsh_store_has(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
                    int32_t *n_partitions);
@@ -314,6 +350,62 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
   for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
   return v;
 }
+
+/* ---- same-host direct reads (worker_locate.c, flight_direct.c) --------
+ *
+ * DoAction "locate", body a shuffle ticket (flags ignored): where the
+ * named map outputs' blocks of the ticket's partition are, for a reader on
+ * the worker's host. One result (integers little-endian):
+ *   "FSHL", u8 version 1, 3 zero bytes, u32 pid, u32 n_sources (the
+ *   ticket's), u32 host identity length H, u32 n_dirs, u32 schema length
+ *   S, u32 0; the host identity (fsh_host_identity, H bytes); n_dirs x
+ *   (u32 length, the spill directory); the schema message's metadata of
+ *   the first located map output (S bytes, 0 when none is); then per
+ *   ticket entry, in order: u8 kind (fsh_store_at), 3 zero bytes, i32
+ *   dir index (FILE) or fd (MEMFD), u64 dev, u64 ino, i64 file size, i64
+ *   partition rows, i64 partition bytes, u64 partition checksum, i64
+ *   n_blocks, u32 name length N (FILE: 1 .. 255, else 0), the name, then
+ *   n_blocks x (i64 offset, i64 length, i64 rows, u64 checksum).
+ * A map output not held, or not readable directly, is kind NONE (0) with
+ * zeros: the reader fetches it with DoGet, which says what is wrong. The
+ * answer names files only inside the worker's declared spill
+ * directories, by plain name; the reader opens nothing else. */
+#define FSH_LOCATE_MAGIC "FSHL"
+#define FSH_LOCATE_HEADER_BYTES 32
+#define FSH_LOCATE_SOURCE_BYTES 68
+
+typedef struct fsh_locate_source {
+  fsh_store_at kind;
+  int32_t dir_or_fd;
+  uint64_t dev, ino;
+  int64_t size, rows, bytes;
+  uint64_t checksum;
+  int64_t n_blocks;
+  char name[256];                /* FILE: a plain file name */
+  const uint8_t *blocks;         /* n_blocks x 32 bytes, into the answer */
+} fsh_locate_source;
+
+typedef struct fsh_locate_answer {
+  uint32_t pid;
+  const uint8_t *host;
+  int64_t host_len;
+  int32_t n_dirs;
+  char **dirs;                   /* owned */
+  const uint8_t *schema;         /* into the answer */
+  int64_t schema_len;
+  int64_t n_sources;
+  fsh_locate_source *sources;    /* owned */
+} fsh_locate_answer;
+
+/* The worker's "locate" action on its store (one dispatch line in
+ * worker.c). EINVAL for a malformed ticket. */
+FSH_NODISCARD int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t size,
+                                    fsh_flight_result_list *out, fsh_error *err);
+/* Decodes a locate answer of a ticket of n_sources entries (pointers into
+ * data, which must outlive *out). EIO naming what is wrong. */
+FSH_NODISCARD int fsh_locate_answer_decode(const uint8_t *data, int64_t size, int64_t n_sources,
+                                           fsh_locate_answer *out, fsh_error *err);
+void fsh_locate_answer_reset(fsh_locate_answer *a);
 
 /* dir + "/" + name in a new fsh_malloc'd string; NULL on ENOMEM. */
 char *fsh_path_join(const char *dir, const char *name);

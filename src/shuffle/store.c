@@ -26,7 +26,24 @@
  * (a DoGet per reducer, each naming ~every map output) check only the
  * size: the partition entries and blocks they read are verified every
  * time as before. The head holds no image reference, so eviction still
- * frees the memory. */
+ * frees the memory.
+ *
+ * Shared images: unless the store's options say private_images, a memory
+ * image lives in the pages of a memfd (memfd_create) -- the same memory,
+ * charged the same way: written with pwritev (the kernel allocates and
+ * fills its pages: no page fault per 4 KiB, which is what made writing
+ * through a shared mapping ~30% slower than fsh_malloc'd memory), mapped
+ * read-only once complete for this process's readers -- so that a reader in
+ * another process on this host can open it (/proc/<pid>/fd/<fd>, checked
+ * against the memfd's inode) and read its blocks without a DoGet
+ * (fsh_store_locate; the reader is flight_direct.c). A memfd is
+ * anonymous: nothing of it outlives the worker, crashed or not, so no new
+ * leftovers. When memfd_create is refused the image is fsh_realloc'd as
+ * before (and located as "not shareable"); so is every image past a
+ * quarter of the process's file descriptor limit (RLIMIT_NOFILE, at most
+ * 8192 memfds): a store holding thousands of images must not starve the
+ * sockets and files of its fds. */
+#define _GNU_SOURCE /* memfd_create */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +53,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +68,8 @@ typedef struct entry {
   fsh_map_output meta; /* location NULL */
   fsh_schema *schema;
   fsh_buffer *image;  /* in memory, or NULL */
+  int image_fd;       /* the image's memfd (while image is set), or -1 */
+  uint64_t image_dev, image_ino; /* its identity, for same-host readers */
   int64_t charged;    /* bytes of the budget it holds */
   char *path;         /* spill file, or NULL */
   int64_t file_bytes;
@@ -68,6 +89,7 @@ struct fsh_shuffle_store {
   char **dirs;
   int n_dirs;
   int64_t memory_limit;
+  bool shared_images; /* memory images in memfds (see the top) */
   atomic_llong used; /* bytes charged */
   atomic_uint next_dir;
   atomic_ullong seq;
@@ -198,6 +220,8 @@ static void entry_destroy(fsh_shuffle_store *s, entry *e) {
 /* Where a writer's image ended up (filled by a successful close). */
 typedef struct spill_result {
   fsh_buffer *image;
+  int image_fd; /* its memfd (owned by the image), or -1 */
+  uint64_t image_dev, image_ino;
   int64_t charged;
   char *path;
   int64_t file_bytes;
@@ -209,7 +233,9 @@ typedef struct spill_out {
   char what[128]; /* "shuffle 1 map 2 attempt 0" */
   char file_name[SPILL_NAME_MAX];
   uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd), */
-  int64_t img_size, img_cap; /* its bytes and capacity */
+  int64_t img_size, img_cap; /* its bytes and capacity (charged) */
+  int img_fd;      /* or: the memfd holding its bytes (img NULL), or -1 */
+  bool no_memfd;   /* memfd refused: fsh_realloc from then on */
   int64_t charged;
   fsh_output *file; /* file mode: writes to path.tmp */
   char *path, *tmp;
@@ -366,6 +392,8 @@ static int file_write(spill_out *o, const struct iovec *iov, int n, fsh_error *e
   return rc == 0 || rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "store %s: ", o->s->name);
 }
 
+static void img_free(spill_out *o);
+
 /* Moves the output to a spill file (round-robin over the directories;
  * one that cannot take the file is skipped), writing what memory held. */
 static int spill_now(spill_out *o, const char *why, fsh_error *err) {
@@ -378,13 +406,21 @@ static int spill_now(spill_out *o, const char *why, fsh_error *err) {
   int rc = open_next_dir(o, err);
   if (rc != 0)
     return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "store %s: %s: ", s->name, why);
-  if (o->img_size > 0) {
-    struct iovec v = {o->img, (size_t)o->img_size};
+  void *mapped = NULL; /* a memfd's bytes, read through a temporary mapping */
+  if (o->img_fd >= 0 && o->img_size > 0) {
+    mapped = mmap(NULL, (size_t)o->img_size, PROT_READ, MAP_SHARED, o->img_fd, 0);
+    if (mapped == MAP_FAILED) {
+      mapped = NULL;
+      rc = fsh_error_set(err, ENOMEM, "store %s: %s: mapping the memory image: %s", s->name,
+                         why, strerror(errno));
+    }
+  }
+  if (rc == 0 && o->img_size > 0) {
+    struct iovec v = {mapped ? mapped : o->img, (size_t)o->img_size};
     rc = file_write(o, &v, 1, err);
   }
-  fsh_free(o->img);
-  o->img = NULL;
-  o->img_size = o->img_cap = 0;
+  if (mapped) munmap(mapped, (size_t)o->img_size);
+  img_free(o);
   if (o->charged) uncharge(s, o->charged);
   o->charged = 0;
   return rc;
@@ -417,7 +453,7 @@ static bool evict_one(fsh_shuffle_store *s) {
   int32_t attempt = victim->meta.attempt;
   pthread_mutex_unlock(&s->mu);
 
-  spill_out o = {.s = s};
+  spill_out o = {.s = s, .img_fd = -1};
   snprintf(o.what, sizeof o.what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
            shuffle_id, map_id, attempt);
   spill_name(o.file_name, s->tag, shuffle_id, map_id, attempt, atomic_fetch_add(&s->seq, 1u));
@@ -444,6 +480,7 @@ static bool evict_one(fsh_shuffle_store *s) {
   if (same && rc == 0) {
     old = e2->image;
     e2->image = NULL;
+    e2->image_fd = -1;
     freed = e2->charged;
     e2->charged = 0;
     e2->path = o.path;
@@ -470,6 +507,85 @@ static int64_t image_grow(int64_t cap, int64_t need) {
   return want;
 }
 
+/* A finished shared image: its read-only mapping and its memfd. */
+typedef struct shm_image {
+  uint8_t *p;
+  int64_t len; /* mapped */
+  int fd;
+} shm_image;
+
+/* Image memfds open in this process, and how many may be. */
+static atomic_int g_image_fds;
+
+static int image_fds_max(void) {
+  static atomic_int max = -1;
+  int m = atomic_load(&max);
+  if (m < 0) {
+    struct rlimit rl;
+    rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    m = lim == RLIM_INFINITY || lim / 4 > 8192 ? 8192 : (int)(lim / 4);
+    atomic_store(&max, m);
+  }
+  return m;
+}
+
+static void image_fd_close(int fd) {
+  close(fd);
+  atomic_fetch_sub(&g_image_fds, 1);
+}
+
+static void img_free(spill_out *o) {
+  if (o->img_fd >= 0) image_fd_close(o->img_fd);
+  fsh_free(o->img);
+  o->img = NULL;
+  o->img_fd = -1;
+  o->img_size = o->img_cap = 0;
+}
+
+/* Room for `want` bytes of image: fsh_realloc of its pages (true), or
+ * nothing to do for a memfd, which grows as written; false when refused.
+ * The first growth of a shared-images store makes the memfd. */
+static bool img_resize(spill_out *o, int64_t want) {
+  if (o->s->shared_images && o->img_fd < 0 && !o->img && !o->no_memfd) {
+    int fd = -1;
+    if (atomic_fetch_add(&g_image_fds, 1) < image_fds_max())
+      fd = memfd_create("fsh-image", MFD_CLOEXEC);
+    if (fd >= 0) {
+      o->img_fd = fd;
+    } else {
+      atomic_fetch_sub(&g_image_fds, 1);
+      o->no_memfd = true;
+    }
+  }
+  if (o->img_fd >= 0) return true;
+  uint8_t *p = fsh_realloc(o->img, (size_t)want);
+  if (p) o->img = p;
+  return p != NULL;
+}
+
+/* Writes all of iov to fd at offset at; 0 or an errno. */
+static int pwrite_all(int fd, const struct iovec *iov, int n, int64_t at) {
+  struct iovec v[64];
+  for (int i = 0; i < n;) {
+    int k = 0;
+    for (; k < 64 && i + k < n; k++) v[k] = iov[i + k];
+    int first = 0;
+    while (first < k) {
+      ssize_t w = pwritev(fd, v + first, k - first, at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return w < 0 ? errno : EIO;
+      at += w;
+      while (first < k && (size_t)w >= v[first].iov_len) w -= (ssize_t)v[first++].iov_len;
+      if (first < k) {
+        v[first].iov_base = (uint8_t *)v[first].iov_base + w;
+        v[first].iov_len -= (size_t)w;
+      }
+    }
+    i += k;
+  }
+  return 0;
+}
+
 /* Memory mode grows the image with fsh_realloc, never a fresh buffer and
  * a copy: a large image is its own mapping that the default allocator
  * grows in place (mremap), and bytes past the end are neither copied nor
@@ -487,22 +603,31 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
     if (!room) {
       why = "the memory budget is exhausted";
     } else {
-      uint8_t *grown = fsh_realloc(o->img, (size_t)want);
-      if (!grown) {
+      if (!img_resize(o, want)) {
         uncharge(o->s, want - o->charged);
         why = "out of memory";
       } else {
-        o->img = grown;
         o->img_cap = want;
         o->charged = want;
       }
     }
     if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
   }
+  if (!o->file && o->img_fd >= 0) {
+    int e = pwrite_all(o->img_fd, iov, n, o->img_size);
+    if (e == 0) {
+      o->img_size += total;
+    } else { /* tmpfs refused (ENOMEM, ENOSPC): what it holds goes to a spill file */
+      char why[96];
+      snprintf(why, sizeof why, "writing the memory image: %s", strerror(e));
+      if (ftruncate(o->img_fd, o->img_size) != 0) { /* a partial write stays unread */ }
+      FSH_RETURN_NOT_OK(spill_now(o, why, err));
+    }
+  }
   if (o->file) {
     int rc = file_write(o, iov, n, err);
     if (rc != 0) return rc;
-  } else {
+  } else if (o->img_fd < 0) {
     for (int i = 0; i < n; i++) {
       if (iov[i].iov_len) memcpy(o->img + o->img_size, iov[i].iov_base, iov[i].iov_len);
       o->img_size += (int64_t)iov[i].iov_len;
@@ -514,27 +639,66 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
 
 static void image_release(void *ctx) { fsh_free(ctx); }
 
+static void shm_image_release(void *ctx) {
+  shm_image *m = ctx;
+  munmap(m->p, (size_t)m->len);
+  image_fd_close(m->fd);
+  fsh_free(m);
+}
+
 /* Hands the image over as a buffer, shrunk to its size: the budget then
  * holds only that (when shrinking fails, the image keeps its capacity and
  * its charge). */
 static int image_finish(spill_out *o, fsh_error *err) {
   int64_t size = o->img_size, keep = size > 0 ? size : 1;
-  if (!o->img || keep < o->img_cap) {
-    uint8_t *shrunk = fsh_realloc(o->img, (size_t)keep);
-    if (!shrunk && !o->img)
+  fsh_buffer *b = NULL;
+  struct stat st;
+  if (o->img_fd >= 0 && size == 0) img_free(o); /* nothing to share: as a private one */
+  if (o->img_fd < 0) o->no_memfd = true;
+  if (o->img_fd >= 0) { /* mapped read-only for this process's readers
+                          (not populated: most partitions are read by
+                          other processes; bench_store_images measured
+                          write + read back faster so) */
+    if (fstat(o->img_fd, &st) != 0 || st.st_size != size)
+      return fsh_error_set(err, EIO, "store %s: the memory image holds %lld bytes, %lld were "
+                           "written", o->s->name, (long long)st.st_size, (long long)size);
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, o->img_fd, 0);
+    if (p == MAP_FAILED)
+      return fsh_error_set(err, ENOMEM, "store %s: mapping a memory image of %lld bytes: %s",
+                           o->s->name, (long long)size, strerror(errno));
+    shm_image *m = fsh_malloc(sizeof *m);
+    if (m) *m = (shm_image){p, size, o->img_fd};
+    if (m && !(b = fsh_buffer_wrap(p, size, shm_image_release, m))) fsh_free(m);
+    if (!b) {
+      munmap(p, (size_t)size);
       return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
-    if (shrunk) {
-      o->img = shrunk;
-      o->img_cap = keep;
-      if (o->charged > keep) { /* (an empty image was never charged) */
-        uncharge(o->s, o->charged - keep);
-        o->charged = keep;
+    }
+    o->img_cap = size;
+    if (o->charged > size) {
+      uncharge(o->s, o->charged - size);
+      o->charged = size;
+    }
+  } else {
+    if (!o->img || keep < o->img_cap) {
+      bool shrunk = img_resize(o, keep);
+      if (!shrunk && !o->img)
+        return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+      if (shrunk) {
+        o->img_cap = keep;
+        if (o->charged > keep) { /* (an empty image was never charged) */
+          uncharge(o->s, o->charged - keep);
+          o->charged = keep;
+        }
       }
     }
+    b = fsh_buffer_wrap(o->img, size, image_release, o->img);
+    if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
   }
-  fsh_buffer *b = fsh_buffer_wrap(o->img, size, image_release, o->img);
-  if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+  o->result->image_fd = o->img_fd;
+  if (o->img_fd >= 0)
+    o->result->image_dev = (uint64_t)st.st_dev, o->result->image_ino = (uint64_t)st.st_ino;
   o->img = NULL;
+  o->img_fd = -1; /* the buffer owns it now */
   o->img_size = o->img_cap = 0;
   o->result->image = b;
   o->result->charged = o->charged;
@@ -543,7 +707,7 @@ static int image_finish(spill_out *o, fsh_error *err) {
 }
 
 static void spill_out_free(spill_out *o) {
-  fsh_free(o->img);
+  img_free(o);
   if (o->charged) uncharge(o->s, o->charged);
   fsh_free(o->path);
   fsh_free(o->tmp);
@@ -588,6 +752,7 @@ static void result_discard(fsh_shuffle_store *s, spill_result *r) {
   if (r->path) unlink(r->path);
   fsh_free(r->path);
   memset(r, 0, sizeof *r);
+  r->image_fd = -1;
 }
 
 int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, int64_t map_id,
@@ -607,6 +772,8 @@ int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, in
   snprintf(w->what, sizeof w->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
            spec->shuffle_id, map_id, attempt);
   o->s = s;
+  o->img_fd = -1;
+  w->res.image_fd = -1;
   memcpy(o->what, w->what, sizeof o->what);
   spill_name(o->file_name, s->tag, spec->shuffle_id, map_id, attempt,
              atomic_fetch_add(&s->seq, 1u));
@@ -662,6 +829,9 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   entry *e = w->e;
   w->e = NULL;
   e->image = w->res.image;
+  e->image_fd = w->res.image_fd;
+  e->image_dev = w->res.image_dev;
+  e->image_ino = w->res.image_ino;
   e->charged = w->res.charged;
   e->path = w->res.path;
   e->file_bytes = w->res.file_bytes;
@@ -670,6 +840,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
            PRId64 " attempt %" PRId32, s->name, e->meta.shuffle_id, e->meta.map_id,
            e->meta.attempt);
   memset(&w->res, 0, sizeof w->res);
+  w->res.image_fd = -1;
   pthread_mutex_lock(&s->mu);
   entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);
   entry *old = *l;
@@ -688,8 +859,16 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
 
 /* ---- lookups ----------------------------------------------------------- */
 
-int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
-                   fsh_map_file **out, fsh_error *err) {
+/* Where an opened map output's bytes are, for same-host readers. */
+typedef struct held_where {
+  int image_fd; /* a memory image's memfd (-1: not shareable, or a file) */
+  uint64_t image_dev, image_ino;
+  char *path;   /* a spill file (owned), or NULL */
+} held_where;
+
+/* fsh_store_open, also saying (where != NULL) where the bytes opened are. */
+static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
+                     fsh_map_file **out, held_where *where, fsh_error *err) {
   fsh_buffer *image = NULL;
   char *path = NULL;
   fsh_map_file_head *head = NULL;
@@ -705,6 +884,8 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
     if (e->image) {
       image = fsh_buffer_ref(e->image);
       memcpy(name, e->image_name, sizeof name);
+      if (where)
+        *where = (held_where){e->image_fd, e->image_dev, e->image_ino, NULL};
     } else if (!(path = fsh_strdup(e->path))) {
       oom = true;
     }
@@ -730,7 +911,8 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
                          PRId32 ": spill file %s is missing from disk (deleted, or released "
                          "meanwhile): the map output is lost", s->name,
                          shuffle_id, map_id, attempt, path);
-    fsh_free(path);
+    if (rc == 0 && where) *where = (held_where){-1, 0, 0, path};
+    else fsh_free(path);
   }
   if (rc == 0)
     rc = head ? fsh_map_file_open_head(in, head, out, err) : fsh_map_file_open(in, out, err);
@@ -742,7 +924,74 @@ int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, in
       e->head = fsh_map_file_head_ref(fsh_map_file_head_of(*out));
     pthread_mutex_unlock(&s->mu);
   }
+  if (rc != 0 && where) {
+    fsh_free(where->path);
+    where->path = NULL;
+  }
   return rc;
+}
+
+int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
+                   fsh_map_file **out, fsh_error *err) {
+  return open_held(s, shuffle_id, map_id, attempt, out, NULL, err);
+}
+
+void fsh_store_location_reset(fsh_store_location *l) {
+  fsh_free(l->name);
+  fsh_map_file_partition_reset(&l->part);
+  fsh_buffer_unref(l->schema_msg);
+  memset(l, 0, sizeof *l);
+}
+
+int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
+                     int32_t partition, fsh_store_location *out, fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  fsh_map_file *f = NULL;
+  held_where w = {-1, 0, 0, NULL};
+  int rc = open_held(s, shuffle_id, map_id, attempt, &f, &w, err);
+  if (rc != 0) return rc;
+  const fsh_map_file_info *info = fsh_map_file_get_info(f);
+  if (partition < 0 || partition >= info->n_partitions)
+    rc = fsh_error_set(err, EINVAL, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
+                       PRId32 " has %d partitions, not %d", s->name, shuffle_id, map_id,
+                       attempt, info->n_partitions, partition + 1);
+  if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &out->part, err);
+  if (rc == 0) {
+    out->size = info->file_size;
+    out->schema_msg = fsh_buffer_ref(fsh_map_file_schema_message(f));
+    if (w.path) {
+      struct stat st;
+      for (int i = 0; i < s->n_dirs && out->kind == FSH_STORE_AT_NONE; i++) {
+        size_t n = strlen(s->dirs[i]);
+        const char *name = w.path + n + 1;
+        if (strncmp(w.path, s->dirs[i], n) != 0 || w.path[n] != '/' || strchr(name, '/'))
+          continue;
+        if (stat(w.path, &st) != 0) break; /* gone meanwhile: DoGet tells */
+        if (!(out->name = fsh_strdup(name))) {
+          rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
+          break;
+        }
+        out->kind = FSH_STORE_AT_FILE;
+        out->dir = i;
+        out->dev = (uint64_t)st.st_dev;
+        out->ino = (uint64_t)st.st_ino;
+      }
+    } else if (w.image_fd >= 0) {
+      out->kind = FSH_STORE_AT_MEMFD;
+      out->fd = w.image_fd;
+      out->dev = w.image_dev;
+      out->ino = w.image_ino;
+    }
+  }
+  fsh_free(w.path);
+  fsh_map_file_close(f);
+  if (rc != 0) fsh_store_location_reset(out);
+  return rc;
+}
+
+int fsh_store_spill_dirs(const fsh_shuffle_store *s, const char *const **dirs) {
+  *dirs = (const char *const *)s->dirs;
+  return s->n_dirs;
 }
 
 bool fsh_store_has(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
@@ -959,6 +1208,7 @@ int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_sto
     return rc;
   }
   s->memory_limit = opts->memory_limit;
+  s->shared_images = !opts->private_images;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   s->tag = key_hash((uint64_t)getpid(), ts.tv_nsec, (int32_t)ts.tv_sec) ^ (uint64_t)(uintptr_t)s;

@@ -198,18 +198,23 @@ int fsh_fragment_task_decode(const uint8_t *p, int64_t size, fsh_fragment_task *
 }
 
 #define FA_MAGIC "FSRD"
+#define FA_MAGIC2 "FSR2"
 #define FA_READ 24
+#define FA_STATS 32
 #define FA_MAX_READS 65
 
-int fsh_fragment_answer_encode(const fsh_map_task_result *r, const fsh_fragment_read *reads,
-                               int32_t n_reads, fsh_buffer **out, fsh_error *err) {
+int fsh_fragment_answer_encode_stats(const fsh_map_task_result *r, const fsh_fragment_read *reads,
+                                     int32_t n_reads, const fsh_fragment_stats *st,
+                                     fsh_buffer **out, fsh_error *err) {
   *out = NULL;
   if (n_reads < 0 || n_reads > FA_MAX_READS || (n_reads && !reads))
     return fsh_error_set(err, EINVAL, "plan-fragment answer: %d reads (0 .. %d)", n_reads,
                          FA_MAX_READS);
+  if (st && (st->spill_files < 0 || st->spilled_bytes < 0 || st->operators_spilled < 0))
+    return fsh_error_set(err, EINVAL, "plan-fragment answer: negative spill stats");
   fsh_buffer *head = NULL;
   FSH_RETURN_NOT_OK(fsh_map_task_result_encode(r, &head, err));
-  fsh_buffer *b = fsh_buffer_new(head->size + FA_READ * n_reads + 8, true);
+  fsh_buffer *b = fsh_buffer_new(head->size + FA_READ * n_reads + (st ? FA_STATS : 0) + 8, true);
   if (!b) {
     fsh_buffer_unref(head);
     return fsh_error_set(err, ENOMEM, "plan-fragment answer: out of memory");
@@ -223,28 +228,53 @@ int fsh_fragment_answer_encode(const fsh_map_task_result *r, const fsh_fragment_
     fsh_le_put64(q + 8, (uint64_t)reads[i].rows);
     fsh_le_put64(q + 16, reads[i].checksum);
   }
+  if (st) {
+    fsh_le_put64(q, (uint64_t)st->spill_files);
+    fsh_le_put64(q + 8, (uint64_t)st->spilled_bytes);
+    fsh_le_put64(q + 16, (uint64_t)st->operators_spilled);
+    fsh_le_put64(q + 24, 0);
+    q += FA_STATS;
+  }
   fsh_le_put32(q, (uint32_t)n_reads);
-  memcpy(q + 4, FA_MAGIC, 4);
+  memcpy(q + 4, st ? FA_MAGIC2 : FA_MAGIC, 4);
   *out = b;
   return 0;
 }
 
-int fsh_fragment_answer_decode(const uint8_t *p, int64_t size, fsh_map_task_result *r,
-                               fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
+int fsh_fragment_answer_encode(const fsh_map_task_result *r, const fsh_fragment_read *reads,
+                               int32_t n_reads, fsh_buffer **out, fsh_error *err) {
+  return fsh_fragment_answer_encode_stats(r, reads, n_reads, NULL, out, err);
+}
+
+int fsh_fragment_answer_decode_stats(const uint8_t *p, int64_t size, fsh_map_task_result *r,
+                                     fsh_fragment_read **reads, int32_t *n_reads,
+                                     fsh_fragment_stats *st, fsh_error *err) {
   *reads = NULL;
   *n_reads = 0;
-  if (!p || size < 8 || memcmp(p + size - 4, FA_MAGIC, 4) != 0)
-    return fsh_error_set(err, EINVAL, "plan-fragment answer: no " FA_MAGIC " trailer (%" PRId64
-                         " bytes)", size);
-  int64_t n = fsh_le_get32(p + size - 8);
-  if (n > FA_MAX_READS || size - 8 < FA_READ * n)
+  if (st) memset(st, 0, sizeof *st);
+  bool v2 = p && size >= 8 && memcmp(p + size - 4, FA_MAGIC2, 4) == 0;
+  if (!p || size < 8 || (!v2 && memcmp(p + size - 4, FA_MAGIC, 4) != 0))
+    return fsh_error_set(err, EINVAL, "plan-fragment answer: no " FA_MAGIC " or " FA_MAGIC2
+                         " trailer (%" PRId64 " bytes)", size);
+  int64_t n = fsh_le_get32(p + size - 8), extra = v2 ? FA_STATS : 0;
+  if (n > FA_MAX_READS || size - 8 - extra < FA_READ * n)
     return fsh_error_set(err, EINVAL, "plan-fragment answer: %" PRId64 " reads in %" PRId64
                          " bytes", n, size);
-  const uint8_t *q = p + size - 8 - FA_READ * n;
+  const uint8_t *q = p + size - 8 - extra - FA_READ * n;
   for (int64_t i = 0; i < n; i++)
     if (q[FA_READ * i + 4] > 1 || q[FA_READ * i + 5] || q[FA_READ * i + 6] || q[FA_READ * i + 7])
       return fsh_error_set(err, EINVAL, "plan-fragment answer: read %" PRId64 " is malformed",
                            i);
+  fsh_fragment_stats got = {0};
+  if (v2) {
+    const uint8_t *x = q + FA_READ * n;
+    got = (fsh_fragment_stats){.spill_files = (int64_t)fsh_le_get64(x),
+                               .spilled_bytes = (int64_t)fsh_le_get64(x + 8),
+                               .operators_spilled = (int64_t)fsh_le_get64(x + 16)};
+    if (got.spill_files < 0 || got.spilled_bytes < 0 || got.operators_spilled < 0 ||
+        fsh_le_get64(x + 24) != 0)
+      return fsh_error_set(err, EINVAL, "plan-fragment answer: malformed stats");
+  }
   FSH_RETURN_NOT_OK(fsh_map_task_result_decode(p, q - p, r, err));
   fsh_fragment_read *v = n ? fsh_calloc((size_t)n, sizeof *v) : NULL;
   if (n && !v) {
@@ -257,5 +287,11 @@ int fsh_fragment_answer_decode(const uint8_t *p, int64_t size, fsh_map_task_resu
                                .checksum = fsh_le_get64(q + 16)};
   *reads = v;
   *n_reads = (int32_t)n;
+  if (st) *st = got;
   return 0;
+}
+
+int fsh_fragment_answer_decode(const uint8_t *p, int64_t size, fsh_map_task_result *r,
+                               fsh_fragment_read **reads, int32_t *n_reads, fsh_error *err) {
+  return fsh_fragment_answer_decode_stats(p, size, r, reads, n_reads, NULL, err);
 }

@@ -495,9 +495,11 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "cancel") == 0) return action_cancel(w, a, out, err);
   for (int i = 0; i < w->n_kinds; i++)
     if (strcmp(a->type, w->kinds[i].name) == 0) return action_start_task(w, a, out, err);
+  if (strcmp(a->type, "locate") == 0) /* same-host direct reads (worker_locate.c) */
+    return fsh_worker_locate(w->store, a->body.data, a->body.size, out, err);
   return fsh_error_set(err, ENOTSUP, "worker %s: unknown action '%s' (known: release, "
                        "map-synthetic, reduce-verify, reduce-then-map, task, task-wait, stats, "
-                       "cancel)", w->uri, a->type);
+                       "cancel, locate, and the registered task kinds)", w->uri, a->type);
 }
 
 static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type_list *out,
@@ -518,7 +520,9 @@ static int list_actions(void *ctx, fsh_flight_call *call, fsh_flight_action_type
                                        "whether a task is done (body: its id), and its answer") ||
       fsh_flight_action_type_list_push(out, "cancel",
                                        "stop the running tasks with that tag (body: the tag)") ||
-      fsh_flight_action_type_list_push(out, "stats", "the store's figures, one line of text"))
+      fsh_flight_action_type_list_push(out, "stats", "the store's figures, one line of text") ||
+      fsh_flight_action_type_list_push(out, "locate",
+                                       "where a ticket's blocks are, for same-host direct reads"))
     return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   for (int i = 0; i < w->n_kinds; i++)
     if (fsh_flight_action_type_list_push(out, w->kinds[i].name,
@@ -622,7 +626,8 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   }
   /* The tasks' backends: calls are already being served, but no task
    * runs before the "listening" line tells callers the URI. */
-  fsh_shuffle_flight_options fl = {.local = w, .auth_token = opts->auth_token};
+  fsh_shuffle_flight_options fl = {.local = w, .auth_token = opts->auth_token,
+                                   .no_direct_reads = opts->no_direct_reads};
   if (rc == 0) rc = fsh_shuffle_flight_new(&fl, &w->flight, err);
   if (rc == 0 && opts->fs_dir && (rc = fsh_shuffle_fs_new(opts->fs_dir, &w->fs, err)) != 0)
     rc = fsh_error_prefix(err, rc, "worker %s: --fs-dir: ", w->uri);

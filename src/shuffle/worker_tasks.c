@@ -77,6 +77,10 @@ bool fsh_worker_task_cancelled(void) {
   return current_task && atomic_load(&current_task->cancelled);
 }
 
+const atomic_bool *fsh_worker_task_cancel_flag(void) {
+  return current_task ? &current_task->cancelled : NULL;
+}
+
 void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t tag_size,
                              int64_t *n) {
   *n = 0;

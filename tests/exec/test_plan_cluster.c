@@ -8,9 +8,14 @@
  * the result shuffle is released. A distributed sort and into_partitions
  * run as a staging and a scatter stage; malformed plan-fragment bodies sent to a worker are
  * answered INVALID_ARGUMENT (EINVAL) naming the problem; malformed
- * plan-fragment JobPlans are refused at submit. */
+ * plan-fragment JobPlans are refused at submit; a job that fails cancels
+ * its plan tasks still running, and a superseded plan task is cancelled
+ * (their workers end them ECANCELED); the summary's fetched bytes, input
+ * rows and staging rows agree with the plan's stages, and the workers'
+ * operator spill reaches the job status. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +29,32 @@
 
 #define N_WORKERS 3
 
+/* The workers' task-done hook: counts the tasks that ended cancelled
+ * (ECANCELED), then reports to the driver. */
+typedef struct done_hook {
+  fsh_sched_notifier *n;
+  atomic_int cancelled;
+} done_hook;
+
+static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
+                           const char *error, const uint8_t *answer, int64_t answer_size) {
+  done_hook *h = ctx;
+  if (rc == ECANCELED && error && strstr(error, "cancelled")) atomic_fetch_add(&h->cancelled, 1);
+  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+}
+
 typedef struct cluster {
   fsh_sched_driver *d;
+  done_hook hook[N_WORKERS];
   fsh_shuffle_worker *w[N_WORKERS];
   fsh_sched_notifier *n[N_WORKERS];
   fsh_sched_heartbeat *h[N_WORKERS];
   char fs_dir[64];
 } cluster;
 
-static void start_cluster(cluster *c) {
+/* Starts the driver and the workers; worker no_fs (-1: none) has no fs
+ * directory (its fs tasks fail). */
+static void start_cluster_with(cluster *c, int no_fs, const fsh_plan_task_run_options *ko) {
   fsh_error err;
   memset(c, 0, sizeof *c);
   strcpy(c->fs_dir, "/tmp/fsh-test-plancl-XXXXXX");
@@ -40,13 +62,15 @@ static void start_cluster(cluster *c) {
   fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 5000,
                                 .log = getenv("FSH_TEST_LOG") != NULL};
   CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
-  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(NULL)};
+  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(ko)};
   for (int i = 0; c->d && i < N_WORKERS; i++) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
+    c->hook[i].n = c->n[i];
+    atomic_init(&c->hook[i].cancelled, 0);
     fsh_shuffle_worker_options wo = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
-                                     .n_threads = 6, .fs_dir = c->fs_dir,
-                                     .on_task_done = fsh_sched_notify_task_done,
-                                     .on_task_done_ctx = c->n[i], .task_kinds = kinds,
+                                     .n_threads = 6, .fs_dir = i == no_fs ? NULL : c->fs_dir,
+                                     .on_task_done = hook_task_done,
+                                     .on_task_done_ctx = &c->hook[i], .task_kinds = kinds,
                                      .n_task_kinds = 1};
     CHECK_OK(fsh_shuffle_worker_start(&wo, &c->w[i], &err));
     if (!c->w[i]) continue;
@@ -57,6 +81,8 @@ static void start_cluster(cluster *c) {
     CHECK_OK(fsh_sched_heartbeat_start(&ho, &c->h[i], &err));
   }
 }
+
+static void start_cluster(cluster *c) { start_cluster_with(c, -1, NULL); }
 
 static int dir_entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -117,6 +143,42 @@ static fsh_shuffle_backend *client_backend(cluster *c, fsh_task_backend kind) {
   return b;
 }
 
+/* The summary's figures against the plan's stages: a scatter stage writes
+ * every row its staging stage staged (the staging stage's rows count no
+ * samples); fetched is, per input, every partition of it read once (a
+ * 1-partition input: by every task; a scatter's samples, in its staging
+ * stage's bytes, are read by every task: bounds); input rows are what the
+ * stages reading no exchange wrote, and there are some. */
+static void check_figures(const char *name, const fsh_plan_job_stages *js,
+                          const fsh_sched_job_status *s) {
+  int64_t lo = 0, hi = 0, sources = 0;
+  for (int x = 0; x < js->n; x++) {
+    const fsh_sched_plan_stage *st = &js->stages[x];
+    if (st->n_inputs == 0) sources += s->stages[x].rows;
+    for (int i = 0; i < st->n_inputs; i++) {
+      const fsh_sched_plan_stage *in = &js->stages[st->input_stages[i]];
+      int64_t b = s->stages[st->input_stages[i]].bytes;
+      if (in->n_partitions == 1) {
+        lo += st->n_tasks * b, hi += st->n_tasks * b;
+      } else if (st->scatter) {
+        lo += b, hi += st->n_tasks * b;
+        CHECK_MSG(s->stages[x].rows == s->stages[st->input_stages[i]].rows,
+                  "%s: the scatter stage wrote %lld rows, its staging stage says %lld", name,
+                  (long long)s->stages[x].rows, (long long)s->stages[st->input_stages[i]].rows);
+      } else {
+        lo += b, hi += b;
+      }
+    }
+  }
+  CHECK_MSG(s->bytes_fetched >= lo && s->bytes_fetched <= hi && (js->n == 1 || lo > 0),
+            "%s: fetched %lld bytes, expected %lld .. %lld", name, (long long)s->bytes_fetched,
+            (long long)lo, (long long)hi);
+  CHECK_MSG(s->input_rows == sources && sources > 0, "%s: input rows %lld, the source stages "
+            "wrote %lld", name, (long long)s->input_rows, (long long)sources);
+  if (strcmp(name, "join + group-by") == 0) /* its scans' rows go to exchanges unfiltered */
+    CHECK_EQ_INT(s->input_rows, 40000 + 3000);
+}
+
 /* Runs p as a job on the cluster and compares its result with the
  * reference run. */
 static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend kind) {
@@ -141,6 +203,7 @@ static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend
   CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
   CHECK_EQ_INT(s.n_stages, js.n); /* a staged exchange: two stages */
   CHECK(js.n >= fsh_plan_stage_count(p));
+  if (s.n_stages == js.n) check_figures(name, &js, &s);
   fsh_plan_job_stages_free(&js);
   fsh_shuffle_backend *b = client_backend(c, kind);
   fsh_plan_result got, ref;
@@ -280,6 +343,169 @@ static void malformed_bodies(void) {
   stop_cluster(&c);
 }
 
+/* A superseded plan task still running on a live worker is cancelled
+ * there: the worker running one of three long scan tasks is declared dead
+ * (it is alive); its attempt ends ECANCELED "cancelled" (its worker's task
+ * state), the task re-runs elsewhere and the job's result equals the
+ * single-process run's. */
+static void superseded_plan_task_cancelled(void) {
+  cluster c;
+  start_cluster(&c);
+  wait_workers(&c);
+  static const char text[] =
+      "{\"partitions\": 3, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 1500000, "
+      "\"batch_rows\": 4096, \"partitions\": 3, \"key_range\": 5000, \"seed\": 6},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 3},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(text, -1, 0, &p, &err));
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = "superseded", .backend = FSH_TASK_BACKEND_FLIGHT,
+                             .slots_per_worker = 1};
+  if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  uint64_t id = 0;
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c.d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  bool all = false; /* every scan task running, none done */
+  for (int t = 0; t < 1000 && !all; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    all = s.n_stages >= 1 && s.stages[0].tasks_running == 3 && s.stages[0].tasks_done == 0;
+    fsh_sched_job_status_reset(&s);
+    if (!all) usleep(5000); /* (a cancel follows its task to the worker: no wait) */
+  }
+  CHECK_MSG(all, "the scan tasks never all ran at once");
+  int victim = 1;
+  CHECK_OK(fsh_sched_driver_declare_dead(c.d, fsh_shuffle_worker_uri(c.w[victim]),
+                                         "declared by the test", &err));
+  int got = 0;
+  for (int t = 0; t < 1000 && !got; t++) {
+    got = atomic_load(&c.hook[victim].cancelled);
+    if (!got) usleep(10000);
+  }
+  CHECK_MSG(got == 1, "the victim's plan task was not cancelled (%d)", got);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 60000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED && s.verified, "state %d verified %d: %s",
+            (int)s.state, (int)s.verified, s.error ? s.error : "");
+  fsh_shuffle_backend *b = client_backend(&c, FSH_TASK_BACKEND_FLIGHT);
+  fsh_plan_result res, ref;
+  memset(&res, 0, sizeof res);
+  int rc = p ? fsh_plan_job_result(p, &s, b, &res, &err) : EINVAL;
+  CHECK_MSG(rc == 0, "%s", err.message);
+  fsh_plan_run_options ro = {.reference = true};
+  memset(&ref, 0, sizeof ref);
+  if (p) CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+  if (rc == 0 && p) CHECK_OK(fsh_plan_result_compare(p, &res, &ref, &err));
+  fsh_plan_result_reset(&ref);
+  if (s.n_result > 0) CHECK_OK(fsh_shuffle_release(b, s.result[0].shuffle_id, &err));
+  fsh_plan_result_reset(&res);
+  fsh_shuffle_backend_destroy(b);
+  fsh_sched_job_status_reset(&s);
+  for (int i = 0; i < N_WORKERS; i++)
+    if (i != victim) CHECK_EQ_INT(atomic_load(&c.hook[i].cancelled), 0);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+}
+
+/* The workers' operator spill reaches the driver: with a 64 KiB budget
+ * per operator, the sort plan's job reports in its status (from the tasks'
+ * answers) as many operator instances spilled as the in-process run with
+ * that budget (the same partitions: the same instances spill), with files
+ * and bytes, and the workers' spill directory is left empty. */
+static void operator_spill_reported(void) {
+  char dir[] = "/tmp/fsh-test-plancl-spill-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  const char *dirs[1] = {dir};
+  fsh_plan_task_run_options ko = {.operator_memory = 64 << 10, .spill_dirs = dirs,
+                                  .n_spill_dirs = 1};
+  cluster c;
+  start_cluster_with(&c, -1, &ko);
+  wait_workers(&c);
+  fsh_error err;
+  fsh_plan *p = load_example("sort.json");
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = "spill", .backend = FSH_TASK_BACKEND_FLIGHT};
+  if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  uint64_t id = 0;
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c.d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c.d), NULL, id, false, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  fsh_plan_result ref;
+  fsh_plan_run_options ro = {.operator_memory = 64 << 10, .spill_dirs = dirs, .n_spill_dirs = 1};
+  if (p) CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+  CHECK_MSG(ref.operators_spilled > 0, "the in-process run did not spill");
+  CHECK_EQ_INT(s.operators_spilled, ref.operators_spilled);
+  /* files and bytes differ (the in-process sort's runs are cut from
+   * other batches): some of both */
+  CHECK(s.operator_spill_files >= s.operators_spilled && s.operator_spilled_bytes > 0);
+  fsh_plan_result_reset(&ref);
+  /* the result shuffle: released by its reader */
+  fsh_shuffle_backend *b = client_backend(&c, FSH_TASK_BACKEND_FLIGHT);
+  if (s.n_result > 0) CHECK_OK(fsh_shuffle_release(b, s.result[0].shuffle_id, &err));
+  fsh_shuffle_backend_destroy(b);
+  fsh_sched_job_status_reset(&s);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+  CHECK_EQ_INT(dir_entries(dir), 0);
+  CHECK_EQ_INT(rmdir(dir), 0);
+}
+
+/* A job that ends cancels its tasks still running: three long scan tasks
+ * (one per worker, a slot each) over the fs backend, one on the worker
+ * without an fs directory -- it fails, and with max_attempts 1 so does the
+ * job; the two others, still running, are cancelled on their workers
+ * (they end with ECANCELED "cancelled", as their workers' task state
+ * says) and leave no file behind. */
+static void job_end_cancels_running_tasks(void) {
+  cluster c;
+  start_cluster_with(&c, 0, NULL);
+  wait_workers(&c);
+  static const char text[] =
+      "{\"partitions\": 3, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 30000000, "
+      "\"batch_rows\": 4096, \"partitions\": 3, \"key_range\": 5000, \"seed\": 5},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 3},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(text, -1, 0, &p, &err));
+  fsh_buffer *plan = NULL;
+  fsh_plan_job_options jo = {.name = "cancelled", .backend = FSH_TASK_BACKEND_FS,
+                             .max_attempts = 1, .slots_per_worker = 1};
+  if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
+  uint64_t id = 0;
+  if (plan) CHECK_OK(fsh_sched_driver_submit(c.d, plan->data, plan->size, &id, &err));
+  fsh_buffer_unref(plan);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_FAILED);
+  CHECK(s.error && strstr(s.error, "--fs-dir"));
+  if (s.n_stages >= 1) CHECK_EQ_INT(s.stages[0].tasks_done, 0);
+  fsh_sched_job_status_reset(&s);
+  /* the running ones were cancelled: each of the two fs workers says so */
+  int got[N_WORKERS] = {0};
+  for (int t = 0; t < 1000; t++) {
+    for (int i = 0; i < N_WORKERS; i++) got[i] = atomic_load(&c.hook[i].cancelled);
+    if (got[1] == 1 && got[2] == 1) break;
+    usleep(10000);
+  }
+  CHECK_EQ_INT(got[0], 0);
+  CHECK_MSG(got[1] == 1 && got[2] == 1, "cancelled tasks: worker 1 %d, worker 2 %d (1 each "
+            "expected)", got[1], got[2]);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+}
+
 /* Plan-fragment JobPlans the driver refuses at submit, naming the stage
  * and what is wrong. */
 static void bad_job_plans(void) {
@@ -338,6 +564,9 @@ int main(int argc, char **argv) {
       {"plans_fs", plans_fs},
       {"malformed_bodies", malformed_bodies},
       {"bad_job_plans", bad_job_plans},
+      {"job_end_cancels_running_tasks", job_end_cancels_running_tasks},
+      {"operator_spill_reported", operator_spill_reported},
+      {"superseded_plan_task_cancelled", superseded_plan_task_cancelled},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

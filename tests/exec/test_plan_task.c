@@ -7,9 +7,11 @@
  * partition of the result shuffle the row checksums the tasks answered
  * (the test recomputes them from the rows read, over every column). Range and
  * into_partitions exchanges run as a staging and a scatter stage. Malformed
- * bodies are refused with EINVAL naming what is wrong. */
+ * bodies are refused with EINVAL naming what is wrong. A task whose cancel
+ * flag is set stops at its next batch (ECANCELED, its writer aborted). */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +425,181 @@ static void test_staging_required(void) {
   }
 }
 
+/* ---- cancel ---- */
+
+/* A backend over the memory one that counts what its writers do and sets
+ * a cancel flag once `after` batches were written (-1: never). */
+typedef struct spy {
+  fsh_shuffle_backend base, *mem;
+  atomic_bool *flag;
+  int after, writes, closes, aborts;
+} spy;
+
+typedef struct spy_writer {
+  fsh_shuffle_writer base, *in;
+  spy *s;
+} spy_writer;
+
+static int spy_write(fsh_shuffle_writer *w, int32_t part, fsh_batch *b, fsh_error *err) {
+  spy_writer *k = w->state;
+  if (++k->s->writes == k->s->after) atomic_store(k->s->flag, true);
+  return k->in->write(k->in, part, b, err);
+}
+
+static int spy_close(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err) {
+  spy_writer *k = w->state;
+  fsh_shuffle_writer *in = k->in;
+  k->s->closes++;
+  free(k);
+  return in->close(in, out, err);
+}
+
+static void spy_abort(fsh_shuffle_writer *w) {
+  spy_writer *k = w->state;
+  k->s->aborts++;
+  k->in->abort(k->in);
+  free(k);
+}
+
+static int spy_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int64_t map_id,
+                           int32_t attempt, fsh_shuffle_writer **out, fsh_error *err) {
+  spy *s = b->state;
+  spy_writer *k = calloc(1, sizeof *k);
+  int rc = fsh_shuffle_open_writer(s->mem, spec, map_id, attempt, &k->in, err);
+  if (rc) {
+    free(k);
+    return rc;
+  }
+  k->s = s;
+  k->base = (fsh_shuffle_writer){.write = spy_write, .close = spy_close, .abort = spy_abort,
+                                 .state = k};
+  *out = &k->base;
+  return 0;
+}
+
+static int spy_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t part,
+                           const fsh_map_output *src, int64_t n, fsh_batch_stream *out,
+                           fsh_error *err) {
+  spy *s = b->state;
+  return fsh_shuffle_open_reader(s->mem, spec, part, src, n, out, err);
+}
+
+static int spy_release(fsh_shuffle_backend *b, uint64_t id, fsh_error *err) {
+  spy *s = b->state;
+  return fsh_shuffle_release(s->mem, id, err);
+}
+
+static void spy_destroy(fsh_shuffle_backend *b) { (void)b; }
+
+static const fsh_shuffle_backend_ops spy_ops = {.name = "spy", .open_writer = spy_open_writer,
+                                                .open_reader = spy_open_reader,
+                                                .release = spy_release, .destroy = spy_destroy};
+
+/* A plan task whose cancel flag is set while it runs stops at the next
+ * batch: the flag is set by the 5th batch written, the task ends with
+ * ECANCELED ("cancelled"), no 6th batch is written and its writer is
+ * aborted, never closed; without the flag set the same task writes every
+ * row and closes; with the flag set before it starts, nothing is written. */
+static void test_cancel_between_batches(void) {
+  static const char plan[] =
+      "{\"partitions\": 1, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 200000, "
+      "\"batch_rows\": 1000, \"partitions\": 1, \"key_range\": 5000, \"seed\": 3},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 4},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(plan, -1, 0, &p, &err));
+  if (!p) return;
+  fsh_plan_job_stages js;
+  CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+  fsh_shuffle_backend *mem = NULL;
+  CHECK_OK(fsh_shuffle_memory_new(&mem, &err));
+  for (int mode = 0; mode < 3 && js.n >= 1 && mem; mode++) { /* never, after 5, before */
+    atomic_bool flag;
+    atomic_init(&flag, mode == 2);
+    spy s = {.base = {.ops = &spy_ops}, .mem = mem, .flag = &flag, .after = mode == 1 ? 5 : -1};
+    s.base.state = &s;
+    fsh_fragment_task t = {.fragment = (fsh_buffer *)js.stages[0].fragment, .task = 0,
+                           .n_tasks = js.stages[0].n_tasks, .shuffle_id = 9, .map_id = 0,
+                           .backend = FSH_TASK_BACKEND_MEMORY};
+    fsh_plan_task_run_options o = {.cancel = &flag};
+    fsh_map_task_result r;
+    int rc = fsh_plan_task_run(&s.base, &t, &o, &r, NULL, NULL, &err);
+    if (mode == 0) {
+      CHECK_MSG(rc == 0, "%s", err.message);
+      int64_t rows = 0;
+      for (int32_t i = 0; rc == 0 && i < r.output.n_partitions; i++) rows += r.output.rows[i];
+      CHECK_EQ_INT(rows, 200000);
+      CHECK(s.writes > 5);
+      CHECK_EQ_INT(s.closes, 1);
+      CHECK_EQ_INT(s.aborts, 0);
+      if (rc == 0) fsh_map_task_result_reset(&r);
+    } else {
+      CHECK_MSG(rc == ECANCELED && strstr(err.message, "cancelled"), "mode %d: %d %s", mode, rc,
+                rc ? err.message : "ok");
+      CHECK_EQ_INT(s.writes, mode == 1 ? 5 : 0);
+      CHECK_EQ_INT(s.closes, 0);
+      CHECK_EQ_INT(s.aborts, mode == 1 ? 1 : 0);
+    }
+    CHECK_OK(fsh_shuffle_release(mem, 9, &err));
+  }
+  fsh_shuffle_backend_destroy(mem);
+  fsh_plan_job_stages_free(&js);
+  fsh_plan_free(p);
+}
+
+/* The plan-fragment answer with stats: round trip; an answer without
+ * (the "FSRD" form) decodes with stats 0; stats with a nonzero reserved
+ * word are refused. */
+static void test_answer_stats(void) {
+  fsh_error err;
+  int64_t rows[2] = {5, 7}, bytes[2] = {100, 140};
+  uint64_t sums[2] = {11, 13}, cks[2] = {1, 2};
+  fsh_map_task_result r = {.output = {.shuffle_id = 4, .map_id = 1, .attempt = 2,
+                                      .n_partitions = 2, .location = (char *)"loc",
+                                      .rows = rows, .bytes = bytes, .checksums = cks},
+                           .row_checksums = sums, .input_rows = 12, .input_bytes = 240};
+  fsh_fragment_read rd[1] = {{.node = 3, .complete = true, .rows = 9, .checksum = 99}};
+  fsh_fragment_stats st = {.spill_files = 6, .spilled_bytes = 4096, .operators_spilled = 2};
+  fsh_buffer *a = NULL, *b = NULL;
+  CHECK_OK(fsh_fragment_answer_encode_stats(&r, rd, 1, &st, &a, &err));
+  CHECK_OK(fsh_fragment_answer_encode(&r, rd, 1, &b, &err));
+  for (int k = 0; a && b && k < 2; k++) {
+    fsh_buffer *x = k ? b : a;
+    fsh_map_task_result got;
+    fsh_fragment_read *reads = NULL;
+    int32_t n = 0;
+    fsh_fragment_stats gs = {-1, -1, -1};
+    CHECK_OK(fsh_fragment_answer_decode_stats(x->data, x->size, &got, &reads, &n, &gs, &err));
+    CHECK_EQ_INT(n, 1);
+    if (n == 1) CHECK(reads[0].node == 3 && reads[0].rows == 9 && reads[0].checksum == 99);
+    CHECK_EQ_INT(got.output.map_id, 1);
+    CHECK_EQ_INT(got.output.rows[1], 7);
+    CHECK_EQ_INT(gs.spill_files, k ? 0 : 6);
+    CHECK_EQ_INT(gs.spilled_bytes, k ? 0 : 4096);
+    CHECK_EQ_INT(gs.operators_spilled, k ? 0 : 2);
+    fsh_map_task_result_reset(&got);
+    fsh_free(reads);
+    /* the older decoder reads both forms */
+    CHECK_OK(fsh_fragment_answer_decode(x->data, x->size, &got, &reads, &n, &err));
+    CHECK_EQ_INT(n, 1);
+    fsh_map_task_result_reset(&got);
+    fsh_free(reads);
+  }
+  if (a) { /* the reserved word: 8 + 8 bytes before the end */
+    a->data[a->size - 9] = 1;
+    fsh_map_task_result got;
+    fsh_fragment_read *reads = NULL;
+    int32_t n = 0;
+    int rc = fsh_fragment_answer_decode_stats(a->data, a->size, &got, &reads, &n, NULL, &err);
+    CHECK_MSG(rc == EINVAL && strstr(err.message, "stats"), "%d %s", rc, rc ? err.message : "");
+  }
+  fsh_buffer_unref(a);
+  fsh_buffer_unref(b);
+}
+
 /* Malformed bodies: EINVAL naming the problem, never a crash. */
 static void test_malformed(void) {
   fsh_error err;
@@ -508,6 +685,8 @@ int main(int argc, char **argv) {
       {"examples_fs", test_examples_fs},
       {"staging_required", test_staging_required},
       {"malformed", test_malformed},
+      {"cancel_between_batches", test_cancel_between_batches},
+      {"answer_stats", test_answer_stats},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

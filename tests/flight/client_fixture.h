@@ -3,7 +3,7 @@
  * small catalog ("all": the every-type sample batch three times, "big":
  * one batch of a chosen size, "endless": 1 MiB batches until cancelled),
  * a DoPut sink that decodes and keeps what it receives, an echoing
- * DoExchange, and actions "echo" / "count" / "fail". Header-only. */
+ * DoExchange, and actions "echo" / "count" / "fail" / "stall". Header-only. */
 #ifndef FSH_TEST_CLIENT_FIXTURE_H
 #define FSH_TEST_CLIENT_FIXTURE_H
 
@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <flightshuffle/flight.h>
 
@@ -29,7 +30,26 @@ typedef struct fx_server {
   fsh_batch *put[64];
   int64_t put_app_metadata; /* messages that carried app_metadata */
   atomic_int cancelled_sources; /* endless sources released before their end */
+  atomic_int stalls_cancelled;  /* "stall" calls that saw the client cancel */
+  atomic_int stalls_done;       /* "stall" calls whose pause is over */
 } fx_server;
+
+/* The pause of the "stall" ticket and DoPut descriptor: cut short when the
+ * client cancels the call. */
+#define FX_STALL_MS 2000
+
+/* Sleeps FX_STALL_MS, or until call is cancelled; counts which. */
+static inline bool fx_stall(fx_server *fx, fsh_flight_call *call) {
+  bool cancelled = false;
+  for (int i = 0; i < FX_STALL_MS / 10 && !cancelled; i++) {
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+    cancelled = fsh_flight_call_cancelled(call);
+  }
+  if (cancelled) atomic_fetch_add(&fx->stalls_cancelled, 1);
+  atomic_fetch_add(&fx->stalls_done, 1);
+  return cancelled;
+}
 
 /* ---- catalog ------------------------------------------------------------------ */
 
@@ -119,14 +139,18 @@ static int fx_get_schema(void *ctx, fsh_flight_call *call, const fsh_flight_desc
   return rc;
 }
 
-/* "endless": 1 MiB batches until the client goes away. */
+/* "endless": 1 MiB batches until the client goes away. "stall": 2 of
+ * them, then a pause of FX_STALL_MS (fx_stall), then the end. */
 typedef struct fx_endless {
   fsh_flight_source base;
   fx_server *fx;
+  fsh_flight_call *call;
   fsh_ipc_encoder *enc;
   fsh_batch *batch;
   bool schema_sent;
   bool ended;
+  int stall_after; /* batches before the pause; 0 = endless */
+  int sent;
 } fx_endless;
 
 static int fx_endless_next(fsh_flight_source *s, fsh_ipc_payload *out, fsh_buffer **app_metadata,
@@ -137,6 +161,13 @@ static int fx_endless_next(fsh_flight_source *s, fsh_ipc_payload *out, fsh_buffe
     e->schema_sent = true;
     return fsh_ipc_encode_schema(e->enc, out, err);
   }
+  if (e->stall_after > 0 && e->sent == e->stall_after) {
+    e->ended = true;
+    if (fx_stall(e->fx, e->call)) return fsh_error_set(err, ECANCELED, "stall: cancelled");
+    *done = true;
+    return 0;
+  }
+  e->sent++;
   fsh_ipc_payload *ps = NULL;
   int32_t n = 0;
   FSH_RETURN_NOT_OK(fsh_ipc_encode_batch(e->enc, e->batch, &ps, &n, err));
@@ -167,9 +198,11 @@ static int fx_do_get(void *ctx, fsh_flight_call *call, const fsh_bytes *ticket,
     fsh_batch *b = fx_big_batch(fx->big_bytes);
     return fsh_flight_source_from_batches(fsh_schema_ref(b->schema), &b, 1, NULL, out, err);
   }
-  if (strcmp(name, "endless") == 0) {
+  if (strcmp(name, "endless") == 0 || strcmp(name, "stall") == 0) {
     fx_endless *e = fsh_calloc(1, sizeof *e);
     e->fx = fx;
+    e->call = call;
+    e->stall_after = strcmp(name, "stall") == 0 ? 2 : 0;
     e->batch = fx_big_batch(1 << 20);
     e->base.next = fx_endless_next;
     e->base.release = fx_endless_release;
@@ -238,6 +271,11 @@ static void fx_sink_release(fsh_flight_sink *s) {
 static int fx_do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *first,
                      fsh_flight_sink **out, fsh_error *err) {
   fx_server *fx = ctx;
+  /* descriptor path "stall": the handler pauses before reading on */
+  if (first->has_descriptor && first->descriptor.type == FSH_FLIGHT_DESCRIPTOR_PATH &&
+      first->descriptor.n_path == 1 && strcmp(first->descriptor.path[0], "stall") == 0 &&
+      fx_stall(fx, call))
+    return fsh_error_set(err, ECANCELED, "stall: cancelled");
   fx_sink *k = fsh_calloc(1, sizeof *k);
   k->fx = fx;
   k->base = (fsh_flight_sink){fx_sink_message, fx_sink_finish, fx_sink_release, k};
@@ -367,6 +405,9 @@ static int fx_do_action(void *ctx, fsh_flight_call *call, const fsh_flight_actio
     return fsh_flight_result_list_push(out, id, (int64_t)strlen(id));
   }
   if (strcmp(a->type, "fail") == 0) return fsh_error_set(err, EEXIST, "it is already there");
+  if (strcmp(a->type, "stall") == 0) /* answers "done" after FX_STALL_MS */
+    return fx_stall(ctx, call) ? fsh_error_set(err, ECANCELED, "stall: cancelled")
+                               : fsh_flight_result_list_push(out, "done", 4);
   return fsh_error_set(err, ENOTSUP, "no action '%s'", a->type);
 }
 

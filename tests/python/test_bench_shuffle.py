@@ -83,6 +83,7 @@ def check_clean(spill):
     ("flight", []),
     ("flight", ["--compression", "lz4"]),
     ("flight", ["--compression", "zstd"]),
+    ("flight", ["--direct", "off"]),
 ])
 def test_backends_verify(tmp_path, backend, extra):
     p, spill = bench(*SMALL, "--backend", backend, *extra, tmp_path=tmp_path)
@@ -104,6 +105,21 @@ def test_everything_spills_under_a_tiny_memory_limit(tmp_path):
     r = result_fields(p.stdout)
     assert r["verified"] == "yes"
     assert int(r["spilled_bytes"]) > 1 << 20
+    check_clean(spill)
+
+
+def test_direct_reads_on_and_off(tmp_path):
+    # every run once with DoGet, once with same-host direct reads (a fresh
+    # cluster each): both verify, one comparison line is the result
+    p, spill = bench(*SMALL, "--backend", "flight", "--direct", "both", "--runs", "2",
+                     "--memory-limit", "256K", tmp_path=tmp_path, timeout=90)
+    assert p.returncode == 0, p.stderr + p.stdout
+    r = result_fields(p.stdout)
+    assert r["name"] == "bench_shuffle_direct"
+    assert r["verified"] == "yes"
+    assert float(r["gbps_median_on"]) > 0 and float(r["gbps_median_off"]) > 0
+    assert int(r["spilled_bytes"]) > 0
+    assert p.stdout.count("direct reads off:") == 2 and p.stdout.count("direct reads on:") == 2
     check_clean(spill)
 
 

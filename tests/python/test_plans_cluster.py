@@ -189,7 +189,13 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     assert all(gone(x) for x in pids), "a worker outlived the run"
 
 
-def test_operator_memory_reaches_the_workers():
+def spill_line(out):
+    lines = [l for l in out.splitlines() if l.startswith("spill: ")]
+    assert len(lines) == 1, out
+    return dict(kv.split("=", 1) for kv in lines[0][len("spill: "):].split(" | ")[0].split())
+
+
+def test_operator_memory_reaches_the_workers(tmp_path):
     plan = REPO / "examples" / "plans" / "join_group_by.json"
     # within a small budget the operators spill on the workers and the
     # result still verifies
@@ -197,6 +203,23 @@ def test_operator_memory_reaches_the_workers():
     assert r.returncode == 0, r.stdout + r.stderr
     res = result_line(r.stdout)
     assert res["verified"] == "yes" and res["operator_memory"] == str(256 * 1024)
+    # the workers' spill reaches the summary (their answers): as many
+    # operator instances spilled as in the in-process run of the same
+    # partitions with that budget
+    got = spill_line(r.stdout)
+    assert got["operator_memory"] == str(256 * 1024)
+    ref = run("run", plan, "--operator-memory", "256K", "--operator-spill-dir", tmp_path)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    want = spill_line(ref.stdout)
+    assert int(want["operators_spilled"]) > 0
+    assert got["operators_spilled"] == want["operators_spilled"], (r.stdout, ref.stdout)
+    assert int(got["files"]) > 0 and int(got["bytes"]) > 0
+    # the job summary: bytes fetched by the stages reading exchanges, and
+    # input rows (no longer 0)
+    line = [l for l in r.stdout.splitlines() if l.strip().startswith("bytes written")][0]
+    fetched = int(line.split("fetched ")[1].split(",")[0])
+    rows = int(line.split("input ")[1].split(" rows")[0])
+    assert fetched > 0 and rows > 0, line
     # a budget nothing fits in: the job fails naming the operator (so the
     # budget is the workers' own, not ignored)
     r = run("run", plan, "--workers", 2, "--operator-memory", "1", "--max-attempts", "1")

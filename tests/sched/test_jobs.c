@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -45,9 +46,21 @@ typedef struct done_hook {
   atomic_int cancelled;
 } done_hook;
 
+/* While set, the hook holds back the end of every stage-2 task (the
+ * reduces) until it is cleared: the job stays running with every task
+ * placed. */
+static atomic_bool hold_reduces;
+
 static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
                            const char *error, const uint8_t *answer, int64_t answer_size) {
   done_hook *h = ctx;
+  if (atomic_load(&hold_reduces)) {
+    Flightshuffle__Sched__TaskRef *ref =
+        flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
+    bool reduce = ref && ref->stage_id == 2;
+    if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
+    while (reduce && atomic_load(&hold_reduces)) sleep_ms(5);
+  }
   if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
   return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
 }
@@ -506,6 +519,108 @@ static void hung_worker_does_not_stall(void) {
   close(fd);
 }
 
+/* A worker that does not answer the releases of a finished job's shuffles
+ * ("stats", "release") holds up no other job: job A runs on three workers
+ * with the end of its reduces held back, a black hole registers (alive,
+ * never given a task of A), A's reduces end, A's shuffles are released on
+ * every worker -- the call to the hole waits (a 60 s call deadline) -- and
+ * while that call is still pending (the hole's listener has it queued; it
+ * ends only when the test closes the hole) a job B submitted now runs
+ * every map that was not placed on the hole (at most its slots). Then the
+ * hole closes, the calls fail at once, B's maps sent to it are retried
+ * elsewhere and both jobs verify. */
+static void hung_worker_release_does_not_stall(void) {
+  fsh_error err;
+  cluster c;
+  memset(&c, 0, sizeof c);
+  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 60000,
+                                .call_timeout_ms = 60000, .log = getenv("FSH_TEST_LOG") != NULL};
+  CHECK_OK(fsh_sched_driver_start(&o, &c.d, &err));
+  start_workers(&c);
+  for (int t = 0; t < 500; t++) {
+    fsh_sched_worker_list l;
+    CHECK_OK(fsh_sched_driver_workers(c.d, &l, &err));
+    int64_t alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive == N_WORKERS) break;
+    sleep_ms(10);
+  }
+  atomic_store(&hold_reduces, true);
+  fsh_sched_shuffle_job ja = JOB;
+  uint64_t a = submit(&c, &ja);
+  /* every task of A placed: the maps done, the reduces running (held) */
+  bool placed = false;
+  for (int t = 0; t < 2000 && !placed; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, a, false, &s, &err));
+    placed = s.n_stages == 2 && s.stages[0].tasks_done == ja.maps &&
+             s.stages[1].tasks_running == ja.reduces;
+    fsh_sched_job_status_reset(&s);
+    if (!placed) sleep_ms(10);
+  }
+  CHECK_MSG(placed, "job A's reduces never all ran");
+  char hole[64];
+  int fd = black_hole(hole, sizeof hole);
+  Flightshuffle__Sched__Register reg = FLIGHTSHUFFLE__SCHED__REGISTER__INIT;
+  reg.uri = hole;
+  uint8_t rb[128];
+  size_t rn = flightshuffle__sched__register__pack(&reg, rb);
+  CHECK_OK(raw(c.d, "register", rb, rn, &err));
+  atomic_store(&hold_reduces, false);
+  /* A ends (wait_job would wait for its releases too) */
+  int state = FSH_SCHED_JOB_RUNNING;
+  for (int t = 0; t < 2000 && state == FSH_SCHED_JOB_RUNNING; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, a, false, &s, &err));
+    state = s.state;
+    fsh_sched_job_status_reset(&s);
+    if (state == FSH_SCHED_JOB_RUNNING) sleep_ms(10);
+  }
+  CHECK_EQ_INT(state, FSH_SCHED_JOB_SUCCEEDED);
+  /* the driver's call to the hole (a release of A's: it has no task); the
+   * hole sends the HTTP/2 server preface (an empty SETTINGS frame), so the
+   * connection is up and the call waits for its answer till its deadline */
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  CHECK_MSG(poll(&pf, 1, 20000) == 1, "the driver never called the hole");
+  int conn = accept(fd, NULL, NULL);
+  CHECK(conn >= 0);
+  static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+  CHECK(send(conn, settings, sizeof settings, MSG_NOSIGNAL) == (ssize_t)sizeof settings);
+  fsh_sched_shuffle_job jb = JOB;
+  jb.maps = 12;
+  jb.rows = 12 * 2000;
+  jb.seed = 12;
+  uint64_t b = submit(&c, &jb);
+  int32_t done = 0;
+  for (int t = 0; t < 3000 && done < jb.maps - 2; t++) { /* < 30 s: the call's deadline is 60 */
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, b, false, &s, &err));
+    done = s.n_stages ? s.stages[0].tasks_done : 0;
+    fsh_sched_job_status_reset(&s);
+    if (done < jb.maps - 2) sleep_ms(10);
+  }
+  CHECK_MSG(done >= jb.maps - 2, "%d of %d maps of job B done while a release to the hung "
+            "worker was pending: the release stalls the scheduler", done, jb.maps);
+  /* the call to the hole still pending: the driver's connection is open */
+  char peek[1];
+  ssize_t got = recv(conn, peek, 1, MSG_PEEK | MSG_DONTWAIT);
+  CHECK_MSG(got > 0 || (got < 0 && errno == EAGAIN), "the driver's call to the hole ended");
+  close(conn); /* the pending call fails, later ones are refused */
+  close(fd);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, b, 30000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, a, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&ja, &s);
+  fsh_sched_job_status_reset(&s);
+  CHECK_OK(fsh_sched_driver_job_status(c.d, b, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&jb, &s);
+  CHECK_EQ_INT(s.n_recomputed, 0);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
 /* Finished jobs do not pile up: with keep_jobs 3, after 10 small jobs the
  * driver holds 3 (the newest: job-status still answers for them, ENOENT
  * for the older ones). */
@@ -700,6 +815,7 @@ int main(int argc, char **argv) {
       {"late_answers_ignored", late_answers_ignored},
       {"bad_input", bad_input},
       {"hung_worker_does_not_stall", hung_worker_does_not_stall},
+      {"hung_worker_release_does_not_stall", hung_worker_release_does_not_stall},
       {"finished_jobs_are_freed", finished_jobs_are_freed},
       {"superseded_attempt_cancelled", superseded_attempt_cancelled},
   };

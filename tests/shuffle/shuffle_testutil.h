@@ -130,7 +130,11 @@ static const fsh_shuffle_backend_ops stu_flight_ops = {
     "flight", stu_flight_open_writer, stu_flight_open_reader, stu_flight_release,
     stu_flight_destroy};
 
-static inline int stu_make_flight(const char *dir, fsh_shuffle_backend **out, fsh_error *err) {
+/* no_direct: every source of another worker through DoGet, although all
+ * the workers run on this host (else the same-host ones are read
+ * directly: spill files and memory images). */
+static inline int stu_make_flight_opts(const char *dir, bool no_direct, fsh_shuffle_backend **out,
+                                       fsh_error *err) {
   stu_flight *f = STU_OK(calloc(1, sizeof *f));
   fsh_shuffle_backend *b = STU_OK(calloc(1, sizeof *b));
   b->ops = &stu_flight_ops;
@@ -149,7 +153,8 @@ static inline int stu_make_flight(const char *dir, fsh_shuffle_backend **out, fs
     fsh_shuffle_flight_options o = {
         .local = i < STU_FLIGHT_WORKERS ? f->workers[i] : NULL,
         .peers = uris, .n_peers = STU_FLIGHT_WORKERS,
-        .max_parallel_fetches = 2, .max_bytes_in_flight = 256 << 10, .timeout_ms = 60000};
+        .max_parallel_fetches = 2, .max_bytes_in_flight = 256 << 10, .timeout_ms = 60000,
+        .no_direct_reads = no_direct, .direct_min_bytes = -1};
     rc = fsh_shuffle_flight_new(&o, &f->backends[i], err);
   }
   if (rc != 0) {
@@ -160,10 +165,20 @@ static inline int stu_make_flight(const char *dir, fsh_shuffle_backend **out, fs
   return 0;
 }
 
+static inline int stu_make_flight(const char *dir, fsh_shuffle_backend **out, fsh_error *err) {
+  return stu_make_flight_opts(dir, false, out, err);
+}
+static inline int stu_make_flight_doget(const char *dir, fsh_shuffle_backend **out,
+                                        fsh_error *err) {
+  return stu_make_flight_opts(dir, true, out, err);
+}
+
+/* "flight": same-host direct reads on (the default); "flight-doget": off. */
 static const stu_backend stu_backends[] = {
     {"memory", stu_make_memory},
     {"fs", stu_make_fs},
     {"flight", stu_make_flight},
+    {"flight-doget", stu_make_flight_doget},
 };
 #define STU_N_BACKENDS ((int)(sizeof stu_backends / sizeof stu_backends[0]))
 
