@@ -6,7 +6,8 @@
  * upper bound: no process boundary, no copy) and, on a local cluster of N
  * worker processes (cli_local, what `run --workers N` starts; one cluster
  * for the whole bench), as plan-fragment jobs on the flight backend
- * (reducers fetch by DoGet from the worker that wrote) and the fs backend
+ * (readers on the writer's host read its map outputs directly, or with
+ * --direct-reads off fetch them by DoGet as between hosts) and the fs backend
  * (the workers' shared directory). Runs interleaved (memory, fs, flight,
  * memory, ...). Prints per plan and backend the seconds and input GB/s
  * min / median / max, and the flight backend's time ratio to memory and to
@@ -234,12 +235,15 @@ static int usage_ops(void) {
   fprintf(stderr,
           "usage: flightshuffle bench ops [--sort-rows N] [--left-rows N] [--right-rows N]\n"
           "           [--runs K] [--workers N] [--partitions P] [--threads T]\n"
-          "           [--memory-limit BYTES] [--spill-dir DIR] [--operator-memory BYTES]\n"
+          "           [--memory-limit BYTES] [--spill-dir DIR] [--direct-reads on|off]\n"
+          "           [--operator-memory BYTES]\n"
           "  a distributed sort of the synthetic table and a partitioned hash join +\n"
           "  group-by of two keyed tables: on the memory backend in this process (T map\n"
           "  threads), and on a local cluster of N worker processes (default 4;\n"
           "  --flight-workers is the same) through the fs and flight backends (workers'\n"
-          "  --memory-limit and --spill-dir); runs interleaved; every output is checked\n"
+          "  --memory-limit, --spill-dir and --direct-reads: flight readers on the same\n"
+          "  host read the writer's map outputs directly, default on); runs interleaved;\n"
+          "  every output is checked\n"
           "  against a single-process reference run; --operator-memory also runs both on\n"
           "  the memory backend with spilling operators bounded to BYTES, beside the\n"
           "  unbounded run (time ratio).\n"
@@ -262,6 +266,7 @@ int cmd_bench_ops(int argc, char **argv) {
                 .workers = 4, .partitions = 8, .threads = 2,
                 .memory_limit = (int64_t)1 << 30};
   const char *cluster_spill = NULL;
+  bool no_direct_reads = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -276,6 +281,10 @@ int cmd_bench_ops(int argc, char **argv) {
     else if (strcmp(a, "--threads") == 0) ok = ok && ops_int(v, 1, 64, &o.threads);
     else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
     else if (strcmp(a, "--spill-dir") == 0) cluster_spill = v;
+    else if (strcmp(a, "--direct-reads") == 0) {
+      ok = ok && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0);
+      no_direct_reads = ok && strcmp(v, "off") == 0;
+    }
     else if (strcmp(a, "--operator-memory") == 0)
       ok = ok && cli_parse_bytes(v, &o.operator_memory) && o.operator_memory > 0;
     else return usage_ops();
@@ -362,6 +371,7 @@ int cmd_bench_ops(int argc, char **argv) {
   /* the cluster first: cli_local_start wants no thread to exist yet */
   cli_local_options lo = {.n_workers = (int)o.workers, .spill_dir = cluster_spill,
                           .memory_limit = o.memory_limit, .quiet = true, .with_fs_dir = true,
+                          .no_direct_reads = no_direct_reads,
                           .log = getenv("FSH_DRIVER_LOG") != NULL};
   if ((rc = cli_local_start(&lo, &c)) != 0) {
     status = rc;
@@ -392,8 +402,9 @@ int cmd_bench_ops(int argc, char **argv) {
 
   printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions; "
          "memory: in this process, %" PRId64 " map thread(s); fs and flight: a local cluster "
-         "of %d worker processes (driver %s)\n",
-         o.runs, P, o.threads, c.n, fsh_sched_driver_uri(c.driver));
+         "of %d worker processes (driver %s, direct reads %s)\n",
+         o.runs, P, o.threads, c.n, fsh_sched_driver_uri(c.driver),
+         no_direct_reads ? "off" : "on");
   for (int i = 0; i < c.n; i++)
     printf("  worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
   printf("  sort: %" PRId64 " rows of (key int64, value float64, name utf8), %.1f MB\n",

@@ -154,7 +154,8 @@ def _gone(pid):
     return False
 
 
-def test_bench_ops_on_a_cluster(tmp_path):
+@pytest.mark.parametrize("direct_reads", ["on", "off"])
+def test_bench_ops_on_a_cluster(tmp_path, direct_reads):
     """bench ops at a tiny size: the fs and flight rows run as jobs on a local
     cluster of worker processes (their pids printed, every stage's time
     shown), the memory row in process; every run's rows and checksum equal
@@ -165,10 +166,12 @@ def test_bench_ops_on_a_cluster(tmp_path):
     spill.mkdir()
     r = subprocess.run([str(CLI), "bench", "ops", "--sort-rows", "30000", "--left-rows", "30000",
                         "--right-rows", "3000", "--runs", "2", "--workers", "3",
-                        "--partitions", "4", "--spill-dir", str(spill)],
+                        "--partitions", "4", "--spill-dir", str(spill),
+                        "--direct-reads", direct_reads],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
+    assert f"direct reads {direct_reads})" in out.splitlines()[0], out
     last = out.rstrip().splitlines()[-1]
     assert last.startswith("result: "), out
     res = dict(kv.split("=", 1) for kv in last[len("result: "):].split())
@@ -207,3 +210,6 @@ def test_bench_ops_bad_flags():
     r = subprocess.run([str(CLI), "bench", "ops", "--workers", "0"], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and "--workers" in r.stderr
+    r = subprocess.run([str(CLI), "bench", "ops", "--direct-reads", "maybe"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--direct-reads" in r.stderr
