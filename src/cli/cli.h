@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <flightshuffle/exec.h>
 #include <flightshuffle/ipc.h>
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
@@ -167,6 +168,19 @@ void cli_local_stop(cli_local *c);
 bool cli_local_signal(cli_local *c, int ms);
 /* Reaps the workers that ended on their own, reporting them on stderr. */
 void cli_local_reap(cli_local *c);
+
+/* One plan job on a started local cluster (cmd_plan.c; what `run --workers`
+ * does, and `bench ops`): submits plan (fsh_plan_job_plan of p, not taken),
+ * waits for it (progress lines on stdout when progress; a SIGINT/SIGTERM
+ * ends the wait: 130, c->signal set), then reads its result into *res
+ * through the workers' Flight servers (fs: the cluster's fs directory) and
+ * releases the result shuffle. *s: the job's final status when it was
+ * taken (also on failure; the caller resets it), *secs: submit to the
+ * job's end. 0; else an errno code + err ("the job failed: ...") and *res
+ * empty. */
+int cli_plan_cluster_job(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
+                         bool progress, fsh_sched_job_status *s, fsh_plan_result *res,
+                         double *secs, fsh_error *err);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

@@ -1,24 +1,30 @@
 /* cmd_bench_ops.c -- `flightshuffle bench ops` (issue 6 section 4): the
- * shuffling operators on each backend in one process. Two plans over
- * generated data -- a distributed sort of the synthetic table (int64 key +
- * float64 / utf8 payload) and a partitioned hash join of two keyed tables
- * followed by a two-phase group-by -- run on the memory, fs and flight
- * backends (flight: N in-process workers on loopback, map tasks placed on
- * them round-robin, reducers fetching by DoGet), runs interleaved
- * (memory, fs, flight, memory, ...). Prints per plan and backend the
- * seconds and input GB/s min / median / max, and the flight backend's
- * time ratio to memory and to fs (per round, min / median / max), and the
- * same ratio of the process's CPU seconds (every thread, the in-process
- * workers' too: steadier than wall time on a shared machine). Every
- * run's output checksum (the sum of its row hashes) must equal the first
- * memory run's; the last line is `result: ... verified=yes|no`. With
- * --operator-memory B each round also runs both plans on the memory
- * backend with every sort / aggregate / join bounded to B bytes (spilling
- * to a temporary directory): its seconds, the bytes spilled and its time
- * ratio to the unbounded memory run of the same round; its output must
- * equal the memory run's under fsh_plan_result_compare (a spilled join
- * feeds the group-by in another order, so float sums may differ in their
- * last bits). */
+ * shuffling operators on each backend. Two plans over generated data -- a
+ * distributed sort of the synthetic table (int64 key + float64 / utf8
+ * payload) and a partitioned hash join of two keyed tables followed by a
+ * two-phase group-by -- run on the memory backend in this process (the
+ * upper bound: no process boundary, no copy) and, on a local cluster of N
+ * worker processes (cli_local, what `run --workers N` starts; one cluster
+ * for the whole bench), as plan-fragment jobs on the flight backend
+ * (readers on the writer's host read its map outputs directly, or with
+ * --direct-reads off fetch them by DoGet as between hosts) and the fs backend
+ * (the workers' shared directory). Runs interleaved (memory, fs, flight,
+ * memory, ...). Prints per plan and backend the seconds and input GB/s
+ * min / median / max, and the flight backend's time ratio to memory and to
+ * fs (per round, min / median / max), and the same ratio of CPU seconds
+ * (this process's, plus the workers' from /proc for cluster runs: steadier
+ * than wall time on a shared machine); per cluster run the job's stages
+ * (kind, seconds, summed task seconds, bytes). Every run's output (rows
+ * and the sum of its row hashes) must equal the single-process reference
+ * run's (fsh_plan_run_options.reference: no exchanges), and every cluster
+ * job's partition reads must be verified by the driver; the last line is
+ * `result: ... verified=yes|no`. With --operator-memory B each round also
+ * runs both plans on the memory backend with every sort / aggregate / join
+ * bounded to B bytes (spilling to a temporary directory): its seconds, the
+ * bytes spilled and its time ratio to the unbounded memory run of the same
+ * round; its output must equal the memory run's under
+ * fsh_plan_result_compare (a spilled join feeds the group-by in another
+ * order, so float sums may differ in their last bits). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -102,6 +108,42 @@ static int input_bytes(const char *scans_json, int64_t *out, fsh_error *err) {
   return 0;
 }
 
+/* The order-independent checksum of a result: the sum of its row hashes. */
+static int result_sum(const fsh_plan_result *r, uint64_t *sum, fsh_error *err) {
+  uint64_t *h = NULL;
+  int64_t n = 0;
+  *sum = 0;
+  FSH_RETURN_NOT_OK(fsh_plan_result_row_hashes(r, NULL, 0, &h, &n, err));
+  for (int64_t i = 0; i < n; i++) *sum += h[i];
+  fsh_free(h);
+  return 0;
+}
+
+/* CPU seconds (user + system) of process pid so far, from /proc/pid/stat
+ * (fields 14 and 15, after the parenthesised command name); 0 if gone. */
+static double proc_cpu(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, st = 0;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return 0;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* This process's CPU seconds plus every worker process's of c (NULL: only
+ * this process's). */
+static double all_cpu(const cli_local *c) {
+  double t = ops_cpu();
+  for (int i = 0; c && i < c->n; i++) t += proc_cpu(c->proc[i].pid);
+  return t;
+}
+
 /* keep: the result moves there (else it is dropped). */
 static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o, double *secs,
                     double *cpu, uint64_t *sum, int64_t *rows, fsh_plan_result *keep,
@@ -113,15 +155,57 @@ static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o,
   FSH_RETURN_NOT_OK(fsh_plan_run(p, &ro, &r, err));
   *secs = ops_now() - t0;
   *cpu = ops_cpu() - c0;
-  uint64_t *h = NULL;
-  int64_t n = 0;
-  int rc = fsh_plan_result_row_hashes(&r, NULL, 0, &h, &n, err);
-  *sum = 0;
-  for (int64_t i = 0; !rc && i < n; i++) *sum += h[i];
+  int rc = result_sum(&r, sum, err);
   *rows = r.rows;
-  fsh_free(h);
   if (keep && !rc) *keep = r;
   else fsh_plan_result_reset(&r);
+  return rc;
+}
+
+#define OPS_MAX_STAGES 16
+
+/* What each job stage of p does: "staging" (writes its rows into its own
+ * partition for a scatter), "scatter", "result" (the last), or "map". */
+static int stage_labels(const fsh_plan *p, char labels[OPS_MAX_STAGES][12], fsh_error *err) {
+  fsh_plan_job_stages js;
+  FSH_RETURN_NOT_OK(fsh_plan_job_stages_get(p, &js, err));
+  for (int i = 0; i < OPS_MAX_STAGES; i++) {
+    const fsh_sched_plan_stage *st = i < js.n ? &js.stages[i] : NULL;
+    snprintf(labels[i], 12, "%s",
+             !st ? "stage" : st->scatter ? "scatter" : st->result ? "result"
+             : i + 1 < js.n && js.stages[i + 1].scatter ? "staging" : "map");
+  }
+  fsh_plan_job_stages_free(&js);
+  return 0;
+}
+
+/* The plan as one job on the cluster c (its packed JobPlan plan; fs or
+ * flight): wall seconds from submit to the result read, CPU seconds of
+ * this process and the workers, the result's checksum and rows, whether
+ * the driver verified every partition read, and the job's stages
+ * ("label seconds/task-seconds/MB, ...": labels from stage_labels) into
+ * stages. */
+static int run_cluster(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
+                       char labels[OPS_MAX_STAGES][12], double *secs, double *cpu, uint64_t *sum, int64_t *rows, bool *verified,
+                       char *stages, size_t stages_size, fsh_error *err) {
+  fsh_sched_job_status s;
+  fsh_plan_result r;
+  double job_secs = 0, t0 = ops_now(), c0 = all_cpu(c);
+  int rc = cli_plan_cluster_job(c, p, plan, fs, false, &s, &r, &job_secs, err);
+  *secs = ops_now() - t0;
+  *cpu = all_cpu(c) - c0;
+  if (rc == 130) rc = fsh_error_set(err, EINTR, "interrupted");
+  *verified = !rc && s.verified;
+  size_t n = 0;
+  stages[0] = 0;
+  for (int32_t i = 0; !rc && i < s.n_stages && n < stages_size; i++)
+    n += (size_t)snprintf(stages + n, stages_size - n, "%s%s %.2fs/%.2fs/%.0fMB",
+                          i ? ", " : "", labels[i < OPS_MAX_STAGES ? i : OPS_MAX_STAGES - 1],
+                          s.stages[i].seconds, s.stages[i].task_seconds, (double)s.stages[i].bytes / 1e6);
+  fsh_sched_job_status_reset(&s);
+  if (!rc) rc = result_sum(&r, sum, err);
+  *rows = r.rows;
+  fsh_plan_result_reset(&r);
   return rc;
 }
 
@@ -150,14 +234,21 @@ static int run_spilling(const fsh_plan *p, cli_plan_backends *bk, const ops_opts
 static int usage_ops(void) {
   fprintf(stderr,
           "usage: flightshuffle bench ops [--sort-rows N] [--left-rows N] [--right-rows N]\n"
-          "           [--runs K] [--flight-workers N] [--partitions P] [--threads T]\n"
-          "           [--memory-limit BYTES] [--operator-memory BYTES]\n"
+          "           [--runs K] [--workers N] [--partitions P] [--threads T]\n"
+          "           [--memory-limit BYTES] [--spill-dir DIR] [--direct-reads on|off]\n"
+          "           [--operator-memory BYTES]\n"
           "  a distributed sort of the synthetic table and a partitioned hash join +\n"
-          "  group-by of two keyed tables, on the memory, fs and flight backends (flight:\n"
-          "  N in-process workers on loopback), runs interleaved; every output is\n"
-          "  checked against the memory backend's; --operator-memory also runs both on\n"
-          "  the memory backend with spilling operators bounded to BYTES, beside\n"
-          "  the unbounded run (time ratio)\n");
+          "  group-by of two keyed tables: on the memory backend in this process (T map\n"
+          "  threads), and on a local cluster of N worker processes (default 4;\n"
+          "  --flight-workers is the same) through the fs and flight backends (workers'\n"
+          "  --memory-limit, --spill-dir and --direct-reads: flight readers on the same\n"
+          "  host read the writer's map outputs directly, default on); runs interleaved;\n"
+          "  every output is checked\n"
+          "  against a single-process reference run; --operator-memory also runs both on\n"
+          "  the memory backend with spilling operators bounded to BYTES, beside the\n"
+          "  unbounded run (time ratio).\n"
+          "  full size on a 2-core / 24 GiB machine (about 10 minutes):\n"
+          "    --sort-rows 40000000 --left-rows 100000000 --right-rows 10000000 --runs 3\n");
   return 2;
 }
 
@@ -174,6 +265,8 @@ int cmd_bench_ops(int argc, char **argv) {
   ops_opts o = {.sort_rows = 2000000, .left_rows = 2000000, .right_rows = 200000, .runs = 3,
                 .workers = 4, .partitions = 8, .threads = 2,
                 .memory_limit = (int64_t)1 << 30};
+  const char *cluster_spill = NULL;
+  bool no_direct_reads = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -182,10 +275,16 @@ int cmd_bench_ops(int argc, char **argv) {
     else if (strcmp(a, "--left-rows") == 0) ok = ok && ops_int(v, 1, INT64_MAX / 2, &o.left_rows);
     else if (strcmp(a, "--right-rows") == 0) ok = ok && ops_int(v, 1, INT32_MAX, &o.right_rows);
     else if (strcmp(a, "--runs") == 0) ok = ok && ops_int(v, 1, OPS_MAX_RUNS, &o.runs);
-    else if (strcmp(a, "--flight-workers") == 0) ok = ok && ops_int(v, 1, 64, &o.workers);
+    else if (strcmp(a, "--workers") == 0 || strcmp(a, "--flight-workers") == 0)
+      ok = ok && ops_int(v, 1, LOCAL_MAX_WORKERS, &o.workers);
     else if (strcmp(a, "--partitions") == 0) ok = ok && ops_int(v, 1, 4096, &o.partitions);
     else if (strcmp(a, "--threads") == 0) ok = ok && ops_int(v, 1, 64, &o.threads);
     else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
+    else if (strcmp(a, "--spill-dir") == 0) cluster_spill = v;
+    else if (strcmp(a, "--direct-reads") == 0) {
+      ok = ok && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0);
+      no_direct_reads = ok && strcmp(v, "off") == 0;
+    }
     else if (strcmp(a, "--operator-memory") == 0)
       ok = ok && cli_parse_bytes(v, &o.operator_memory) && o.operator_memory > 0;
     else return usage_ops();
@@ -236,74 +335,137 @@ int cmd_bench_ops(int argc, char **argv) {
   const char *names[2] = {"sort", "join_group_by"};
   const char *plans_json[2] = {sort_json, join_json};
   fsh_plan *plans[2] = {NULL, NULL};
+  fsh_buffer *jobs[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [plan][fs, flight] */
+  static char labels[2][OPS_MAX_STAGES][12];
   int64_t bytes[2] = {0, 0};
-  cli_plan_backends bk[OPS_BACKENDS];
-  memset(bk, 0, sizeof bk);
+  cli_plan_backends mem;
+  memset(&mem, 0, sizeof mem);
+  static cli_local c; /* large */
+  bool cluster_up = false;
   fsh_error err;
   int rc = 0, status = 0;
   static double secs[2][OPS_BACKENDS][OPS_MAX_RUNS], cpu[2][OPS_BACKENDS][OPS_MAX_RUNS];
   static double spill_secs[2][OPS_MAX_RUNS];
   int64_t spilled[2] = {0, 0};
   char spill_tmp[64] = "";
-  if (o.operator_memory > 0) {
-    snprintf(spill_tmp, sizeof spill_tmp, "/tmp/fsh-opspill-XXXXXX");
-    if (!mkdtemp(spill_tmp)) return cli_fail(1, "bench ops: mkdtemp: %s", strerror(errno));
-    o.spill_dir = spill_tmp;
-  }
   bool verified = true;
   char result[1024] = "";
   size_t rl = 0;
   for (int w = 0; w < 2 && !rc; w++) {
-    if ((rc = parse_plan(plans_json[w], 0, &plans[w], &err)) != 0)
+    if ((rc = parse_plan(plans_json[w], 0, &plans[w], &err)) != 0) {
       status = cli_fail(1, "bench ops: %s plan: %s", names[w], err.message);
+      break;
+    }
+    if ((rc = stage_labels(plans[w], labels[w], &err)) != 0) {
+      status = cli_fail(1, "bench ops: %s job stages: %s", names[w], err.message);
+      break;
+    }
+    for (int k = 0; k < 2 && !rc; k++) {
+      fsh_plan_job_options jo = {.name = names[w],
+                                 .backend = k == 0 ? FSH_TASK_BACKEND_FS : FSH_TASK_BACKEND_FLIGHT};
+      if ((rc = fsh_plan_job_plan(plans[w], &jo, &jobs[w][k], &err)) != 0)
+        status = cli_fail(1, "bench ops: %s job plan: %s", names[w], err.message);
+    }
+  }
+  if (rc) goto done;
+  /* the cluster first: cli_local_start wants no thread to exist yet */
+  cli_local_options lo = {.n_workers = (int)o.workers, .spill_dir = cluster_spill,
+                          .memory_limit = o.memory_limit, .quiet = true, .with_fs_dir = true,
+                          .no_direct_reads = no_direct_reads,
+                          .log = getenv("FSH_DRIVER_LOG") != NULL};
+  if ((rc = cli_local_start(&lo, &c)) != 0) {
+    status = rc;
+    goto done;
+  }
+  cluster_up = true;
+  if (o.operator_memory > 0) {
+    snprintf(spill_tmp, sizeof spill_tmp, "/tmp/fsh-opspill-XXXXXX");
+    if (!mkdtemp(spill_tmp)) {
+      spill_tmp[0] = 0;
+      status = cli_fail(1, "bench ops: mkdtemp: %s", strerror(errno));
+      goto done;
+    }
+    o.spill_dir = spill_tmp;
   }
   int64_t b1 = 0, b2 = 0;
-  if (!rc && (rc = input_bytes(sort_scan, &bytes[0], &err)) == 0 &&
+  if ((rc = input_bytes(sort_scan, &bytes[0], &err)) == 0 &&
       (rc = input_bytes(facts_scan, &b1, &err)) == 0 && (rc = input_bytes(dims_scan, &b2, &err)) == 0)
     bytes[1] = b1 + b2;
-  if (rc && !status) status = cli_fail(1, "bench ops: generating the input: %s", err.message);
-  for (int k = 0; k < OPS_BACKENDS && !rc; k++)
-    if ((rc = cli_plan_backends_open(ops_backend_names[k], (int)o.workers, NULL, NULL,
-                                     o.memory_limit, &bk[k], &err)) != 0)
-      status = cli_fail(1, "bench ops: %s backend: %s", ops_backend_names[k], err.message);
-  if (rc) goto done;
+  if (rc) {
+    status = cli_fail(1, "bench ops: generating the input: %s", err.message);
+    goto done;
+  }
+  if ((rc = cli_plan_backends_open("memory", 1, NULL, NULL, 0, &mem, &err)) != 0) {
+    status = cli_fail(1, "bench ops: memory backend: %s", err.message);
+    goto done;
+  }
 
-  printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions, "
-         "%" PRId64 " map thread(s); flight: %" PRId64 " in-process workers on loopback\n",
-         o.runs, P, o.threads, o.workers);
+  printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions; "
+         "memory: in this process, %" PRId64 " map thread(s); fs and flight: a local cluster "
+         "of %d worker processes (driver %s, direct reads %s)\n",
+         o.runs, P, o.threads, c.n, fsh_sched_driver_uri(c.driver),
+         no_direct_reads ? "off" : "on");
+  for (int i = 0; i < c.n; i++)
+    printf("  worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
   printf("  sort: %" PRId64 " rows of (key int64, value float64, name utf8), %.1f MB\n",
          o.sort_rows, (double)bytes[0] / 1e6);
   printf("  join_group_by: %" PRId64 " x %" PRId64 " rows (keyed), join on key, group by "
          "category, %.1f MB\n", o.left_rows, o.right_rows, (double)bytes[1] / 1e6);
+  fflush(stdout);
 
   for (int w = 0; w < 2 && !rc; w++) {
+    /* the reference: one single-process run without exchanges */
     uint64_t ref = 0;
-    int64_t ref_rows = -1;
+    int64_t ref_rows = 0;
+    {
+      fsh_plan_run_options ro = {.reference = true};
+      fsh_plan_result r;
+      double t0 = ops_now();
+      if ((rc = fsh_plan_run(plans[w], &ro, &r, &err)) == 0) {
+        rc = result_sum(&r, &ref, &err);
+        ref_rows = r.rows;
+        fsh_plan_result_reset(&r);
+      }
+      if (rc) {
+        status = cli_fail(1, "bench ops: %s reference run: %s", names[w], err.message);
+        break;
+      }
+      printf("  reference %-14s %8.3f s  rows=%" PRId64 " checksum=%016" PRIx64 "\n", names[w],
+             ops_now() - t0, ref_rows, ref);
+      fflush(stdout);
+    }
     for (int64_t run = 0; run < o.runs && !rc; run++) {
       for (int k = 0; k < OPS_BACKENDS && !rc; k++) {
-        uint64_t sum;
-        int64_t rows;
-        fsh_plan_result mem;
-        memset(&mem, 0, sizeof mem);
+        uint64_t sum = 0;
+        int64_t rows = 0;
+        fsh_plan_result kept;
+        memset(&kept, 0, sizeof kept);
         bool spill_here = k == 0 && o.operator_memory > 0;
-        rc = run_once(plans[w], &bk[k], &o, &secs[w][k][run], &cpu[w][k][run], &sum, &rows,
-                      spill_here ? &mem : NULL, &err);
+        bool job_ok = true;
+        char stages[512] = "";
+        if (k == 0)
+          rc = run_once(plans[w], &mem, &o, &secs[w][k][run], &cpu[w][k][run], &sum, &rows,
+                        spill_here ? &kept : NULL, &err);
+        else
+          rc = run_cluster(&c, plans[w], jobs[w][k - 1], k == 1, labels[w], &secs[w][k][run],
+                           &cpu[w][k][run], &sum, &rows, &job_ok, stages, sizeof stages, &err);
         if (rc) {
           status = cli_fail(1, "bench ops: %s on %s: %s", names[w], ops_backend_names[k],
                             err.message);
           break;
         }
-        if (ref_rows < 0) ref = sum, ref_rows = rows;
         bool same = sum == ref && rows == ref_rows;
-        if (!same) verified = false;
+        if (!same || !job_ok) verified = false;
         printf("  run %" PRId64 " %-14s %-7s %8.3f s (cpu %.3f s)  rows=%" PRId64
-               " checksum=%016" PRIx64 "%s\n", run, names[w], ops_backend_names[k],
+               " checksum=%016" PRIx64 "%s%s\n", run, names[w], ops_backend_names[k],
                secs[w][k][run], cpu[w][k][run], rows, sum,
-               same ? "" : "  MISMATCH with the memory backend");
+               same ? "" : "  MISMATCH with the reference",
+               job_ok ? "" : "  NOT VERIFIED by the driver");
+        if (stages[0]) printf("      stages (seconds/task seconds/bytes): %s\n", stages);
         fflush(stdout);
-        if (!rc && spill_here) {
+        if (spill_here) {
           bool same2 = false;
-          rc = run_spilling(plans[w], &bk[k], &o, &mem, &spill_secs[w][run], &spilled[w], &same2,
+          rc = run_spilling(plans[w], &mem, &o, &kept, &spill_secs[w][run], &spilled[w], &same2,
                             &err);
           if (!rc) {
             if (!same2) verified = false;
@@ -316,7 +478,7 @@ int cmd_bench_ops(int argc, char **argv) {
           if (rc)
             status = cli_fail(1, "bench ops: %s spilling on memory: %s", names[w], err.message);
         }
-        fsh_plan_result_reset(&mem);
+        fsh_plan_result_reset(&kept);
       }
     }
     if (rc) break;
@@ -368,12 +530,16 @@ int cmd_bench_ops(int argc, char **argv) {
                            (double)bytes[w] / m[1] / 1e9);
   }
   if (!rc) {
-    printf("result:%s verified=%s\n", result, verified ? "yes" : "no");
+    printf("result: workers=%d%s verified=%s\n", c.n, result, verified ? "yes" : "no");
     if (!verified) status = 1;
   }
 done:
-  for (int k = 0; k < OPS_BACKENDS; k++) cli_plan_backends_close(&bk[k]);
-  for (int w = 0; w < 2; w++) fsh_plan_free(plans[w]);
+  cli_plan_backends_close(&mem);
+  if (cluster_up) cli_local_stop(&c);
+  for (int w = 0; w < 2; w++) {
+    fsh_plan_free(plans[w]);
+    for (int k = 0; k < 2; k++) fsh_buffer_unref(jobs[w][k]);
+  }
   if (spill_tmp[0] && rmdir(spill_tmp) != 0)
     status = cli_fail(1, "bench ops: spill directory %s not removed: %s", spill_tmp,
                       strerror(errno));

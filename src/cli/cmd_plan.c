@@ -290,6 +290,64 @@ static int print_summary(const fsh_plan *p, const char *path, const char *backen
   return status;
 }
 
+/* Runs one job on the started cluster c (see cli.h): submit, wait (progress
+ * lines when progress), the result read through the workers' Flight servers
+ * or the fs directory (each partition checked against its tasks' row
+ * checksums), then the result shuffle released. */
+int cli_plan_cluster_job(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
+                         bool progress, fsh_sched_job_status *s, fsh_plan_result *res,
+                         double *secs, fsh_error *err) {
+  memset(s, 0, sizeof *s);
+  memset(res, 0, sizeof *res);
+  *secs = 0;
+  uint64_t id = 0;
+  double t0 = now_s();
+  int rc = fsh_sched_driver_submit(c->driver, plan->data, plan->size, &id, err);
+  if (rc) return fsh_error_prefix(err, rc, "submit: ");
+  char last[1024] = "";
+  for (;;) {
+    if (fsh_sched_driver_wait_job(c->driver, id, 100, err) == 0) break;
+    if (cli_local_signal(c, 0)) break;
+    cli_local_reap(c);
+    if (progress && fsh_sched_driver_job_status(c->driver, id, false, s, err) == 0) {
+      print_progress(s, last, sizeof last);
+      fsh_sched_job_status_reset(s);
+    }
+  }
+  *secs = now_s() - t0;
+  if (c->signal) return 130;
+  if ((rc = fsh_sched_driver_job_status(c->driver, id, false, s, err)) != 0)
+    return fsh_error_prefix(err, rc, "job status: ");
+  if (progress) print_progress(s, last, sizeof last);
+  if (s->state != FSH_SCHED_JOB_SUCCEEDED)
+    return fsh_error_set(err, EIO, "the job failed: %s", s->error ? s->error : "?");
+  /* the result: through the workers' Flight servers (released on the
+   * alive ones: a lost worker's store is gone with it), or the fs
+   * directory */
+  fsh_shuffle_backend *b = NULL;
+  const char *peers[LOCAL_MAX_WORKERS];
+  int n_peers = 0;
+  fsh_sched_worker_list wl = {0};
+  if ((rc = fsh_sched_driver_workers(c->driver, &wl, err)) == 0)
+    for (int64_t i = 0; i < wl.n && n_peers < LOCAL_MAX_WORKERS; i++)
+      if (wl.items[i].state == FSH_SCHED_WORKER_ALIVE) peers[n_peers++] = wl.items[i].uri;
+  fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = n_peers};
+  if (rc == 0)
+    rc = fs ? fsh_shuffle_fs_new(c->fs_dir, &b, err) : fsh_shuffle_flight_new(&fo, &b, err);
+  if (rc == 0) rc = fsh_plan_job_result(p, s, b, res, err);
+  fsh_error rerr;
+  int rel = 0;
+  if (b && s->n_result > 0 && (rel = fsh_shuffle_release(b, s->result[0].shuffle_id, &rerr)) != 0 &&
+      !rc) {
+    *err = rerr;
+    rc = fsh_error_prefix(err, rel, "releasing the result: ");
+  }
+  fsh_shuffle_backend_destroy(b);
+  fsh_sched_worker_list_reset(&wl);
+  if (rc) fsh_plan_result_reset(res);
+  return rc;
+}
+
 /* Runs p on a local cluster (cli_local: a driver here, r->workers worker
  * processes): the plan's stages as a job of plan-fragment stages, progress
  * while it runs, the job's summary (retried and recomputed tasks with
@@ -322,68 +380,22 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
     printf("worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
   printf("cluster ready: %d workers\n", c.n);
   fflush(stdout);
-  uint64_t id = 0;
-  double t0 = now_s();
-  rc = fsh_sched_driver_submit(c.driver, plan->data, plan->size, &id, &err);
-  fsh_buffer_unref(plan);
-  if (rc) {
-    cli_local_stop(&c);
-    return cli_fail(1, "run: submit: %s", err.message);
-  }
   fsh_sched_job_status s;
-  memset(&s, 0, sizeof s);
-  char last[1024] = "";
-  int status = 0;
-  for (;;) {
-    if (fsh_sched_driver_wait_job(c.driver, id, 100, &err) == 0) break;
-    if (cli_local_signal(&c, 0)) break;
-    cli_local_reap(&c);
-    if (fsh_sched_driver_job_status(c.driver, id, false, &s, &err) == 0) {
-      print_progress(&s, last, sizeof last);
-      fsh_sched_job_status_reset(&s);
-    }
-  }
-  double secs = now_s() - t0;
-  if (c.signal) {
+  fsh_plan_result res;
+  double secs = 0;
+  rc = cli_plan_cluster_job(&c, p, plan, fs, true, &s, &res, &secs, &err);
+  fsh_buffer_unref(plan);
+  if (rc == 130) {
     fprintf(stderr, "flightshuffle: run: %s, stopping the cluster\n",
             c.signal == SIGINT ? "SIGINT" : "SIGTERM");
+    fsh_sched_job_status_reset(&s);
     cli_local_stop(&c);
     return 130;
   }
-  if (fsh_sched_driver_job_status(c.driver, id, false, &s, &err) != 0) {
-    cli_local_stop(&c);
-    return cli_fail(1, "run: job status: %s", err.message);
-  }
-  print_progress(&s, last, sizeof last);
-  fsh_sched_job_status_print(&s, stdout);
+  int status = 0;
+  if (s.n_stages > 0) fsh_sched_job_status_print(&s, stdout);
   fflush(stdout);
-  fsh_plan_result res;
-  memset(&res, 0, sizeof res);
-  if (s.state != FSH_SCHED_JOB_SUCCEEDED) {
-    status = cli_fail(1, "run: %s: the job failed: %s", r->path, s.error ? s.error : "?");
-  } else {
-    /* the result: through the workers' Flight servers (released on the
-     * alive ones: a lost worker's store is gone with it), or the fs
-     * directory */
-    fsh_shuffle_backend *b = NULL;
-    const char *peers[LOCAL_MAX_WORKERS];
-    int n_peers = 0;
-    fsh_sched_worker_list wl = {0};
-    if ((rc = fsh_sched_driver_workers(c.driver, &wl, &err)) == 0)
-      for (int64_t i = 0; i < wl.n && n_peers < LOCAL_MAX_WORKERS; i++)
-        if (wl.items[i].state == FSH_SCHED_WORKER_ALIVE) peers[n_peers++] = wl.items[i].uri;
-    fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = n_peers};
-    if (rc == 0)
-      rc = fs ? fsh_shuffle_fs_new(c.fs_dir, &b, &err) : fsh_shuffle_flight_new(&fo, &b, &err);
-    if (rc == 0) rc = fsh_plan_job_result(p, &s, b, &res, &err);
-    if (rc) status = cli_fail(1, "run: %s: %s", r->path, err.message);
-    fsh_error rerr;
-    if (b && s.n_result > 0 && fsh_shuffle_release(b, s.result[0].shuffle_id, &rerr) != 0 &&
-        !status)
-      status = cli_fail(1, "run: releasing the result: %s", rerr.message);
-    fsh_shuffle_backend_destroy(b);
-    fsh_sched_worker_list_reset(&wl);
-  }
+  if (rc) status = cli_fail(1, "run: %s: %s", r->path, err.message);
   if (!status) {
     int64_t tasks = 0;
     for (int32_t i = 0; i < s.n_stages; i++) tasks += s.stages[i].tasks_total;

@@ -121,18 +121,29 @@ static int held_fill(run_ctx *c, const plan_node *x, int64_t m, held_maps *h, fs
 }
 
 /* The sample of one map's rows (batches[0, n), rows in all, > 0): up to
- * sample_rows rows, evenly spaced. */
+ * sample_rows rows, evenly spaced (global row j * rows / k for j < k), in
+ * row order. Taken from each batch in place and the k rows concatenated:
+ * the map's rows are never copied as a whole (the staging stage of a
+ * distributed sort holds a whole partition here). */
 static int map_sample(const plan_node *x, fsh_batch **batches, int64_t n, int64_t rows,
                       fsh_batch **out, fsh_error *err) {
-  fsh_batch *all = NULL;
-  FSH_RETURN_NOT_OK(fsh_concat(batches, n, &all, err));
+  *out = NULL;
   int64_t k = rows < x->sample_rows ? rows : x->sample_rows;
   int64_t *idx = fsh_malloc((size_t)(k ? k : 1) * sizeof *idx);
-  int rc = idx ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
-  for (int64_t j = 0; !rc && j < k; j++) idx[j] = j * rows / k;
-  if (!rc) rc = fsh_take(all, idx, k, out, err);
+  fsh_batch **takes = fsh_calloc((size_t)(n ? n : 1), sizeof *takes);
+  int rc = idx && takes ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  int64_t n_takes = 0, j = 0, base = 0;
+  for (int64_t i = 0; !rc && i < n; i++) {
+    int64_t len = batches[i]->length, cnt = 0;
+    for (; j < k && j * rows / k < base + len; j++) idx[cnt++] = j * rows / k - base;
+    if (cnt > 0) rc = fsh_take(batches[i], idx, cnt, &takes[n_takes++], err);
+    base += len;
+  }
+  if (!rc && n_takes == 0) rc = fsh_take(batches[0], idx, 0, out, err); /* k == 0 */
+  else if (!rc) rc = fsh_concat(takes, n_takes, out, err);
+  for (int64_t i = 0; takes && i < n_takes; i++) fsh_batch_unref(takes[i]);
+  fsh_free(takes);
   fsh_free(idx);
-  fsh_batch_unref(all);
   return rc;
 }
 

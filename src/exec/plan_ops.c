@@ -39,7 +39,7 @@ typedef struct ostate {
   /* FINAL aggregate under a budget (final_*): the partial-state batches
    * pushed so far (until it spills), then one spill writer / file per
    * grace partition, read back one partition at a time */
-  int64_t fin_held_bytes;
+  fsh_mem_set fin_held; /* the held batches' buffers, each counted once */
   fsh_spill_writer **fin_w;
   fsh_spill_file **fin_files;
   int32_t fin_next;
@@ -73,6 +73,7 @@ static void ostate_free(ostate *s) {
     fsh_spill_file_free(s->fin_files[i]);
   fsh_free(s->fin_files);
   fsh_free(s->fin_keys);
+  fsh_mem_set_reset(&s->fin_held);
   spill_account(s);
   fsh_spill_free(s->spill);
   fsh_free(s);
@@ -280,7 +281,7 @@ static int final_start_spill(ostate *s, fsh_error *err) {
   for (int64_t i = 0; i < s->n_held; i++) FSH_RETURN_NOT_OK(final_scatter(s, s->held[i], err));
   for (int64_t i = 0; i < s->n_held; i++) fsh_batch_unref(s->held[i]);
   s->n_held = 0;
-  s->fin_held_bytes = 0;
+  fsh_mem_set_reset(&s->fin_held);
   return 0;
 }
 
@@ -312,10 +313,9 @@ static int agg_final_bounded(ostate *s, fsh_batch **out, fsh_error *err) {
       } else if (hold(s, b) != 0) {
         fsh_batch_unref(b);
         rc = fsh_error_set(err, ENOMEM, "out of memory");
-      } else {
-        s->fin_held_bytes += fsh_exec_batch_memory(b);
-        if (n->n_keys > 0 && s->fin_held_bytes + fsh_hash_agg_memory(s->agg) > budget)
-          rc = final_start_spill(s, err);
+      } else if ((rc = fsh_mem_set_add(&s->fin_held, b, NULL, err)) == 0 && n->n_keys > 0 &&
+                 s->fin_held.bytes + fsh_hash_agg_memory(s->agg) > budget) {
+        rc = final_start_spill(s, err); /* b is held: freed with the state on error */
       }
       if (rc) return rc;
     }

@@ -132,3 +132,84 @@ def test_group_by_decimal_matches_pyarrow():
     assert got.schema.field("d_sum").type == want.schema.field("d_sum").type  # decimal128(38, 2)
     names = ["g", "d_sum", "d_min", "d_max"]
     assert _rows(got, names) == _rows(want, names)
+
+
+# ---- `flightshuffle bench ops` on a local cluster ---------------------------------
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get("FSH_CLI", REPO / "build" / "flightshuffle"))
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("direct_reads", ["on", "off"])
+def test_bench_ops_on_a_cluster(tmp_path, direct_reads):
+    """bench ops at a tiny size: the fs and flight rows run as jobs on a local
+    cluster of worker processes (their pids printed, every stage's time
+    shown), the memory row in process; every run's rows and checksum equal
+    the single-process reference run's; the result line carries the ratios
+    and verified=yes; no worker outlives the bench and the spill directory
+    is left empty."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    r = subprocess.run([str(CLI), "bench", "ops", "--sort-rows", "30000", "--left-rows", "30000",
+                        "--right-rows", "3000", "--runs", "2", "--workers", "3",
+                        "--partitions", "4", "--spill-dir", str(spill),
+                        "--direct-reads", direct_reads],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert f"direct reads {direct_reads})" in out.splitlines()[0], out
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("result: "), out
+    res = dict(kv.split("=", 1) for kv in last[len("result: "):].split())
+    assert res["verified"] == "yes" and res["workers"] == "3"
+    for w in ["sort", "join_group_by"]:
+        for base in ["memory", "fs"]:
+            assert float(res[f"{w}_flight_vs_{base}"]) > 0
+            assert float(res[f"{w}_flight_vs_{base}_cpu"]) > 0
+        assert float(res[f"{w}_flight_gbps"]) > 0
+    pids = [int(m) for m in re.findall(r"^  worker \d+ grpc://127\.0\.0\.1:\d+ pid (\d+)$", out,
+                                       re.M)]
+    assert len(pids) == 3, out
+    # every run equals the reference: same rows, same checksum
+    for w, rows in [("sort", 30000), ("join_group_by", 64)]:
+        ref = re.search(rf"^  reference {w} +[\d.]+ s  rows=(\d+) checksum=([0-9a-f]{{16}})$",
+                        out, re.M)
+        assert ref, out
+        assert int(ref.group(1)) == rows  # 64 categories (groups) in the dims table
+        runs = re.findall(rf"^  run \d+ {w} +(memory|fs|flight) .* rows=(\d+) "
+                          rf"checksum=([0-9a-f]{{16}})$", out, re.M)
+        assert sorted(b for b, _, _ in runs) == ["flight"] * 2 + ["fs"] * 2 + ["memory"] * 2
+        assert all((n, c) == ref.groups() for _, n, c in runs), runs
+    # the cluster runs name their stages: a distributed sort is staging,
+    # scatter, result; the join + group-by ends with a result stage
+    stages = re.findall(r"^      stages \(seconds/task seconds/bytes\): (.*)$", out, re.M)
+    assert len(stages) == 2 * 2 * 2, out
+    assert sum(1 for s in stages if re.fullmatch(
+        r"staging \S+MB, scatter \S+MB, result \S+MB", s)) == 4, stages
+    assert sum(1 for s in stages if s.startswith("map ") and ", result " in s) == 4, stages
+    time.sleep(0.2)
+    assert all(_gone(p) for p in pids), "a worker outlived the bench"
+    assert list(spill.iterdir()) == []
+
+
+def test_bench_ops_bad_flags():
+    r = subprocess.run([str(CLI), "bench", "ops", "--workers", "0"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and "--workers" in r.stderr
+    r = subprocess.run([str(CLI), "bench", "ops", "--direct-reads", "maybe"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--direct-reads" in r.stderr
