@@ -44,6 +44,9 @@ static void sleep_ms(int64_t ms) {
 typedef struct done_hook {
   fsh_sched_notifier *n;
   atomic_int cancelled;
+  atomic_int maps_acked; /* stage-1 tasks that ended ok and whose task-done the
+                            driver answered (it records the output's holder
+                            before answering) */
 } done_hook;
 
 /* While set, the hook holds back the end of every stage-2 task (the
@@ -62,7 +65,14 @@ static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int 
     while (reduce && atomic_load(&hold_reduces)) sleep_ms(5);
   }
   if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
-  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+  bool map = false;
+  Flightshuffle__Sched__TaskRef *ref =
+      flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
+  if (ref) map = ref->stage_id == 1;
+  if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
+  bool sent = fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+  if (sent && rc == 0 && map) atomic_fetch_add(&h->maps_acked, 1);
+  return sent;
 }
 
 typedef struct cluster {
@@ -79,6 +89,7 @@ static void start_workers(cluster *c) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
     c->hook[i].n = c->n[i];
     atomic_init(&c->hook[i].cancelled, 0);
+    atomic_init(&c->hook[i].maps_acked, 0);
     fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
                                     .n_threads = 6, .on_task_done = hook_task_done,
                                     .on_task_done_ctx = &c->hook[i],
@@ -323,17 +334,15 @@ static void lost_worker_recomputes_its_maps(void) {
     bool over = s.state != FSH_SCHED_JOB_RUNNING;
     fsh_sched_job_status_reset(&s);
     if (over) break;
-    if (some) {
-      /* the worker holding most map outputs (and, 10 ms later, surely
-       * known to the driver as their holder) */
-      int best = 0;
-      int64_t most = -1;
-      for (int i = 0; i < N_WORKERS; i++) {
-        fsh_shuffle_store_stats st;
-        fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[i]), &st);
-        if (st.map_outputs > most) most = st.map_outputs, best = i;
-      }
-      sleep_ms(10);
+    /* the worker of which the driver knows most map outputs (it answered
+     * their task-done: it recorded the holder before answering) -- not
+     * what the stores hold, which is ahead of what the driver knows */
+    int best = -1, most = 0;
+    for (int i = 0; some && i < N_WORKERS; i++) {
+      int acked = atomic_load(&c.hook[i].maps_acked);
+      if (acked > most) most = acked, best = i;
+    }
+    if (best >= 0) {
       victim = fsh_shuffle_worker_uri(c.w[best]);
       CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
       /* what the victim held at that moment (and maybe one more finishing
@@ -664,18 +673,37 @@ static void finished_jobs_are_freed(void) {
   stop_cluster(&c);
 }
 
+/* Waits (up to 10 s) until n workers are alive in the driver. */
+static void wait_alive(cluster *c, int64_t n) {
+  fsh_error err;
+  int64_t alive = 0;
+  for (int t = 0; t < 1000 && alive < n; t++) {
+    fsh_sched_worker_list l;
+    CHECK_OK(fsh_sched_driver_workers(c->d, &l, &err));
+    alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive < n) sleep_ms(10);
+  }
+  CHECK_MSG(alive == n, "%lld of %lld workers registered", (long long)alive, (long long)n);
+}
+
 /* A superseded attempt still running on a live worker is cancelled there:
  * the worker running a long map is declared dead (it is alive); its
  * attempt ends with ECANCELED well before it would have finished, its late
- * failure is ignored, the map re-runs elsewhere and the job verifies. */
+ * failure is ignored, the map re-runs elsewhere and the job verifies.
+ * Every worker registers before the job is submitted (one map each, at
+ * once), and the maps are long (~0.6 s each in release, far more under
+ * asan) against the ~50 ms from "all running" to the cancel. */
 static void superseded_attempt_cancelled(void) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 60000, true);
+  wait_alive(&c, N_WORKERS);
   fsh_sched_shuffle_job j = JOB;
   j.maps = 3;
   j.reduces = 3;
-  j.rows = 3 * 500000;
+  j.rows = 3 * 1000000;
+  j.compression = FSH_COMPRESSION_ZSTD; /* 2 outputs fit a worker's 64 MiB */
   j.batch_rows = 5000;
   j.slots_per_worker = 1;
   uint64_t id = submit(&c, &j);
