@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -47,6 +48,8 @@ typedef struct done_hook {
   atomic_int maps_acked; /* stage-1 tasks that ended ok and whose task-done the
                             driver answered (it records the output's holder
                             before answering) */
+  atomic_int held;       /* reduces held back right now (hold_reduces) */
+  atomic_bool gone;      /* the worker "died": its tasks' ends are never reported */
 } done_hook;
 
 /* While set, the hook holds back the end of every stage-2 task (the
@@ -62,8 +65,11 @@ static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int 
         flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
     bool reduce = ref && ref->stage_id == 2;
     if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
+    if (reduce) atomic_fetch_add(&h->held, 1);
     while (reduce && atomic_load(&hold_reduces)) sleep_ms(5);
+    if (reduce) atomic_fetch_sub(&h->held, 1);
   }
+  if (atomic_load(&h->gone)) return false;
   if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
   bool map = false;
   Flightshuffle__Sched__TaskRef *ref =
@@ -90,6 +96,8 @@ static void start_workers(cluster *c) {
     c->hook[i].n = c->n[i];
     atomic_init(&c->hook[i].cancelled, 0);
     atomic_init(&c->hook[i].maps_acked, 0);
+    atomic_init(&c->hook[i].held, 0);
+    atomic_init(&c->hook[i].gone, false);
     fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
                                     .n_threads = 6, .on_task_done = hook_task_done,
                                     .on_task_done_ctx = &c->hook[i],
@@ -749,6 +757,104 @@ static void superseded_attempt_cancelled(void) {
   stop_cluster(&c);
 }
 
+/* Whether a TCP connect to the host:port of a grpc:// uri is refused. */
+static bool refused(const char *uri) {
+  const char *colon = strrchr(uri, ':');
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                          .sin_port = htons((uint16_t)atoi(colon ? colon + 1 : "0"))};
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  bool r = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED;
+  if (fd >= 0) close(fd);
+  return r;
+}
+
+static void *stop_worker_thread(void *w) {
+  fsh_shuffle_worker_stop(w, 1000);
+  return NULL;
+}
+
+/* A worker process that dies while a reduce runs ON it, with a heartbeat
+ * timeout of a minute: every fetch of the other reduces is over, so no
+ * fetch fails to tell the driver; the only signal is that the worker's
+ * address refuses the driver's task-wait poll of that reduce. The reduce
+ * is retried elsewhere within seconds (listed as retried, naming the
+ * worker and the refused poll), the job verifies, and ends well before
+ * the heartbeat timeout could have declared the worker dead. The "death":
+ * its heartbeats stop, its server stops (connections refused) and the
+ * end of its reduce is never reported. */
+static void dead_worker_running_reduce_noticed(void) {
+  fsh_error err;
+  cluster c;
+  const int64_t timeout_ms = 60000;
+  start_cluster(&c, timeout_ms, true);
+  wait_alive(&c, N_WORKERS);
+  atomic_store(&hold_reduces, true);
+  uint64_t id = submit(&c, &JOB);
+  /* every reduce placed and held back on its worker (done, unreported) */
+  int victim = -1;
+  for (int t = 0; t < 2000 && victim < 0; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    bool placed = s.n_stages == 2 && s.stages[0].tasks_done == JOB.maps &&
+                  s.stages[1].tasks_running == JOB.reduces;
+    fsh_sched_job_status_reset(&s);
+    int held = 0;
+    for (int i = 0; i < N_WORKERS; i++) held += atomic_load(&c.hook[i].held);
+    for (int i = 0; placed && held == JOB.reduces && i < N_WORKERS && victim < 0; i++)
+      if (atomic_load(&c.hook[i].held) > 0) victim = i;
+    if (victim < 0) sleep_ms(10);
+  }
+  CHECK_MSG(victim >= 0, "the reduces were never all held on their workers");
+  if (victim < 0) {
+    atomic_store(&hold_reduces, false);
+    stop_cluster(&c);
+    return;
+  }
+  char uri[320];
+  snprintf(uri, sizeof uri, "%s", fsh_shuffle_worker_uri(c.w[victim]));
+  int victim_reduces = atomic_load(&c.hook[victim].held);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  atomic_store(&c.hook[victim].gone, true);
+  fsh_sched_heartbeat_stop(c.h[victim]);
+  c.h[victim] = NULL;
+  /* its server stops now; the stop then joins its tasks (held: they end
+   * once the hold is lifted, unreported) */
+  pthread_t stopper;
+  CHECK(pthread_create(&stopper, NULL, stop_worker_thread, c.w[victim]) == 0);
+  bool down = false;
+  for (int t = 0; t < 500 && !down; t++) {
+    down = refused(uri);
+    if (!down) sleep_ms(10);
+  }
+  CHECK_MSG(down, "the victim %s still accepts connections", uri);
+  atomic_store(&hold_reduces, false);
+  pthread_join(stopper, NULL);
+  c.w[victim] = NULL;
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 40000, &err));
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_against_reference(&s);
+  /* every reduce that ran on the victim was retried for the refused poll */
+  int polled = 0;
+  for (int32_t i = 0; i < s.n_retried; i++)
+    if (s.retried[i].stage_id == 2 && strstr(s.retried[i].reason, uri) &&
+        strstr(s.retried[i].reason, "task-wait"))
+      polled++;
+  CHECK_MSG(polled == victim_reduces, "%d reduces retried for a refused task-wait on %s, %d ran "
+            "on it", polled, uri, victim_reduces);
+  /* noticed by the poll (every 2 s), not by the heartbeat timeout: a
+   * quarter of it is a generous margin on a loaded box */
+  CHECK_MSG(took < timeout_ms / 4000.0, "the job took %.1f s after the worker died (heartbeat "
+            "timeout %.0f s)", took, timeout_ms / 1000.0);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
 /* Bad control input: clear errors, the driver keeps serving. */
 static void bad_input(void) {
   fsh_error err;
@@ -846,6 +952,7 @@ int main(int argc, char **argv) {
       {"hung_worker_release_does_not_stall", hung_worker_release_does_not_stall},
       {"finished_jobs_are_freed", finished_jobs_are_freed},
       {"superseded_attempt_cancelled", superseded_attempt_cancelled},
+      {"dead_worker_running_reduce_noticed", dead_worker_running_reduce_noticed},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }
