@@ -129,7 +129,12 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    workers' launches. A "task" call that fails (timeout, unreachable)
  *    retries the attempt elsewhere (not counted against max_attempts) and
  *    makes the worker suspect: nothing is placed on it (nor sent to it)
- *    until its next heartbeat;
+ *    until its next heartbeat. So does a "task-wait" poll (every 2 s of
+ *    an attempt running 2 s or more) that finds nobody serving at the
+ *    worker's address (refused, reset, unavailable: a dead process on a
+ *    live host): the attempt is retried elsewhere within seconds rather
+ *    than at the heartbeat timeout. A poll that times out (a slow or
+ *    stopped worker) changes nothing: the heartbeat timeout decides;
  *  - cancellation: an attempt superseded while it may still run on a
  *    worker (its worker declared dead, an input of it lost) or running when
  *    its job ends is cancelled there with the worker's DoAction "cancel"

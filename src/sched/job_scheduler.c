@@ -402,6 +402,45 @@ static bool transport_error(int rc) {
          rc == EPIPE || rc == ENOENT;
 }
 
+/* A call that found nobody serving at the worker's address: the
+ * connection refused or reset, the stream unavailable (UNAVAILABLE ->
+ * EAGAIN) -- a dead process on a live host, or a worker restarting. Not
+ * a deadline (ETIMEDOUT): a slow or stopped worker answers late, the
+ * heartbeat timeout decides about it. */
+static bool unreachable_error(int rc) {
+  return rc == EAGAIN || rc == ECONNREFUSED || rc == ECONNRESET || rc == EPIPE;
+}
+
+/* The running attempt x of task k could not be sent to its worker, or its
+ * worker no longer serves (its task-wait poll was refused): the attempt
+ * failed -- listed as retried with why, pending again, not counted
+ * against the task -- and the worker is suspect: nothing more is placed
+ * on it until it heartbeats again (a healthy worker that had a transient
+ * error does so within a heartbeat interval and is used again; its
+ * outputs stay; a dead one is declared dead by its heartbeat timeout, or
+ * by a fetch from it failing). mu held. */
+static void attempt_unreachable(fsh_sched_driver *d, sched_job *j, const launch *x, jtask *k,
+                                const char *what, const fsh_error *err) {
+  fsh_job_event_push(&j->retried, j->stages[x->stage].id, x->task, x->attempt, "%s %s failed: %s",
+                     what, x->uri, err->message);
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u task %d attempt %d: %s %s "
+            "failed (%s): retried elsewhere\n", j->id, j->stages[x->stage].id, x->task,
+            x->attempt, what, x->uri, err->message);
+  k->state = T_PENDING;
+  k->wtask = 0;
+  fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, &j->stages[x->stage]));
+  driver_worker *w = fsh_job_find_worker(d, k->worker_id);
+  if (w && w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms) {
+    w->suspect_ms = fsh_sched_now_ms();
+    if (d->log)
+      fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no "
+              "tasks placed on it until it heartbeats again\n", w->id, w->uri, err->message);
+  }
+  d->kick = true;
+  pthread_cond_broadcast(&d->sched_cv);
+}
+
 static void run_release(fsh_sched_driver *d, launch *x);
 
 /* Sends one launch or poll (mu NOT held), then records what came of it. */
@@ -459,6 +498,8 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
                             res.items[0].size - 1);
     else if (current && rc != 0 && !transport_error(rc))
       fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
+    else if (current && unreachable_error(rc)) /* a dead process: no task-done will come */
+      attempt_unreachable(d, j, x, k, "its worker does not serve any more: task-wait on", &err);
   } else {
     if (k) k->sending = false;
     if (current && rc == 0) {
@@ -466,25 +507,8 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
       for (int i = 0; i < 8; i++) id |= (uint64_t)res.items[0].data[i] << (8 * i);
       k->wtask = id;
     } else if (current && transport_error(rc)) {
-      /* the worker does not answer (hung, stopped, gone): the attempt
-       * failed -- retried elsewhere, not counted against the task -- and
-       * the worker is suspect: nothing more is placed on it until it
-       * heartbeats again (a dead one is then declared dead by its
-       * heartbeat timeout, or by a fetch from it failing) */
-      fsh_job_event_push(&j->retried, j->stages[x->stage].id, x->task, x->attempt,
-                         "sending it to %s failed: %s", x->uri, err.message);
-      k->state = T_PENDING;
-      k->wtask = 0;
-      fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, &j->stages[x->stage]));
-      driver_worker *w = fsh_job_find_worker(d, k->worker_id);
-      if (w && w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms) {
-        w->suspect_ms = fsh_sched_now_ms();
-        if (d->log)
-          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s suspect (%s): no "
-                  "tasks placed on it until it heartbeats again\n", w->id, w->uri, err.message);
-      }
-      d->kick = true;
-      pthread_cond_broadcast(&d->sched_cv);
+      /* the worker does not answer (hung, stopped, gone) */
+      attempt_unreachable(d, j, x, k, "sending it to", &err);
     } else if (current) {
       fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
     }

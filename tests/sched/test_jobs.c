@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -44,6 +45,11 @@ static void sleep_ms(int64_t ms) {
 typedef struct done_hook {
   fsh_sched_notifier *n;
   atomic_int cancelled;
+  atomic_int maps_acked; /* stage-1 tasks that ended ok and whose task-done the
+                            driver answered (it records the output's holder
+                            before answering) */
+  atomic_int held;       /* reduces held back right now (hold_reduces) */
+  atomic_bool gone;      /* the worker "died": its tasks' ends are never reported */
 } done_hook;
 
 /* While set, the hook holds back the end of every stage-2 task (the
@@ -59,10 +65,20 @@ static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int 
         flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
     bool reduce = ref && ref->stage_id == 2;
     if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
+    if (reduce) atomic_fetch_add(&h->held, 1);
     while (reduce && atomic_load(&hold_reduces)) sleep_ms(5);
+    if (reduce) atomic_fetch_sub(&h->held, 1);
   }
+  if (atomic_load(&h->gone)) return false;
   if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
-  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+  bool map = false;
+  Flightshuffle__Sched__TaskRef *ref =
+      flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
+  if (ref) map = ref->stage_id == 1;
+  if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
+  bool sent = fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+  if (sent && rc == 0 && map) atomic_fetch_add(&h->maps_acked, 1);
+  return sent;
 }
 
 typedef struct cluster {
@@ -79,6 +95,9 @@ static void start_workers(cluster *c) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
     c->hook[i].n = c->n[i];
     atomic_init(&c->hook[i].cancelled, 0);
+    atomic_init(&c->hook[i].maps_acked, 0);
+    atomic_init(&c->hook[i].held, 0);
+    atomic_init(&c->hook[i].gone, false);
     fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
                                     .n_threads = 6, .on_task_done = hook_task_done,
                                     .on_task_done_ctx = &c->hook[i],
@@ -323,17 +342,15 @@ static void lost_worker_recomputes_its_maps(void) {
     bool over = s.state != FSH_SCHED_JOB_RUNNING;
     fsh_sched_job_status_reset(&s);
     if (over) break;
-    if (some) {
-      /* the worker holding most map outputs (and, 10 ms later, surely
-       * known to the driver as their holder) */
-      int best = 0;
-      int64_t most = -1;
-      for (int i = 0; i < N_WORKERS; i++) {
-        fsh_shuffle_store_stats st;
-        fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[i]), &st);
-        if (st.map_outputs > most) most = st.map_outputs, best = i;
-      }
-      sleep_ms(10);
+    /* the worker of which the driver knows most map outputs (it answered
+     * their task-done: it recorded the holder before answering) -- not
+     * what the stores hold, which is ahead of what the driver knows */
+    int best = -1, most = 0;
+    for (int i = 0; some && i < N_WORKERS; i++) {
+      int acked = atomic_load(&c.hook[i].maps_acked);
+      if (acked > most) most = acked, best = i;
+    }
+    if (best >= 0) {
       victim = fsh_shuffle_worker_uri(c.w[best]);
       CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
       /* what the victim held at that moment (and maybe one more finishing
@@ -664,18 +681,37 @@ static void finished_jobs_are_freed(void) {
   stop_cluster(&c);
 }
 
+/* Waits (up to 10 s) until n workers are alive in the driver. */
+static void wait_alive(cluster *c, int64_t n) {
+  fsh_error err;
+  int64_t alive = 0;
+  for (int t = 0; t < 1000 && alive < n; t++) {
+    fsh_sched_worker_list l;
+    CHECK_OK(fsh_sched_driver_workers(c->d, &l, &err));
+    alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive < n) sleep_ms(10);
+  }
+  CHECK_MSG(alive == n, "%lld of %lld workers registered", (long long)alive, (long long)n);
+}
+
 /* A superseded attempt still running on a live worker is cancelled there:
  * the worker running a long map is declared dead (it is alive); its
  * attempt ends with ECANCELED well before it would have finished, its late
- * failure is ignored, the map re-runs elsewhere and the job verifies. */
+ * failure is ignored, the map re-runs elsewhere and the job verifies.
+ * Every worker registers before the job is submitted (one map each, at
+ * once), and the maps are long (~0.6 s each in release, far more under
+ * asan) against the ~50 ms from "all running" to the cancel. */
 static void superseded_attempt_cancelled(void) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 60000, true);
+  wait_alive(&c, N_WORKERS);
   fsh_sched_shuffle_job j = JOB;
   j.maps = 3;
   j.reduces = 3;
-  j.rows = 3 * 500000;
+  j.rows = 3 * 1000000;
+  j.compression = FSH_COMPRESSION_ZSTD; /* 2 outputs fit a worker's 64 MiB */
   j.batch_rows = 5000;
   j.slots_per_worker = 1;
   uint64_t id = submit(&c, &j);
@@ -718,6 +754,104 @@ static void superseded_attempt_cancelled(void) {
   fsh_sched_job_status_reset(&s);
   for (int i = 0; i < N_WORKERS; i++)
     if (i != victim) CHECK_EQ_INT(atomic_load(&c.hook[i].cancelled), 0);
+  stop_cluster(&c);
+}
+
+/* Whether a TCP connect to the host:port of a grpc:// uri is refused. */
+static bool refused(const char *uri) {
+  const char *colon = strrchr(uri, ':');
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                          .sin_port = htons((uint16_t)atoi(colon ? colon + 1 : "0"))};
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  bool r = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED;
+  if (fd >= 0) close(fd);
+  return r;
+}
+
+static void *stop_worker_thread(void *w) {
+  fsh_shuffle_worker_stop(w, 1000);
+  return NULL;
+}
+
+/* A worker process that dies while a reduce runs ON it, with a heartbeat
+ * timeout of a minute: every fetch of the other reduces is over, so no
+ * fetch fails to tell the driver; the only signal is that the worker's
+ * address refuses the driver's task-wait poll of that reduce. The reduce
+ * is retried elsewhere within seconds (listed as retried, naming the
+ * worker and the refused poll), the job verifies, and ends well before
+ * the heartbeat timeout could have declared the worker dead. The "death":
+ * its heartbeats stop, its server stops (connections refused) and the
+ * end of its reduce is never reported. */
+static void dead_worker_running_reduce_noticed(void) {
+  fsh_error err;
+  cluster c;
+  const int64_t timeout_ms = 60000;
+  start_cluster(&c, timeout_ms, true);
+  wait_alive(&c, N_WORKERS);
+  atomic_store(&hold_reduces, true);
+  uint64_t id = submit(&c, &JOB);
+  /* every reduce placed and held back on its worker (done, unreported) */
+  int victim = -1;
+  for (int t = 0; t < 2000 && victim < 0; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    bool placed = s.n_stages == 2 && s.stages[0].tasks_done == JOB.maps &&
+                  s.stages[1].tasks_running == JOB.reduces;
+    fsh_sched_job_status_reset(&s);
+    int held = 0;
+    for (int i = 0; i < N_WORKERS; i++) held += atomic_load(&c.hook[i].held);
+    for (int i = 0; placed && held == JOB.reduces && i < N_WORKERS && victim < 0; i++)
+      if (atomic_load(&c.hook[i].held) > 0) victim = i;
+    if (victim < 0) sleep_ms(10);
+  }
+  CHECK_MSG(victim >= 0, "the reduces were never all held on their workers");
+  if (victim < 0) {
+    atomic_store(&hold_reduces, false);
+    stop_cluster(&c);
+    return;
+  }
+  char uri[320];
+  snprintf(uri, sizeof uri, "%s", fsh_shuffle_worker_uri(c.w[victim]));
+  int victim_reduces = atomic_load(&c.hook[victim].held);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  atomic_store(&c.hook[victim].gone, true);
+  fsh_sched_heartbeat_stop(c.h[victim]);
+  c.h[victim] = NULL;
+  /* its server stops now; the stop then joins its tasks (held: they end
+   * once the hold is lifted, unreported) */
+  pthread_t stopper;
+  CHECK(pthread_create(&stopper, NULL, stop_worker_thread, c.w[victim]) == 0);
+  bool down = false;
+  for (int t = 0; t < 500 && !down; t++) {
+    down = refused(uri);
+    if (!down) sleep_ms(10);
+  }
+  CHECK_MSG(down, "the victim %s still accepts connections", uri);
+  atomic_store(&hold_reduces, false);
+  pthread_join(stopper, NULL);
+  c.w[victim] = NULL;
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 40000, &err));
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_against_reference(&s);
+  /* every reduce that ran on the victim was retried for the refused poll */
+  int polled = 0;
+  for (int32_t i = 0; i < s.n_retried; i++)
+    if (s.retried[i].stage_id == 2 && strstr(s.retried[i].reason, uri) &&
+        strstr(s.retried[i].reason, "task-wait"))
+      polled++;
+  CHECK_MSG(polled == victim_reduces, "%d reduces retried for a refused task-wait on %s, %d ran "
+            "on it", polled, uri, victim_reduces);
+  /* noticed by the poll (every 2 s), not by the heartbeat timeout: a
+   * quarter of it is a generous margin on a loaded box */
+  CHECK_MSG(took < timeout_ms / 4000.0, "the job took %.1f s after the worker died (heartbeat "
+            "timeout %.0f s)", took, timeout_ms / 1000.0);
+  fsh_sched_job_status_reset(&s);
   stop_cluster(&c);
 }
 
@@ -818,6 +952,7 @@ int main(int argc, char **argv) {
       {"hung_worker_release_does_not_stall", hung_worker_release_does_not_stall},
       {"finished_jobs_are_freed", finished_jobs_are_freed},
       {"superseded_attempt_cancelled", superseded_attempt_cancelled},
+      {"dead_worker_running_reduce_noticed", dead_worker_running_reduce_noticed},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }
