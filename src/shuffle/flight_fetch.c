@@ -86,7 +86,10 @@ static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
     else sl->head = it;
     sl->tail = it;
     r->in_flight += it->bytes;
-    pthread_cond_broadcast(&r->cv);
+    /* Only the consumer waits for batches, and only for the source being
+     * consumed: a batch for a later source wakes nobody (at 1000 x 1000
+     * most batches are, and each spurious wakeup was a context switch). */
+    if (s == r->cur) pthread_cond_broadcast(&r->cv);
   }
   pthread_mutex_unlock(&r->mu);
   if (closing) {
@@ -100,7 +103,7 @@ static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
 static void mark_done(fetch *f, int64_t s) {
   pthread_mutex_lock(&f->r->mu);
   f->r->slots[s].done = true;
-  pthread_cond_broadcast(&f->r->cv);
+  if (s == f->r->cur) pthread_cond_broadcast(&f->r->cv); /* as in enqueue */
   pthread_mutex_unlock(&f->r->mu);
 }
 
