@@ -26,6 +26,7 @@
 #include <flightshuffle/sched.h>
 
 #include "../test.h"
+#include "plan_examples.h"
 
 #define N_WORKERS 3
 
@@ -223,37 +224,6 @@ static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend
   fsh_shuffle_backend_destroy(b);
 }
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *t = malloc((size_t)n + 1);
-  if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
-    free(t);
-    t = NULL;
-  }
-  if (t) t[n] = 0;
-  fclose(f);
-  return t;
-}
-
-static fsh_plan *load_example(const char *name) {
-  const char *src = getenv("FSH_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/examples/plans/%s", src ? src : ".", name);
-  char *text = read_text(path);
-  CHECK_MSG(text != NULL, "cannot read %s", path);
-  if (!text) return NULL;
-  fsh_plan *p = NULL;
-  fsh_error err;
-  int rc = fsh_plan_from_json(text, -1, 3, &p, &err);
-  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
-  free(text);
-  return p;
-}
-
 /* A partitioned join + group-by (a stage reading two exchanges). */
 static const char join_group_by[] =
     "{\"partitions\": 3, \"nodes\": ["
@@ -280,7 +250,7 @@ static void plans_on(fsh_task_backend kind) {
   const char *names[] = {"repartition_hash.json", "broadcast_join.json", "limit.json",
                          "gather.json", "sort.json", "into_partitions.json"};
   for (int i = 0; i < 6; i++) {
-    fsh_plan *p = load_example(names[i]);
+    fsh_plan *p = load_example(names[i], 3);
     if (p) run_plan(&c, names[i], p, kind);
     fsh_plan_free(p);
   }
@@ -427,7 +397,7 @@ static void operator_spill_reported(void) {
   start_cluster_with(&c, -1, &ko);
   wait_workers(&c);
   fsh_error err;
-  fsh_plan *p = load_example("sort.json");
+  fsh_plan *p = load_example("sort.json", 3);
   fsh_buffer *plan = NULL;
   fsh_plan_job_options jo = {.name = "spill", .backend = FSH_TASK_BACKEND_FLIGHT};
   if (p) CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));

@@ -16,37 +16,7 @@
 #include <flightshuffle/shuffle.h>
 
 #include "../test.h"
-
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *t = malloc((size_t)n + 1);
-  if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
-    free(t);
-    t = NULL;
-  }
-  if (t) t[n] = 0;
-  fclose(f);
-  return t;
-}
-
-static fsh_plan *load_example(const char *name) {
-  const char *src = getenv("FSH_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/examples/plans/%s", src ? src : ".", name);
-  char *text = read_text(path);
-  CHECK_MSG(text != NULL, "cannot read %s", path);
-  if (!text) return NULL;
-  fsh_plan *p = NULL;
-  fsh_error err;
-  int rc = fsh_plan_from_json(text, -1, 0, &p, &err);
-  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
-  free(text);
-  return p;
-}
+#include "plan_examples.h"
 
 /* Entries of dir other than . and .. */
 static int dir_entries(const char *dir) {
@@ -89,7 +59,7 @@ static void test_examples_spill_and_verify(void) {
   make_dir(fsdir);
   const char *dirs[2] = {d1, d2};
   for (size_t i = 0; i < sizeof k_plans / sizeof k_plans[0]; i++) {
-    fsh_plan *p = load_example(k_plans[i].plan);
+    fsh_plan *p = load_example(k_plans[i].plan, 0);
     if (!p) continue;
     fsh_error err;
     fsh_plan_result ref;
@@ -139,7 +109,7 @@ static void test_budget_too_small(void) {
   char d[] = "/tmp/fsh-test-opspill-XXXXXX";
   make_dir(d);
   const char *dirs[1] = {d};
-  fsh_plan *p = load_example("join_group_by.json");
+  fsh_plan *p = load_example("join_group_by.json", 0);
   if (!p) return;
   fsh_error err;
   fsh_plan_result r;

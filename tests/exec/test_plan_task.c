@@ -20,37 +20,7 @@
 #include <flightshuffle/exec.h>
 
 #include "../test.h"
-
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *t = malloc((size_t)n + 1);
-  if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
-    free(t);
-    t = NULL;
-  }
-  if (t) t[n] = 0;
-  fclose(f);
-  return t;
-}
-
-static fsh_plan *load_example(const char *name, int32_t partitions) {
-  const char *src = getenv("FSH_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/examples/plans/%s", src ? src : ".", name);
-  char *text = read_text(path);
-  CHECK_MSG(text != NULL, "cannot read %s", path);
-  if (!text) return NULL;
-  fsh_plan *p = NULL;
-  fsh_error err;
-  int rc = fsh_plan_from_json(text, -1, partitions, &p, &err);
-  CHECK_MSG(rc == 0, "%s: %s", name, err.message);
-  free(text);
-  return p;
-}
+#include "plan_examples.h"
 
 /* The independent row checksum: per row, hash of every column (seed 0),
  * summed. */
