@@ -423,6 +423,43 @@ static void test_agg_nan_and_zero(void) {
   fsh_batch_unref(b);
 }
 
+/* Aggregates b grouped by column key with specs: in one phase (split 0),
+ * or in two (rows [0, split) and the rest through two partial aggregates,
+ * then a final one). The output, or NULL after a failed CHECK. */
+static fsh_batch *agg_one_or_two_phase(fsh_batch *b, int32_t key, const fsh_agg_spec *specs,
+                                       int n_specs, int64_t split) {
+  fsh_error err;
+  fsh_hash_agg *a = NULL, *p1 = NULL, *p2 = NULL;
+  fsh_batch *out = NULL, *q1 = NULL, *q2 = NULL;
+  if (split == 0) {
+    CHECK_OK(fsh_hash_agg_new(b->schema, &key, 1, specs, n_specs, FSH_AGG_SINGLE, 0, &a, &err));
+    if (a) CHECK_OK(fsh_hash_agg_push(a, b, &err));
+  } else {
+    fsh_batch *h1 = SBH_OK(fsh_batch_slice(b, 0, split));
+    fsh_batch *h2 = SBH_OK(fsh_batch_slice(b, split, b->length - split));
+    CHECK_OK(fsh_hash_agg_new(b->schema, &key, 1, specs, n_specs, FSH_AGG_PARTIAL, 0, &p1, &err));
+    CHECK_OK(fsh_hash_agg_new(b->schema, &key, 1, specs, n_specs, FSH_AGG_PARTIAL, 0, &p2, &err));
+    CHECK_OK(fsh_hash_agg_new(b->schema, &key, 1, specs, n_specs, FSH_AGG_FINAL, 0, &a, &err));
+    if (p1 && p2 && a) {
+      CHECK_OK(fsh_hash_agg_push(p1, h1, &err));
+      CHECK_OK(fsh_hash_agg_push(p2, h2, &err));
+      CHECK_OK(fsh_hash_agg_finish(p1, &q1, &err));
+      CHECK_OK(fsh_hash_agg_finish(p2, &q2, &err));
+      if (q1) CHECK_OK(fsh_hash_agg_push(a, q1, &err));
+      if (q2) CHECK_OK(fsh_hash_agg_push(a, q2, &err));
+    }
+    fsh_batch_unref(h1);
+    fsh_batch_unref(h2);
+  }
+  if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+  fsh_batch_unref(q1);
+  fsh_batch_unref(q2);
+  fsh_hash_agg_free(a);
+  fsh_hash_agg_free(p1);
+  fsh_hash_agg_free(p2);
+  return out;
+}
+
 /* decimal128(10, 2): sum -> decimal128(38, 2), min, max, avg, one and two
  * phases, against a naive per-group reference; an overflowing sum. */
 static fsh_batch *dec_batch(const __int128 *v, const char *valid, const int64_t *g, int64_t n) {
@@ -461,28 +498,7 @@ static void test_agg_decimal(void) {
                            {FSH_AGG_MAX, 1, NULL}, {FSH_AGG_AVG, 1, NULL}};
   int32_t kc = 0;
   for (int two = 0; two <= 1; two++) {
-    fsh_hash_agg *a = NULL, *p1 = NULL, *p2 = NULL;
-    fsh_batch *out = NULL, *q1 = NULL, *q2 = NULL;
-    if (!two) {
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_SINGLE, 0, &a, &err));
-      if (a) CHECK_OK(fsh_hash_agg_push(a, b, &err));
-    } else {
-      fsh_batch *h1 = SBH_OK(fsh_batch_slice(b, 0, 150)), *h2 = SBH_OK(fsh_batch_slice(b, 150, N - 150));
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p1, &err));
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p2, &err));
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_FINAL, 0, &a, &err));
-      if (p1 && p2 && a) {
-        CHECK_OK(fsh_hash_agg_push(p1, h1, &err));
-        CHECK_OK(fsh_hash_agg_push(p2, h2, &err));
-        CHECK_OK(fsh_hash_agg_finish(p1, &q1, &err));
-        CHECK_OK(fsh_hash_agg_finish(p2, &q2, &err));
-        if (q1) CHECK_OK(fsh_hash_agg_push(a, q1, &err));
-        if (q2) CHECK_OK(fsh_hash_agg_push(a, q2, &err));
-      }
-      fsh_batch_unref(h1);
-      fsh_batch_unref(h2);
-    }
-    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    fsh_batch *out = agg_one_or_two_phase(b, 0, specs, 4, two ? 150 : 0);
     CHECK(out && out->length == G);
     if (out && out->length == G) {
       const fsh_field *sf = &out->schema->fields[1];
@@ -502,11 +518,6 @@ static void test_agg_decimal(void) {
       }
     }
     fsh_batch_unref(out);
-    fsh_batch_unref(q1);
-    fsh_batch_unref(q2);
-    fsh_hash_agg_free(a);
-    fsh_hash_agg_free(p1);
-    fsh_hash_agg_free(p2);
   }
   fsh_batch_unref(b);
   /* 20 values of 9 * 10^36: past 38 digits. */
@@ -598,30 +609,8 @@ static void test_agg_decimal256_and_dictionary_minmax(void) {
   CHECK_OK(fsh_batch_validate(b, true, &err));
   fsh_agg_spec specs[4] = {{FSH_AGG_MIN, 1, NULL}, {FSH_AGG_MAX, 1, NULL},
                            {FSH_AGG_MIN, 2, NULL}, {FSH_AGG_MAX, 2, NULL}};
-  int32_t kc = 0;
   for (int two = 0; two <= 1; two++) {
-    fsh_hash_agg *a = NULL, *p1 = NULL, *p2 = NULL;
-    fsh_batch *out = NULL, *q1 = NULL, *q2 = NULL;
-    if (!two) {
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_SINGLE, 0, &a, &err));
-      if (a) CHECK_OK(fsh_hash_agg_push(a, b, &err));
-    } else {
-      fsh_batch *h1 = SBH_OK(fsh_batch_slice(b, 0, 100)), *h2 = SBH_OK(fsh_batch_slice(b, 100, N - 100));
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p1, &err));
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_PARTIAL, 0, &p2, &err));
-      CHECK_OK(fsh_hash_agg_new(b->schema, &kc, 1, specs, 4, FSH_AGG_FINAL, 0, &a, &err));
-      if (p1 && p2 && a) {
-        CHECK_OK(fsh_hash_agg_push(p1, h1, &err));
-        CHECK_OK(fsh_hash_agg_push(p2, h2, &err));
-        CHECK_OK(fsh_hash_agg_finish(p1, &q1, &err));
-        CHECK_OK(fsh_hash_agg_finish(p2, &q2, &err));
-        if (q1) CHECK_OK(fsh_hash_agg_push(a, q1, &err));
-        if (q2) CHECK_OK(fsh_hash_agg_push(a, q2, &err));
-      }
-      fsh_batch_unref(h1);
-      fsh_batch_unref(h2);
-    }
-    if (a) CHECK_OK(fsh_hash_agg_finish(a, &out, &err));
+    fsh_batch *out = agg_one_or_two_phase(b, 0, specs, 4, two ? 100 : 0);
     CHECK(out && out->length == G);
     if (out && out->length == G) {
       CHECK_OK(fsh_batch_validate(out, true, &err));
@@ -645,11 +634,6 @@ static void test_agg_decimal256_and_dictionary_minmax(void) {
       }
     }
     fsh_batch_unref(out);
-    fsh_batch_unref(q1);
-    fsh_batch_unref(q2);
-    fsh_hash_agg_free(a);
-    fsh_hash_agg_free(p1);
-    fsh_hash_agg_free(p2);
   }
   fsh_batch_unref(b);
 }
