@@ -368,6 +368,18 @@ static int producer_init(jstage *st, fsh_error *err) {
   return 0;
 }
 
+/* *in = the index of stage `id`, which stage st (of kind `kind`, at index
+ * s) reads: it must be an earlier stage writing a shuffle (EINVAL saying
+ * so otherwise). */
+static int earlier_producer(const sched_job *j, int s, const jstage *st, const char *kind,
+                            uint32_t id, int *in, fsh_error *err) {
+  *in = fsh_job_stage_index(j, id);
+  if (*in < 0 || *in >= s || !producer(&j->stages[*in]))
+    return fsh_error_set(err, EINVAL, "stage %u (%s): input stage %u is not an earlier stage "
+                         "writing a shuffle", st->id, kind, id);
+  return 0;
+}
+
 /* Stage s of j a "plan-fragment" stage (see Sched.proto): its inputs are
  * earlier stages writing a shuffle (each task reads partition t of each,
  * or 0 of a 1-partition one, so an input has 1 or task_count partitions),
@@ -398,10 +410,8 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
     return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a scatter reads one stage, not "
                          "%zu", st->id, sp->n_inputs);
   for (size_t i = 0; i < sp->n_inputs; i++) {
-    int in = fsh_job_stage_index(j, sp->inputs[i]);
-    if (in < 0 || in >= s || !producer(&j->stages[in]))
-      return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u is not an "
-                           "earlier stage writing a shuffle", st->id, sp->inputs[i]);
+    int in;
+    FSH_RETURN_NOT_OK(earlier_producer(j, s, st, "plan-fragment", sp->inputs[i], &in, err));
     if (j->stages[in].result)
       return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): input stage %u is the job's "
                            "result", st->id, sp->inputs[i]);
@@ -508,11 +518,8 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
         rc = fsh_error_set(err, EINVAL, "stage %u (reduce-verify): reads exactly one stage, not "
                            "%zu", st->id, sp->n_inputs);
       if (rc) break;
-      int in = fsh_job_stage_index(j, sp->inputs[0]);
-      if (in < 0 || in >= (int)s || !producer(&j->stages[in]))
-        rc = fsh_error_set(err, EINVAL, "stage %u (reduce-verify): input stage %u is not an "
-                           "earlier stage writing a shuffle", st->id, sp->inputs[0]);
-      if (rc) break;
+      int in;
+      if ((rc = earlier_producer(j, (int)s, st, "reduce-verify", sp->inputs[0], &in, err)) != 0) break;
       st->input = in;
       st->n_inputs = 1;
       st->inputs[0] = in;
@@ -530,11 +537,8 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
                            "column %u (0 .. 2), compression %u", st->id, sp->n_partitions,
                            1 << 24, sp->key_column, sp->compression);
       if (rc) break;
-      int in = fsh_job_stage_index(j, sp->inputs[0]);
-      if (in < 0 || in >= (int)s || !producer(&j->stages[in]))
-        rc = fsh_error_set(err, EINVAL, "stage %u (reduce-then-map): input stage %u is not an "
-                           "earlier stage writing a shuffle", st->id, sp->inputs[0]);
-      if (rc) break;
+      int in;
+      if ((rc = earlier_producer(j, (int)s, st, "reduce-then-map", sp->inputs[0], &in, err)) != 0) break;
       st->input = in;
       st->n_inputs = 1;
       st->inputs[0] = in;
