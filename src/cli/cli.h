@@ -70,6 +70,8 @@ void cli_plan_backends_close(cli_plan_backends *b);
 
 /* "123", "64K", "512M", "2G" (powers of 1024) -> bytes; false if malformed. */
 bool cli_parse_bytes(const char *s, int64_t *out);
+/* A decimal integer in [lo, hi] -> *out; false if malformed or out of range. */
+bool cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
 /* For servers that stop on SIGINT/SIGTERM through sigwait(sigs): blocks
  * both (call before any thread exists, so every thread inherits the mask)

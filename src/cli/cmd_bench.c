@@ -100,15 +100,6 @@ static int bench_usage(void) {
 }
 
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 /* 0, or 2 after a message. */
 static int parse_opts(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42,
@@ -122,34 +113,34 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       return bench_usage();
     }
     const char *v = argv[++i];
-    long long n = 0;
+    int64_t n = 0;
     fsh_error err;
     if (strcmp(a, "--workers") == 0) {
-      if (!parse_int(v, 1, BENCH_MAX_WORKERS, &n))
+      if (!cli_parse_int(v, 1, BENCH_MAX_WORKERS, &n))
         return cli_fail(2, "bench shuffle: --workers '%s': expected 1..%d", v, BENCH_MAX_WORKERS);
       o->workers = (int)n;
     } else if (strcmp(a, "--maps") == 0) {
-      if (!parse_int(v, 1, 1000000, &n))
+      if (!cli_parse_int(v, 1, 1000000, &n))
         return cli_fail(2, "bench shuffle: --maps '%s': expected 1..1000000", v);
       o->maps = (int)n;
     } else if (strcmp(a, "--reduces") == 0) {
-      if (!parse_int(v, 1, 1000000, &n))
+      if (!cli_parse_int(v, 1, 1000000, &n))
         return cli_fail(2, "bench shuffle: --reduces '%s': expected 1..1000000", v);
       o->reduces = (int)n;
     } else if (strcmp(a, "--runs") == 0) {
-      if (!parse_int(v, 1, 1000, &n))
+      if (!cli_parse_int(v, 1, 1000, &n))
         return cli_fail(2, "bench shuffle: --runs '%s': expected 1..1000", v);
       o->runs = (int)n;
     } else if (strcmp(a, "--slots") == 0) {
-      if (!parse_int(v, 1, 64, &n))
+      if (!cli_parse_int(v, 1, 64, &n))
         return cli_fail(2, "bench shuffle: --slots '%s': expected 1..64", v);
       o->slots = (int)n;
     } else if (strcmp(a, "--batch-rows") == 0) {
-      if (!parse_int(v, 1, 1 << 24, &n))
+      if (!cli_parse_int(v, 1, 1 << 24, &n))
         return cli_fail(2, "bench shuffle: --batch-rows '%s': expected 1..16777216", v);
       o->batch_rows = (int32_t)n;
     } else if (strcmp(a, "--seed") == 0) {
-      if (!parse_int(v, 0, INT64_MAX, &n))
+      if (!cli_parse_int(v, 0, INT64_MAX, &n))
         return cli_fail(2, "bench shuffle: --seed '%s': expected a non-negative integer", v);
       o->seed = (uint64_t)n;
     } else if (strcmp(a, "--bytes") == 0) {

@@ -252,15 +252,6 @@ static int usage_ops(void) {
   return 2;
 }
 
-static bool ops_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 int cmd_bench_ops(int argc, char **argv) {
   ops_opts o = {.sort_rows = 2000000, .left_rows = 2000000, .right_rows = 200000, .runs = 3,
                 .workers = 4, .partitions = 8, .threads = 2,
@@ -271,14 +262,14 @@ int cmd_bench_ops(int argc, char **argv) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool ok = v != NULL;
-    if (strcmp(a, "--sort-rows") == 0) ok = ok && ops_int(v, 1, INT64_MAX / 2, &o.sort_rows);
-    else if (strcmp(a, "--left-rows") == 0) ok = ok && ops_int(v, 1, INT64_MAX / 2, &o.left_rows);
-    else if (strcmp(a, "--right-rows") == 0) ok = ok && ops_int(v, 1, INT32_MAX, &o.right_rows);
-    else if (strcmp(a, "--runs") == 0) ok = ok && ops_int(v, 1, OPS_MAX_RUNS, &o.runs);
+    if (strcmp(a, "--sort-rows") == 0) ok = ok && cli_parse_int(v, 1, INT64_MAX / 2, &o.sort_rows);
+    else if (strcmp(a, "--left-rows") == 0) ok = ok && cli_parse_int(v, 1, INT64_MAX / 2, &o.left_rows);
+    else if (strcmp(a, "--right-rows") == 0) ok = ok && cli_parse_int(v, 1, INT32_MAX, &o.right_rows);
+    else if (strcmp(a, "--runs") == 0) ok = ok && cli_parse_int(v, 1, OPS_MAX_RUNS, &o.runs);
     else if (strcmp(a, "--workers") == 0 || strcmp(a, "--flight-workers") == 0)
-      ok = ok && ops_int(v, 1, LOCAL_MAX_WORKERS, &o.workers);
-    else if (strcmp(a, "--partitions") == 0) ok = ok && ops_int(v, 1, 4096, &o.partitions);
-    else if (strcmp(a, "--threads") == 0) ok = ok && ops_int(v, 1, 64, &o.threads);
+      ok = ok && cli_parse_int(v, 1, LOCAL_MAX_WORKERS, &o.workers);
+    else if (strcmp(a, "--partitions") == 0) ok = ok && cli_parse_int(v, 1, 4096, &o.partitions);
+    else if (strcmp(a, "--threads") == 0) ok = ok && cli_parse_int(v, 1, 64, &o.threads);
     else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
     else if (strcmp(a, "--spill-dir") == 0) cluster_spill = v;
     else if (strcmp(a, "--direct-reads") == 0) {

@@ -83,21 +83,12 @@ static int usage_plan(void) {
   return 2;
 }
 
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 int cmd_explain(int argc, char **argv) {
   const char *path = NULL;
   int64_t parts = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc) {
-      if (!parse_int(argv[++i], 1, 1 << 20, &parts))
+      if (!cli_parse_int(argv[++i], 1, 1 << 20, &parts))
         return cli_fail(2, "explain: --partitions must be in [1, 2^20]");
     } else if (argv[i][0] == '-' || path) {
       return usage_plan();
@@ -439,10 +430,10 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--fs-dir") == 0 && has) {
       fs_dir = argv[++i];
     } else if (strcmp(a, "--partitions") == 0 && has) {
-      if (!parse_int(argv[++i], 1, 1 << 20, &parts))
+      if (!cli_parse_int(argv[++i], 1, 1 << 20, &parts))
         return cli_fail(2, "run: --partitions must be in [1, 2^20]");
     } else if (strcmp(a, "--flight-workers") == 0 && has) {
-      if (!parse_int(argv[++i], 1, 64, &flight_workers))
+      if (!cli_parse_int(argv[++i], 1, 64, &flight_workers))
         return cli_fail(2, "run: --flight-workers must be in [1, 64]");
     } else if (strcmp(a, "--spill-dir") == 0 && has) {
       spill_dir = argv[++i];
@@ -458,13 +449,13 @@ int cmd_run(int argc, char **argv) {
       if (n_op_dirs == 16) return cli_fail(2, "run: at most 16 --operator-spill-dir");
       op_dirs[n_op_dirs++] = argv[++i];
     } else if (strcmp(a, "--workers") == 0 && has) {
-      if (!parse_int(argv[++i], 0, 4096, &workers))
+      if (!cli_parse_int(argv[++i], 0, 4096, &workers))
         return cli_fail(2, "run: --workers must be a count");
     } else if (strcmp(a, "--threads") == 0 && has) {
-      if (!parse_int(argv[++i], 1, 64, &threads))
+      if (!cli_parse_int(argv[++i], 1, 64, &threads))
         return cli_fail(2, "run: --threads must be in [1, 64]");
     } else if (strcmp(a, "--merge-threshold") == 0 && has) {
-      if (!parse_int(argv[++i], 1, INT32_MAX, &threshold))
+      if (!cli_parse_int(argv[++i], 1, INT32_MAX, &threshold))
         return cli_fail(2, "run: --merge-threshold must be >= 1");
     } else if (strcmp(a, "--pre-shuffle-merge") == 0 && has) {
       const char *m = argv[++i];
@@ -473,10 +464,10 @@ int cmd_run(int argc, char **argv) {
       else if (strcmp(m, "off") == 0) merge = FSH_PLAN_MERGE_OFF;
       else return cli_fail(2, "run: --pre-shuffle-merge must be auto, on or off");
     } else if (strcmp(a, "--heartbeat-timeout-ms") == 0 && has) {
-      if (!parse_int(argv[++i], 100, 86400000, &hb_timeout_ms))
+      if (!cli_parse_int(argv[++i], 100, 86400000, &hb_timeout_ms))
         return cli_fail(2, "run: --heartbeat-timeout-ms must be in [100, 86400000]");
     } else if (strcmp(a, "--max-attempts") == 0 && has) {
-      if (!parse_int(argv[++i], 1, 100, &max_attempts))
+      if (!cli_parse_int(argv[++i], 1, 100, &max_attempts))
         return cli_fail(2, "run: --max-attempts must be in [1, 100]");
     } else if (strcmp(a, "--verify") == 0) {
       verify = true;

@@ -74,6 +74,15 @@ bool cli_parse_bytes(const char *s, int64_t *out) {
   return true;
 }
 
+bool cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
 void cli_block_stop_signals(sigset_t *sigs) {
   sigemptyset(sigs);
   sigaddset(sigs, SIGINT);
