@@ -10,6 +10,7 @@
 #include <flightshuffle/sched.h>
 
 #include <inttypes.h>
+#include <time.h>
 
 void fsh_plan_job_stages_free(fsh_plan_job_stages *js) {
   if (!js) return;
@@ -95,6 +96,68 @@ int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buff
   return rc;
 }
 
+/* Reads result partition `part` of s into out (its batches appended),
+ * checked against what its tasks wrote. On error out is as it was. */
+static int read_result_partition(const plan_node *root, const fsh_sched_job_status *s,
+                                 fsh_shuffle_backend *b, int32_t part, int64_t *cap,
+                                 fsh_plan_result *out, fsh_error *err) {
+  const fsh_reduce_task *t = &s->result[part];
+  int64_t n0 = out->n_batches, rows0 = out->rows;
+  fsh_map_output *ms = NULL;
+  FSH_RETURN_NOT_OK(fsh_reduce_task_map_outputs(t, &ms, err));
+  fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = t->n_partitions,
+                           .schema = root->schema};
+  fsh_batch_stream st;
+  int rc = fsh_shuffle_open_reader(b, &spec, part, ms, t->n_sources, &st, err);
+  if (rc) {
+    fsh_free(ms);
+    return rc;
+  }
+  int64_t rows = 0;
+  uint64_t sum = 0;
+  for (;;) {
+    fsh_batch *x = NULL;
+    if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
+    rows += x->length;
+    if ((rc = plan_row_checksum(x, &sum, err)) != 0 || x->length == 0) {
+      fsh_batch_unref(x);
+      if (rc) break;
+      continue;
+    }
+    if (out->n_batches == *cap) {
+      int64_t nc = *cap ? *cap * 2 : 16;
+      fsh_batch **v = fsh_realloc(out->batches, (size_t)nc * sizeof *v);
+      if (!v) {
+        fsh_batch_unref(x);
+        rc = fsh_error_set(err, ENOMEM, "out of memory");
+        break;
+      }
+      out->batches = v, *cap = nc;
+    }
+    out->batches[out->n_batches++] = x;
+    out->rows += x->length;
+  }
+  st.release(&st);
+  fsh_free(ms);
+  if (rc == 0 && (rows != s->result_rows[part] || sum != s->result_checksums[part]))
+    rc = fsh_error_set(err, EIO, "partition %d: %" PRId64 " rows read (row checksum %016"
+                       PRIx64 "), its tasks wrote %" PRId64 " (%016" PRIx64 ")", (int)part,
+                       rows, sum, s->result_rows[part], s->result_checksums[part]);
+  if (rc) {
+    while (out->n_batches > n0) fsh_batch_unref(out->batches[--out->n_batches]);
+    out->rows = rows0;
+    return rc;
+  }
+  out->partition_batches[part] = out->n_batches - n0;
+  return 0;
+}
+
+/* A result partition's read is tried this many times, 200 ms apart: the
+ * job is over, so no scheduler retries a fetch that failed on the way (a
+ * connection refused once by a live worker, seen on a loaded machine); a
+ * worker that is really gone fails every attempt and the error stands. */
+#define RESULT_READ_ATTEMPTS 3
+
 int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s, fsh_shuffle_backend *b,
                         fsh_plan_result *out, fsh_error *err) {
   memset(out, 0, sizeof *out);
@@ -110,47 +173,12 @@ int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s, fsh_sh
   if (!(out->partition_batches = fsh_calloc((size_t)np, sizeof *out->partition_batches)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
   for (int32_t part = 0; rc == 0 && part < np; part++) {
-    const fsh_reduce_task *t = &s->result[part];
-    fsh_map_output *ms = NULL;
-    if ((rc = fsh_reduce_task_map_outputs(t, &ms, err)) != 0) break;
-    fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = t->n_partitions,
-                             .schema = root->schema};
-    fsh_batch_stream st;
-    if ((rc = fsh_shuffle_open_reader(b, &spec, part, ms, t->n_sources, &st, err)) != 0) {
-      fsh_free(ms);
-      break;
+    for (int attempt = 1;; attempt++) {
+      rc = read_result_partition(root, s, b, part, &cap, out, err);
+      if (rc == 0 || rc == ENOMEM || attempt == RESULT_READ_ATTEMPTS) break;
+      struct timespec ts = {0, 200 * 1000000L};
+      nanosleep(&ts, NULL);
     }
-    int64_t rows = 0;
-    uint64_t sum = 0;
-    for (;;) {
-      fsh_batch *x = NULL;
-      if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
-      rows += x->length;
-      if ((rc = plan_row_checksum(x, &sum, err)) != 0 || x->length == 0) {
-        fsh_batch_unref(x);
-        if (rc) break;
-        continue;
-      }
-      if (out->n_batches == cap) {
-        int64_t nc = cap ? cap * 2 : 16;
-        fsh_batch **v = fsh_realloc(out->batches, (size_t)nc * sizeof *v);
-        if (!v) {
-          fsh_batch_unref(x);
-          rc = fsh_error_set(err, ENOMEM, "out of memory");
-          break;
-        }
-        out->batches = v, cap = nc;
-      }
-      out->batches[out->n_batches++] = x;
-      out->partition_batches[part]++;
-      out->rows += x->length;
-    }
-    st.release(&st);
-    fsh_free(ms);
-    if (rc == 0 && (rows != s->result_rows[part] || sum != s->result_checksums[part]))
-      rc = fsh_error_set(err, EIO, "partition %d: %" PRId64 " rows read (row checksum %016"
-                         PRIx64 "), its tasks wrote %" PRId64 " (%016" PRIx64 ")", (int)part,
-                         rows, sum, s->result_rows[part], s->result_checksums[part]);
   }
   if (rc) {
     fsh_plan_result_reset(out);
