@@ -43,13 +43,14 @@ static fsh_shuffle_worker *start_worker(const char *const *dirs, int n_dirs, int
   return w;
 }
 
+/* no_direct: every peer read through DoGet, as from another host. */
 static fsh_shuffle_backend *backend_for(fsh_shuffle_worker *w, const char **peers, int n,
-                                        int64_t timeout_ms, int64_t in_flight) {
+                                        int64_t timeout_ms, int64_t in_flight, bool no_direct) {
   fsh_error err = {{0}};
   fsh_shuffle_backend *b = NULL;
   fsh_shuffle_flight_options o = {.local = w, .peers = peers, .n_peers = n,
                                   .max_parallel_fetches = 2, .max_bytes_in_flight = in_flight,
-                                  .timeout_ms = timeout_ms};
+                                  .timeout_ms = timeout_ms, .no_direct_reads = no_direct};
   CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
   return b;
 }
@@ -175,7 +176,7 @@ static void disk_full_one_dir(void) {
   fsh_shuffle_worker *w = start_worker(&d, 1, 64 << 10);
   if (w) {
     const char *uri = fsh_shuffle_worker_uri(w);
-    fsh_shuffle_backend *b = backend_for(w, &uri, 1, 10000, 1 << 20);
+    fsh_shuffle_backend *b = backend_for(w, &uri, 1, 10000, 1 << 20, false);
     stu_plan big, small;
     make_plan(&big, 21, 3, 1, 120000, 997);
     make_plan(&small, 22, 3, 2, 2000, 97);
@@ -222,8 +223,8 @@ static void disk_full_fall_over(void) {
   fsh_shuffle_worker *w = start_worker(dirs, 2, 64 << 10);
   if (w) {
     const char *uri = fsh_shuffle_worker_uri(w);
-    fsh_shuffle_backend *local = backend_for(w, &uri, 1, 10000, 1 << 20);
-    fsh_shuffle_backend *remote = backend_for(NULL, &uri, 1, 10000, 1 << 20);
+    fsh_shuffle_backend *local = backend_for(w, &uri, 1, 10000, 1 << 20, false);
+    fsh_shuffle_backend *remote = backend_for(NULL, &uri, 1, 10000, 1 << 20, false);
     stu_plan p;
     make_plan(&p, 23, 4, 6, 30000, 331);
     fsh_error err = {{0}};
@@ -261,8 +262,8 @@ static void missing_spill_file(void) {
   fsh_shuffle_worker *w = start_worker(&d, 1, 0); /* everything spills */
   if (!w) return;
   const char *uri = fsh_shuffle_worker_uri(w);
-  fsh_shuffle_backend *local = backend_for(w, &uri, 1, 10000, 1 << 20);
-  fsh_shuffle_backend *remote = backend_for(NULL, &uri, 1, 10000, 1 << 20);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1, 10000, 1 << 20, false);
+  fsh_shuffle_backend *remote = backend_for(NULL, &uri, 1, 10000, 1 << 20, false);
   stu_plan p, other;
   make_plan(&p, 31, 2, 1, 3000, 101);
   make_plan(&other, 32, 2, 1, 3000, 101);
@@ -430,7 +431,7 @@ static void worker_killed_mid_stream(void) {
   fsh_map_output src[8];
   for (int i = 0; i < 8; i++) src[i] = p.maps[i < 4 ? 2 * i : 2 * (i - 4) + 1].out;
   const char *peers[2] = {c[0].uri, c[1].uri};
-  fsh_shuffle_backend *r = backend_for(NULL, peers, 2, 20000, 1 << 20);
+  fsh_shuffle_backend *r = backend_for(NULL, peers, 2, 20000, 1 << 20, false);
   fsh_batch_stream s = {0};
   CHECK_OK(fsh_shuffle_open_reader(r, &p.spec, 0, src, 8, &s, &err));
   double t0 = now_s();
@@ -465,7 +466,10 @@ static void worker_killed_mid_stream(void) {
 }
 
 /* Worker 1 is stopped (SIGSTOP) before the read: the reader's 2 s deadline
- * fires with ETIMEDOUT naming worker 1 and its map output. */
+ * fires with ETIMEDOUT naming worker 1 and its map output. The reader is
+ * one from another host (DoGet only): a same-host reader may read a
+ * stopped worker's files and memory images directly, and rightly succeed
+ * (tests/python/test_runtime.py covers that side). */
 static void worker_stopped(void) {
   child c[2] = {{0}, {0}};
   if (!child_start(&c[0]) || !child_start(&c[1])) {
@@ -481,7 +485,7 @@ static void worker_stopped(void) {
   kill(c[1].pid, SIGSTOP);
   c[1].stopped = true;
   const char *peers[2] = {c[0].uri, c[1].uri};
-  fsh_shuffle_backend *r = backend_for(NULL, peers, 2, 2000, 1 << 20);
+  fsh_shuffle_backend *r = backend_for(NULL, peers, 2, 2000, 1 << 20, true);
   fsh_map_output src[2] = {p.maps[0].out, p.maps[1].out};
   double t0 = now_s();
   int rc = stu_read_rc(r, &p.spec, 1, src, 2, NULL, &err);
@@ -623,7 +627,7 @@ static void alloc_failures_do_get(void) {
   fsh_error err = {{0}};
   fsh_shuffle_worker *w = start_worker(&d, 1, 80 << 10);
   if (!w) return;
-  fsh_shuffle_backend *b = backend_for(w, NULL, 0, 10000, 1 << 20);
+  fsh_shuffle_backend *b = backend_for(w, NULL, 0, 10000, 1 << 20, false);
   for (int m = 0; m < 2; m++) CHECK_OK(stu_run_map(b, &p.spec, &p.maps[m], &err));
   fsh_shuffle_store *s = fsh_shuffle_worker_store(w);
   fsh_shuffle_store_stats st;
