@@ -619,6 +619,44 @@ FSH_NODISCARD int fsh_fragment_task_encode(const fsh_fragment_task *t, fsh_buffe
 FSH_NODISCARD int fsh_fragment_task_decode(const uint8_t *data, int64_t size,
                                            fsh_fragment_task *out, fsh_error *err);
 
+/* "merge-outputs": the pre-shuffle merge (issue 6). On the worker that
+ * holds them, n_parts map outputs (part_maps[i], part_attempts[i]) of
+ * shuffle shuffle_id become ONE map output (map_id, attempt) of the same
+ * shuffle whose partition p is the parts' partition p blocks, in part
+ * order, copied as stored (never decoded; every block verified against
+ * its checksum as it is read, and keeping it); rows and bytes per
+ * partition are the sums of the parts', the partition checksum the xxh3 of
+ * the concatenated blocks. The parts must agree (partitions, compression,
+ * schema); (map_id, attempt) must not be one of them. It is written like
+ * any map output (memory budget, spill); with drop_parts the parts are
+ * removed once it is held. A failed merge leaves the parts as they were
+ * and nothing else. Body: "FSMG", u8 version 1, 3 zero bytes, u64
+ * shuffle_id, i64 map_id, i32 attempt, u32 flags (bit 0: drop_parts), u32
+ * n_parts (1 .. 65536), u32 0, then n_parts x (i64 map_id, i32 attempt, u32
+ * 0). Answer: the merged output's PutResult. The worker runs it as a task
+ * kind of the "task" envelope (and the DoAction of that name). */
+#define FSH_MERGE_TASK_KIND "merge-outputs"
+typedef struct fsh_merge_task {
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  bool drop_parts;
+  int32_t n_parts;
+  int64_t *part_maps;     /* [n_parts] (owned when decoded) */
+  int32_t *part_attempts; /* [n_parts] */
+} fsh_merge_task;
+
+void fsh_merge_task_reset(fsh_merge_task *t); /* frees a decoded task */
+FSH_NODISCARD int fsh_merge_task_encode(const fsh_merge_task *t, fsh_buffer **out,
+                                        fsh_error *err);
+FSH_NODISCARD int fsh_merge_task_decode(const uint8_t *data, int64_t size, fsh_merge_task *out,
+                                        fsh_error *err);
+/* Runs the merge on a store; *out: the merged output's metadata (location
+ * NULL). ENOENT naming the part that is not held, EIO for a corrupt block
+ * (naming it), EINVAL for parts that disagree. */
+FSH_NODISCARD int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t,
+                                          fsh_map_output *out, fsh_error *err);
+
 /* Wire formats (all integers little-endian; every decoder checks every
  * length and value and answers EINVAL naming what is wrong):
  *  map-synthetic body (64 bytes): "FSMT", u8 version 1, 3 zero bytes,

@@ -236,6 +236,48 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
   return 0;
 }
 
+/* Appends a whole stored block (framed IPC messages, self-contained) as
+ * the next block of partition pi, copied without decoding: hashed into the
+ * partition's checksum like any block; its own checksum is computed over
+ * the bytes written (the caller verified them against the source's). The
+ * partition's buffered batches, if any, are written first (their own
+ * block). */
+int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
+                                    const uint8_t *data, int64_t len, int64_t rows,
+                                    fsh_error *err) {
+  if (w->failed)
+    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (partition < 0 || partition >= w->n_partitions || len < 0 || rows < 0 || len % 8 != 0)
+    return fsh_error_set(err, EINVAL, "%s: a stored block of %lld bytes, %lld rows for partition "
+                         "%d of %d", w->what, (long long)len, (long long)rows, partition,
+                         w->n_partitions);
+  FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
+  part_buf *p = &w->parts[partition];
+  if (p->n_blocks == p->cap_blocks) {
+    int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
+    fsh_map_file_block *nb = fsh_realloc(p->blocks, sizeof *nb * (size_t)cap);
+    if (!nb) return fsh_error_set(err, ENOMEM, "%s: out of memory for the block list", w->what);
+    p->blocks = nb;
+    p->cap_blocks = cap;
+  }
+  if (!p->hash && !(p->hash = hash_state_new()))
+    return fsh_error_set(err, ENOMEM, "%s: out of memory for a checksum state", w->what);
+  XXH3_64bits_reset(w->block_hash);
+  tee_ctx t = {&w->sink, w->block_hash, p->hash};
+  fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = w->out->name};
+  int64_t start = w->sink.position;
+  struct iovec v = {(void *)data, (size_t)len};
+  int rc = len > 0 ? tee.writev(&tee, &v, 1, err) : 0;
+  if (rc != 0) return writer_fail(w, rc, err);
+  p->blocks[p->n_blocks++] = (fsh_map_file_block){
+      .offset = start, .length = len, .rows = rows,
+      .checksum = XXH3_64bits_digest(w->block_hash)};
+  p->rows += rows;
+  p->bytes += len;
+  w->n_blocks++;
+  return 0;
+}
+
 int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec, int64_t map_id,
                              int32_t attempt, const fsh_map_file_options *opts,
                              fsh_map_file_writer **w_out, fsh_error *err) {

@@ -97,6 +97,14 @@ FSH_NODISCARD int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t part
  * untouched. Frees w either way. */
 FSH_NODISCARD int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out,
                                             fsh_error *err);
+/* Appends a whole stored block of another map-output file of the same
+ * schema (len bytes of framed IPC messages, a multiple of 8; rows rows)
+ * as the next block of `partition`, copied as it is (the pre-shuffle
+ * merge, worker_merge.c). Its checksum and the partition's are computed
+ * over the bytes written. */
+FSH_NODISCARD int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
+                                                  const uint8_t *data, int64_t len, int64_t rows,
+                                                  fsh_error *err);
 /* Discards everything (the output is aborted); frees w. NULL accepted. */
 void fsh_map_file_writer_abort(fsh_map_file_writer *w);
 
@@ -208,6 +216,13 @@ FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
 FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,
                                          fsh_error *err);
 void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
+/* fsh_map_file_writer_write_block through a store writer. */
+FSH_NODISCARD int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition,
+                                               const uint8_t *data, int64_t len, int64_t rows,
+                                               fsh_error *err);
+/* Removes one held map output (memory and spill file; readers that opened
+ * it go on unharmed). False when it is not held. */
+bool fsh_store_drop(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt);
 
 /* Opens a held map output as a map-output file (a memory image or its
  * spill file; independent of later releases). ENOENT naming the map

@@ -797,6 +797,11 @@ int fsh_store_writer_write(fsh_store_writer *w, int32_t partition, fsh_batch *ba
   return fsh_map_file_writer_write(w->mw, partition, batch, err);
 }
 
+int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const uint8_t *data,
+                                 int64_t len, int64_t rows, fsh_error *err) {
+  return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, err);
+}
+
 static void writer_free(fsh_store_writer *w) {
   if (w->e) {
     fsh_schema_unref(w->e->schema);
@@ -1096,6 +1101,20 @@ int fsh_store_release(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t *n_outp
   if (n_outputs) *n_outputs = count;
   if (n_bytes) *n_bytes = bytes;
   return 0;
+}
+
+bool fsh_store_drop(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt) {
+  pthread_mutex_lock(&s->mu);
+  entry **l = find_link(s, shuffle_id, map_id, attempt);
+  entry *e = *l;
+  if (e) {
+    *l = e->next;
+    s->n_entries--;
+    if (e->path) s->spilled_outputs--, s->spilled_bytes -= e->file_bytes;
+  }
+  pthread_mutex_unlock(&s->mu);
+  entry_destroy(s, e); /* memory and file outside the lock */
+  return e != NULL;
 }
 
 int fsh_shuffle_store_release(fsh_shuffle_store *s, uint64_t shuffle_id, fsh_error *err) {

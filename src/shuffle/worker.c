@@ -371,6 +371,21 @@ static int decode_task(fsh_shuffle_worker *w, const char *kind, const uint8_t *d
     *out = j;
     return 0;
   }
+  if (strcmp(kind, FSH_MERGE_TASK_KIND) == 0) { /* the pre-shuffle merge (worker_merge.c) */
+    task_job *j = fsh_calloc(1, sizeof *j);
+    if (!j) return fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+    j->w = w;
+    j->is_map = true; /* no synthetic reduce to reset */
+    j->kind = fsh_worker_merge_kind();
+    j->backend = w->flight;
+    int rc = fsh_worker_merge_decode(w->store, data, size, &j->state, err);
+    if (rc != 0) {
+      fsh_free(j);
+      return fsh_error_prefix(err, rc, "worker %s: ", w->uri);
+    }
+    *out = j;
+    return 0;
+  }
   bool is_map = strcmp(kind, "map-synthetic") == 0;
   bool is_rm = strcmp(kind, "reduce-then-map") == 0;
   if (!is_map && !is_rm && strcmp(kind, "reduce-verify") != 0)
@@ -540,6 +555,7 @@ static int do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *
   if (strcmp(a->type, "map-synthetic") == 0) return action_start_task(w, a, out, err);
   if (strcmp(a->type, "reduce-verify") == 0) return action_start_task(w, a, out, err);
   if (strcmp(a->type, "reduce-then-map") == 0) return action_start_task(w, a, out, err);
+  if (strcmp(a->type, FSH_MERGE_TASK_KIND) == 0) return action_start_task(w, a, out, err);
   if (strcmp(a->type, "task") == 0) return action_task(w, a, out, err);
   if (strcmp(a->type, "task-wait") == 0) return action_task_wait(w, a, out, err);
   if (strcmp(a->type, "stats") == 0) return action_stats(w, out, err);

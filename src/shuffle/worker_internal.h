@@ -54,4 +54,10 @@ bool fsh_worker_task_cancelled(void);
 FSH_NODISCARD int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done,
                                         fsh_buffer **answer, fsh_error *err);
 
+/* The built-in "merge-outputs" task kind (worker_merge.c): decode gives
+ * its state over the worker's store. */
+const fsh_worker_task_kind *fsh_worker_merge_kind(void);
+FSH_NODISCARD int fsh_worker_merge_decode(fsh_shuffle_store *store, const uint8_t *body,
+                                          int64_t size, void **state, fsh_error *err);
+
 #endif

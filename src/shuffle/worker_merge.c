@@ -1,0 +1,226 @@
+/* worker_merge.c -- the pre-shuffle merge on a worker's store: several map
+ * outputs of one shuffle held by this worker become ONE map output whose
+ * partition p is the concatenation of the parts' partition p blocks (in
+ * the order of the parts), copied as stored, never decoded. Every block
+ * is verified against its own checksum as it is read and keeps it (the
+ * same bytes); the merged partition's rows and bytes are the sums of the
+ * parts', its checksum the xxh3 of the concatenated blocks (computed as
+ * they are written). The merged output is written through a store writer
+ * like any map output (memory budget, spill), published under its own
+ * (map id, attempt), and only then are the parts dropped (when asked).
+ * Also the "merge-outputs" task kind the worker runs (body and answer in
+ * shuffle.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shuffle/worker_internal.h"
+
+#define MERGE_MAGIC "FSMG"
+#define MERGE_HEADER_BYTES 40
+#define MERGE_PART_BYTES 16
+#define MERGE_MAX_PARTS 65536
+
+void fsh_merge_task_reset(fsh_merge_task *t) {
+  if (!t) return;
+  fsh_free(t->part_maps);
+  fsh_free(t->part_attempts);
+  memset(t, 0, sizeof *t);
+}
+
+int fsh_merge_task_encode(const fsh_merge_task *t, fsh_buffer **out, fsh_error *err) {
+  if (t->n_parts < 1 || t->n_parts > MERGE_MAX_PARTS || t->map_id < 0 || t->attempt < 0)
+    return fsh_error_set(err, EINVAL, "merge-outputs: %d parts, map %" PRId64 " attempt %d",
+                         t->n_parts, t->map_id, t->attempt);
+  fsh_buffer *b = fsh_buffer_new(MERGE_HEADER_BYTES + MERGE_PART_BYTES * (int64_t)t->n_parts,
+                                 true);
+  if (!b) return fsh_error_set(err, ENOMEM, "merge-outputs: out of memory");
+  uint8_t *p = b->data;
+  memcpy(p, MERGE_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put64(p + 8, t->shuffle_id);
+  fsh_le_put64(p + 16, (uint64_t)t->map_id);
+  fsh_le_put32(p + 24, (uint32_t)t->attempt);
+  fsh_le_put32(p + 28, t->drop_parts ? 1u : 0u);
+  fsh_le_put32(p + 32, (uint32_t)t->n_parts);
+  for (int32_t i = 0; i < t->n_parts; i++) {
+    uint8_t *e = p + MERGE_HEADER_BYTES + MERGE_PART_BYTES * i;
+    fsh_le_put64(e, (uint64_t)t->part_maps[i]);
+    fsh_le_put32(e + 8, (uint32_t)t->part_attempts[i]);
+  }
+  *out = b;
+  return 0;
+}
+
+int fsh_merge_task_decode(const uint8_t *data, int64_t size, fsh_merge_task *out,
+                          fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!data || size < MERGE_HEADER_BYTES || memcmp(data, MERGE_MAGIC, 4) != 0 || data[4] != 1)
+    return fsh_error_set(err, EINVAL, "merge-outputs: not a merge body (%" PRId64 " bytes)",
+                         size);
+  uint32_t flags = fsh_le_get32(data + 28);
+  uint32_t n = fsh_le_get32(data + 32);
+  int64_t map_id = (int64_t)fsh_le_get64(data + 16);
+  int32_t attempt = (int32_t)fsh_le_get32(data + 24);
+  if (flags > 1 || n < 1 || n > MERGE_MAX_PARTS || map_id < 0 || attempt < 0 ||
+      size != MERGE_HEADER_BYTES + MERGE_PART_BYTES * (int64_t)n)
+    return fsh_error_set(err, EINVAL, "merge-outputs: malformed body (flags %u, %u parts, map %"
+                         PRId64 " attempt %d, %" PRId64 " bytes)", flags, n, map_id, attempt,
+                         size);
+  fsh_merge_task t = {.shuffle_id = fsh_le_get64(data + 8), .map_id = map_id,
+                      .attempt = attempt, .drop_parts = flags & 1, .n_parts = (int32_t)n};
+  t.part_maps = fsh_malloc(sizeof *t.part_maps * n);
+  t.part_attempts = fsh_malloc(sizeof *t.part_attempts * n);
+  if (!t.part_maps || !t.part_attempts) {
+    fsh_merge_task_reset(&t);
+    return fsh_error_set(err, ENOMEM, "merge-outputs: out of memory for %u parts", n);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const uint8_t *e = data + MERGE_HEADER_BYTES + MERGE_PART_BYTES * i;
+    t.part_maps[i] = (int64_t)fsh_le_get64(e);
+    t.part_attempts[i] = (int32_t)fsh_le_get32(e + 8);
+    if (t.part_maps[i] < 0 || t.part_attempts[i] < 0 || fsh_le_get32(e + 12) != 0 ||
+        (t.part_maps[i] == map_id && t.part_attempts[i] == attempt)) {
+      int rc = fsh_error_set(err, EINVAL, "merge-outputs: part %u is map %" PRId64 " attempt %d "
+                             "(the merged output is map %" PRId64 " attempt %d)", i,
+                             t.part_maps[i], t.part_attempts[i], map_id, attempt);
+      fsh_merge_task_reset(&t);
+      return rc;
+    }
+  }
+  *out = t;
+  return 0;
+}
+
+/* Opens every part, checking that they agree (shuffle, partitions,
+ * compression, schema). */
+static int open_parts(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_map_file **files,
+                      const char *what, fsh_error *err) {
+  for (int32_t i = 0; i < t->n_parts; i++) {
+    int rc = fsh_store_open(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i], &files[i],
+                            err);
+    if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+    const fsh_map_file_info *a = fsh_map_file_get_info(files[0]);
+    const fsh_map_file_info *b = fsh_map_file_get_info(files[i]);
+    if (b->n_partitions != a->n_partitions || b->compression != a->compression)
+      return fsh_error_set(err, EINVAL, "%s: map %" PRId64 " attempt %d has %d partitions, "
+                           "compression %d; map %" PRId64 " attempt %d has %d, %d", what,
+                           b->map_id, b->attempt, b->n_partitions, (int)b->compression,
+                           a->map_id, a->attempt, a->n_partitions, (int)a->compression);
+    fsh_error diff = {{0}};
+    if (!fsh_schema_equals(fsh_map_file_schema(files[0]), fsh_map_file_schema(files[i]), false,
+                           &diff))
+      return fsh_error_set(err, EINVAL, "%s: map %" PRId64 " attempt %d has another schema than "
+                           "map %" PRId64 " attempt %d: %s", what, b->map_id, b->attempt,
+                           a->map_id, a->attempt, diff.message);
+  }
+  return 0;
+}
+
+/* Copies partition p of every part into w, block by block (each verified
+ * by fsh_map_file_read_block). */
+static int copy_partition(fsh_store_writer *w, fsh_map_file **files, int32_t n, int32_t p,
+                          fsh_error *err) {
+  int rc = 0;
+  for (int32_t i = 0; rc == 0 && i < n; i++) {
+    fsh_map_file_partition part = {0};
+    rc = fsh_map_file_get_partition(files[i], p, &part, err);
+    for (int64_t k = 0; rc == 0 && k < part.n_blocks; k++) {
+      fsh_buffer *b = NULL;
+      rc = fsh_map_file_read_block(files[i], &part, k, &b, err);
+      if (rc == 0)
+        rc = fsh_store_writer_write_block(w, p, b->data, b->size, part.blocks[k].rows, err);
+      fsh_buffer_unref(b);
+    }
+    fsh_map_file_partition_reset(&part);
+  }
+  return rc;
+}
+
+int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_map_output *out,
+                            fsh_error *err) {
+  char what[160];
+  snprintf(what, sizeof what, "store %s: merging %d map outputs of shuffle %" PRIu64
+           " into map %" PRId64 " attempt %d", fsh_store_name(s), t->n_parts, t->shuffle_id,
+           t->map_id, t->attempt);
+  if (t->n_parts < 1)
+    return fsh_error_set(err, EINVAL, "%s: no parts", what);
+  fsh_map_file **files = fsh_calloc((size_t)t->n_parts, sizeof *files);
+  if (!files) return fsh_error_set(err, ENOMEM, "%s: out of memory", what);
+  int rc = open_parts(s, t, files, what, err);
+  fsh_store_writer *w = NULL;
+  if (rc == 0) {
+    const fsh_map_file_info *info = fsh_map_file_get_info(files[0]);
+    fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = info->n_partitions,
+                             .schema = fsh_map_file_schema(files[0]),
+                             .compression = info->compression};
+    rc = fsh_store_writer_open(s, &spec, t->map_id, t->attempt, &w, err);
+    const atomic_bool *cancel = fsh_worker_task_cancel_flag();
+    for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {
+      if (cancel && atomic_load(cancel))
+        rc = fsh_error_set(err, ECANCELED, "cancelled");
+      if (rc == 0) rc = copy_partition(w, files, t->n_parts, p, err);
+    }
+    if (rc != 0 && rc != ENOMEM && w) rc = fsh_error_prefix(err, rc, "%s: ", what);
+  }
+  for (int32_t i = 0; i < t->n_parts; i++) fsh_map_file_close(files[i]);
+  fsh_free(files);
+  if (rc != 0) {
+    fsh_store_writer_abort(w);
+    return rc;
+  }
+  fsh_map_output m = {0};
+  rc = fsh_store_writer_close(w, &m, err);
+  if (rc != 0) return fsh_error_prefix(err, rc, "%s: ", what);
+  if (t->drop_parts)
+    for (int32_t i = 0; i < t->n_parts; i++)
+      (void)fsh_store_drop(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i]);
+  *out = m;
+  return 0;
+}
+
+/* ---- the "merge-outputs" task kind ------------------------------------- */
+
+typedef struct merge_state {
+  fsh_shuffle_store *store;
+  fsh_merge_task t;
+} merge_state;
+
+static void merge_free(void *state) {
+  merge_state *m = state;
+  if (!m) return;
+  fsh_merge_task_reset(&m->t);
+  fsh_free(m);
+}
+
+static int merge_run(void *ctx, void *state, fsh_shuffle_backend *b, fsh_buffer **answer,
+                     fsh_error *err) {
+  (void)ctx;
+  (void)b;
+  merge_state *m = state;
+  fsh_map_output out = {0};
+  FSH_RETURN_NOT_OK(fsh_shuffle_store_merge(m->store, &m->t, &out, err));
+  int rc = fsh_put_result_encode(&out, answer, err);
+  fsh_map_output_reset(&out);
+  return rc;
+}
+
+static const fsh_worker_task_kind merge_kind = {
+    .name = FSH_MERGE_TASK_KIND, .run = merge_run, .free_state = merge_free};
+
+const fsh_worker_task_kind *fsh_worker_merge_kind(void) { return &merge_kind; }
+
+int fsh_worker_merge_decode(fsh_shuffle_store *store, const uint8_t *body, int64_t size,
+                            void **state, fsh_error *err) {
+  merge_state *m = fsh_calloc(1, sizeof *m);
+  if (!m) return fsh_error_set(err, ENOMEM, "merge-outputs: out of memory");
+  int rc = fsh_merge_task_decode(body, size, &m->t, err);
+  if (rc != 0) {
+    fsh_free(m);
+    return rc;
+  }
+  m->store = store;
+  *state = m;
+  return 0;
+}

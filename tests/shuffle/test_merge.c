@@ -1,0 +1,251 @@
+/* test_merge.c -- the pre-shuffle merge on a store (worker_merge.c):
+ * several map outputs become one whose partitions are the parts' blocks,
+ * byte for byte. Checked against an independent reading of the parts:
+ * per partition the blocks' bytes in order (so the stored-bytes checksum
+ * is the xxh3 of their concatenation), rows and bytes that add up, and
+ * the decoded rows' row checksums (fsh_task_row_checksums) that add up.
+ * Also: one part, empty partitions, a corrupt part (the merge fails,
+ * nothing is published, the parts stay), a missing part, the body. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "shuffle/shuffle_internal.h"
+#include "shuffle_testutil.h"
+
+#define NP 5
+#define SHUFFLE 77
+
+/* Writes map output (map, attempt) of shuffle SHUFFLE: partition p gets
+ * rows[p] synthetic rows in chunks of 97 (0: empty). */
+static void write_part(fsh_shuffle_store *s, int64_t map, int32_t attempt, const int64_t *rows,
+                       fsh_compression comp, fsh_map_output *out) {
+  fsh_error err = {{0}};
+  fsh_batch *probe = stu_synthetic(0, 1);
+  fsh_shuffle_spec spec = {.shuffle_id = SHUFFLE, .n_partitions = NP, .schema = probe->schema,
+                           .compression = comp, .target_block_bytes = 4 << 10};
+  fsh_store_writer *w = NULL;
+  CHECK_OK(fsh_store_writer_open(s, &spec, map, attempt, &w, &err));
+  for (int32_t p = 0; w && p < NP; p++)
+    for (int64_t at = 0; at < rows[p]; at += 97) {
+      int64_t n = rows[p] - at < 97 ? rows[p] - at : 97;
+      fsh_batch *b = stu_synthetic(map * 100000 + p * 10000 + at, n);
+      CHECK_OK(fsh_store_writer_write(w, p, b, &err));
+      fsh_batch_unref(b);
+    }
+  memset(out, 0, sizeof *out);
+  if (w) CHECK_OK(fsh_store_writer_close(w, out, &err));
+  fsh_batch_unref(probe);
+}
+
+/* What an independent reader sees of partition p of a held output: its
+ * blocks' bytes concatenated (appended to *cat), rows, and the row
+ * checksum of its decoded rows. */
+typedef struct seen {
+  uint8_t *cat;
+  int64_t len, blocks, rows;
+  uint64_t row_sum;
+} seen;
+
+static void read_partition(fsh_shuffle_store *s, int64_t map, int32_t attempt, int32_t p,
+                           seen *acc) {
+  fsh_error err = {{0}};
+  fsh_map_file *f = NULL;
+  CHECK_OK(fsh_store_open(s, SHUFFLE, map, attempt, &f, &err));
+  if (!f) return;
+  fsh_map_file_partition part = {0};
+  CHECK_OK(fsh_map_file_get_partition(f, p, &part, &err));
+  for (int64_t k = 0; k < part.n_blocks; k++) {
+    fsh_buffer *b = NULL;
+    CHECK_OK(fsh_map_file_read_block(f, &part, k, &b, &err));
+    if (!b) continue;
+    acc->cat = STU_OK(realloc(acc->cat, (size_t)(acc->len + b->size + 1)));
+    memcpy(acc->cat + acc->len, b->data, (size_t)b->size);
+    acc->len += b->size;
+    acc->blocks++;
+    fsh_buffer_unref(b);
+  }
+  fsh_map_file_partition_reset(&part);
+  fsh_map_file_cursor *c = NULL;
+  CHECK_OK(fsh_map_file_cursor_open(f, p, &c, &err));
+  for (;;) {
+    fsh_batch *b = NULL;
+    if (!c || fsh_map_file_cursor_next(c, &b, &err) != 0 || !b) break;
+    acc->rows += b->length;
+    fsh_task_row_checksums(b, NULL, &acc->row_sum);
+    fsh_batch_unref(b);
+  }
+  fsh_map_file_cursor_free(c);
+  fsh_map_file_close(f);
+}
+
+static fsh_shuffle_store *new_store(const char *dir, int64_t limit) {
+  fsh_error err = {{0}};
+  fsh_shuffle_store *s = NULL;
+  fsh_shuffle_store_options o = {.spill_dirs = &dir, .n_spill_dirs = 1, .memory_limit = limit,
+                                 .name = "merge-test"};
+  CHECK_OK(fsh_shuffle_store_new(&o, &s, &err));
+  return s;
+}
+
+/* Merges n parts with the given rows per partition and checks the merged
+ * output against the parts read independently. */
+static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh_compression comp) {
+  char *dir = stu_mkdtemp("merge");
+  fsh_shuffle_store *s = new_store(dir, limit);
+  fsh_error err = {{0}};
+  int64_t maps[8];
+  int32_t attempts[8];
+  fsh_map_output parts[8];
+  for (int i = 0; i < n; i++) {
+    maps[i] = 3 * i + 1;
+    attempts[i] = i % 2;
+    write_part(s, maps[i], attempts[i], rows[i], comp, &parts[i]);
+  }
+  seen want[NP];
+  memset(want, 0, sizeof want);
+  for (int32_t p = 0; p < NP; p++)
+    for (int i = 0; i < n; i++) read_partition(s, maps[i], attempts[i], p, &want[p]);
+  fsh_merge_task t = {.shuffle_id = SHUFFLE, .map_id = 0, .attempt = 5, .drop_parts = true,
+                      .n_parts = n, .part_maps = maps, .part_attempts = attempts};
+  fsh_map_output m = {0};
+  CHECK_OK(fsh_shuffle_store_merge(s, &t, &m, &err));
+  CHECK_EQ_INT(m.n_partitions, NP);
+  CHECK(m.map_id == 0 && m.attempt == 5 && m.shuffle_id == SHUFFLE);
+  for (int32_t p = 0; m.rows && p < NP; p++) {
+    int64_t r = 0, b = 0;
+    for (int i = 0; i < n; i++) r += parts[i].rows[p], b += parts[i].bytes[p];
+    CHECK_EQ_INT(m.rows[p], r);
+    CHECK_EQ_INT(m.bytes[p], b);
+    CHECK_EQ_INT(want[p].rows, r);
+    CHECK_EQ_INT(want[p].len, b);
+    CHECK(m.checksums[p] == XXH3_64bits(want[p].cat, (size_t)want[p].len));
+    if (n == 1) CHECK(m.checksums[p] == parts[0].checksums[p]);
+  }
+  /* the parts are gone, the merged output is held */
+  for (int i = 0; i < n; i++) CHECK(!fsh_store_has(s, SHUFFLE, maps[i], attempts[i], NULL));
+  CHECK(fsh_store_has(s, SHUFFLE, 0, 5, NULL));
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(s, &st);
+  CHECK_EQ_INT(st.map_outputs, 1);
+  /* its blocks are the parts' bytes, in order; its rows decode to the
+   * same row checksums */
+  for (int32_t p = 0; p < NP; p++) {
+    seen got = {0};
+    read_partition(s, 0, 5, p, &got);
+    CHECK_EQ_INT(got.len, want[p].len);
+    CHECK_EQ_INT(got.blocks, want[p].blocks);
+    CHECK_EQ_INT(got.rows, want[p].rows);
+    CHECK(got.row_sum == want[p].row_sum);
+    CHECK(got.len == want[p].len && (got.len == 0 || memcmp(got.cat, want[p].cat,
+                                                             (size_t)got.len) == 0));
+    free(got.cat);
+    free(want[p].cat);
+  }
+  fsh_map_output_reset(&m);
+  for (int i = 0; i < n; i++) fsh_map_output_reset(&parts[i]);
+  fsh_shuffle_store_free(s);
+  CHECK_EQ_INT(stu_count_files(dir), 0);
+  stu_rmdir(dir);
+}
+
+static const int64_t k_rows[4][NP] = {
+    {500, 0, 31, 1000, 7}, {0, 0, 260, 3, 1}, {1200, 0, 0, 90, 400}, {1, 0, 2, 3, 4}};
+
+static void merge_adds_up_memory(void) { merge_and_check(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE); }
+static void merge_adds_up_spilled(void) { merge_and_check(3, k_rows, 0, FSH_COMPRESSION_LZ4_FRAME); }
+static void merge_of_one_part(void) { merge_and_check(1, k_rows + 2, 1 << 30, FSH_COMPRESSION_ZSTD); }
+static void merge_of_empty_parts(void) {
+  static const int64_t empty[2][NP] = {{0}, {0}};
+  merge_and_check(2, empty, 1 << 30, FSH_COMPRESSION_NONE);
+}
+
+/* A corrupt block in one part (its spill file damaged): the merge fails
+ * naming it, nothing new is held, the parts stay. */
+static void merge_detects_corrupt_part(void) {
+  char *dir = stu_mkdtemp("mergebad");
+  fsh_shuffle_store *s = new_store(dir, 0); /* everything spills */
+  fsh_error err = {{0}};
+  fsh_map_output a = {0}, b = {0};
+  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
+  write_part(s, 2, 0, k_rows[1], FSH_COMPRESSION_NONE, &b);
+  fsh_store_location loc = {0};
+  CHECK_OK(fsh_store_locate(s, SHUFFLE, 2, 0, 3, &loc, &err));
+  CHECK(loc.kind == FSH_STORE_AT_FILE && loc.part.n_blocks >= 1);
+  if (loc.kind == FSH_STORE_AT_FILE && loc.part.n_blocks >= 1) {
+    char *path = fsh_path_join(dir, loc.name);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    uint8_t x = 0;
+    off_t at = (off_t)(loc.part.blocks[0].offset + loc.part.blocks[0].length - 3);
+    CHECK(pread(fd, &x, 1, at) == 1);
+    x ^= 0x5a;
+    CHECK(pwrite(fd, &x, 1, at) == 1);
+    close(fd);
+    fsh_free(path);
+  }
+  fsh_store_location_reset(&loc);
+  int64_t maps[2] = {1, 2};
+  int32_t attempts[2] = {0, 0};
+  fsh_merge_task t = {.shuffle_id = SHUFFLE, .map_id = 9, .attempt = 1, .drop_parts = true,
+                      .n_parts = 2, .part_maps = maps, .part_attempts = attempts};
+  fsh_map_output m = {0};
+  int rc = fsh_shuffle_store_merge(s, &t, &m, &err);
+  CHECK_EQ_INT(rc, EIO);
+  CHECK_MSG(strstr(err.message, "checksum mismatch") && strstr(err.message, "map 2") &&
+                strstr(err.message, "partition 3"), "%s", err.message);
+  CHECK(m.rows == NULL);
+  CHECK(!fsh_store_has(s, SHUFFLE, 9, 1, NULL));
+  CHECK(fsh_store_has(s, SHUFFLE, 1, 0, NULL) && fsh_store_has(s, SHUFFLE, 2, 0, NULL));
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(s, &st);
+  CHECK_EQ_INT(st.map_outputs, 2);
+  CHECK_EQ_INT(stu_count_files(dir), 2); /* no temp file left */
+  /* a part that is not held */
+  maps[1] = 4;
+  rc = fsh_shuffle_store_merge(s, &t, &m, &err);
+  CHECK_EQ_INT(rc, ENOENT);
+  CHECK_MSG(strstr(err.message, "part 1"), "%s", err.message);
+  CHECK(!fsh_store_has(s, SHUFFLE, 9, 1, NULL));
+  fsh_map_output_reset(&a);
+  fsh_map_output_reset(&b);
+  fsh_shuffle_store_free(s);
+  stu_rmdir(dir);
+}
+
+/* The body round-trips; malformed ones are refused naming what is wrong. */
+static void merge_body(void) {
+  fsh_error err = {{0}};
+  int64_t maps[3] = {4, 9, 2};
+  int32_t attempts[3] = {0, 3, 1};
+  fsh_merge_task t = {.shuffle_id = 12, .map_id = 2, .attempt = 7, .drop_parts = true,
+                      .n_parts = 3, .part_maps = maps, .part_attempts = attempts};
+  fsh_buffer *b = NULL;
+  CHECK_OK(fsh_merge_task_encode(&t, &b, &err));
+  fsh_merge_task d = {0};
+  CHECK_OK(fsh_merge_task_decode(b->data, b->size, &d, &err));
+  CHECK(d.shuffle_id == 12 && d.map_id == 2 && d.attempt == 7 && d.drop_parts && d.n_parts == 3);
+  for (int i = 0; d.part_maps && i < 3; i++)
+    CHECK(d.part_maps[i] == maps[i] && d.part_attempts[i] == attempts[i]);
+  fsh_merge_task_reset(&d);
+  CHECK_EQ_INT(fsh_merge_task_decode(b->data, b->size - 1, &d, &err), EINVAL);
+  b->data[32] = 0; /* no parts */
+  CHECK_EQ_INT(fsh_merge_task_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_buffer_unref(b);
+  attempts[2] = 7; /* a part is the merged output itself */
+  CHECK_OK(fsh_merge_task_encode(&t, &b, &err));
+  CHECK_EQ_INT(fsh_merge_task_decode(b->data, b->size, &d, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "part 2"), "%s", err.message);
+  fsh_buffer_unref(b);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"merge_adds_up_memory", merge_adds_up_memory},
+      {"merge_adds_up_spilled", merge_adds_up_spilled},
+      {"merge_of_one_part", merge_of_one_part},
+      {"merge_of_empty_parts", merge_of_empty_parts},
+      {"merge_detects_corrupt_part", merge_detects_corrupt_part},
+      {"merge_body", merge_body},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
