@@ -75,6 +75,8 @@ typedef struct bench_opts {
   const char *spill_dir;
   int32_t batch_rows; /* 0: chosen from the sizes */
   uint64_t seed;
+  int merge;       /* the pre-shuffle merge: FSH_SCHED_MERGE_OFF / ON / AUTO */
+  bool merge_both; /* each run twice: merge off, then on */
 } bench_opts;
 
 static int bench_usage(void) {
@@ -83,7 +85,7 @@ static int bench_usage(void) {
           "         --backend flight|memory|fs [--compression none|lz4|zstd]\n"
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
-          "         [--direct on|off|both]\n"
+          "         [--direct on|off|both] [--merge on|off|auto|both]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -95,7 +97,10 @@ static int bench_usage(void) {
           "  --direct: flight workers read the map outputs of same-host workers\n"
           "  straight from their files and memory (on, default) or with DoGet (off);\n"
           "  both: every run once off and once on (alternating which goes first),\n"
-          "  each on a freshly started cluster, compared in the result line.\n");
+          "  each on a freshly started cluster, compared in the result line.\n"
+          "  --merge: the pre-shuffle merge of the map outputs on each worker (sched.h;\n"
+          "  auto, the default: on when sqrt(M x R) > 200); both: every run once off,\n"
+          "  then once on, compared in the result line.\n");
   return 2;
 }
 
@@ -103,7 +108,7 @@ static int bench_usage(void) {
 /* 0, or 2 after a message. */
 static int parse_opts(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42,
-                    .fail_worker = -1};
+                    .fail_worker = -1, .merge = FSH_SCHED_MERGE_AUTO};
   bool have_backend = false;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -168,6 +173,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         return cli_fail(2, "bench shuffle: --direct '%s': expected on, off or both", v);
       o->direct_off = strcmp(v, "off") == 0;
       o->direct_both = strcmp(v, "both") == 0;
+    } else if (strcmp(a, "--merge") == 0) {
+      if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto") && strcmp(v, "both"))
+        return cli_fail(2, "bench shuffle: --merge '%s': expected on, off, auto or both", v);
+      o->merge = strcmp(v, "on") == 0 ? FSH_SCHED_MERGE_ON : strcmp(v, "off") == 0
+                 ? FSH_SCHED_MERGE_OFF : FSH_SCHED_MERGE_AUTO;
+      o->merge_both = strcmp(v, "both") == 0;
+      if (o->merge_both) o->merge = FSH_SCHED_MERGE_OFF;
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -185,6 +197,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   if (o->direct_both && (o->incremental_both || o->backend != FSH_TASK_BACKEND_FLIGHT))
     return cli_fail(2, "bench shuffle: --direct both needs --backend flight and not "
                     "--incremental both");
+  if (o->merge_both && (o->incremental_both || o->direct_both ||
+                       o->backend == FSH_TASK_BACKEND_MEMORY))
+    return cli_fail(2, "bench shuffle: --merge both needs workers (fs, flight) and not "
+                    "--incremental both nor --direct both");
   if (o->incremental_both && o->fail_worker >= 0)
     return cli_fail(2, "bench shuffle: --fail-worker with --incremental on or off, not both");
   if (o->backend == FSH_TASK_BACKEND_MEMORY &&
@@ -609,6 +625,7 @@ typedef struct run_stats {
   int64_t spilled, table_bytes, rows;
   int32_t recomputed, retried;
   bool verified;
+  double merges, merged_outputs; /* the pre-shuffle merge's (counts) */
 } run_stats;
 
 static int cmp_double(const void *a, const void *b) {
@@ -649,7 +666,8 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   fsh_sched_shuffle_job sj = {.name = "bench shuffle", .maps = o->maps, .reduces = o->reduces,
                               .rows = rows, .batch_rows = r->batch_rows, .seed = o->seed,
                               .compression = o->compression, .backend = o->backend,
-                              .slots_per_worker = o->slots, .incremental = o->incremental};
+                              .slots_per_worker = o->slots, .incremental = o->incremental,
+                              .merge = o->merge};
   fsh_buffer *plan = NULL;
   uint64_t job = 0;
   double t0 = now_sec();
@@ -732,6 +750,12 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   printf("  first map output -> first reduce start %.1f ms; idle gap between the phases %.1f "
          "ms; tasks retried %d, recomputed %d\n", st->first_fetch_ms, st->idle_gap_ms,
          js.n_retried, js.n_recomputed);
+  st->merges = (double)js.merges;
+  st->merged_outputs = (double)js.merged_outputs;
+  printf("  pre-shuffle merge %s: %" PRId64 " merges of %" PRId64 " map outputs (%" PRId64
+         " bytes), %" PRId64 " failed\n", o->merge == FSH_SCHED_MERGE_ON ? "on" :
+         o->merge == FSH_SCHED_MERGE_OFF ? "off" : "auto", js.merges, js.merged_outputs,
+         js.merged_bytes, js.merges_failed);
   for (int32_t i = 0; i < js.n_recomputed; i++)
     printf("  recomputed: stage %u task %d (attempt %d): %s\n", js.recomputed[i].stage_id,
            js.recomputed[i].task, js.recomputed[i].attempt, js.recomputed[i].reason);
@@ -918,7 +942,15 @@ int cmd_bench(int argc, char **argv) {
     }
     if (o.incremental_both) printf("incremental off:\n");
     if (o.incremental_both) o.incremental = false;
+    if (o.merge_both) printf("pre-shuffle merge off:\n");
     status = one_run(&r, i, &st[i]);
+    if (status == 0 && o.merge_both) { /* then on, into st_on */
+      printf("pre-shuffle merge on:\n");
+      o.merge = FSH_SCHED_MERGE_ON;
+      status = one_run(&r, i, &st_on[i]);
+      verified = verified && st_on[i].verified;
+      o.merge = FSH_SCHED_MERGE_OFF;
+    }
     verified = verified && st[i].verified;
     if (st[i].spilled > spilled) spilled = st[i].spilled;
     if (status == 0 && o.incremental_both) {
@@ -949,7 +981,24 @@ int cmd_bench(int argc, char **argv) {
            gb[2], st[0].table_bytes);
     printf("  socket copy  %8.3f %8.3f %8.3f GB/s\n", sock[0], sock[1], sock[2]);
     if (file[1] > 0) printf("  file write   %8.3f %8.3f %8.3f GB/s\n", file[0], file[1], file[2]);
-    if (!o.incremental_both && !o.direct_both) /* else a comparison's line below is the result */
+    if (o.merge_both) { /* the comparison is the result */
+      double gb_on[3], t_on[3], mg[3], mo[3];
+      summarize(st_on, o.runs, offsetof(run_stats, gbps), gb_on);
+      summarize(st_on, o.runs, offsetof(run_stats, total), t_on);
+      summarize(st_on, o.runs, offsetof(run_stats, merges), mg);
+      summarize(st_on, o.runs, offsetof(run_stats, merged_outputs), mo);
+      printf("  pre-shuffle merge on (off above):\n");
+      printf("  total        %8.3f %8.3f %8.3f s\n", t_on[0], t_on[1], t_on[2]);
+      printf("  shuffle      %8.3f %8.3f %8.3f GB/s\n", gb_on[0], gb_on[1], gb_on[2]);
+      printf("result: name=bench_shuffle_merge verified=%s backend=%s workers=%d maps=%d "
+             "reduces=%d bytes=%" PRId64 " runs=%d gbps_off_min=%.3f gbps_off_median=%.3f "
+             "gbps_off_max=%.3f gbps_on_min=%.3f gbps_on_median=%.3f gbps_on_max=%.3f "
+             "speedup_on=%.3f merges_median=%.0f merged_outputs_median=%.0f\n",
+             verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
+             o.reduces, o.bytes, o.runs, gb[0], gb[1], gb[2], gb_on[0], gb_on[1], gb_on[2],
+             gb[1] > 0 ? gb_on[1] / gb[1] : 0.0, mg[1], mo[1]);
+    }
+    if (!o.incremental_both && !o.direct_both && !o.merge_both) /* else a comparison's line below is the result */
     printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
            "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "

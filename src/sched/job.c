@@ -63,6 +63,7 @@ void fsh_job_free(sched_job *j) {
     fsh_free(st->part_sums);
     fsh_free(st->part_bytes);
     fsh_free(st->counted);
+    fsh_job_merge_free(st);
     for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) {
       fsh_free(st->tasks[t].lost);
       fsh_free(st->tasks[t].reads);
@@ -216,7 +217,7 @@ bool fsh_job_consumers_complete(const sched_job *j, int s) {
  * complete (no longer needed) once every stage reading it is. */
 bool fsh_job_stage_complete(const sched_job *j, int s) {
   const jstage *st = &j->stages[s];
-  if (st->n_done == st->n_tasks) return true;
+  if (st->n_done == st->n_tasks && st->n_held == 0) return true;
   return producer(st) && st->consumed && fsh_job_consumers_complete(j, s);
 }
 
@@ -291,6 +292,8 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
     jp.max_attempts = sj->max_attempts;
     jp.slots_per_worker = sj->slots_per_worker;
     jp.incremental = sj->incremental;
+    jp.pre_shuffle_merge = sj->merge;
+    jp.merge_threshold = sj->merge_threshold;
     jp.backend = (int32_t)sj->backend;
     size_t n = protobuf_c_message_get_packed_size(&jp.base);
     fsh_buffer *b = fsh_buffer_new((int64_t)n, false);
@@ -341,6 +344,8 @@ int fsh_sched_plan_job_plan(const fsh_sched_plan_job *pj, fsh_buffer **plan, fsh
     jp.n_stages = (size_t)pj->n_stages;
     jp.stages = spp;
     jp.max_attempts = pj->max_attempts;
+    jp.pre_shuffle_merge = pj->merge;
+    jp.merge_threshold = pj->merge_threshold;
     jp.slots_per_worker = pj->slots_per_worker;
     jp.backend = (int32_t)pj->backend;
     size_t n = protobuf_c_message_get_packed_size(&jp.base);
@@ -444,6 +449,9 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
   if (p->backend != FSH_TASK_BACKEND_FS && p->backend != FSH_TASK_BACKEND_FLIGHT)
     return fsh_error_set(err, EINVAL, "backend %d: a job runs on workers, fs (1) or flight (2)",
                          p->backend);
+  if (p->pre_shuffle_merge < 0 || p->pre_shuffle_merge > 2 || p->merge_threshold < 0)
+    return fsh_error_set(err, EINVAL, "pre_shuffle_merge %d (0 off, 1 on, 2 auto) or "
+                         "merge_threshold %d (>= 0)", p->pre_shuffle_merge, p->merge_threshold);
   if (p->max_attempts < 0 || p->max_attempts > 100 || p->slots_per_worker < 0 ||
       p->slots_per_worker > 1024)
     return fsh_error_set(err, EINVAL, "max_attempts %d (0 .. 100) or slots_per_worker %d "
@@ -459,6 +467,8 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
   j->slots = p->slots_per_worker ? p->slots_per_worker : JOB_DEFAULT_SLOTS;
   j->backend = (fsh_task_backend)p->backend;
   j->incremental = p->incremental;
+  j->merge_mode = p->pre_shuffle_merge;
+  j->merge_threshold = p->merge_threshold;
   j->n_stages = (int)p->n_stages;
   j->first_map_ms = j->last_map_ms = j->first_reduce_ms = -1;
   int rc = 0;
@@ -561,6 +571,7 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
     fsh_job_free(j);
     return rc;
   }
+  fsh_job_merge_setup(j);
   *out = j;
   return 0;
 }

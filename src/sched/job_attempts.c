@@ -83,7 +83,9 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
                            "%" PRIu64 " with %d partitions", r.output.map_id, r.output.attempt,
                            r.output.shuffle_id, r.output.n_partitions);
       fsh_shuffle_meta_add_result added = FSH_SHUFFLE_META_ACCEPTED;
-      if (rc == 0) rc = fsh_shuffle_meta_add(st->meta, &r.output, &added, &err);
+      if (rc == 0 && st->merge) /* held back until merged (job_merge.c) */
+        rc = fsh_job_merge_hold(st, t, &r.output, &err);
+      else if (rc == 0) rc = fsh_shuffle_meta_add(st->meta, &r.output, &added, &err);
       if (rc == 0 && added != FSH_SHUFFLE_META_ACCEPTED)
         rc = fsh_error_set(&err, EPROTO, "the shuffle's metadata calls it %s",
                            fsh_shuffle_meta_add_result_name(added));
@@ -186,7 +188,11 @@ int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
   int32_t task, attempt;
   int rc = fsh_job_resolve_ref(d, "task-done", m->ref.data, m->ref.len, &j, &s, &task, &attempt,
                                err);
-  if (rc == 0)
+  uint32_t merge = rc == 0 ? fsh_job_ref_merge(m->ref.data, m->ref.len) : 0;
+  if (rc == 0 && merge)
+    fsh_job_merge_ended(d, j, s, (int32_t)merge, m->ok, m->error, m->answer.data,
+                        (int64_t)m->answer.len);
+  else if (rc == 0)
     fsh_job_attempt_ended(d, j, s, task, attempt, m->ok, m->error, m->answer.data,
                           (int64_t)m->answer.len);
   pthread_mutex_unlock(&d->mu);

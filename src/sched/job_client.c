@@ -78,6 +78,8 @@ int fsh_sched_get_job_status(const char *driver_uri, const char *auth_token, uin
                             .operator_spill_files = m->operator_spill_files,
                             .operator_spilled_bytes = m->operator_spilled_bytes,
                             .operators_spilled = m->operators_spilled,
+                            .merges = m->merges, .merged_outputs = m->merged_outputs,
+                            .merged_bytes = m->merged_bytes, .merges_failed = m->merges_failed,
                             .verified = m->verified,
                             .first_map_output_s = m->first_map_output_s,
                             .first_reduce_start_s = m->first_reduce_start_s,
@@ -170,6 +172,10 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f) {
   if (s->operators_spilled > 0)
     fprintf(f, "  operators spilled %" PRId64 " times: %" PRId64 " files, %" PRId64 " bytes\n",
             s->operators_spilled, s->operator_spill_files, s->operator_spilled_bytes);
+  if (s->merges > 0 || s->merges_failed > 0)
+    fprintf(f, "  pre-shuffle merges %" PRId64 ": %" PRId64 " map outputs, %" PRId64 " bytes "
+            "merged; %" PRId64 " failed (published unmerged)\n", s->merges, s->merged_outputs,
+            s->merged_bytes, s->merges_failed);
   if (s->state == FSH_SCHED_JOB_SUCCEEDED)
     fprintf(f, "  verified %s\n", s->verified ? "yes" : "no");
   print_events(f, "retried", s->retried, s->n_retried);

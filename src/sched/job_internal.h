@@ -35,7 +35,25 @@ typedef struct jtask {
   int32_t n_reads;
   int64_t fetched;              /* KIND_PLAN: bytes of the input partitions it read */
   fsh_fragment_stats spill;     /* KIND_PLAN: what its operators spilled */
+  /* the pre-shuffle merge (job_merge.c): a done attempt's output held back
+   * from the metadata until it is merged (or published unmerged), owned;
+   * and the merge it is a part of (its id; 0: none) */
+  fsh_map_output *held;
+  int32_t merge;
 } jtask;
+
+/* A "merge-outputs" sent to the worker holding its parts (job_merge.c). */
+typedef struct jmerge {
+  int32_t id;           /* > 0, per stage */
+  bool active;          /* sent or to send, not yet ended */
+  bool sending;         /* its "task" call is on the way */
+  uint64_t worker_id;
+  int32_t attempt;      /* of the merged output (a reserved attempt of tasks[0]) */
+  int32_t n;
+  int32_t *tasks;       /* [n] owned, increasing; tasks[0] names the merged output */
+  uint64_t wtask;       /* the worker's task id (task-wait fallback); 0: unknown */
+  int64_t start_ms, poll_ms;
+} jmerge;
 
 typedef struct jstage {
   uint32_t id;
@@ -71,6 +89,14 @@ typedef struct jstage {
   int64_t *part_bytes; /* [n_parts]: the bytes the tasks wrote there (exact) */
   bool *counted;       /* [n_tasks] */
   int64_t first_ms, last_ms; /* first start, last end */
+  /* the pre-shuffle merge (job_merge.c): on for this stage, map outputs
+   * per merge, held outputs (tasks with `held`), the merges */
+  bool merge;
+  int32_t merge_group;
+  int32_t n_held;
+  int32_t n_merges, cap_merges;
+  jmerge *merges;
+  int64_t merges_done, merged_outputs, merged_bytes, merges_failed;
 } jstage;
 
 typedef struct event_list {
@@ -91,6 +117,8 @@ struct sched_job {
   int64_t start_ms, end_ms, first_map_ms, last_map_ms, first_reduce_ms;
   int64_t bytes_spilled;
   int releasing; /* shuffles being released by the scheduler */
+  int merge_mode;          /* Sched.proto JobPlan.pre_shuffle_merge: 0 off, 1 on, 2 auto */
+  int32_t merge_threshold; /* auto: sqrt(M x R) above it */
   sched_job *next;
 };
 
@@ -170,6 +198,52 @@ bool fsh_job_settled(const sched_job *j);
  * (free the two arrays only). mu held. (job_scheduler.c) */
 int fsh_job_reduce_task_of(const sched_job *j, int in, int32_t p, bool incremental,
                            fsh_reduce_task *t, fsh_error *err);
+
+/* The "task" envelope of a kind's body with the TaskRef tag (merge: a
+ * merge's id, 0 for a task). (job_scheduler.c) */
+int fsh_job_envelope(const char *kind, const sched_job *j, const jstage *st, int32_t t,
+                     int32_t attempt, uint32_t merge, const fsh_buffer *body, fsh_buffer **out,
+                     fsh_error *err);
+
+/* ---- the pre-shuffle merge (job_merge.c) --------------------------------
+ * A stage with merge on holds each done map output back from its metadata
+ * (jtask.held) until the worker holding it has merged it with others of
+ * that stage ("merge-outputs", sent by the launchers like a task): then
+ * the merged output is published in their place -- under the first part's
+ * map id and an attempt reserved for it, the other parts as empty outputs
+ * of their own attempts at the same location, so that reducers never see
+ * a part and the lineage (a lost worker loses every part's map, re-run)
+ * holds as for any output. A merge that fails publishes its parts
+ * unmerged. The stage is complete once nothing is held. mu held. */
+
+/* Whether a stage of that job merges (set at submit). */
+void fsh_job_merge_setup(sched_job *j);
+/* Holds a done attempt's output (copied, location set) instead of adding
+ * it to the metadata. ENOMEM. */
+int fsh_job_merge_hold(jstage *st, int32_t t, const fsh_map_output *out, fsh_error *err);
+/* Plans this round's merges of stage s (and the task-wait polls of those
+ * running): emit(ctx, ...) takes each call (the envelope, a new
+ * reference; or a poll of wtask). Groups of one are published at once. */
+typedef void (*fsh_job_merge_emit_fn)(void *ctx, const sched_job *j, int s, const jmerge *m,
+                                      const char *uri, fsh_buffer *env, bool poll);
+void fsh_job_merges_plan(fsh_sched_driver *d, sched_job *j, int s, int64_t now,
+                         fsh_job_merge_emit_fn emit, void *ctx);
+/* The "task" call of merge id of stage s came back: rc 0 with the
+ * worker's task id, or the call's error (the merge failed). */
+void fsh_job_merge_sent(fsh_sched_driver *d, sched_job *j, int s, int32_t id, int rc,
+                        uint64_t wtask, const char *error);
+/* Merge id of stage s ended (task-done, or a task-wait answer): ok with
+ * the merged output's PutResult, or error. A merge no longer active is
+ * ignored (listed). */
+void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, bool ok,
+                         const char *error, const uint8_t *answer, int64_t size);
+/* Task t's held output or merge is gone with its worker (lineage):
+ * forgotten, as is its merge (every part of it is on that worker). */
+void fsh_job_merge_forget(jstage *st, int32_t t);
+/* The merge field of a TaskRef (0: a task, or malformed). */
+uint32_t fsh_job_ref_merge(const uint8_t *data, size_t len);
+/* Frees a stage's merge state. */
+void fsh_job_merge_free(jstage *st);
 
 /* job_attempts.c: records the end of attempt `attempt` of task t of stage
  * s (ok: its answer; else error, the reason). */

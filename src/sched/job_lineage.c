@@ -42,6 +42,7 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
           k->state = T_PENDING;
           k->recompute = true;
           st->n_done--;
+          fsh_job_merge_forget(st, t); /* held there, or in a merge there */
           if (!hit) hit = fsh_calloc((size_t)st->n_parts, sizeof *hit);
           for (int32_t p = 0; hit && p < st->n_parts; p++)
             if (!hit[p] && block_non_empty(st, t, p)) hit[p] = true;

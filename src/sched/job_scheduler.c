@@ -30,6 +30,7 @@ typedef struct launch {
   bool cancel;      /* a "cancel" of the attempt instead */
   bool release;     /* a "release" of shuffle body (job_id's releasing) */
   bool stats;       /* a "stats" whose spilled bytes go to job_id's */
+  int32_t merge;    /* != 0: the "task" (or, poll, "task-wait") of that merge */
   uint64_t wtask;
 } launch;
 
@@ -51,14 +52,15 @@ static launch *launch_push(launch_list *l) {
   return x;
 }
 
-/* The "task" envelope of a kind's body, with the TaskRef tag. */
-static int envelope(const char *kind, const sched_job *j, const jstage *st, int32_t t,
-                    int32_t attempt, const fsh_buffer *body, fsh_buffer **out, fsh_error *err) {
+int fsh_job_envelope(const char *kind, const sched_job *j, const jstage *st, int32_t t,
+                     int32_t attempt, uint32_t merge, const fsh_buffer *body, fsh_buffer **out,
+                     fsh_error *err) {
   Flightshuffle__Sched__TaskRef ref = FLIGHTSHUFFLE__SCHED__TASK_REF__INIT;
   ref.job_id = j->id;
   ref.stage_id = st->id;
   ref.task = t;
   ref.attempt = attempt;
+  ref.merge = merge;
   size_t tl = protobuf_c_message_get_packed_size(&ref.base), kl = strlen(kind);
   fsh_buffer *b = fsh_buffer_new((int64_t)(16 + kl + tl) + body->size, false);
   if (!b) return fsh_error_set(err, ENOMEM, "out of memory");
@@ -220,14 +222,14 @@ static bool stage_may_start(const sched_job *j, int s) {
   if (st->kind == KIND_PLAN) { /* every input complete */
     for (int i = 0; i < st->n_inputs; i++) {
       const jstage *in = &j->stages[st->inputs[i]];
-      if (in->released || in->n_done < in->n_tasks) return false;
+      if (in->released || in->n_done < in->n_tasks || in->n_held) return false;
     }
     return true;
   }
   const jstage *in = &j->stages[st->input];
   if (in->released) return false; /* plan_round brings it back first */
   return j->incremental && st->kind == KIND_REDUCE ? in->n_done > 0
-                                                   : in->n_done == in->n_tasks;
+                                                   : in->n_done == in->n_tasks && !in->n_held;
 }
 
 /* Stage `in` was released (its consumers had completed) but consumer `c`
@@ -255,6 +257,59 @@ static void bring_back(fsh_sched_driver *d, sched_job *j, int in, const jstage *
   if (d->log)
     fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id, st->id,
             reason);
+}
+
+static fsh_flight_client *client_of(fsh_sched_driver *d, const char *uri, fsh_error *err);
+static bool transport_error(int rc);
+
+/* fsh_job_merges_plan's emit: a launch of the merge's call (ctx: the
+ * launch list). */
+static void emit_merge(void *ctx, const sched_job *j, int s, const jmerge *m, const char *uri,
+                       fsh_buffer *env, bool poll) {
+  launch *x = launch_push(ctx);
+  if (!x) { /* out of memory: a lost call; its task-wait poll finds the merge later */
+    fsh_buffer_unref(env);
+    return;
+  }
+  *x = (launch){.job_id = j->id, .stage = s, .task = m->tasks[0], .attempt = m->attempt,
+                .merge = m->id, .poll = poll, .wtask = m->wtask, .body = env};
+  snprintf(x->uri, sizeof x->uri, "%s", uri);
+}
+
+/* Sends a merge's "task" (or its "task-wait") and records what came of it
+ * (mu NOT held). */
+static void run_merge_launch(fsh_sched_driver *d, launch *x) {
+  fsh_error err = {{0}};
+  fsh_flight_client *c = client_of(d, x->uri, &err);
+  fsh_flight_result_list res = {0};
+  int rc = c ? 0 : EIO;
+  uint8_t id8[8];
+  if (rc == 0 && x->poll) {
+    for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
+    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id8, 8}};
+    rc = fsh_flight_do_action(c, &a, &res, &err);
+  } else if (rc == 0) {
+    fsh_flight_action a = {.type = (char *)"task", .body = {x->body->data, x->body->size}};
+    rc = fsh_flight_do_action(c, &a, &res, &err);
+    if (rc == 0 && (res.n != 1 || res.items[0].size != 8))
+      rc = fsh_error_set(&err, EPROTO, "worker %s: task: %lld results, expected one 8-byte id",
+                         x->uri, (long long)res.n);
+  }
+  pthread_mutex_lock(&d->mu);
+  sched_job *j = fsh_job_find(d, x->job_id);
+  if (j && x->poll) {
+    if (rc == 0 && res.n == 1 && res.items[0].size >= 1 && res.items[0].data[0] == 1)
+      fsh_job_merge_ended(d, j, x->stage, x->merge, true, NULL, res.items[0].data + 1,
+                          res.items[0].size - 1);
+    else if (rc != 0 && !transport_error(rc))
+      fsh_job_merge_ended(d, j, x->stage, x->merge, false, err.message, NULL, 0);
+  } else if (j) {
+    uint64_t id = 0;
+    for (int i = 0; rc == 0 && i < 8; i++) id |= (uint64_t)res.items[0].data[i] << (8 * i);
+    fsh_job_merge_sent(d, j, x->stage, x->merge, rc, id, rc ? err.message : NULL);
+  }
+  pthread_mutex_unlock(&d->mu);
+  fsh_flight_result_list_reset(&res);
 }
 
 /* Plans the launches and polls of this round; mu held. */
@@ -286,6 +341,8 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
       for (int i = 0; consumer(st) && i < st->n_inputs; i++)
         if (j->stages[st->inputs[i]].released && !fsh_job_stage_complete(j, s))
           bring_back(d, j, st->inputs[i], st);
+      if (st->merge) fsh_job_merges_plan(d, j, s, now, emit_merge, l);
+      if (j->state != FSH_SCHED_JOB_RUNNING) break;
       bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
@@ -319,7 +376,8 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           rc = reduce_map_body(j, st, t, attempt, &body, &err);
         }
         if (rc == 0)
-          rc = envelope(fsh_job_kind_name(st->kind), j, st, t, attempt, body, &env, &err);
+          rc = fsh_job_envelope(fsh_job_kind_name(st->kind), j, st, t, attempt, 0, body, &env,
+                                &err);
         fsh_buffer_unref(body);
         launch *x = rc == 0 ? launch_push(l) : NULL;
         if (!x) {
@@ -447,6 +505,10 @@ static void run_release(fsh_sched_driver *d, launch *x);
 static void run_launch(fsh_sched_driver *d, launch *x) {
   if (x->release || x->stats) {
     run_release(d, x);
+    return;
+  }
+  if (x->merge) {
+    run_merge_launch(d, x);
     return;
   }
   fsh_error err = {{0}};

@@ -129,6 +129,10 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
         s.operators_spilled += k->spill.operators_spilled;
       }
     }
+    s.merges += st->merges_done;
+    s.merged_outputs += st->merged_outputs;
+    s.merged_bytes += st->merged_bytes;
+    s.merges_failed += st->merges_failed;
     if (producer(st)) s.bytes_written += o->bytes;
     else s.bytes_fetched += o->bytes;
     if (st->first_ms >= 0)
@@ -321,6 +325,10 @@ int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
     r.operator_spill_files = s.operator_spill_files;
     r.operator_spilled_bytes = s.operator_spilled_bytes;
     r.operators_spilled = s.operators_spilled;
+    r.merges = s.merges;
+    r.merged_outputs = s.merged_outputs;
+    r.merged_bytes = s.merged_bytes;
+    r.merges_failed = s.merges_failed;
     fsh_buffer **parts = s.n_result ? fsh_calloc((size_t)s.n_result, sizeof *parts) : NULL;
     ProtobufCBinaryData *bins = s.n_result ? fsh_calloc((size_t)s.n_result, sizeof *bins) : NULL;
     if (s.n_result && (!parts || !bins))
