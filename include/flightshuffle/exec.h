@@ -994,6 +994,9 @@ typedef struct fsh_plan_job_options {
   fsh_compression compression;  /* of every shuffle */
   int32_t max_attempts;         /* 0 = 4 */
   int32_t slots_per_worker;     /* 0 = 2 */
+  int32_t merge;                /* the pre-shuffle merge on the cluster: FSH_SCHED_MERGE_OFF
+                                   (0) / ON / AUTO (sched.h) */
+  int32_t merge_threshold;      /* AUTO's; 0 = FSH_SCHED_MERGE_THRESHOLD */
 } fsh_plan_job_options;
 /* The job stages of p, in order (fragments owned): a plan stage writing a
  * range or into_partitions exchange -- which needs every map's rows

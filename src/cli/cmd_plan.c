@@ -77,6 +77,8 @@ static int usage_plan(void) {
           "  --workers N: on a local cluster (a driver here, N worker processes) through\n"
           "  --backend flight (default) or fs; every stage's tasks run on the workers\n"
           "  (a range / into_partitions exchange as a staging and a scatter stage)\n"
+          "  --pre-shuffle-merge / --merge-threshold on a cluster: each worker merges the\n"
+          "  map outputs it holds before the reducers read them (sched.h)\n"
           "  --spill-dir: the in-process flight workers' stores; --operator-spill-dir\n"
           "  (repeatable; default: a temporary directory): where sorts, aggregates and\n"
           "  joins spill when --operator-memory bounds them\n");
@@ -204,6 +206,7 @@ typedef struct cluster_run {
   int workers;
   int64_t memory_limit, heartbeat_timeout_ms, operator_memory;
   int32_t max_attempts;
+  int32_t merge, merge_threshold; /* FSH_SCHED_MERGE_*: the pre-shuffle merge on the workers */
   bool verify;
 } cluster_run;
 
@@ -351,7 +354,8 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
   bool fs = strcmp(r->backend, "fs") == 0;
   fsh_plan_job_options jo = {.name = r->path, .backend = fs ? FSH_TASK_BACKEND_FS
                                                             : FSH_TASK_BACKEND_FLIGHT,
-                             .max_attempts = r->max_attempts};
+                             .max_attempts = r->max_attempts, .merge = r->merge,
+                             .merge_threshold = r->merge_threshold};
   fsh_buffer *plan = NULL;
   if (fsh_plan_job_plan(p, &jo, &plan, &err) != 0)
     return cli_fail(2, "run: %s: %s", r->path, err.message); /* before any process starts */
@@ -485,11 +489,10 @@ int cmd_run(int argc, char **argv) {
   int rc = load_plan(path, (int32_t)parts, &p);
   if (rc) return rc;
   fsh_error err;
-  if (workers > 0 && (merge == FSH_PLAN_MERGE_ON || threads > 1 || fs_dir || n_op_dirs)) {
+  if (workers > 0 && (threads > 1 || fs_dir || n_op_dirs)) {
     fsh_plan_free(p);
-    return cli_fail(2, "run: --workers: --pre-shuffle-merge on, --threads, --fs-dir and "
-                       "--operator-spill-dir apply to an in-process run only (on a cluster every "
-                       "task is one map output; the fs backend's directory is the cluster's "
+    return cli_fail(2, "run: --workers: --threads, --fs-dir and --operator-spill-dir apply to "
+                       "an in-process run only (the fs backend's directory is the cluster's "
                        "own; the workers' operators spill into their --spill-dir)");
   }
   if (workers > 0) {
@@ -497,7 +500,12 @@ int cmd_run(int argc, char **argv) {
                       .memory_limit = memory_limit, .spill_dir = spill_dir,
                       .heartbeat_timeout_ms = hb_timeout_ms, .verify = verify,
                       .output = output, .max_attempts = (int32_t)max_attempts,
-                      .operator_memory = op_memory};
+                      .operator_memory = op_memory,
+                      /* on a cluster the workers merge what each holds (sched.h) */
+                      .merge = merge == FSH_PLAN_MERGE_ON    ? FSH_SCHED_MERGE_ON
+                               : merge == FSH_PLAN_MERGE_OFF ? FSH_SCHED_MERGE_OFF
+                                                             : FSH_SCHED_MERGE_AUTO,
+                      .merge_threshold = (int32_t)threshold};
     rc = run_on_cluster(p, &cr);
     fsh_plan_free(p);
     return rc;

@@ -90,7 +90,9 @@ int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buff
                           .compression = o ? o->compression : FSH_COMPRESSION_NONE,
                           .backend = o ? o->backend : FSH_TASK_BACKEND_FLIGHT,
                           .max_attempts = o ? o->max_attempts : 0,
-                          .slots_per_worker = o ? o->slots_per_worker : 0};
+                          .slots_per_worker = o ? o->slots_per_worker : 0,
+                          .merge = o ? o->merge : 0,
+                          .merge_threshold = o ? o->merge_threshold : 0};
   int rc = fsh_sched_plan_job_plan(&j, out, err);
   fsh_plan_job_stages_free(&js);
   return rc;
