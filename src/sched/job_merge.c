@@ -5,7 +5,8 @@
  *
  * The design (job_internal.h has the short form):
  *  - which stages: every stage writing a shuffle that a later stage reads
- *    (not a result, which the client reads), when the job's mode says so:
+ *    (not a result, which the client reads) of a flight job (an fs job's
+ *    outputs are files of the shared directory), when the job's mode says so:
  *    on, or auto and sqrt(M x R) > threshold (M tasks, R partitions).
  *  - holding back: a done attempt's output does not go into the shuffle's
  *    metadata; the task is done (its rows counted for verification) but
@@ -52,7 +53,11 @@ void fsh_job_merge_setup(sched_job *j) {
   for (int s = 0; s < j->n_stages; s++) {
     jstage *st = &j->stages[s];
     st->merge = false;
-    if (!producer(st) || !st->consumed || st->result || j->merge_mode == 0) continue;
+    /* the flight backend only: the fs backend's outputs are files of the
+     * shared directory, not held by a worker */
+    if (!producer(st) || !st->consumed || st->result || j->merge_mode == 0 ||
+        j->backend != FSH_TASK_BACKEND_FLIGHT)
+      continue;
     double mr = (double)st->n_tasks * (double)st->n_parts;
     if (j->merge_mode == 2 && sqrt(mr) <= t) continue;
     if (st->n_tasks < 2) continue;
@@ -332,6 +337,9 @@ void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, b
   fsh_map_output_reset(&out);
   st->tasks[m->tasks[0]].attempt = m->attempt; /* the output now current */
   for (int32_t i = 0; i < m->n; i++) drop_held(st, &st->tasks[m->tasks[i]]);
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: merge %d published on %s "
+            "(%d map outputs, %" PRId64 " bytes)\n", j->id, st->id, m->id, w->uri, m->n, bytes);
   st->merges_done++;
   st->merged_outputs += m->n;
   st->merged_bytes += bytes;

@@ -180,13 +180,18 @@ static void check_figures(const char *name, const fsh_plan_job_stages *js,
     CHECK_EQ_INT(s->input_rows, 40000 + 3000);
 }
 
+/* The pre-shuffle merge mode of the jobs run_plan submits, and the
+ * merges they made (summed). */
+static int32_t g_merge = FSH_SCHED_MERGE_OFF;
+static int64_t g_merges;
+
 /* Runs p as a job on the cluster and compares its result with the
  * reference run. */
 static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend kind) {
   fsh_error err;
   fsh_buffer *plan = NULL;
   fsh_plan_job_options jo = {.name = name, .backend = kind,
-                             .compression = FSH_COMPRESSION_LZ4_FRAME};
+                             .compression = FSH_COMPRESSION_LZ4_FRAME, .merge = g_merge};
   CHECK_OK(fsh_plan_job_plan(p, &jo, &plan, &err));
   if (!plan) return;
   uint64_t id = 0;
@@ -200,6 +205,8 @@ static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend
   /* the driver's check: every partition a task read to its end held what
    * its input's tasks wrote there */
   CHECK_MSG(s.verified, "%s: the driver's check of the reads failed", name);
+  g_merges += s.merges;
+  CHECK_EQ_INT(s.merges_failed, 0);
   fsh_plan_job_stages js;
   CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
   CHECK_EQ_INT(s.n_stages, js.n); /* a staged exchange: two stages */
@@ -264,6 +271,16 @@ static void plans_on(fsh_task_backend kind) {
 
 static void plans_flight(void) { plans_on(FSH_TASK_BACKEND_FLIGHT); }
 static void plans_fs(void) { plans_on(FSH_TASK_BACKEND_FS); }
+/* The same plans with the pre-shuffle merge forced on: the workers merge
+ * runs of consecutive map outputs (some do: the merges are counted) and
+ * every result still equals the reference, in order. */
+static void plans_flight_merged(void) {
+  g_merge = FSH_SCHED_MERGE_ON;
+  g_merges = 0;
+  plans_on(FSH_TASK_BACKEND_FLIGHT);
+  CHECK_MSG(g_merges > 0, "no merge happened in any plan");
+  g_merge = FSH_SCHED_MERGE_OFF;
+}
 
 /* Malformed plan-fragment bodies sent to a worker: EINVAL (the Flight
  * INVALID_ARGUMENT) naming the problem; the worker goes on serving; its
@@ -532,6 +549,7 @@ int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"plans_flight", plans_flight},
       {"plans_fs", plans_fs},
+      {"plans_flight_merged", plans_flight_merged},
       {"malformed_bodies", malformed_bodies},
       {"bad_job_plans", bad_job_plans},
       {"job_end_cancels_running_tasks", job_end_cancels_running_tasks},

@@ -10,6 +10,7 @@ the job summary names the recomputed tasks. No worker process outlives
 the run, Ctrl-C included."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -87,6 +88,81 @@ def test_example_on_three_workers(plan, backend):
     assert len(pids) == 3
     time.sleep(0.2)
     assert all(gone(p) for p in pids), "a worker outlived the run"
+
+
+@pytest.mark.parametrize("plan", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_with_pre_shuffle_merge_on(plan):
+    """--pre-shuffle-merge on: the workers merge the map outputs they hold
+    (runs of consecutive map ids) before the reducers read them; every
+    example still verifies against the single-process run, in order."""
+    r = run("run", plan, "--workers", 3, "--pre-shuffle-merge", "on", "--verify")
+    assert r.returncode == 0, f"stdout: {r.stdout}\nstderr: {r.stderr}"
+    res = result_line(r.stdout)
+    assert res["verified"] == "yes"
+    assert "\n  verified yes\n" in r.stdout
+    m = re.search(r"pre-shuffle merges (\d+): (\d+) map outputs, (\d+) bytes merged; (\d+) "
+                  r"failed", r.stdout)
+    if plan.stem in ("pre_shuffle_merge", "join_group_by"):  # 12+ maps per stage: runs exist
+        assert m and int(m.group(1)) > 0, r.stdout
+    if m:
+        merges, outputs, nbytes, failed = map(int, m.groups())
+        assert outputs >= 2 * merges and failed == 0, m.group(0)
+        assert nbytes > 0 or merges == 0
+
+
+def test_merge_auto_stays_off_for_small_plans():
+    """auto (the default): sqrt(maps x partitions) of the examples is far
+    below the threshold: nothing is merged."""
+    plan = REPO / "examples" / "plans" / "pre_shuffle_merge.json"
+    r = run("run", plan, "--workers", 3, "--verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pre-shuffle merges" not in r.stdout
+    # a threshold below sqrt(64 x 64) turns it on
+    r = run("run", plan, "--workers", 3, "--merge-threshold", "32", "--verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert result_line(r.stdout)["verified"] == "yes"
+    assert re.search(r"pre-shuffle merges [1-9]", r.stdout), r.stdout
+
+
+def test_kill_a_worker_after_its_merge_is_published(tmp_path):
+    """A worker SIGKILLed right after a merge of its outputs was published:
+    the merged output and its parts' maps are lost with it, re-run
+    (listed as recomputed, naming the worker), and the plan verifies."""
+    plan = tmp_path / "big.json"
+    plan.write_text(json.dumps(BIG))
+    env = dict(os.environ, FSH_DRIVER_LOG="1")
+    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3", "--pre-shuffle-merge",
+                          "on", "--heartbeat-timeout-ms", "1000", "--verify"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out, uris, killed = [], {}, None
+    deadline = time.time() + 90
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("worker ") and " pid " in line:
+                f = line.split()
+                uris[f[2]] = int(f[-1])
+            m = re.search(r"stage 1: merge \d+ published on (\S+)", line)
+            if killed is None and m and m.group(1) in uris:
+                killed = m.group(1)
+                os.kill(uris[killed], signal.SIGKILL)
+            assert time.time() < deadline
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = "".join(out)
+    assert p.returncode == 0, text[-5000:]
+    assert killed is not None, "no merge of stage 1 was published:\n" + text[-5000:]
+    res = result_line("\n".join(l for l in text.splitlines()
+                                 if not l.startswith("flightshuffle: ")))
+    assert res["verified"] == "yes"
+    assert int(res["recomputed"]) > 0, text[-5000:]
+    summary = text[text.index("job 1: succeeded"):]
+    assert f"was on worker {killed}" in summary
+    time.sleep(0.2)
+    assert all(gone(x) for x in uris.values())
 
 
 BIG = {
