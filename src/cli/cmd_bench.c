@@ -76,6 +76,7 @@ typedef struct bench_opts {
   int32_t batch_rows; /* 0: chosen from the sizes */
   uint64_t seed;
   int merge;       /* the pre-shuffle merge: FSH_SCHED_MERGE_OFF / ON / AUTO */
+  int32_t merge_threshold; /* 0: FSH_SCHED_MERGE_THRESHOLD */
   bool merge_both; /* each run twice: merge off, then on */
 } bench_opts;
 
@@ -85,7 +86,7 @@ static int bench_usage(void) {
           "         --backend flight|memory|fs [--compression none|lz4|zstd]\n"
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
-          "         [--direct on|off|both] [--merge on|off|auto|both]\n"
+          "         [--direct on|off|both] [--merge on|off|auto|both] [--merge-threshold T]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -99,8 +100,9 @@ static int bench_usage(void) {
           "  both: every run once off and once on (alternating which goes first),\n"
           "  each on a freshly started cluster, compared in the result line.\n"
           "  --merge: the pre-shuffle merge of the map outputs on each worker (sched.h;\n"
-          "  auto, the default: on when sqrt(M x R) > 200); both: every run once off,\n"
-          "  then once on, compared in the result line.\n");
+          "  auto, the default: on when sqrt(M x R) > T, default 200; merges of about\n"
+          "  M x R / T^2 map outputs); both: every run once off, then once on,\n"
+          "  compared in the result line.\n");
   return 2;
 }
 
@@ -180,6 +182,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
                  ? FSH_SCHED_MERGE_OFF : FSH_SCHED_MERGE_AUTO;
       o->merge_both = strcmp(v, "both") == 0;
       if (o->merge_both) o->merge = FSH_SCHED_MERGE_OFF;
+    } else if (strcmp(a, "--merge-threshold") == 0) {
+      if (!cli_parse_int(v, 1, 1 << 30, &n))
+        return cli_fail(2, "bench shuffle: --merge-threshold '%s': expected 1..2^30", v);
+      o->merge_threshold = (int32_t)n;
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -667,7 +673,7 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
                               .rows = rows, .batch_rows = r->batch_rows, .seed = o->seed,
                               .compression = o->compression, .backend = o->backend,
                               .slots_per_worker = o->slots, .incremental = o->incremental,
-                              .merge = o->merge};
+                              .merge = o->merge, .merge_threshold = o->merge_threshold};
   fsh_buffer *plan = NULL;
   uint64_t job = 0;
   double t0 = now_sec();

@@ -317,7 +317,9 @@ void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, b
                          PRId64 " bytes; its parts %" PRId64 ", %" PRId64, p, out.rows[p],
                          out.bytes[p], rows, bytes);
   }
-  if (rc == 0 && (!w || !(out.location = fsh_strdup(w->uri))))
+  if (rc == 0 && !w)
+    rc = fsh_error_set(&e, ENOENT, "its worker is no longer a member");
+  else if (rc == 0 && !(out.location = fsh_strdup(w->uri)))
     rc = fsh_error_set(&e, ENOMEM, "out of memory");
   if (rc != 0) {
     fsh_map_output_reset(&out);

@@ -238,13 +238,12 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
 
 /* Appends a whole stored block (framed IPC messages, self-contained) as
  * the next block of partition pi, copied without decoding: hashed into the
- * partition's checksum like any block; its own checksum is computed over
- * the bytes written (the caller verified them against the source's). The
- * partition's buffered batches, if any, are written first (their own
- * block). */
+ * partition's checksum like any block; its own checksum is the one given
+ * (the caller verified the bytes against it). The partition's buffered
+ * batches, if any, are written first (their own block). */
 int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
                                     const uint8_t *data, int64_t len, int64_t rows,
-                                    fsh_error *err) {
+                                    uint64_t checksum, fsh_error *err) {
   if (w->failed)
     return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
   if (partition < 0 || partition >= w->n_partitions || len < 0 || rows < 0 || len % 8 != 0)
@@ -262,16 +261,14 @@ int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
   }
   if (!p->hash && !(p->hash = hash_state_new()))
     return fsh_error_set(err, ENOMEM, "%s: out of memory for a checksum state", w->what);
-  XXH3_64bits_reset(w->block_hash);
-  tee_ctx t = {&w->sink, w->block_hash, p->hash};
+  tee_ctx t = {&w->sink, p->hash, NULL};
   fsh_output tee = {.writev = tee_writev, .ctx = &t, .name = w->out->name};
   int64_t start = w->sink.position;
   struct iovec v = {(void *)data, (size_t)len};
   int rc = len > 0 ? tee.writev(&tee, &v, 1, err) : 0;
   if (rc != 0) return writer_fail(w, rc, err);
   p->blocks[p->n_blocks++] = (fsh_map_file_block){
-      .offset = start, .length = len, .rows = rows,
-      .checksum = XXH3_64bits_digest(w->block_hash)};
+      .offset = start, .length = len, .rows = rows, .checksum = checksum};
   p->rows += rows;
   p->bytes += len;
   w->n_blocks++;

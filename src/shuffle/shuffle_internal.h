@@ -98,13 +98,14 @@ FSH_NODISCARD int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t part
 FSH_NODISCARD int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out,
                                             fsh_error *err);
 /* Appends a whole stored block of another map-output file of the same
- * schema (len bytes of framed IPC messages, a multiple of 8; rows rows)
- * as the next block of `partition`, copied as it is (the pre-shuffle
- * merge, worker_merge.c). Its checksum and the partition's are computed
- * over the bytes written. */
+ * schema (len bytes of framed IPC messages, a multiple of 8; rows rows;
+ * checksum: its xxh3, which the caller checked the bytes against) as the
+ * next block of `partition`, copied as it is (the pre-shuffle merge,
+ * worker_merge.c). The partition's checksum is computed over the bytes
+ * written. */
 FSH_NODISCARD int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
                                                   const uint8_t *data, int64_t len, int64_t rows,
-                                                  fsh_error *err);
+                                                  uint64_t checksum, fsh_error *err);
 /* Discards everything (the output is aborted); frees w. NULL accepted. */
 void fsh_map_file_writer_abort(fsh_map_file_writer *w);
 
@@ -219,7 +220,7 @@ void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
 /* fsh_map_file_writer_write_block through a store writer. */
 FSH_NODISCARD int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition,
                                                const uint8_t *data, int64_t len, int64_t rows,
-                                               fsh_error *err);
+                                               uint64_t checksum, fsh_error *err);
 /* Removes one held map output (memory and spill file; readers that opened
  * it go on unharmed). False when it is not held. */
 bool fsh_store_drop(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt);

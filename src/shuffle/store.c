@@ -798,8 +798,8 @@ int fsh_store_writer_write(fsh_store_writer *w, int32_t partition, fsh_batch *ba
 }
 
 int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const uint8_t *data,
-                                 int64_t len, int64_t rows, fsh_error *err) {
-  return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, err);
+                                 int64_t len, int64_t rows, uint64_t checksum, fsh_error *err) {
+  return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, checksum, err);
 }
 
 static void writer_free(fsh_store_writer *w) {

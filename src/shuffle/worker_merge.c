@@ -130,7 +130,8 @@ static int copy_partition(fsh_store_writer *w, fsh_map_file **files, int32_t n, 
       fsh_buffer *b = NULL;
       rc = fsh_map_file_read_block(files[i], &part, k, &b, err);
       if (rc == 0)
-        rc = fsh_store_writer_write_block(w, p, b->data, b->size, part.blocks[k].rows, err);
+        rc = fsh_store_writer_write_block(w, p, b->data, b->size, part.blocks[k].rows,
+                                          part.blocks[k].checksum, err);
       fsh_buffer_unref(b);
     }
     fsh_map_file_partition_reset(&part);
