@@ -224,7 +224,7 @@ int fsh_job_merge_hold(jstage *st, int32_t t, const fsh_map_output *out, fsh_err
 /* Plans this round's merges of stage s (and the task-wait polls of those
  * running): emit(ctx, ...) takes each call (the envelope, a new
  * reference; or a poll of wtask). Groups of one are published at once. */
-typedef void (*fsh_job_merge_emit_fn)(void *ctx, const sched_job *j, int s, const jmerge *m,
+typedef bool (*fsh_job_merge_emit_fn)(void *ctx, const sched_job *j, int s, const jmerge *m,
                                       const char *uri, fsh_buffer *env, bool poll);
 void fsh_job_merges_plan(fsh_sched_driver *d, sched_job *j, int s, int64_t now,
                          fsh_job_merge_emit_fn emit, void *ctx);

@@ -137,6 +137,9 @@ static void publish_parts(fsh_sched_driver *d, sched_job *j, jstage *st, const i
   pthread_cond_broadcast(&d->sched_cv);
 }
 
+static void merge_failed(fsh_sched_driver *d, sched_job *j, jstage *st, jmerge *m,
+                         const char *why);
+
 /* Starts a merge of tasks[0, n) (held on worker w, increasing): reserves
  * the merged output's attempt and emits its call. mu held. */
 static void start_merge(fsh_sched_driver *d, sched_job *j, int s, const driver_worker *w,
@@ -197,7 +200,8 @@ static void start_merge(fsh_sched_driver *d, sched_job *j, int s, const driver_w
     fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: merging %d map outputs "
             "on %s (merge %d -> map %d attempt %d)\n", j->id, st->id, n, w->uri, id, tasks[0],
             attempt);
-  emit(ctx, j, s, m, w->uri, env, false);
+  if (!emit(ctx, j, s, m, w->uri, env, false))
+    merge_failed(d, j, st, m, "out of memory sending it");
 }
 
 void fsh_job_merges_plan(fsh_sched_driver *d, sched_job *j, int s, int64_t now,
@@ -213,7 +217,7 @@ void fsh_job_merges_plan(fsh_sched_driver *d, sched_job *j, int s, int64_t now,
     driver_worker *w = fsh_job_find_worker(d, m->worker_id);
     if (!w) continue;
     m->poll_ms = now;
-    emit(ctx, j, s, m, w->uri, NULL, true);
+    (void)emit(ctx, j, s, m, w->uri, NULL, true); /* lost: polled again later */
   }
   if (st->n_held == 0) return;
   bool all_done = st->n_done == st->n_tasks;

@@ -264,16 +264,17 @@ static bool transport_error(int rc);
 
 /* fsh_job_merges_plan's emit: a launch of the merge's call (ctx: the
  * launch list). */
-static void emit_merge(void *ctx, const sched_job *j, int s, const jmerge *m, const char *uri,
+static bool emit_merge(void *ctx, const sched_job *j, int s, const jmerge *m, const char *uri,
                        fsh_buffer *env, bool poll) {
   launch *x = launch_push(ctx);
-  if (!x) { /* out of memory: a lost call; its task-wait poll finds the merge later */
+  if (!x) { /* out of memory */
     fsh_buffer_unref(env);
-    return;
+    return false;
   }
   *x = (launch){.job_id = j->id, .stage = s, .task = m->tasks[0], .attempt = m->attempt,
                 .merge = m->id, .poll = poll, .wtask = m->wtask, .body = env};
   snprintf(x->uri, sizeof x->uri, "%s", uri);
+  return true;
 }
 
 /* Sends a merge's "task" (or its "task-wait") and records what came of it
