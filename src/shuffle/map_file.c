@@ -832,6 +832,55 @@ int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_
   return 0;
 }
 
+int fsh_map_file_get_partitions(fsh_map_file *f, fsh_map_file_partition *out,
+                                fsh_map_file_block **blocks_out, fsh_error *err) {
+  const fsh_map_file_info *i = &f->info;
+  int64_t np = i->n_partitions;
+  int64_t entries_off = i->data_end + 8 + FSH_MAP_FILE_HEADER_BYTES;
+  int64_t blocks_len = FSH_MAP_FILE_BLOCK_BYTES * i->n_blocks;
+  fsh_buffer *ix = NULL;
+  FSH_RETURN_NOT_OK(read_exact_at(f->in, entries_off, FSH_MAP_FILE_ENTRY_BYTES * np + blocks_len,
+                                  &ix, err));
+  const uint8_t *ents = ix->data, *bls = ix->data + FSH_MAP_FILE_ENTRY_BYTES * np;
+  fsh_map_file_block *all = fsh_malloc(sizeof *all * (size_t)(i->n_blocks ? i->n_blocks : 1));
+  int rc = all ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
+  for (int64_t k = 0; rc == 0 && k < i->n_blocks; k++) {
+    const uint8_t *b = bls + FSH_MAP_FILE_BLOCK_BYTES * k;
+    all[k] = (fsh_map_file_block){get_i64(b), get_i64(b + 8), get_i64(b + 16), get_u64(b + 24)};
+  }
+  for (int64_t pi = 0; rc == 0 && pi < np; pi++) {
+    const uint8_t *e = ents + FSH_MAP_FILE_ENTRY_BYTES * pi;
+    fsh_map_file_partition p = {.partition = (int32_t)pi, .rows = get_i64(e),
+                                .bytes = get_i64(e + 8), .checksum = get_u64(e + 16),
+                                .n_blocks = get_i64(e + 32)};
+    int64_t first = get_i64(e + 24);
+    if (first < 0 || p.n_blocks < 0 || first > i->n_blocks || p.n_blocks > i->n_blocks - first) {
+      rc = check_partition(f, &p, first, err); /* reports the bad entry */
+      if (rc == 0) rc = fsh_error_set(err, EINVAL, "%s: bad index entry", f->what);
+      break;
+    }
+    XXH3_state_t s; /* on the stack: its type carries its alignment */
+    XXH3_64bits_reset(&s);
+    XXH3_64bits_update(&s, e, 40);
+    XXH3_64bits_update(&s, bls + FSH_MAP_FILE_BLOCK_BYTES * first,
+                       (size_t)(FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks));
+    if (XXH3_64bits_digest(&s) != get_u64(e + 40)) {
+      rc = fsh_error_set(err, EINVAL, "%s: not a valid map-output file: %s partition %d: index "
+                         "entry checksum mismatch", f->in->name, f->what, (int)pi);
+      break;
+    }
+    p.blocks = all + first;
+    if ((rc = check_partition(f, &p, first, err)) == 0) out[pi] = p;
+  }
+  fsh_buffer_unref(ix);
+  if (rc != 0) {
+    fsh_free(all);
+    return rc;
+  }
+  *blocks_out = all;
+  return 0;
+}
+
 int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p, int64_t i,
                             fsh_buffer **out, fsh_error *err) {
   const fsh_map_file_block *b = &p->blocks[i];

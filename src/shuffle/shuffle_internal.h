@@ -181,6 +181,12 @@ FSH_NODISCARD int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h,
  * order (after the schema message, [0, schema_length)). */
 FSH_NODISCARD int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition,
                                              fsh_map_file_partition *out, fsh_error *err);
+/* Every partition's index entry at once (one read of the whole index),
+ * verified as fsh_map_file_get_partition's: out[n_partitions]; their
+ * blocks point into *blocks (one fsh_malloc'd array, freed by the caller
+ * with fsh_free; do not reset the entries). The pre-shuffle merge's. */
+FSH_NODISCARD int fsh_map_file_get_partitions(fsh_map_file *f, fsh_map_file_partition *out,
+                                              fsh_map_file_block **blocks, fsh_error *err);
 /* Reads block i of p and checks its checksum (EIO naming shuffle, map,
  * partition, block and file on mismatch). *out is a new reference. */
 FSH_NODISCARD int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p,

@@ -8,12 +8,19 @@
  * they are written). The merged output is written through a store writer
  * like any map output (memory budget, spill), published under its own
  * (map id, attempt), and only then are the parts dropped (when asked).
+ * Each part is read at once: its whole index (one read), its data bytes
+ * (a slice of a memory image, one read of a spill file; block by block
+ * past 64 MiB) -- merging 1000-partition outputs copies a million tiny
+ * blocks, where a read and a buffer per block cost more than the copy.
  * Also the "merge-outputs" task kind the worker runs (body and answer in
  * shuffle.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+
+#define XXH_INLINE_ALL /* header-only use of Debian's libxxhash-dev */
+#include <xxhash.h>
 
 #include "shuffle/worker_internal.h"
 
@@ -93,50 +100,95 @@ int fsh_merge_task_decode(const uint8_t *data, int64_t size, fsh_merge_task *out
   return 0;
 }
 
-/* Opens every part, checking that they agree (shuffle, partitions,
- * compression, schema). */
-static int open_parts(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_map_file **files,
-                      const char *what, fsh_error *err) {
-  for (int32_t i = 0; i < t->n_parts; i++) {
-    int rc = fsh_store_open(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i], &files[i],
-                            err);
+/* One part being copied: its file, every partition's verified index
+ * entry (read at once), and its data bytes [base, data_end) read at once
+ * (a slice of a memory image, one read of a spill file) unless larger
+ * than MERGE_WHOLE_MAX (then block by block). */
+#define MERGE_WHOLE_MAX ((int64_t)64 << 20)
+typedef struct part_src {
+  fsh_map_file *f;
+  fsh_map_file_partition *ents; /* [n_partitions]; blocks point into `blocks` */
+  fsh_map_file_block *blocks;
+  fsh_buffer *data;
+  int64_t base;
+} part_src;
+
+static void part_src_reset(part_src *p) {
+  fsh_map_file_close(p->f);
+  fsh_free(p->ents);
+  fsh_free(p->blocks);
+  fsh_buffer_unref(p->data);
+  memset(p, 0, sizeof *p);
+}
+
+/* Opens part i (checking it agrees with part 0: shuffle, partitions,
+ * compression, schema) and reads its index and data. */
+static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *parts, int32_t i,
+                     const char *what, fsh_error *err) {
+  part_src *x = &parts[i];
+  int rc = fsh_store_open(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i], &x->f, err);
+  if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+  const fsh_map_file_info *a = fsh_map_file_get_info(parts[0].f);
+  const fsh_map_file_info *b = fsh_map_file_get_info(x->f);
+  if (b->n_partitions != a->n_partitions || b->compression != a->compression)
+    return fsh_error_set(err, EINVAL, "%s: map %" PRId64 " attempt %d has %d partitions, "
+                         "compression %d; map %" PRId64 " attempt %d has %d, %d", what,
+                         b->map_id, b->attempt, b->n_partitions, (int)b->compression,
+                         a->map_id, a->attempt, a->n_partitions, (int)a->compression);
+  fsh_error diff = {{0}};
+  if (!fsh_schema_equals(fsh_map_file_schema(parts[0].f), fsh_map_file_schema(x->f), false,
+                         &diff))
+    return fsh_error_set(err, EINVAL, "%s: map %" PRId64 " attempt %d has another schema than "
+                         "map %" PRId64 " attempt %d: %s", what, b->map_id, b->attempt,
+                         a->map_id, a->attempt, diff.message);
+  if (!(x->ents = fsh_calloc((size_t)b->n_partitions, sizeof *x->ents)))
+    return fsh_error_set(err, ENOMEM, "%s: out of memory", what);
+  rc = fsh_map_file_get_partitions(x->f, x->ents, &x->blocks, err);
+  if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+  x->base = b->schema_length;
+  int64_t len = b->data_end - b->schema_length;
+  if (len > 0 && len <= MERGE_WHOLE_MAX) {
+    fsh_input *in = fsh_map_file_input(x->f);
+    rc = in->read_at(in, x->base, len, &x->data, err);
+    if (rc == 0 && x->data->size != len)
+      rc = fsh_error_set(err, EIO, "%s: part %d: %s: %lld of %lld bytes read", what, i,
+                         in->name, (long long)x->data->size, (long long)len);
     if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
-    const fsh_map_file_info *a = fsh_map_file_get_info(files[0]);
-    const fsh_map_file_info *b = fsh_map_file_get_info(files[i]);
-    if (b->n_partitions != a->n_partitions || b->compression != a->compression)
-      return fsh_error_set(err, EINVAL, "%s: map %" PRId64 " attempt %d has %d partitions, "
-                           "compression %d; map %" PRId64 " attempt %d has %d, %d", what,
-                           b->map_id, b->attempt, b->n_partitions, (int)b->compression,
-                           a->map_id, a->attempt, a->n_partitions, (int)a->compression);
-    fsh_error diff = {{0}};
-    if (!fsh_schema_equals(fsh_map_file_schema(files[0]), fsh_map_file_schema(files[i]), false,
-                           &diff))
-      return fsh_error_set(err, EINVAL, "%s: map %" PRId64 " attempt %d has another schema than "
-                           "map %" PRId64 " attempt %d: %s", what, b->map_id, b->attempt,
-                           a->map_id, a->attempt, diff.message);
   }
   return 0;
 }
 
-/* Copies partition p of every part into w, block by block (each verified
- * by fsh_map_file_read_block). */
-static int copy_partition(fsh_store_writer *w, fsh_map_file **files, int32_t n, int32_t p,
+/* Copies partition p of every part into w, block by block, each verified
+ * against its checksum first. */
+static int copy_partition(fsh_store_writer *w, part_src *parts, int32_t n, int32_t p,
                           fsh_error *err) {
-  int rc = 0;
-  for (int32_t i = 0; rc == 0 && i < n; i++) {
-    fsh_map_file_partition part = {0};
-    rc = fsh_map_file_get_partition(files[i], p, &part, err);
-    for (int64_t k = 0; rc == 0 && k < part.n_blocks; k++) {
-      fsh_buffer *b = NULL;
-      rc = fsh_map_file_read_block(files[i], &part, k, &b, err);
-      if (rc == 0)
-        rc = fsh_store_writer_write_block(w, p, b->data, b->size, part.blocks[k].rows,
-                                          part.blocks[k].checksum, err);
-      fsh_buffer_unref(b);
+  for (int32_t i = 0; i < n; i++) {
+    const fsh_map_file_partition *e = &parts[i].ents[p];
+    for (int64_t k = 0; k < e->n_blocks; k++) {
+      const fsh_map_file_block *b = &e->blocks[k];
+      fsh_buffer *one = NULL;
+      const uint8_t *at;
+      if (parts[i].data) {
+        at = parts[i].data->data + (b->offset - parts[i].base);
+        if (XXH3_64bits(at, (size_t)b->length) != b->checksum) {
+          const fsh_map_file_info *fi = fsh_map_file_get_info(parts[i].f);
+          return fsh_error_set(err, EIO, "shuffle %" PRIu64 " map %" PRId64 " attempt %d "
+                               "partition %d: checksum mismatch in block %lld (offset %lld, "
+                               "%lld bytes) of %s: the stored map output is corrupt",
+                               fi->shuffle_id, fi->map_id, fi->attempt, p, (long long)k,
+                               (long long)b->offset, (long long)b->length,
+                               fsh_map_file_input(parts[i].f)->name);
+        }
+      } else {
+        FSH_RETURN_NOT_OK(fsh_map_file_read_block(parts[i].f, e, k, &one, err));
+        at = one->data;
+      }
+      int rc = fsh_store_writer_write_block(w, p, at, b->length, b->rows, b->checksum, err);
+      fsh_buffer_unref(one);
+      if (rc != 0) return rc;
     }
-    fsh_map_file_partition_reset(&part);
   }
-  return rc;
+  return 0;
 }
 
 int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_map_output *out,
@@ -147,26 +199,27 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
            t->map_id, t->attempt);
   if (t->n_parts < 1)
     return fsh_error_set(err, EINVAL, "%s: no parts", what);
-  fsh_map_file **files = fsh_calloc((size_t)t->n_parts, sizeof *files);
-  if (!files) return fsh_error_set(err, ENOMEM, "%s: out of memory", what);
-  int rc = open_parts(s, t, files, what, err);
+  part_src *parts = fsh_calloc((size_t)t->n_parts, sizeof *parts);
+  if (!parts) return fsh_error_set(err, ENOMEM, "%s: out of memory", what);
+  int rc = 0;
+  for (int32_t i = 0; rc == 0 && i < t->n_parts; i++) rc = open_part(s, t, parts, i, what, err);
   fsh_store_writer *w = NULL;
   if (rc == 0) {
-    const fsh_map_file_info *info = fsh_map_file_get_info(files[0]);
+    const fsh_map_file_info *info = fsh_map_file_get_info(parts[0].f);
     fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = info->n_partitions,
-                             .schema = fsh_map_file_schema(files[0]),
+                             .schema = fsh_map_file_schema(parts[0].f),
                              .compression = info->compression};
     rc = fsh_store_writer_open(s, &spec, t->map_id, t->attempt, &w, err);
     const atomic_bool *cancel = fsh_worker_task_cancel_flag();
     for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {
       if (cancel && atomic_load(cancel))
         rc = fsh_error_set(err, ECANCELED, "cancelled");
-      if (rc == 0) rc = copy_partition(w, files, t->n_parts, p, err);
+      if (rc == 0) rc = copy_partition(w, parts, t->n_parts, p, err);
     }
     if (rc != 0 && rc != ENOMEM && w) rc = fsh_error_prefix(err, rc, "%s: ", what);
   }
-  for (int32_t i = 0; i < t->n_parts; i++) fsh_map_file_close(files[i]);
-  fsh_free(files);
+  for (int32_t i = 0; i < t->n_parts; i++) part_src_reset(&parts[i]);
+  fsh_free(parts);
   if (rc != 0) {
     fsh_store_writer_abort(w);
     return rc;
