@@ -212,6 +212,62 @@ static void merge_detects_corrupt_part(void) {
   stu_rmdir(dir);
 }
 
+/* fsh_map_file_get_partitions (the whole index at once) gives what
+ * fsh_map_file_get_partition gives partition by partition; a damaged index
+ * entry is refused. */
+static void whole_index_read(void) {
+  char *dir = stu_mkdtemp("mergeix");
+  fsh_shuffle_store *s = new_store(dir, 0); /* spilled: a file to damage */
+  fsh_error err = {{0}};
+  fsh_map_output a = {0};
+  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
+  fsh_map_file *f = NULL;
+  CHECK_OK(fsh_store_open(s, SHUFFLE, 1, 0, &f, &err));
+  fsh_map_file_partition all[NP];
+  fsh_map_file_block *blocks = NULL;
+  CHECK_OK(fsh_map_file_get_partitions(f, all, &blocks, &err));
+  for (int32_t p = 0; f && blocks && p < NP; p++) {
+    fsh_map_file_partition one = {0};
+    CHECK_OK(fsh_map_file_get_partition(f, p, &one, &err));
+    CHECK(one.rows == all[p].rows && one.bytes == all[p].bytes &&
+          one.checksum == all[p].checksum && one.n_blocks == all[p].n_blocks);
+    for (int64_t k = 0; k < one.n_blocks && k < all[p].n_blocks; k++)
+      CHECK(memcmp(&one.blocks[k], &all[p].blocks[k], sizeof one.blocks[k]) == 0);
+    CHECK_EQ_INT(one.rows, a.rows[p]);
+    fsh_map_file_partition_reset(&one);
+  }
+  fsh_free(blocks);
+  blocks = NULL;
+  /* damage partition 3's entry (its rows) in the spill file */
+  fsh_store_location loc = {0};
+  CHECK_OK(fsh_store_locate(s, SHUFFLE, 1, 0, 3, &loc, &err));
+  if (f && loc.kind == FSH_STORE_AT_FILE) {
+    const fsh_map_file_info *fi = fsh_map_file_get_info(f);
+    char *path = fsh_path_join(dir, loc.name);
+    int fd = open(path, O_RDWR);
+    uint8_t x = 0;
+    off_t at = (off_t)(fi->data_end + 8 + FSH_MAP_FILE_HEADER_BYTES + FSH_MAP_FILE_ENTRY_BYTES * 3);
+    CHECK(fd >= 0 && pread(fd, &x, 1, at) == 1);
+    x ^= 1;
+    CHECK(pwrite(fd, &x, 1, at) == 1);
+    close(fd);
+    fsh_free(path);
+  }
+  CHECK(loc.kind == FSH_STORE_AT_FILE);
+  fsh_store_location_reset(&loc);
+  fsh_map_file_close(f);
+  f = NULL;
+  CHECK_OK(fsh_store_open(s, SHUFFLE, 1, 0, &f, &err));
+  int rc = f ? fsh_map_file_get_partitions(f, all, &blocks, &err) : EINVAL;
+  CHECK_EQ_INT(rc, EINVAL);
+  CHECK_MSG(strstr(err.message, "partition 3"), "%s", err.message);
+  CHECK(blocks == NULL);
+  fsh_map_file_close(f);
+  fsh_map_output_reset(&a);
+  fsh_shuffle_store_free(s);
+  stu_rmdir(dir);
+}
+
 /* The body round-trips; malformed ones are refused naming what is wrong. */
 static void merge_body(void) {
   fsh_error err = {{0}};
@@ -245,6 +301,7 @@ int main(int argc, char **argv) {
       {"merge_of_one_part", merge_of_one_part},
       {"merge_of_empty_parts", merge_of_empty_parts},
       {"merge_detects_corrupt_part", merge_detects_corrupt_part},
+      {"whole_index_read", whole_index_read},
       {"merge_body", merge_body},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
