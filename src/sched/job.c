@@ -131,6 +131,7 @@ void fsh_job_cancel_attempt(fsh_sched_driver *d, const sched_job *j, const jstag
   c->stage_id = st->id;
   c->task = t;
   c->attempt = attempt;
+  c->merge = 0;
   d->kick = true;
   pthread_cond_broadcast(&d->sched_cv);
 }
@@ -196,6 +197,7 @@ void fsh_job_end(fsh_sched_driver *d, sched_job *j, fsh_sched_job_state state) {
       fsh_job_cancel_attempt(d, j, &j->stages[s], t, k->attempt, k->worker_id);
       k->state = T_PENDING;
     }
+  for (int s = 0; s < j->n_stages; s++) fsh_job_merges_cancel(d, j, s);
   if (d->log)
     fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " %s%s%s\n", j->id,
             fsh_sched_job_state_name(state), state == FSH_SCHED_JOB_FAILED ? ": " : "",

@@ -242,6 +242,9 @@ void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, b
 void fsh_job_merge_forget(jstage *st, int32_t t);
 /* The merge field of a TaskRef (0: a task, or malformed). */
 uint32_t fsh_job_ref_merge(const uint8_t *data, size_t len);
+/* The job ended: stage s's running merges are cancelled on their workers
+ * (they end ECANCELED and leave nothing; their late answers are ignored). */
+void fsh_job_merges_cancel(fsh_sched_driver *d, const sched_job *j, int s);
 /* Frees a stage's merge state. */
 void fsh_job_merge_free(jstage *st);
 

@@ -364,6 +364,18 @@ void fsh_job_merge_forget(jstage *st, int32_t t) {
   drop_held(st, k);
 }
 
+void fsh_job_merges_cancel(fsh_sched_driver *d, const sched_job *j, int s) {
+  const jstage *st = &j->stages[s];
+  for (int32_t i = 0; i < st->n_merges; i++) {
+    const jmerge *m = &st->merges[i];
+    if (!m->active || m->n == 0) continue;
+    /* the cancel of an attempt, tagged as this merge (its TaskRef) */
+    int32_t before = d->n_cancels;
+    fsh_job_cancel_attempt(d, j, st, m->tasks[0], m->attempt, m->worker_id);
+    if (d->n_cancels > before) d->cancels[d->n_cancels - 1].merge = (uint32_t)m->id;
+  }
+}
+
 uint32_t fsh_job_ref_merge(const uint8_t *data, size_t len) {
   static const uint8_t empty[1];
   Flightshuffle__Sched__TaskRef *ref =

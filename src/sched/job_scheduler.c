@@ -323,6 +323,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
     ref.stage_id = c->stage_id;
     ref.task = c->task;
     ref.attempt = c->attempt;
+    ref.merge = c->merge;
     fsh_buffer *b = fsh_buffer_new((int64_t)protobuf_c_message_get_packed_size(&ref.base), false);
     launch *x = b ? launch_push(l) : NULL;
     if (!x) {

@@ -50,6 +50,7 @@ typedef struct sched_cancel {
   uint64_t job_id;
   uint32_t stage_id;
   int32_t task, attempt;
+  uint32_t merge; /* != 0: a pre-shuffle merge's (its TaskRef's merge id) */
 } sched_cancel;
 
 struct fsh_sched_driver {
