@@ -400,8 +400,9 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
     res.spilled_bytes = s.operator_spilled_bytes;
     res.operators_spilled = s.operators_spilled;
     char extra[200];
-    int len = snprintf(extra, sizeof extra, " workers=%d stages=%d retried=%d recomputed=%d",
-                       c.n, (int)s.n_stages, (int)s.n_retried, (int)s.n_recomputed);
+    int len = snprintf(extra, sizeof extra, " workers=%d stages=%d retried=%d recomputed=%d "
+                       "merges=%" PRId64, c.n, (int)s.n_stages, (int)s.n_retried,
+                       (int)s.n_recomputed, s.merges);
     if (r->operator_memory > 0 && len > 0 && (size_t)len < sizeof extra)
       snprintf(extra + len, sizeof extra - (size_t)len, " operator_memory=%" PRId64,
                r->operator_memory);

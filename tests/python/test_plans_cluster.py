@@ -108,6 +108,7 @@ def test_example_with_pre_shuffle_merge_on(plan):
         merges, outputs, nbytes, failed = map(int, m.groups())
         assert outputs >= 2 * merges and failed == 0, m.group(0)
         assert nbytes > 0 or merges == 0
+    assert int(res["merges"]) == (int(m.group(1)) if m else 0)
 
 
 def test_merge_auto_stays_off_for_small_plans():
