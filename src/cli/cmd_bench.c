@@ -99,7 +99,7 @@ static int bench_usage(void) {
           "  straight from their files and memory (on, default) or with DoGet (off);\n"
           "  both: every run once off and once on (alternating which goes first),\n"
           "  each on a freshly started cluster, compared in the result line.\n"
-          "  --merge: the pre-shuffle merge of the map outputs on each worker (sched.h;\n"
+          "  --merge: the pre-shuffle merge of the map outputs on each flight worker (sched.h;\n"
           "  auto, the default: on when sqrt(M x R) > T, default 200; merges of about\n"
           "  M x R / T^2 map outputs); both: every run once off, then once on,\n"
           "  compared in the result line.\n");
@@ -203,10 +203,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   if (o->direct_both && (o->incremental_both || o->backend != FSH_TASK_BACKEND_FLIGHT))
     return cli_fail(2, "bench shuffle: --direct both needs --backend flight and not "
                     "--incremental both");
-  if (o->merge_both && (o->incremental_both || o->direct_both ||
-                       o->backend == FSH_TASK_BACKEND_MEMORY))
-    return cli_fail(2, "bench shuffle: --merge both needs workers (fs, flight) and not "
-                    "--incremental both nor --direct both");
+  if (o->merge_both && (o->incremental_both || o->direct_both || o->fail_worker >= 0 ||
+                       o->backend != FSH_TASK_BACKEND_FLIGHT))
+    return cli_fail(2, "bench shuffle: --merge both needs --backend flight and not "
+                    "--incremental both, --direct both nor --fail-worker");
   if (o->incremental_both && o->fail_worker >= 0)
     return cli_fail(2, "bench shuffle: --fail-worker with --incremental on or off, not both");
   if (o->backend == FSH_TASK_BACKEND_MEMORY &&
@@ -1004,7 +1004,8 @@ int cmd_bench(int argc, char **argv) {
              o.reduces, o.bytes, o.runs, gb[0], gb[1], gb[2], gb_on[0], gb_on[1], gb_on[2],
              gb[1] > 0 ? gb_on[1] / gb[1] : 0.0, mg[1], mo[1]);
     }
-    if (!o.incremental_both && !o.direct_both && !o.merge_both) /* else a comparison's line below is the result */
+    /* else a comparison's line is the result */
+    if (!o.incremental_both && !o.direct_both && !o.merge_both)
     printf("result: name=bench_shuffle_cluster verified=%s backend=%s workers=%d maps=%d "
            "reduces=%d bytes=%" PRId64 " gbps_median=%.3f vs_socket=%.3f spilled_bytes=%" PRId64
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
