@@ -2,9 +2,10 @@
  * writers write into the local worker's store (location: its URI);
  * readers yield a partition's batches in source order, reading the local
  * store's map outputs in-process and every other worker's through the
- * fetch threads of flight_fetch.c (one DoGet per peer, or direct reads
- * of a same-host peer's files: flight_direct.c); release reaches the
- * local store and every peer. */
+ * fetch jobs of flight_fetch.c (one DoGet per peer, or direct reads of a
+ * same-host peer's files: flight_direct.c), run on the backend's
+ * persistent fetch pool (flight_pool.c); release reaches the local store
+ * and every peer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
