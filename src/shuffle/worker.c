@@ -256,7 +256,10 @@ static int append_sources(fsh_reduce_task *acc, fsh_reduce_task *more, fsh_error
  * (sooner only while none has come yet, backing off from 1 ms): a round
  * waits up to INCR_ROUND_MS anyway, and asking again the moment each
  * answer came -- every few ms while maps keep ending -- was thousands of
- * driver round trips a second taking CPU from the maps. */
+ * driver round trips a second taking CPU from the maps. The first round
+ * starts at once: reduce fetching starts right after the first map
+ * output, not INCR_ROUND_MS later (rounds of 256 sources or 500 ms
+ * instead of 64 or 200 measured the same: the rounds are not what costs). */
 #define INCR_ROUND_SOURCES 64
 #define INCR_ROUND_MS 200
 #define INCR_POLL_MS 50
@@ -273,6 +276,7 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
   int64_t pause = 1;
   fsh_reduce_task round = {0}; /* sources waiting to be read */
   int64_t round_since = 0;     /* when the oldest of them came */
+  int64_t rounds = 0;          /* rounds read */
   int64_t t0 = now_ns();
   while (rc == 0) {
     if (fsh_worker_task_cancelled()) {
@@ -293,6 +297,7 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
     fsh_reduce_task_reset(&more);
     if (rc != 0) break;
     bool due = round.n_sources >= INCR_ROUND_SOURCES || complete ||
+               (rounds == 0 && round.n_sources > 0) ||
                (round.n_sources > 0 && now_ns() - round_since >= INCR_ROUND_MS * 1000000LL);
     if (due && round.n_sources > 0) {
       round.shuffle_id = j->reduce.shuffle_id;
@@ -308,6 +313,7 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
         total.batches += r.batches;
       }
       fsh_reduce_task_reset(&round);
+      rounds++;
     } else if (complete) {
       break;
     } else if (!due) {
