@@ -347,9 +347,11 @@ FSH_NODISCARD int fsh_shuffle_put_result_decode(const void *data, int64_t size,
  * checked to be the one located (device, inode, size) and every block
  * against its checksum, as DoGet's. What cannot be read so (another host,
  * a private image, released or moved meanwhile) goes through ONE DoGet
- * per worker carrying all the map outputs wanted from it; up to max_parallel_fetches workers are fetched at once, with at most
- * max_bytes_in_flight of decoded batches waiting (beyond the one source
- * being consumed). Every block is verified against its checksum before it
+ * per worker carrying all the map outputs wanted from it. The fetches of
+ * every reader of a backend run on its one pool of persistent threads
+ * (2 x max_parallel_fetches of them while readers wait, more only to keep
+ * a reader from stalling), with at most max_bytes_in_flight of decoded
+ * batches waiting per reader (beyond the one source being consumed). Every block is verified against its checksum before it
  * is decoded: corruption is EIO naming the worker, map output and
  * partition, never wrong data. Batches come in the order of the sources.
  * release() releases the shuffle in the local store and sends DoAction

@@ -130,7 +130,12 @@ int fsh_job_reduce_task_of(const sched_job *j, int input, int32_t p, bool increm
 static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buffer **out,
                        fsh_error *err) {
   fsh_reduce_task t;
-  FSH_RETURN_NOT_OK(fsh_job_reduce_task_of(j, st->input, p, j->incremental, &t, err));
+  /* incremental only while its input is incomplete: a reduce launched
+   * after the last map output gets every source at once, as without
+   * incremental retrieval (no "map-outputs" round trip of its own) */
+  const jstage *in = &j->stages[st->input];
+  bool incremental = j->incremental && in->n_done < in->n_tasks;
+  FSH_RETURN_NOT_OK(fsh_job_reduce_task_of(j, st->input, p, incremental, &t, err));
   int rc = fsh_reduce_task_encode(&t, out, err);
   fsh_free(t.sources);
   fsh_free(t.locations); /* the strings are the metadata's */
@@ -404,9 +409,11 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
         if (fsh_job_reduce_slot(j, st)) w->running_reduce++;
         else w->running++;
         if (st->first_ms < 0) st->first_ms = now;
-        /* the first reduce fetch: at launch (its body names its inputs), or
-         * for incremental ones at the first map-outputs answer with some */
-        if (st->kind == KIND_REDUCE && !j->incremental && j->first_reduce_ms < 0)
+        /* the first reduce fetch: at launch (its body names its inputs: not
+         * incremental, or launched with its input complete), or for
+         * incremental ones at the first map-outputs answer with some */
+        if (st->kind == KIND_REDUCE && j->first_reduce_ms < 0 &&
+            (!j->incremental || j->stages[st->input].n_done == j->stages[st->input].n_tasks))
           j->first_reduce_ms = now;
         if (k->recompute) {
           fsh_job_event_push(&j->recomputed, st->id, t, attempt, "%s", k->lost ? k->lost : "lost");

@@ -2,9 +2,10 @@
  * writers write into the local worker's store (location: its URI);
  * readers yield a partition's batches in source order, reading the local
  * store's map outputs in-process and every other worker's through the
- * fetch threads of flight_fetch.c (one DoGet per peer, or direct reads
- * of a same-host peer's files: flight_direct.c); release reaches the
- * local store and every peer. */
+ * fetch jobs of flight_fetch.c (one DoGet per peer, or direct reads of a
+ * same-host peer's files: flight_direct.c), run on the backend's
+ * persistent fetch pool (flight_pool.c); release reaches the local store
+ * and every peer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -47,9 +48,11 @@ typedef struct fb_state {
   bool direct;    /* same-host direct reads on */
   int64_t direct_min; /* their minimum average source bytes */
   fb_stats stats;
+  fr_pool *pool; /* the fetch threads of every reader */
 } fb_state;
 
 fb_stats *fb_stats_of(fb_state *st) { return &st->stats; }
+fr_pool *fb_pool(fb_state *st) { return st->pool; }
 
 bool fb_small_sources(fb_state *st, const char *uri, uint64_t shuffle_id, bool set) {
   pthread_mutex_lock(&st->mu);
@@ -229,10 +232,6 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   return rc;
 }
 
-/* Starts a thread for job j (the consumer waits on it and the pool is
- * busy). Lock held. */
-static int spawn_for(fr_reader *r, int j, fsh_error *err);
-
 static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err) {
   fr_reader *r = stream->private_data;
   *out = NULL;
@@ -266,20 +265,25 @@ static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err
     }
     pthread_mutex_lock(&r->mu);
     fr_job *job = &r->jobs[s->job];
-    while (!s->head && !s->done && !(job->finished && job->rc != 0) && rc == 0) {
-      if (!job->started) rc = spawn_for(r, s->job, err);
-      else pthread_cond_wait(&r->cv, &r->mu);
+    while (!s->head && !s->done && !(job->finished && job->rc != 0)) {
+      if (!job->hurried) {
+        job->hurried = true;
+        fr_pool_hurry(r->st->pool, job);
+      }
+      r->waiting = true;
+      pthread_cond_wait(&r->cv, &r->mu);
+      r->waiting = false;
     }
-    if (rc == 0 && s->head) {
+    if (s->head) {
       fr_item *it = s->head;
       s->head = it->next;
       if (!s->head) s->tail = NULL;
       r->in_flight -= it->bytes;
       *out = it->batch;
       fsh_free(it);
-    } else if (rc == 0 && s->done) {
+    } else if (s->done) {
       r->cur++;
-    } else if (rc == 0) {
+    } else {
       rc = job->rc;
       if (err) *err = job->err;
     }
@@ -301,7 +305,7 @@ static void fr_free(fr_reader *r) {
     if (r->jobs[j].rd) fsh_flight_reader_cancel(r->jobs[j].rd);
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
-  for (int i = 0; i < r->n_threads; i++) pthread_join(r->threads[i], NULL);
+  if (r->n_jobs > 0) fr_pool_forget(r->st->pool, r);
   close_local(r);
   for (int64_t i = 0; r->slots && i < r->n_slots; i++)
     for (fr_item *it = r->slots[i].head, *next; it; it = next) {
@@ -315,7 +319,6 @@ static void fr_free(fr_reader *r) {
   }
   fsh_free(r->jobs);
   fsh_free(r->slots);
-  fsh_free(r->threads);
   pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
   fsh_free(r);
@@ -325,46 +328,6 @@ static void fr_release(fsh_batch_stream *s) {
   if (s->private_data) fr_free(s->private_data);
   fsh_schema_unref(s->schema);
   memset(s, 0, sizeof *s);
-}
-
-typedef struct job_start {
-  fr_reader *r;
-  int job; /* -1: a pool thread */
-} job_start;
-
-static void *own_thread(void *arg) {
-  fr_reader *r = ((job_start *)arg)->r;
-  int j = ((job_start *)arg)->job;
-  fsh_free(arg);
-  fr_run_job(r, j);
-  return NULL;
-}
-
-/* Starts a thread (lock held by the caller when job >= 0). */
-static int start_thread(fr_reader *r, int job, fsh_error *err) {
-  void *arg = r;
-  void *(*fn)(void *) = fr_pool_thread;
-  if (job >= 0) {
-    job_start *js = fsh_malloc(sizeof *js);
-    if (!js) return fsh_error_set(err, ENOMEM, "flight shuffle: out of memory");
-    *js = (job_start){r, job};
-    arg = js;
-    fn = own_thread;
-  }
-  int e = pthread_create(&r->threads[r->n_threads], NULL, fn, arg);
-  if (e != 0) {
-    if (job >= 0) fsh_free(arg);
-    return fsh_error_set(err, EAGAIN, "flight shuffle %" PRIu64 " partition %d: cannot start a "
-                         "fetch thread: %s", r->shuffle_id, r->partition, strerror(e));
-  }
-  r->n_threads++;
-  return 0;
-}
-
-static int spawn_for(fr_reader *r, int j, fsh_error *err) {
-  FSH_RETURN_NOT_OK(start_thread(r, j, err));
-  r->jobs[j].started = true;
-  return 0;
 }
 
 /* Builds the slots and groups remote ones into one job per location. */
@@ -452,13 +415,8 @@ static int fb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
   r->n_slots = n;
   r->max_in_flight = st->max_in_flight;
   int rc = plan(r, sources, n, err);
-  if (rc == 0 && r->n_jobs > 0 &&
-      !(r->threads = fsh_calloc((size_t)(r->n_jobs + st->max_parallel), sizeof *r->threads)))
-    rc = fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " partition %d: out of memory",
-                       spec->shuffle_id, partition);
-  int pool = r->n_jobs < st->max_parallel ? r->n_jobs : st->max_parallel;
-  for (int i = 0; rc == 0 && i < pool; i++) rc = start_thread(r, -1, err);
-  if (rc != 0) {
+  if (rc == 0 && r->n_jobs > 0) rc = fr_pool_submit(st->pool, r, err);
+  if (rc != 0) { /* (nothing queued: fr_free's forget finds nothing) */
     fr_free(r);
     return rc;
   }
@@ -504,6 +462,7 @@ static void fb_destroy(fsh_shuffle_backend *b) {
   for (int i = 0; i < st->n_peers; i++) fsh_free(st->peers[i]);
   fsh_free(st->peers);
   fsh_free(st->auth_token);
+  fr_pool_free(st->pool);
   pthread_mutex_destroy(&st->mu);
   fsh_free(st);
   fsh_free(b);
@@ -537,8 +496,11 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   st->timeout_ms = opts->timeout_ms;
   st->direct = !opts->no_direct_reads;
   st->direct_min = opts->direct_min_bytes ? opts->direct_min_bytes : (int64_t)32 << 10;
-  bool ok = true;
-  if (opts->auth_token) ok = (st->auth_token = fsh_strdup(opts->auth_token)) != NULL;
+  /* base: the fetches a reader ran at once before the pool, for two
+   * readers (a worker's task slots); cap: twice that */
+  fsh_error pe = {{0}};
+  bool ok = fr_pool_new(2 * st->max_parallel, 4 * st->max_parallel, &st->pool, &pe) == 0;
+  if (ok && opts->auth_token) ok = (st->auth_token = fsh_strdup(opts->auth_token)) != NULL;
   if (ok && opts->n_peers > 0) ok = (st->peers = fsh_calloc((size_t)opts->n_peers, sizeof(char *)));
   for (int i = 0; ok && i < opts->n_peers; i++) {
     ok = opts->peers[i] && (st->peers[i] = fsh_strdup(opts->peers[i]));

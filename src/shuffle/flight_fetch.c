@@ -8,7 +8,8 @@
  * block, whose checksum is by definition its block's (map_file.c): there
  * the block's verified checksum must equal the partition's. Decoded batches are
  * queued on their source's slot under the reader's bytes-in-flight limit
- * (flight_reader.h).
+ * (flight_reader.h), a message's (or a direct source's) at once. Jobs run
+ * on the backend's fetch pool (flight_pool.c).
  *
  * A job whose worker runs on this host first locates its map outputs
  * (flight_direct.c) and reads the located ones block by block straight
@@ -50,8 +51,20 @@ typedef struct fetch {
   fsh_ipc_decoder *stream_dec, *direct_dec; /* the DoGet's; the direct reads' */
   const char *via;          /* "" or " (read directly from <file>)" for messages */
   bool transport; /* the last step was the client's (connect, DoGet, receive) */
+  fr_item *pend_head, *pend_tail; /* decoded, not yet delivered (flush) */
+  int64_t pend_bytes;
   char prefix[512]; /* "flight shuffle S partition P: worker URI" */
 } fetch;
+
+static void drop_pending(fetch *f) {
+  for (fr_item *it = f->pend_head, *next; it; it = next) {
+    next = it->next;
+    fsh_batch_unref(it->batch);
+    fsh_free(it);
+  }
+  f->pend_head = f->pend_tail = NULL;
+  f->pend_bytes = 0;
+}
 
 static void drop_msgs(fetch *f) {
   for (int64_t i = 0; i < f->n_msgs; i++) fsh_flight_message_reset(&f->msgs[i]);
@@ -60,52 +73,80 @@ static void drop_msgs(fetch *f) {
 
 static const fr_slot *slot_of(fetch *f, int64_t s) { return &f->r->slots[s]; }
 
-/* Queues batch (reference moved) on slot s, waiting for room. */
-static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
+/* Delivers the fetch's pending batches and "done" marks to their slots
+ * in order, under one lock, waking the consumer once at the end (and
+ * before waiting for room) rather than per block: at 1000 x 1000 a DoGet
+ * bundle carries hundreds of one-block sources, and a wake per block was
+ * a context switch each. Past the limit a batch waits, unless nothing is
+ * in flight or it is for the source being consumed and that source's
+ * queue is empty (the consumer may be waiting on it): the consumer always
+ * makes progress, and the source being consumed is bounded like the
+ * others. ECANCELED (pending dropped) when the reader is closed. */
+static int flush(fetch *f, fsh_error *err) {
   fr_reader *r = f->r;
+  if (!f->pend_head) return 0;
+  pthread_mutex_lock(&r->mu);
+  bool wake = false;
+  while (f->pend_head && !r->closing) {
+    fr_item *it = f->pend_head;
+    fr_slot *sl = &r->slots[it->slot];
+    if (it->batch) {
+      while (!r->closing && r->in_flight > 0 && r->in_flight + it->bytes > r->max_in_flight &&
+             (it->slot > r->cur || sl->head != NULL)) {
+        if (wake && r->waiting) pthread_cond_broadcast(&r->cv);
+        wake = false;
+        if (!fr_pool_waiting_for_room(fb_pool(r->st), 1)) break; /* admitted over the limit */
+        pthread_cond_wait(&r->cv, &r->mu);
+        fr_pool_waiting_for_room(fb_pool(r->st), -1);
+      }
+      if (r->closing) break;
+    }
+    f->pend_head = it->next;
+    if (!f->pend_head) f->pend_tail = NULL;
+    f->pend_bytes -= it->bytes;
+    if (it->slot == r->cur) wake = true;
+    if (it->batch) {
+      it->next = NULL;
+      if (sl->tail) sl->tail->next = it;
+      else sl->head = it;
+      sl->tail = it;
+      r->in_flight += it->bytes;
+    } else {
+      sl->done = true;
+      fsh_free(it);
+    }
+  }
+  bool closing = r->closing;
+  /* only the consumer waits for batches, and only for the source being
+   * consumed: a batch for a later source wakes nobody */
+  if (wake && r->waiting) pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  if (!closing) return 0;
+  drop_pending(f);
+  return fsh_error_set(err, ECANCELED, "%s: the reader was closed", f->prefix);
+}
+
+#define PENDING_FLUSH_BYTES ((int64_t)256 << 10)
+
+/* Adds batch (reference moved; NULL: slot s is done) to the pending list,
+ * delivered by flush: at the end of each message, each directly read
+ * source, or once PENDING_FLUSH_BYTES are pending. */
+static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
   fr_item *it = fsh_malloc(sizeof *it);
   if (!it) {
     fsh_batch_unref(batch);
     return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
   }
-  it->batch = batch;
-  it->bytes = fsh_shuffle_batch_bytes(batch);
-  it->next = NULL;
-  pthread_mutex_lock(&r->mu);
-  /* Past the limit a batch waits, unless nothing is in flight or it is for
-   * the source being consumed and that source's queue is empty (the
-   * consumer may be waiting on it): the consumer always makes progress,
-   * and the source being consumed is bounded like the others. */
-  while (!r->closing && r->in_flight > 0 && r->in_flight + it->bytes > r->max_in_flight &&
-         (s > r->cur || r->slots[s].head != NULL))
-    pthread_cond_wait(&r->cv, &r->mu);
-  bool closing = r->closing;
-  if (!closing) {
-    fr_slot *sl = &r->slots[s];
-    if (sl->tail) sl->tail->next = it;
-    else sl->head = it;
-    sl->tail = it;
-    r->in_flight += it->bytes;
-    /* Only the consumer waits for batches, and only for the source being
-     * consumed: a batch for a later source wakes nobody (at 1000 x 1000
-     * most batches are, and each spurious wakeup was a context switch). */
-    if (s == r->cur) pthread_cond_broadcast(&r->cv);
-  }
-  pthread_mutex_unlock(&r->mu);
-  if (closing) {
-    fsh_batch_unref(it->batch);
-    fsh_free(it);
-    return fsh_error_set(err, ECANCELED, "%s: the reader was closed", f->prefix);
-  }
-  return 0;
+  *it = (fr_item){.batch = batch, .bytes = batch ? fsh_shuffle_batch_bytes(batch) : 0,
+                  .slot = s};
+  if (f->pend_tail) f->pend_tail->next = it;
+  else f->pend_head = it;
+  f->pend_tail = it;
+  f->pend_bytes += it->bytes;
+  return f->pend_bytes >= PENDING_FLUSH_BYTES ? flush(f, err) : 0;
 }
 
-static void mark_done(fetch *f, int64_t s) {
-  pthread_mutex_lock(&f->r->mu);
-  f->r->slots[s].done = true;
-  if (s == f->r->cur) pthread_cond_broadcast(&f->r->cv); /* as in enqueue */
-  pthread_mutex_unlock(&f->r->mu);
-}
+static int mark_done(fetch *f, int64_t s, fsh_error *err) { return enqueue(f, s, NULL, err); }
 
 /* Slot s got nothing from the peer: fine if its metadata says it is
  * empty (or there is none to say otherwise). */
@@ -115,8 +156,7 @@ static int finish_empty(fetch *f, int64_t s, fsh_error *err) {
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: the worker sent no block, "
                          "but the map output holds %" PRId64 " rows of the partition",
                          f->prefix, sl->map_id, sl->attempt, sl->rows);
-  mark_done(f, s);
-  return 0;
+  return mark_done(f, s, err);
 }
 
 /* A block header arrived: find its map output among the job's slots from
@@ -216,9 +256,9 @@ static int end_block(fetch *f, fsh_error *err) {
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: the partition "
                          "checksum does not match its blocks%s: the stored map output is corrupt",
                          f->prefix, h->map_id, h->attempt, h->partition, f->via);
-  mark_done(f, f->cur_slot);
+  int64_t done = f->cur_slot;
   f->cur_slot = -1;
-  return 0;
+  return mark_done(f, done, err);
 }
 
 static int push_msg(fetch *f, fsh_flight_message *m, fsh_error *err) {
@@ -398,6 +438,7 @@ static int fetch_stream(fetch *f, int64_t k0, int64_t k1, fsh_error *err) {
                            "shuffle's: %s", f->prefix, diff.message);
     } else {
       rc = on_message(f, &m, err);
+      if (rc == 0) rc = flush(f, err); /* what the message completed, at once */
     }
     fsh_flight_message_reset(&m);
     if (rc != 0) break;
@@ -546,6 +587,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     fsh_buffer_unref(b);
   }
   fsh_buffer_unref(map);
+  if (rc == 0) rc = flush(f, err);
   f->via = "";
   if (rc == 0) {
     atomic_fetch_add(&fb_stats_of(r->st)->direct_sources, 1);
@@ -671,7 +713,14 @@ void fr_run_job(fr_reader *r, int j) {
   snprintf(f.prefix, sizeof f.prefix, "flight shuffle %" PRIu64 " partition %d: worker %s",
            r->shuffle_id, r->partition, job->uri);
   int rc = run_slots(&f, &err);
+  if (rc == 0) {
+    rc = flush(&f, &err);
+  } else { /* what was verified is delivered: describe_loss counts its sources done */
+    fsh_error ignored = {{0}};
+    (void)flush(&f, &ignored);
+  }
   if (rc != 0 && rc != ENOMEM) describe_loss(&f, rc, &err);
+  drop_pending(&f);
   drop_msgs(&f);
   fsh_free(f.msgs);
   fsh_ipc_decoder_free(f.stream_dec);
@@ -682,17 +731,4 @@ void fr_run_job(fr_reader *r, int j) {
   if (rc != 0) job->err = err;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
-}
-
-void *fr_pool_thread(void *arg) {
-  fr_reader *r = arg;
-  for (;;) {
-    pthread_mutex_lock(&r->mu);
-    while (r->next_job < r->n_jobs && r->jobs[r->next_job].started) r->next_job++;
-    int j = r->closing || r->next_job == r->n_jobs ? -1 : r->next_job++;
-    if (j >= 0) r->jobs[j].started = true;
-    pthread_mutex_unlock(&r->mu);
-    if (j < 0) return NULL;
-    fr_run_job(r, j);
-  }
 }

@@ -1,15 +1,20 @@
 /* flight_reader.h -- the flight backend's reader, shared by
  * flight_backend.c (the consumer: batches in source order, local sources
- * read in-process) and flight_fetch.c (fetch threads: one DoGet per peer,
+ * read in-process), flight_fetch.c (fetch jobs: one DoGet per peer,
  * blocks verified, decoded and queued per source under a bytes-in-flight
- * limit).
+ * limit) and flight_pool.c (the backend's persistent fetch threads, which
+ * run the jobs of every reader).
  *
  * Locking: one mutex and condition per reader guard every queue, the
- * consumer position and the jobs' states. A fetch thread waits before
- * queueing a batch for a source the consumer has not reached while the
- * bytes in flight exceed the limit; the source being consumed is always
- * admitted, and a job the consumer waits on that no thread has started
- * gets a thread of its own: so the reader never deadlocks.
+ * consumer position and the jobs' finished/rc; the pool's mutex guards its
+ * queue and each job's queue state (order: a reader's mutex, then the
+ * pool's; a pool thread never holds the pool's while it takes a reader's).
+ * A fetch job waits before queueing a batch for a source the consumer has
+ * not reached while the bytes in flight exceed the limit; the source being
+ * consumed is always admitted; a job the consumer waits on goes to the
+ * front of the pool's queue, and the pool starts one more thread whenever
+ * every thread it has waits for room while jobs are queued: so no reader
+ * ever deadlocks.
  *
  * Same-host peers (flight_direct.c): a job first asks its worker where
  * the map outputs are ("locate"); when the worker runs on this host the
@@ -28,8 +33,9 @@
 #include "shuffle/shuffle_internal.h"
 
 typedef struct fr_item {
-  fsh_batch *batch;
+  fsh_batch *batch; /* NULL in a fetch's pending list: "slot done" */
   int64_t bytes;
+  int64_t slot; /* in a fetch's pending list: the slot it is for */
   struct fr_item *next;
 } fr_item;
 
@@ -44,14 +50,23 @@ typedef struct fr_slot {
   bool done;            /* remote: every batch of it queued */
 } fr_slot;
 
+/* A job's state in the pool (under the pool's mutex). */
+enum { FR_JOB_IDLE, FR_JOB_QUEUED, FR_JOB_RUNNING, FR_JOB_DONE };
+
 typedef struct fr_job {
   char *uri;
   int64_t *slots; /* ascending slot indices */
   int64_t n_slots;
-  bool started, finished;
+  bool finished; /* under the reader's mutex, with rc and err */
+  bool hurried;  /* the consumer asked the pool to hurry it (consumer only) */
   int rc;
   fsh_error err;
   fsh_flight_reader *rd; /* while streaming, for cancel */
+  /* the pool's (under its mutex) */
+  struct fr_reader *owner;
+  int index;
+  int qstate;
+  struct fr_job *q_prev, *q_next;
 } fr_job;
 
 typedef struct fr_reader {
@@ -67,10 +82,9 @@ typedef struct fr_reader {
   pthread_cond_t cv;
   int64_t cur; /* the slot being consumed */
   int64_t in_flight, max_in_flight;
-  int next_job; /* jobs are taken in order by the pool */
   bool closing;
-  pthread_t *threads;
-  int n_threads;
+  bool waiting; /* the consumer waits on cv for a batch */
+  int pool_running; /* jobs a pool thread runs (under the pool's mutex) */
   /* the local source being read */
   fsh_map_file *file;
   fsh_map_file_cursor *cursor;
@@ -128,7 +142,34 @@ FSH_NODISCARD int fb_client(struct fb_state *st, const char *uri, fsh_flight_cli
  * finished (under the lock) and wakes the consumer. */
 void fr_run_job(fr_reader *r, int j);
 
-/* A pool thread: takes unstarted jobs in order until none is left. */
-void *fr_pool_thread(void *arg);
+/* ---- the fetch pool (flight_pool.c) ----------------------------------
+ * Persistent threads per backend running fetch jobs of every reader, FIFO
+ * but for the jobs a consumer waits on (to the front). Threads start as
+ * jobs come, up to `base` while none is idle, up to `cap` for a consumer
+ * waiting on a queued job, and beyond cap only when every thread waits for
+ * room in a reader (the deadlock rule above); threads above base end after
+ * a second idle. */
+typedef struct fr_pool fr_pool;
+FSH_NODISCARD int fr_pool_new(int base, int cap, fr_pool **out, fsh_error *err);
+/* Ends every thread; no reader may be open. */
+void fr_pool_free(fr_pool *p);
+/* The backend's pool. */
+fr_pool *fb_pool(struct fb_state *st);
+/* Queues every job of r (none may be queued yet). EAGAIN when no thread
+ * exists and none can be started. */
+FSH_NODISCARD int fr_pool_submit(fr_pool *p, fr_reader *r, fsh_error *err);
+/* The consumer waits on job (its reader's mutex held): a queued job goes
+ * to the front, and gets a thread when none is idle (within cap). */
+void fr_pool_hurry(fr_pool *p, fr_job *job);
+/* A job is about to wait for room in its reader (reader's mutex held),
+ * or done waiting (delta -1). delta +1 answers false when waiting could
+ * stall queued jobs forever and no thread can be started: the caller
+ * then admits its batch over the limit instead of waiting. */
+bool fr_pool_waiting_for_room(fr_pool *p, int delta);
+/* Takes r's queued jobs out of the queue and waits until none of its jobs
+ * runs (r->closing set and running streams cancelled by the caller). */
+void fr_pool_forget(fr_pool *p, fr_reader *r);
+/* Tests: the threads the pool has now (for the no-leak check). */
+int fr_pool_threads(fr_pool *p);
 
 #endif

@@ -6,14 +6,16 @@
  * file deleted after close (an error naming it; the worker goes on), a
  * worker process killed with SIGKILL while a reader streams from it (the
  * reader fails in time, naming the worker and every map output lost with
- * it), a worker process stopped with SIGSTOP (the reader's deadline fires,
- * naming the worker), and allocation failures injected into the store
- * writer and the worker's DoGet path (clean errors, nothing published or
- * half-served, no leak under LSan).
+ * it; and under four readers of one fetch pool at once, which then goes
+ * on serving the live worker), a worker process stopped with SIGSTOP
+ * (the reader's deadline fires, naming the worker), and allocation
+ * failures injected into the store writer and the worker's DoGet path
+ * (clean errors, nothing published or half-served, no leak under LSan).
  *
  * Worker processes are `flightshuffle worker` (FSH_BUILD_DIR/flightshuffle,
  * as CTest sets it), fed with DoPut; each case kills its children and
  * unmounts its tmpfs before returning, whatever its checks found. */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -465,6 +467,87 @@ static void worker_killed_mid_stream(void) {
   child_kill(&c[1]);
 }
 
+typedef struct killed_reader {
+  fsh_batch_stream s;
+  int rc;
+  int64_t rows;
+  fsh_error err;
+  pthread_barrier_t *killed; /* waited on after the first batch */
+} killed_reader;
+
+static void *drain_after_kill(void *arg) {
+  killed_reader *k = arg;
+  fsh_batch *b = NULL;
+  k->rc = k->s.get_next(&k->s, &b, &k->err);
+  if (b) k->rows += b->length;
+  fsh_batch_unref(b);
+  pthread_barrier_wait(k->killed); /* (the main thread kills worker 1 here) */
+  pthread_barrier_wait(k->killed);
+  while (k->rc == 0) {
+    b = NULL;
+    k->rc = k->s.get_next(&k->s, &b, &k->err);
+    if (!b) break;
+    k->rows += b->length;
+    fsh_batch_unref(b);
+  }
+  k->s.release(&k->s);
+  return NULL;
+}
+
+/* The fetch pool with a peer dying under several readers: two worker
+ * processes, eight map outputs (even maps on worker 0, odd on worker 1),
+ * four readers of one backend (DoGet only, 1 MiB in flight each: the jobs
+ * of worker 1 wait for room or stream when it dies) each take a batch,
+ * then worker 1 is killed with SIGKILL: every reader fails in time,
+ * naming worker 1 and all four of its map outputs as lost, and the same
+ * backend's pool then reads worker 0's outputs of every partition whole. */
+static void worker_killed_many_readers(void) {
+  child c[2] = {{0}, {0}};
+  if (!child_start(&c[0]) || !child_start(&c[1])) {
+    CHECK_MSG(false, "cannot start worker processes");
+    child_kill(&c[0]);
+    child_kill(&c[1]);
+    return;
+  }
+  stu_plan p;
+  make_plan(&p, 43, 4, 8, 200000, 4093); /* ~2 MB a (map output, partition) */
+  fsh_error err = {{0}};
+  for (int m = 0; m < 8; m++) CHECK_OK(put_map(c[m % 2].uri, &p.spec, &p.maps[m], &err));
+  fsh_map_output src[8];
+  for (int i = 0; i < 8; i++) src[i] = p.maps[i < 4 ? 2 * i : 2 * (i - 4) + 1].out;
+  const char *peers[2] = {c[0].uri, c[1].uri};
+  fsh_shuffle_backend *r = backend_for(NULL, peers, 2, 20000, 1 << 20, true);
+  pthread_barrier_t killed;
+  pthread_barrier_init(&killed, NULL, 5);
+  killed_reader k[4];
+  pthread_t t[4];
+  for (int q = 0; q < 4; q++) {
+    k[q] = (killed_reader){.killed = &killed};
+    CHECK_OK(fsh_shuffle_open_reader(r, &p.spec, q, src, 8, &k[q].s, &err));
+    CHECK(pthread_create(&t[q], NULL, drain_after_kill, &k[q]) == 0);
+  }
+  pthread_barrier_wait(&killed);
+  double t0 = now_s();
+  child_kill(&c[1]);
+  pthread_barrier_wait(&killed);
+  for (int q = 0; q < 4; q++) pthread_join(t[q], NULL);
+  double took = now_s() - t0;
+  pthread_barrier_destroy(&killed);
+  for (int q = 0; q < 4; q++) {
+    CHECK_MSG(k[q].rc != 0 && strstr(k[q].err.message, c[1].uri) &&
+                  strstr(k[q].err.message, "lost map outputs [map/attempt 1/0 3/0 5/0 7/0]"),
+              "partition %d: rc %d after %lld rows: %s", q, k[q].rc, (long long)k[q].rows,
+              k[q].err.message);
+  }
+  CHECK_MSG(took < 15, "the reads took %.1f s", took);
+  printf("  4 readers failed in %.2f s: %s\n", took, k[0].err.message);
+  int even[4] = {0, 2, 4, 6};
+  for (int q = 0; q < 4; q++) stu_check_partition(r, &p, q, even, 4, "after the kill");
+  fsh_shuffle_backend_destroy(r);
+  stu_plan_free(&p);
+  child_kill(&c[0]);
+}
+
 /* Worker 1 is stopped (SIGSTOP) before the read: the reader's 2 s deadline
  * fires with ETIMEDOUT naming worker 1 and its map output. The reader is
  * one from another host (DoGet only): a same-host reader may read a
@@ -674,5 +757,6 @@ static void alloc_failures_do_get(void) {
 }
 
 FSH_TEST_MAIN(TEST(disk_full_one_dir), TEST(disk_full_fall_over), TEST(missing_spill_file),
-              TEST(worker_killed_mid_stream), TEST(worker_stopped),
+              TEST(worker_killed_mid_stream), TEST(worker_killed_many_readers),
+              TEST(worker_stopped),
               TEST(alloc_failures_store_writer), TEST(alloc_failures_do_get))
