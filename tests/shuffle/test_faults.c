@@ -510,7 +510,11 @@ static void worker_killed_many_readers(void) {
     return;
   }
   stu_plan p;
-  make_plan(&p, 43, 4, 8, 200000, 4093); /* ~2 MB a (map output, partition) */
+  /* ~6 MB a (map output, partition): 24 MB of each partition (96 MB in all)
+   * is on the victim, far more than the connection's socket buffers and
+   * HTTP/2 windows can hold before the kill (at 2 MB, two readers had
+   * received all their rows before it under load) */
+  make_plan(&p, 43, 4, 8, 600000, 4093);
   fsh_error err = {{0}};
   for (int m = 0; m < 8; m++) CHECK_OK(put_map(c[m % 2].uri, &p.spec, &p.maps[m], &err));
   fsh_map_output src[8];
