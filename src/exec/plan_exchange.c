@@ -30,19 +30,6 @@ typedef struct mapw {
   uint64_t *sums; /* [n_partitions] or NULL */
 } mapw;
 
-int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
-  if (b->length == 0) return 0;
-  int32_t *cols = fsh_malloc((size_t)(b->n_columns ? b->n_columns : 1) * sizeof *cols);
-  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
-  int rc = cols && h ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
-  for (int64_t i = 0; !rc && i < b->n_columns; i++) cols[i] = (int32_t)i;
-  if (!rc) rc = fsh_hash_columns(b, cols, (int)b->n_columns, 0, h, err);
-  for (int64_t i = 0; !rc && i < b->length; i++) *sum += h[i];
-  fsh_free(cols);
-  fsh_free(h);
-  return rc;
-}
-
 static int write_part(mapw *mw, int32_t part, fsh_batch *b, fsh_error *err) {
   if (!b || b->length == 0) return 0;
   if (mw->sums) FSH_RETURN_NOT_OK(plan_row_checksum(b, &mw->sums[part], err));
