@@ -7,6 +7,7 @@
 #define FSH_TESTS_EXEC_PLAN_CHECKSUM_REF_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -34,6 +35,30 @@ static inline uint64_t pcr_le(const uint8_t *p, int width) {
   return w;
 }
 
+/* High xor low 64 bits of the 128-bit product a * b, by 32-bit halves. */
+static inline uint64_t pcr_fold(uint64_t a, uint64_t b) {
+  uint64_t al = a & 0xFFFFFFFFu, ah = a >> 32, bl = b & 0xFFFFFFFFu, bh = b >> 32;
+  uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+  uint64_t mid = (ll >> 32) + (lh & 0xFFFFFFFFu) + (hl & 0xFFFFFFFFu);
+  uint64_t lo = (ll & 0xFFFFFFFFu) | (mid << 32);
+  uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+  return lo ^ hi;
+}
+
+/* The word of a binary value: up to 32 bytes zero-padded to four words,
+ * mixed with its length; longer ones XXH3_64bits. */
+static inline uint64_t pcr_bytes_word(const uint8_t *p, size_t n) {
+  if (n > 32) return XXH3_64bits(p, n);
+  uint8_t v[32] = {0};
+  if (n) memcpy(v, p, n);
+  uint64_t w[4];
+  for (int k = 0; k < 4; k++) w[k] = pcr_le(v + 8 * k, 8);
+  uint64_t h = (uint64_t)n * 0x9E3779B185EBCA87ull + pcr_fold(w[0] ^ 0xBE4BA423396CFEB8ull,
+                                                              w[1] ^ 0x1CAD21F72C81017Cull) +
+               pcr_fold(w[2] ^ 0xDB979083E96DD4DEull, w[3] ^ 0x1F67B3B7A4A44072ull);
+  return pcr_fmix(h);
+}
+
 /* The word of slot i (relative to a->offset) of column a, field f; *null:
  * the slot is null per the column's validity bitmap. */
 static inline uint64_t pcr_word(const fsh_field *f, fsh_array *a, int64_t i, bool *null) {
@@ -59,12 +84,12 @@ static inline uint64_t pcr_word(const fsh_field *f, fsh_array *a, int64_t i, boo
       case FSH_TYPE_BINARY: case FSH_TYPE_STRING: {
         const uint8_t *o = a->buffers[1]->data;
         int64_t s = (int64_t)pcr_le(o + 4 * slot, 4), e = (int64_t)pcr_le(o + 4 * slot + 4, 4);
-        return XXH3_64bits(a->buffers[2] ? a->buffers[2]->data + s : NULL, (size_t)(e - s));
+        return pcr_bytes_word(a->buffers[2] ? a->buffers[2]->data + s : NULL, (size_t)(e - s));
       }
       case FSH_TYPE_LARGE_BINARY: case FSH_TYPE_LARGE_STRING: {
         const uint8_t *o = a->buffers[1]->data;
         int64_t s = (int64_t)pcr_le(o + 8 * slot, 8), e = (int64_t)pcr_le(o + 8 * slot + 8, 8);
-        return XXH3_64bits(a->buffers[2] ? a->buffers[2]->data + s : NULL, (size_t)(e - s));
+        return pcr_bytes_word(a->buffers[2] ? a->buffers[2]->data + s : NULL, (size_t)(e - s));
       }
       default: break;
     }
