@@ -514,14 +514,29 @@ int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spe
   fsh_batch **held = NULL, *sample = NULL;
   int64_t n_held = 0, rows = 0;
   int rc = plan_open_stream(c, x->inputs[0], part, &st, err);
-  if (!rc) {
-    rc = plan_drain(&st, &held, &n_held, err);
-    st.release(&st);
+  /* each batch written as it comes (its rows still in cache for the
+   * checksum and the writer), kept for the sample */
+  for (int64_t cap = 0; !rc;) {
+    fsh_batch *b = NULL;
+    if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+    if (b->length == 0) {
+      fsh_batch_unref(b);
+      continue;
+    }
+    if (n_held == cap) {
+      fsh_batch **v = fsh_realloc(held, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *v);
+      if (!v) {
+        fsh_batch_unref(b);
+        rc = fsh_error_set(err, ENOMEM, "out of memory");
+        break;
+      }
+      held = v;
+    }
+    held[n_held++] = b;
+    rows += b->length;
+    rc = write_part(&mw, part, b, err);
   }
-  for (int64_t i = 0; !rc && i < n_held; i++) {
-    rows += held[i]->length;
-    rc = write_part(&mw, part, held[i], err);
-  }
+  if (st.release) st.release(&st);
   if (!rc && x->xkind == PX_RANGE && rows > 0) {
     if ((rc = map_sample(x, held, n_held, rows, &sample, err)) == 0)
       rc = write_part(&mw, last, sample, err);
