@@ -564,6 +564,54 @@ static void test_cancel_in_scan(void) {
   fsh_plan_free(p);
 }
 
+/* Job stages named by operator: as many names as job stages, "-scatter"
+ * exactly on the scatter stages (each after its "-stage"), ": result" on
+ * the result stage; the sort example's three and the join + group-by
+ * example's named after their operators. */
+static void test_stage_names(void) {
+  const char *files[2] = {"sort.json", "join_group_by.json"};
+  for (int f = 0; f < 2; f++) {
+    fsh_plan *p = load_example(files[f], 0);
+    if (!p) continue;
+    fsh_error err;
+    fsh_plan_job_stages js;
+    CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+    char names[16][32];
+    int n = 0;
+    CHECK_OK(fsh_plan_job_stage_names(p, names, 16, &n, &err));
+    CHECK_EQ_INT(n, js.n);
+    int joins = 0, aggs = 0;
+    for (int i = 0; i < n && i < js.n; i++) {
+      size_t len = strlen(names[i]);
+      bool scatter = len > 8 && strcmp(names[i] + len - 8, "-scatter") == 0;
+      bool result = len > 8 && strcmp(names[i] + len - 8, ": result") == 0;
+      CHECK_MSG(scatter == js.stages[i].scatter, "%s stage %d '%s'", files[f], i, names[i]);
+      CHECK_MSG(result == js.stages[i].result, "%s stage %d '%s'", files[f], i, names[i]);
+      if (scatter && i > 0) {
+        char want[32];
+        snprintf(want, sizeof want, "%.*s-stage", (int)(len - 8), names[i]);
+        CHECK_MSG(strcmp(names[i - 1], want) == 0, "%s: '%s' before '%s'", files[f],
+                  names[i - 1], names[i]);
+      }
+      joins += strcmp(names[i], "join: hash") == 0;
+      aggs += strcmp(names[i], "aggregate: hash") == 0;
+    }
+    if (f == 0 && n == 3) {
+      CHECK(strcmp(names[0], "sort: range-stage") == 0);
+      CHECK(strcmp(names[1], "sort: range-scatter") == 0);
+      CHECK(strcmp(names[2], "sort: result") == 0);
+    }
+    if (f == 1) {
+      CHECK_EQ_INT(joins, 2); /* both sides repartitioned on the keys */
+      CHECK_EQ_INT(aggs, 1);  /* partial -> final */
+      CHECK(n > 0 && strcmp(names[n - 1], "sort: result") == 0);
+    }
+    CHECK(fsh_plan_job_stage_names(p, names, n - 1, &n, &err) == ENOSPC);
+    fsh_plan_job_stages_free(&js);
+    fsh_plan_free(p);
+  }
+}
+
 /* The plan-fragment answer with stats: round trip; an answer without
  * (the "FSRD" form) decodes with stats 0; stats with a nonzero reserved
  * word are refused. */
@@ -701,6 +749,7 @@ int main(int argc, char **argv) {
       {"malformed", test_malformed},
       {"cancel_between_batches", test_cancel_between_batches},
       {"cancel_in_scan", test_cancel_in_scan},
+      {"stage_names", test_stage_names},
       {"answer_stats", test_answer_stats},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
