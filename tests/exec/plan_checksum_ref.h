@@ -56,7 +56,7 @@ static inline uint64_t pcr_bytes_word(const uint8_t *p, size_t n) {
   uint64_t h = (uint64_t)n * 0x9E3779B185EBCA87ull + pcr_fold(w[0] ^ 0xBE4BA423396CFEB8ull,
                                                               w[1] ^ 0x1CAD21F72C81017Cull) +
                pcr_fold(w[2] ^ 0xDB979083E96DD4DEull, w[3] ^ 0x1F67B3B7A4A44072ull);
-  return pcr_fmix(h);
+  return h;
 }
 
 /* The word of slot i (relative to a->offset) of column a, field f; *null:
