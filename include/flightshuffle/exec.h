@@ -1015,6 +1015,13 @@ typedef struct fsh_plan_job_stages {
 FSH_NODISCARD int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out,
                                           fsh_error *err);
 void fsh_plan_job_stages_free(fsh_plan_job_stages *js);
+/* Names of p's job stages (fsh_plan_job_stages_get's order) by the operator
+ * whose exchange each writes: "OP: hash", "OP: range-stage", "OP: range-scatter",
+ * "OP: gather", ..., the last "OP: result" (OP the operator's name as the
+ * plan spells it: "sort", "join", "aggregate", "repartition", ...), at most
+ * 31 characters each, into names[0, *n_names); ENOSPC past n. */
+FSH_NODISCARD int fsh_plan_job_stage_names(const fsh_plan *p, char (*names)[32], int n,
+                                           int *n_names, fsh_error *err);
 /* The packed JobPlan of p (its job stages). */
 FSH_NODISCARD int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o,
                                     fsh_buffer **out, fsh_error *err);

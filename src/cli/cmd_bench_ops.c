@@ -164,18 +164,13 @@ static int run_once(const fsh_plan *p, cli_plan_backends *bk, const ops_opts *o,
 
 #define OPS_MAX_STAGES 16
 
-/* What each job stage of p does: "staging" (writes its rows into its own
- * partition for a scatter), "scatter", "result" (the last), or "map". */
-static int stage_labels(const fsh_plan *p, char labels[OPS_MAX_STAGES][12], fsh_error *err) {
-  fsh_plan_job_stages js;
-  FSH_RETURN_NOT_OK(fsh_plan_job_stages_get(p, &js, err));
-  for (int i = 0; i < OPS_MAX_STAGES; i++) {
-    const fsh_sched_plan_stage *st = i < js.n ? &js.stages[i] : NULL;
-    snprintf(labels[i], 12, "%s",
-             !st ? "stage" : st->scatter ? "scatter" : st->result ? "result"
-             : i + 1 < js.n && js.stages[i + 1].scatter ? "staging" : "map");
-  }
-  fsh_plan_job_stages_free(&js);
+/* What each job stage of p does, by operator ("sort: range-stage",
+ * "sort: range-scatter", "sort: result", "join: hash", ...:
+ * fsh_plan_job_stage_names); "stage" past the named ones. */
+static int stage_labels(const fsh_plan *p, char labels[OPS_MAX_STAGES][32], fsh_error *err) {
+  int n = 0;
+  FSH_RETURN_NOT_OK(fsh_plan_job_stage_names(p, labels, OPS_MAX_STAGES, &n, err));
+  for (int i = n; i < OPS_MAX_STAGES; i++) snprintf(labels[i], 32, "stage");
   return 0;
 }
 
@@ -186,7 +181,7 @@ static int stage_labels(const fsh_plan *p, char labels[OPS_MAX_STAGES][12], fsh_
  * ("label seconds/task-seconds/MB, ...": labels from stage_labels) into
  * stages. */
 static int run_cluster(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
-                       char labels[OPS_MAX_STAGES][12], double *secs, double *cpu, uint64_t *sum, int64_t *rows, bool *verified,
+                       char labels[OPS_MAX_STAGES][32], double *secs, double *cpu, uint64_t *sum, int64_t *rows, bool *verified,
                        char *stages, size_t stages_size, fsh_error *err) {
   fsh_sched_job_status s;
   fsh_plan_result r;
@@ -327,7 +322,7 @@ int cmd_bench_ops(int argc, char **argv) {
   const char *plans_json[2] = {sort_json, join_json};
   fsh_plan *plans[2] = {NULL, NULL};
   fsh_buffer *jobs[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [plan][fs, flight] */
-  static char labels[2][OPS_MAX_STAGES][12];
+  static char labels[2][OPS_MAX_STAGES][32];
   int64_t bytes[2] = {0, 0};
   cli_plan_backends mem;
   memset(&mem, 0, sizeof mem);

@@ -388,6 +388,14 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
     return 130;
   }
   int status = 0;
+  /* the stages named by operator ("sort: range-scatter"), not by task kind */
+  char names[64][32];
+  int n_names = 0;
+  fsh_error name_err;
+  if (s.n_stages > 0 && fsh_plan_job_stage_names(p, names, 64, &n_names, &name_err) == 0 &&
+      n_names == s.n_stages)
+    for (int32_t i = 0; i < s.n_stages; i++)
+      snprintf(s.stages[i].kind, sizeof s.stages[i].kind, "%.31s", names[i]);
   if (s.n_stages > 0) fsh_sched_job_status_print(&s, stdout);
   fflush(stdout);
   if (rc) status = cli_fail(1, "run: %s: %s", r->path, err.message);

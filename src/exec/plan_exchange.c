@@ -30,19 +30,6 @@ typedef struct mapw {
   uint64_t *sums; /* [n_partitions] or NULL */
 } mapw;
 
-int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
-  if (b->length == 0) return 0;
-  int32_t *cols = fsh_malloc((size_t)(b->n_columns ? b->n_columns : 1) * sizeof *cols);
-  uint64_t *h = fsh_malloc((size_t)b->length * sizeof *h);
-  int rc = cols && h ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
-  for (int64_t i = 0; !rc && i < b->n_columns; i++) cols[i] = (int32_t)i;
-  if (!rc) rc = fsh_hash_columns(b, cols, (int)b->n_columns, 0, h, err);
-  for (int64_t i = 0; !rc && i < b->length; i++) *sum += h[i];
-  fsh_free(cols);
-  fsh_free(h);
-  return rc;
-}
-
 static int write_part(mapw *mw, int32_t part, fsh_batch *b, fsh_error *err) {
   if (!b || b->length == 0) return 0;
   if (mw->sums) FSH_RETURN_NOT_OK(plan_row_checksum(b, &mw->sums[part], err));
@@ -527,14 +514,29 @@ int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spe
   fsh_batch **held = NULL, *sample = NULL;
   int64_t n_held = 0, rows = 0;
   int rc = plan_open_stream(c, x->inputs[0], part, &st, err);
-  if (!rc) {
-    rc = plan_drain(&st, &held, &n_held, err);
-    st.release(&st);
+  /* each batch written as it comes (its rows still in cache for the
+   * checksum and the writer), kept for the sample */
+  for (int64_t cap = 0; !rc;) {
+    fsh_batch *b = NULL;
+    if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+    if (b->length == 0) {
+      fsh_batch_unref(b);
+      continue;
+    }
+    if (n_held == cap) {
+      fsh_batch **v = fsh_realloc(held, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *v);
+      if (!v) {
+        fsh_batch_unref(b);
+        rc = fsh_error_set(err, ENOMEM, "out of memory");
+        break;
+      }
+      held = v;
+    }
+    held[n_held++] = b;
+    rows += b->length;
+    rc = write_part(&mw, part, b, err);
   }
-  for (int64_t i = 0; !rc && i < n_held; i++) {
-    rows += held[i]->length;
-    rc = write_part(&mw, part, held[i], err);
-  }
+  if (st.release) st.release(&st);
   if (!rc && x->xkind == PX_RANGE && rows > 0) {
     if ((rc = map_sample(x, held, n_held, rows, &sample, err)) == 0)
       rc = write_part(&mw, last, sample, err);

@@ -538,7 +538,10 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
 static int op_get_next(fsh_batch_stream *st, fsh_batch **out, fsh_error *err) {
   ostate *s = st->private_data;
   *out = NULL;
-  int rc = op_next_inner(s, out, err);
+  /* a cancelled task stops here too: a scan whose filter drops nearly every
+   * row reads and writes no batch for a long time */
+  int rc = plan_cancelled(s->c->cancel, err);
+  if (!rc) rc = op_next_inner(s, out, err);
   if (rc) {
     fsh_batch_unref(*out);
     *out = NULL;

@@ -8,6 +8,7 @@
 #include "exec/plan_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct xstate {
   bool done;
@@ -44,8 +45,13 @@ typedef struct run_ctx {
     int64_t rows;
     uint64_t checksum;
   } *reads;
+  /* a plan-fragment task's cancel flag (NULL: none): checked before every
+   * batch an operator gives */
+  const atomic_bool *cancel;
 } run_ctx;
 
+/* ECANCELED ("cancelled ...") if flag f (may be NULL) is set, else 0. */
+int plan_cancelled(const atomic_bool *f, fsh_error *err);
 /* The backend that map output / reduce partition i goes through. */
 fsh_shuffle_backend *plan_backend_of(const run_ctx *c, int64_t i);
 /* The partitions node n runs in (1 in the reference mode). */
@@ -104,8 +110,9 @@ int plan_range_bounds(const plan_node *x, fsh_batch **samples, int64_t n, int32_
 int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t part,
                      int64_t map_id, int32_t attempt, fsh_map_output *out, uint64_t *sums,
                      fsh_error *err);
-/* Adds the order-independent row checksum of b to *sum: per row
- * fsh_hash_columns over every column (seed 0), summed mod 2^64. */
+/* Adds the order-independent row checksum of b to *sum: a hash of each
+ * row's values (every column), summed mod 2^64; the definition is atop
+ * plan_checksum.c. On error *sum is unchanged. */
 int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err);
 /* Releases exchange xs's shuffle on every backend. */
 int plan_release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err);

@@ -10,8 +10,10 @@
  * (shuffle.h): the output's metadata and the row checksum of each
  * partition written. Also the worker task kind that runs it. A cancel flag
  * (the worker task's, or the caller's) is checked before every batch the
- * task reads or writes (a backend wrapped around the task's): a cancelled
- * task ends with ECANCELED at its next batch, its output aborted. */
+ * task reads or writes (a backend wrapped around the task's) and every
+ * batch an operator gives (plan_ops.c: a scan whose filter drops nearly
+ * every row stops too): a cancelled task ends with ECANCELED at its next
+ * batch, its output aborted. */
 #include "exec/plan_run_internal.h"
 
 #include <inttypes.h>
@@ -224,21 +226,21 @@ typedef struct cancel_writer {
   const atomic_bool *cancel;
 } cancel_writer;
 
-static int cancelled(const atomic_bool *f, fsh_error *err) {
-  return atomic_load(f) ? fsh_error_set(err, ECANCELED, "cancelled (the worker was asked to "
-                                        "stop this task)") : 0;
+int plan_cancelled(const atomic_bool *f, fsh_error *err) {
+  return f && atomic_load(f) ? fsh_error_set(err, ECANCELED, "cancelled (the worker was asked "
+                                             "to stop this task)") : 0;
 }
 
 static int cw_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *batch, fsh_error *err) {
   cancel_writer *k = w->state;
-  FSH_RETURN_NOT_OK(cancelled(k->cancel, err));
+  FSH_RETURN_NOT_OK(plan_cancelled(k->cancel, err));
   return k->in->write(k->in, partition, batch, err);
 }
 
 static int cw_close(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err) {
   cancel_writer *k = w->state;
   fsh_shuffle_writer *in = k->in;
-  int rc = cancelled(k->cancel, err);
+  int rc = plan_cancelled(k->cancel, err);
   fsh_free(k);
   if (rc) {
     in->abort(in);
@@ -257,7 +259,7 @@ static int cb_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
                           int32_t attempt, fsh_shuffle_writer **out, fsh_error *err) {
   cancel_backend *cb = b->state;
   *out = NULL;
-  FSH_RETURN_NOT_OK(cancelled(cb->cancel, err));
+  FSH_RETURN_NOT_OK(plan_cancelled(cb->cancel, err));
   cancel_writer *k = fsh_calloc(1, sizeof *k);
   if (!k) return fsh_error_set(err, ENOMEM, "out of memory");
   int rc = fsh_shuffle_open_writer(cb->in, spec, map_id, attempt, &k->in, err);
@@ -280,7 +282,7 @@ typedef struct cancel_stream {
 static int cs_next(fsh_batch_stream *st, fsh_batch **out, fsh_error *err) {
   cancel_stream *k = st->private_data;
   *out = NULL;
-  FSH_RETURN_NOT_OK(cancelled(k->cancel, err));
+  FSH_RETURN_NOT_OK(plan_cancelled(k->cancel, err));
   return k->in.get_next(&k->in, out, err);
 }
 
@@ -296,7 +298,7 @@ static int cb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
                           const fsh_map_output *sources, int64_t n_sources, fsh_batch_stream *out,
                           fsh_error *err) {
   cancel_backend *cb = b->state;
-  FSH_RETURN_NOT_OK(cancelled(cb->cancel, err));
+  FSH_RETURN_NOT_OK(plan_cancelled(cb->cancel, err));
   cancel_stream *k = fsh_calloc(1, sizeof *k);
   if (!k) return fsh_error_set(err, ENOMEM, "out of memory");
   int rc = fsh_shuffle_open_reader(cb->in, spec, partition, sources, n_sources, &k->in, err);
@@ -363,7 +365,8 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   if (cb.cancel) b = &cb.base; /* every batch read or written checks it */
   fsh_plan_result res = {0};
   run_ctx c = {.p = p, .merge = FSH_PLAN_MERGE_OFF, .merge_threshold = 200,
-               .first_shuffle_id = 1, .backend = b, .res = &res, .n_threads = 1};
+               .first_shuffle_id = 1, .backend = b, .res = &res, .n_threads = 1,
+               .cancel = cb.cancel};
   if (o && o->operator_memory > 0) {
     if (!o->spill_dirs || o->n_spill_dirs < 1)
       return fsh_error_set(err, EINVAL, "plan-fragment: operator_memory needs spill dirs");

@@ -80,6 +80,30 @@ int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_err
   return rc;
 }
 
+int fsh_plan_job_stage_names(const fsh_plan *p, char (*names)[32], int n, int *n_names,
+                             fsh_error *err) {
+  *n_names = 0;
+  int ns = fsh_plan_stage_count(p);
+  for (int s = 0; s < ns; s++) {
+    fsh_plan_stage_info info;
+    FSH_RETURN_NOT_OK(fsh_plan_stage_info_get(p, s, &info, err));
+    const plan_node *x = info.output_node >= 0 ? p->nodes[info.output_node] : NULL;
+    bool two = x && (x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS);
+    for (int step = 0; step < (two ? 2 : 1); step++) {
+      if (*n_names >= n)
+        return fsh_error_set(err, ENOSPC, "plan job: more than %d stages to name", n);
+      char *o = names[(*n_names)++];
+      if (s == ns - 1 && step == (two ? 1 : 0)) { /* writes the job's result */
+        snprintf(o, 32, "%s: result", (x ? x : p->nodes[p->n_nodes - 1])->user_op);
+      } else {
+        const char *k = x->xkind == PX_INTO_PARTITIONS ? "partitions" : plan_exchange_name(x->xkind);
+        snprintf(o, 32, "%s: %s%s", x->user_op, k, !two ? "" : step == 0 ? "-stage" : "-scatter");
+      }
+    }
+  }
+  return 0;
+}
+
 int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buffer **out,
                       fsh_error *err) {
   *out = NULL;

@@ -6,6 +6,7 @@
  * per node and call, never per row). */
 #include "kernels/kernels_internal.h"
 
+#define XXH_INLINE_ALL /* header-only use of Debian's libxxhash-dev: no call per value */
 #include <xxhash.h>
 
 #define NULL_SEED_MIX 0x9E3779B97F4A7C15ull

@@ -7,10 +7,10 @@
  * no file left behind on any path. */
 #define _GNU_SOURCE
 #include "kernels/sort_ref.h"
+#include "test_tmpfs.h"
 
 #include <dirent.h>
 #include <flightshuffle/exec.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -410,10 +410,7 @@ static void test_missing_dir(void) {
 static char *mount_tmpfs(const char *tag, const char *size) {
   if (geteuid() != 0) return NULL;
   char *dir = make_dir(tag);
-  char opts[64];
-  snprintf(opts, sizeof opts, "size=%s", size);
-  if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
-    fprintf(stderr, "  (mounting a tmpfs on %s: %s)\n", dir, strerror(errno));
+  if (!fsh_test_mount_tmpfs(dir, size)) {
     rmdir(dir);
     free(dir);
     return NULL;
@@ -423,7 +420,7 @@ static char *mount_tmpfs(const char *tag, const char *size) {
 
 static void unmount_tmpfs(char *dir) {
   if (!dir) return;
-  umount2(dir, MNT_DETACH);
+  fsh_test_unmount_tmpfs(dir);
   remove_dir(dir);
 }
 

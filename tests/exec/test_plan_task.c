@@ -5,37 +5,26 @@
  * earlier stages' tasks answered. The result (read back from the result
  * shuffle) must equal the single-process reference run, and every
  * partition of the result shuffle the row checksums the tasks answered
- * (the test recomputes them from the rows read, over every column). Range and
+ * (the test recomputes them from the rows read, over every column, with
+ * plan_checksum_ref.h). Range and
  * into_partitions exchanges run as a staging and a scatter stage. Malformed
  * bodies are refused with EINVAL naming what is wrong. A task whose cancel
- * flag is set stops at its next batch (ECANCELED, its writer aborted). */
+ * flag is set stops at its next batch (ECANCELED, its writer aborted), a
+ * batch its scan gives included. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <flightshuffle/exec.h>
 
 #include "../test.h"
+#include "plan_checksum_ref.h"
 #include "plan_examples.h"
-
-/* The independent row checksum: per row, hash of every column (seed 0),
- * summed. */
-static uint64_t rows_checksum(const fsh_batch *b) {
-  if (b->length == 0) return 0;
-  int32_t cols[64];
-  for (int64_t i = 0; i < b->n_columns; i++) cols[i] = (int32_t)i;
-  uint64_t *h = malloc((size_t)b->length * sizeof *h);
-  fsh_error err;
-  CHECK_OK(fsh_hash_columns(b, cols, (int)b->n_columns, 0, h, &err));
-  uint64_t s = 0;
-  for (int64_t i = 0; i < b->length; i++) s += h[i];
-  free(h);
-  return s;
-}
 
 /* What one job stage's tasks answered. */
 typedef struct stage_out {
@@ -139,7 +128,7 @@ static void check_output(fsh_shuffle_backend *b, const fsh_plan *p, stage_out *s
       CHECK_OK(st.get_next(&st, &x, &err));
       if (!x) break;
       rows += x->length;
-      sum += rows_checksum(x);
+      sum += pcr_checksum(x);
       if (x->length > 0) {
         res->batches = realloc(res->batches, (size_t)(res->n_batches + 1) * sizeof *res->batches);
         res->batches[res->n_batches++] = x;
@@ -403,6 +392,7 @@ typedef struct spy {
   fsh_shuffle_backend base, *mem;
   atomic_bool *flag;
   int after, writes, closes, aborts;
+  bool set_on_open; /* set the flag once a writer is open */
 } spy;
 
 typedef struct spy_writer {
@@ -444,6 +434,7 @@ static int spy_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
   k->base = (fsh_shuffle_writer){.write = spy_write, .close = spy_close, .abort = spy_abort,
                                  .state = k};
   *out = &k->base;
+  if (s->set_on_open) atomic_store(s->flag, true);
   return 0;
 }
 
@@ -518,6 +509,107 @@ static void test_cancel_between_batches(void) {
   fsh_shuffle_backend_destroy(mem);
   fsh_plan_job_stages_free(&js);
   fsh_plan_free(p);
+}
+
+/* A task whose scan's filter drops every row writes and reads no batch:
+ * the cancel flag is still seen at the scan's next batch. The flag is set
+ * once the task's writer is open (before the scan starts); the task ends
+ * with ECANCELED, nothing written, its writer aborted, well before the
+ * 300M-row scan could end (it takes many seconds; the check, none). */
+static void test_cancel_in_scan(void) {
+  static const char plan[] =
+      "{\"partitions\": 1, \"nodes\": ["
+      "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 300000000, "
+      "\"batch_rows\": 100000, \"partitions\": 1, \"key_range\": 5000, \"seed\": 3},"
+      "{\"op\": \"filter\", \"predicate\": {\"op\": \"<\", \"args\": [{\"col\": \"key\"}, "
+      "{\"lit\": -1}]}},"
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 4},"
+      "{\"op\": \"aggregate\", \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\"}], "
+      "\"local\": true}]}";
+  fsh_error err;
+  fsh_plan *p = NULL;
+  CHECK_OK(fsh_plan_from_json(plan, -1, 0, &p, &err));
+  if (!p) return;
+  fsh_plan_job_stages js;
+  CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+  fsh_shuffle_backend *mem = NULL;
+  CHECK_OK(fsh_shuffle_memory_new(&mem, &err));
+  if (js.n >= 1 && mem) {
+    atomic_bool flag;
+    atomic_init(&flag, false);
+    spy s = {.base = {.ops = &spy_ops}, .mem = mem, .flag = &flag, .after = -1,
+             .set_on_open = true};
+    s.base.state = &s;
+    fsh_fragment_task t = {.fragment = (fsh_buffer *)js.stages[0].fragment, .task = 0,
+                           .n_tasks = js.stages[0].n_tasks, .shuffle_id = 9, .map_id = 0,
+                           .backend = FSH_TASK_BACKEND_MEMORY};
+    fsh_plan_task_run_options o = {.cancel = &flag};
+    fsh_map_task_result r;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = fsh_plan_task_run(&s.base, &t, &o, &r, NULL, NULL, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECK_MSG(rc == ECANCELED && strstr(err.message, "cancelled"), "%d %s", rc,
+              rc ? err.message : "ok");
+    if (rc == 0) fsh_map_task_result_reset(&r);
+    CHECK_MSG(secs < 2.0, "the cancelled scan ran %.2f s", secs);
+    CHECK_EQ_INT(s.writes, 0);
+    CHECK_EQ_INT(s.closes, 0);
+    CHECK_EQ_INT(s.aborts, 1);
+    CHECK_OK(fsh_shuffle_release(mem, 9, &err));
+  }
+  fsh_shuffle_backend_destroy(mem);
+  fsh_plan_job_stages_free(&js);
+  fsh_plan_free(p);
+}
+
+/* Job stages named by operator: as many names as job stages, "-scatter"
+ * exactly on the scatter stages (each after its "-stage"), ": result" on
+ * the result stage; the sort example's three and the join + group-by
+ * example's named after their operators. */
+static void test_stage_names(void) {
+  const char *files[2] = {"sort.json", "join_group_by.json"};
+  for (int f = 0; f < 2; f++) {
+    fsh_plan *p = load_example(files[f], 0);
+    if (!p) continue;
+    fsh_error err;
+    fsh_plan_job_stages js;
+    CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+    char names[16][32];
+    int n = 0;
+    CHECK_OK(fsh_plan_job_stage_names(p, names, 16, &n, &err));
+    CHECK_EQ_INT(n, js.n);
+    int joins = 0, aggs = 0;
+    for (int i = 0; i < n && i < js.n; i++) {
+      size_t len = strlen(names[i]);
+      bool scatter = len > 8 && strcmp(names[i] + len - 8, "-scatter") == 0;
+      bool result = len > 8 && strcmp(names[i] + len - 8, ": result") == 0;
+      CHECK_MSG(scatter == js.stages[i].scatter, "%s stage %d '%s'", files[f], i, names[i]);
+      CHECK_MSG(result == js.stages[i].result, "%s stage %d '%s'", files[f], i, names[i]);
+      if (scatter && i > 0) {
+        char want[32];
+        snprintf(want, sizeof want, "%.*s-stage", (int)(len - 8), names[i]);
+        CHECK_MSG(strcmp(names[i - 1], want) == 0, "%s: '%s' before '%s'", files[f],
+                  names[i - 1], names[i]);
+      }
+      joins += strcmp(names[i], "join: hash") == 0;
+      aggs += strcmp(names[i], "aggregate: hash") == 0;
+    }
+    if (f == 0 && n == 3) {
+      CHECK(strcmp(names[0], "sort: range-stage") == 0);
+      CHECK(strcmp(names[1], "sort: range-scatter") == 0);
+      CHECK(strcmp(names[2], "sort: result") == 0);
+    }
+    if (f == 1) {
+      CHECK_EQ_INT(joins, 2); /* both sides repartitioned on the keys */
+      CHECK_EQ_INT(aggs, 1);  /* partial -> final */
+      CHECK(n > 0 && strcmp(names[n - 1], "sort: result") == 0);
+    }
+    CHECK(fsh_plan_job_stage_names(p, names, n - 1, &n, &err) == ENOSPC);
+    fsh_plan_job_stages_free(&js);
+    fsh_plan_free(p);
+  }
 }
 
 /* The plan-fragment answer with stats: round trip; an answer without
@@ -656,6 +748,8 @@ int main(int argc, char **argv) {
       {"staging_required", test_staging_required},
       {"malformed", test_malformed},
       {"cancel_between_batches", test_cancel_between_batches},
+      {"cancel_in_scan", test_cancel_in_scan},
+      {"stage_names", test_stage_names},
       {"answer_stats", test_answer_stats},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

@@ -17,7 +17,6 @@
  * unmounts its tmpfs before returning, whatever its checks found. */
 #include <pthread.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,6 +26,7 @@
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
 #include "shuffle/worker_internal.h"
+#include "test_tmpfs.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -92,10 +92,7 @@ static int count_suffix(const char *dir, const char *suffix) {
 static char *mount_tmpfs(const char *tag, const char *size_spec) {
   if (geteuid() != 0) return NULL;
   char *dir = stu_mkdtemp(tag);
-  char opts[64];
-  snprintf(opts, sizeof opts, "size=%s", size_spec);
-  if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
-    fprintf(stderr, "  (mounting a tmpfs on %s: %s)\n", dir, strerror(errno));
+  if (!fsh_test_mount_tmpfs(dir, size_spec)) {
     rmdir(dir);
     free(dir);
     return NULL;
@@ -105,7 +102,7 @@ static char *mount_tmpfs(const char *tag, const char *size_spec) {
 
 static void unmount_tmpfs(char *dir) {
   if (!dir) return;
-  if (umount2(dir, MNT_DETACH) != 0) fprintf(stderr, "umount %s: %s\n", dir, strerror(errno));
+  fsh_test_unmount_tmpfs(dir);
   stu_rmdir(dir);
 }
 
