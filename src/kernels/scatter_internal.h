@@ -1,5 +1,6 @@
 /* scatter_internal.h -- the plan scatter.c hands to scatter_flat.c: row
- * partition ids and per-partition row counts. */
+ * partition ids, each row's slot in its partition and per-partition row
+ * counts. */
 #ifndef FSH_KERNELS_SCATTER_INTERNAL_H
 #define FSH_KERNELS_SCATTER_INTERNAL_H
 
@@ -7,6 +8,7 @@
 
 typedef struct scatter_plan {
   const int32_t *part; /* partition of each row, checked in [0, n_p) */
+  const int32_t *slot; /* row i is row slot[i] of partition part[i] (row order) */
   int64_t n;           /* rows */
   int32_t n_p;         /* partitions */
   const int64_t *count; /* rows per partition */
