@@ -9,7 +9,7 @@
  * same bytes measured in the same run.
  *
  *   build/bench_map [--bytes N] [--runs R] [--maps M] [--partitions P]
- *                   [--memory-limit B] [--dir DIR]
+ *                   [--memory-limit B] [--dir DIR] [--batch-rows N (65536)]
  *
  * Verification (not timed): the whole map task's per-partition row
  * checksums equal the stage loop's, and reading every partition back from
@@ -166,9 +166,10 @@ int main(int argc, char **argv) {
     else if (v && strcmp(a, "--partitions") == 0) c.partitions = atoi(v), i++;
     else if (v && strcmp(a, "--memory-limit") == 0) c.memory_limit = (int64_t)parse_bytes(v), i++;
     else if (v && strcmp(a, "--dir") == 0) c.dir = v, i++;
+    else if (v && strcmp(a, "--batch-rows") == 0) c.batch_rows = atoi(v), i++;
     else {
       fprintf(stderr, "usage: bench_map [--bytes N] [--runs R] [--maps M] [--partitions P] "
-                      "[--memory-limit B] [--dir DIR]\n");
+                      "[--memory-limit B] [--dir DIR] [--batch-rows N]\n");
       return 2;
     }
   }
@@ -181,7 +182,7 @@ int main(int argc, char **argv) {
     die("sample", &err);
   double bytes_per_row = (double)fsh_shuffle_batch_bytes(sample) / 65536;
   fsh_batch_unref(sample);
-  c.batch_rows = 65536;
+  if (c.batch_rows < 1) c.batch_rows = 65536;
   int64_t rows_per_map = (int64_t)(c.bytes / bytes_per_row / c.maps) / c.batch_rows * c.batch_rows;
   if (rows_per_map < c.batch_rows) rows_per_map = c.batch_rows;
   double table_bytes = bytes_per_row * (double)rows_per_map * c.maps;
