@@ -15,10 +15,8 @@ static void release_all(fsh_batch **out, int32_t n) {
   }
 }
 
-/* count[p] = rows of partition p and slot[i] = row i's place among them;
- * EINVAL on an id outside [0, n_p). */
-static int count_rows(const int32_t *part, int64_t n, int32_t n_p, int64_t *count, int32_t *slot,
-                      fsh_error *err) {
+int fsh_kern_count_slots(const int32_t *part, int64_t n, int32_t n_p, int64_t *count,
+                         int32_t *slot, fsh_error *err) {
   for (int64_t i = 0; i < n; i++) {
     if ((uint32_t)part[i] >= (uint32_t)n_p)
       return fsh_error_set(err, EINVAL, "row %lld has partition %d, outside [0, %d)",
@@ -66,7 +64,7 @@ static int scatter_rows(fsh_batch *b, const int32_t *part, int32_t n_p, int64_t 
           *perm = cursor + n_p;
   int32_t *slot = (int32_t *)(perm + b->length);
   scatter_plan sp = {part, slot, b->length, n_p, count};
-  FSH_RETURN_NOT_OK(count_rows(part, b->length, n_p, count, slot, err));
+  FSH_RETURN_NOT_OK(fsh_kern_count_slots(part, b->length, n_p, count, slot, err));
   for (int32_t p = 0; p < n_p; p++) {
     if (count[p] == b->length) { /* every row: the batch itself */
       out[p] = fsh_batch_ref(b);

@@ -31,8 +31,8 @@ static bool is_binary(const fsh_field *f) {
   for (int64_t i = 0; i < n; i++)                                                     \
     memcpy(dst[part[i]] + (W) * (int64_t)slot[i], src + (W) * (off + i), (W));
 
-static void push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, int64_t w,
-                       uint8_t **dst) {
+void fsh_kern_push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, int64_t w,
+                         uint8_t **dst) {
   const int32_t *part = sp->part, *slot = sp->slot;
   int64_t n = sp->n;
   switch (w) {
@@ -138,6 +138,14 @@ static inline __attribute__((always_inline)) void push_binary_w(
   }
 }
 
+void fsh_kern_push_binary(const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst,
+                          uint8_t **data_dst, int64_t *pos) {
+  if (w == 4)
+    push_binary_w(sp, a, 4, offs_dst, data_dst, pos);
+  else
+    push_binary_w(sp, a, 8, offs_dst, data_dst, pos);
+}
+
 /* Per-partition byte totals of a binary column, then its buffers. */
 static int alloc_binary(const scatter_plan *sp, const fsh_array *a, int w, fsh_array **arr,
                         int64_t *bytes, fsh_error *err) {
@@ -169,7 +177,7 @@ static int scatter_values(const scatter_plan *sp, const fsh_field *f, fsh_array 
   if (bits == 1)
     push_bits(sp, kern_buf(a, 1), a->offset, dst);
   else if (bits >= 8)
-    push_fixed(sp, kern_buf(a, 1), a->offset, bits / 8, dst);
+    fsh_kern_push_fixed(sp, kern_buf(a, 1), a->offset, bits / 8, dst);
   return 0;
 }
 
@@ -184,10 +192,7 @@ static int scatter_binary(const scatter_plan *sp, const fsh_field *f, fsh_array 
     data_dst[p] = arr[p] ? arr[p]->buffers[2]->data : NULL;
   }
   memset(pos, 0, sizeof *pos * (size_t)sp->n_p);
-  if (w == 4)
-    push_binary_w(sp, a, 4, dst, data_dst, pos);
-  else
-    push_binary_w(sp, a, 8, dst, data_dst, pos);
+  fsh_kern_push_binary(sp, a, w, dst, data_dst, pos);
   for (int32_t p = 0; p < sp->n_p; p++) { /* zero the spare bytes, set the real size */
     if (!arr[p]) continue;
     memset(data_dst[p] + pos[p], 0, 32);
