@@ -48,6 +48,7 @@ typedef struct part_buf {
   fsh_batch **batches; /* buffered references, write order */
   int32_t n, cap;
   int64_t buffered;      /* fsh_shuffle_batch_bytes of the buffered batches */
+  int64_t built;         /* and of its rows in the writer's builders */
   int64_t rows, bytes;   /* written so far (blocks) */
   XXH3_state_t *hash;    /* over the partition's blocks; NULL until needed */
   bool single;           /* one block, written at close: its checksum is the */
@@ -77,6 +78,7 @@ struct fsh_map_file_writer {
   fsh_output sink;
   uint8_t *stage;
   int64_t staged;
+  fsh_partition_builder *pb; /* rows appended by write_rows, or NULL */
   fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
                                dictionaries (then it holds no state); else
                                NULL: a fresh encoder per block */
@@ -175,8 +177,24 @@ static bool has_dictionaries(const fsh_field *f, int depth) {
  * once, its checksum being the block's. */
 static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_error *err) {
   part_buf *p = &w->parts[pi];
-  if (p->n == 0) return 0;
   int rc = 0;
+  if (p->built > 0) { /* the builder's rows come after the buffered batches */
+    fsh_batch *b = NULL;
+    if (p->n == p->cap) {
+      int32_t cap = p->cap ? p->cap * 2 : 8;
+      fsh_batch **nb = fsh_realloc(p->batches, sizeof *nb * (size_t)cap);
+      if (!nb)
+        return writer_fail(w, fsh_error_set(err, ENOMEM, "out of memory buffering a block"), err);
+      p->batches = nb;
+      p->cap = cap;
+    }
+    rc = fsh_partition_builder_take(w->pb, pi, &b, err);
+    if (rc != 0) return writer_fail(w, rc, err);
+    if (b) p->batches[p->n++] = b; /* borrows the builder: released below, before any append */
+    p->buffered += p->built;
+    p->built = 0;
+  }
+  if (p->n == 0) return 0;
   bool single = last && p->n_blocks == 0;
   if (p->n_blocks == p->cap_blocks) {
     int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
@@ -303,6 +321,9 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
     return fsh_error_set(err, EINVAL, "%s: write to partition %d of %d", w->what, partition,
                          w->n_partitions);
   part_buf *p = &w->parts[partition];
+  /* rows in the builder came first: written out before (a batch may not
+   * wait behind them: the builder's memory is reused) */
+  if (p->built > 0) FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
   if (p->n == p->cap) {
     int32_t cap = p->cap ? p->cap * 2 : 8;
     fsh_batch **nb = fsh_realloc(p->batches, sizeof *nb * (size_t)cap);
@@ -315,6 +336,33 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
   p->buffered += bytes;
   w->buffered += bytes;
   if (p->buffered >= w->target) return flush_partition(w, partition, false, err);
+  if (w->buffered > w->max_buffered)
+    for (int32_t i = 0; i < w->n_partitions; i++)
+      FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
+  return 0;
+}
+
+int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
+                                   const int32_t *partition_of_row, fsh_error *err) {
+  if (w->failed)
+    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (!w->pb) {
+    if (!fsh_partition_builder_supports(w->schema))
+      return fsh_error_set(err, ENOTSUP, "%s: the schema has a column the partition builders do "
+                           "not take", w->what);
+    int rc = fsh_partition_builder_new(w->schema, w->n_partitions, &w->pb, err);
+    if (rc != 0) return fsh_error_prefix(err, rc, "%s: ", w->what);
+  }
+  int rc = fsh_partition_builder_append(w->pb, batch, partition_of_row, err);
+  if (rc == EINVAL) return fsh_error_prefix(err, rc, "%s: ", w->what); /* nothing appended */
+  if (rc != 0) return writer_fail(w, rc, err);
+  for (int32_t i = 0; i < w->n_partitions; i++) {
+    part_buf *p = &w->parts[i];
+    int64_t built = fsh_partition_builder_bytes(w->pb, i);
+    w->buffered += built - p->built;
+    p->built = built;
+    if (p->buffered + p->built >= w->target) FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
+  }
   if (w->buffered > w->max_buffered)
     for (int32_t i = 0; i < w->n_partitions; i++)
       FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
@@ -334,6 +382,7 @@ static void free_writer(fsh_map_file_writer *w) {
   }
   if (w->block_hash) fsh_aligned_free(w->block_hash, sizeof(XXH3_state_t));
   fsh_free(w->stage);
+  fsh_partition_builder_free(w->pb);
   fsh_ipc_encoder_free(w->enc);
   fsh_schema_unref(w->schema);
   fsh_free(w);

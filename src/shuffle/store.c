@@ -797,6 +797,11 @@ int fsh_store_writer_write(fsh_store_writer *w, int32_t partition, fsh_batch *ba
   return fsh_map_file_writer_write(w->mw, partition, batch, err);
 }
 
+int fsh_store_writer_write_rows(fsh_store_writer *w, fsh_batch *batch,
+                                const int32_t *partition_of_row, fsh_error *err) {
+  return fsh_map_file_writer_write_rows(w->mw, batch, partition_of_row, err);
+}
+
 static void writer_free(fsh_store_writer *w) {
   if (w->e) {
     fsh_schema_unref(w->e->schema);
