@@ -5,7 +5,11 @@
  * partition is taken, so a writer that takes a block's worth at a time
  * reuses the same memory block after block (no page faults, no
  * allocations in the steady state). Bitmaps (validity, bool values) keep
- * every byte past their bits zero. */
+ * every byte past their bits zero. A freed builder is kept for the next
+ * one of the same shape (see the cache below), so that a worker's map
+ * tasks, one after the other, reuse memory already faulted in. */
+#include <pthread.h>
+
 #include "kernels/kernels_internal.h"
 
 #include "kernels/scatter_internal.h"
@@ -54,9 +58,59 @@ bool fsh_partition_builder_supports(const fsh_schema *schema) {
   return true;
 }
 
+/* ---- the cache of freed builders ---------------------------------------
+ * Up to CACHE_MAX builders, each holding at most CACHE_BYTES of buffers,
+ * process-wide; new takes one of the same partition count and schema. */
+#define CACHE_MAX 8
+#define CACHE_BYTES ((int64_t)64 << 20)
+
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static fsh_partition_builder *g_cache[CACHE_MAX];
+static int g_cached;
+
+static void builder_destroy(fsh_partition_builder *pb);
+static void reset_partition(fsh_partition_builder *pb, int32_t p);
+
+static int64_t capacity(const fsh_partition_builder *pb) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < (int64_t)pb->n_p * pb->n_cols; i++)
+    total += pb->cols[i].bits.cap + pb->cols[i].vals.cap + pb->cols[i].data.cap;
+  return total;
+}
+
+static fsh_partition_builder *cache_take(const fsh_schema *schema, int32_t n_partitions) {
+  fsh_partition_builder *pb = NULL;
+  pthread_mutex_lock(&g_cache_mu);
+  for (int i = 0; i < g_cached && !pb; i++)
+    if (g_cache[i]->n_p == n_partitions && fsh_schema_equals(g_cache[i]->schema, schema, false, NULL)) {
+      pb = g_cache[i];
+      g_cache[i] = g_cache[--g_cached];
+    }
+  pthread_mutex_unlock(&g_cache_mu);
+  return pb;
+}
+
+/* Keeps pb (emptied) in the cache if there is room; else false. */
+static bool cache_put(fsh_partition_builder *pb) {
+  if (capacity(pb) > CACHE_BYTES) return false;
+  for (int32_t p = 0; p < pb->n_p; p++) reset_partition(pb, p);
+  memset(pb->rows, 0, sizeof *pb->rows * (size_t)pb->n_p);
+  pthread_mutex_lock(&g_cache_mu);
+  bool kept = g_cached < CACHE_MAX;
+  if (kept) g_cache[g_cached++] = pb;
+  pthread_mutex_unlock(&g_cache_mu);
+  return kept;
+}
+
 int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
                               fsh_partition_builder **out, fsh_error *err) {
   *out = NULL;
+  if (n_partitions >= 1 && (*out = cache_take(schema, n_partitions))) {
+    fsh_schema *old = (*out)->schema; /* equal: the caller's own from now on */
+    (*out)->schema = fsh_schema_ref(schema);
+    fsh_schema_unref(old);
+    return 0;
+  }
   if (n_partitions < 1)
     return fsh_error_set(err, EINVAL, "partition builder: %d partitions", n_partitions);
   for (int64_t c = 0; c < schema->n_fields; c++)
@@ -78,7 +132,7 @@ int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
     pb->dst2 = fsh_malloc(sizeof *pb->dst2 * n_p);
   }
   if (!pb || !pb->rows || !pb->taken || !pb->cols || !pb->count || !pb->tmp || !pb->dst || !pb->dst2) {
-    fsh_partition_builder_free(pb);
+    builder_destroy(pb);
     return kern_oom(err);
   }
   *out = pb;
@@ -86,6 +140,12 @@ int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
 }
 
 void fsh_partition_builder_free(fsh_partition_builder *pb) {
+  if (pb && (!pb->rows || !pb->taken || !pb->cols || !pb->count || !pb->tmp || !pb->dst ||
+             !pb->dst2 || !cache_put(pb)))
+    builder_destroy(pb);
+}
+
+static void builder_destroy(fsh_partition_builder *pb) {
   if (!pb) return;
   if (pb->cols)
     for (int64_t i = 0; i < (int64_t)pb->n_p * pb->n_cols; i++) {
@@ -139,7 +199,8 @@ static void reset_partition(fsh_partition_builder *pb, int32_t p) {
     const fsh_field *f = &pb->schema->fields[c];
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
     if (col->has_bits) memset(col->bits.p, 0, (size_t)col->bits.size);
-    if (!is_binary(f) && fsh_type_bit_width(f) == 1) memset(col->vals.p, 0, (size_t)col->vals.size);
+    if (!is_binary(f) && fsh_type_bit_width(f) == 1 && col->vals.size)
+      memset(col->vals.p, 0, (size_t)col->vals.size);
     col->bits.size = col->vals.size = col->data.size = 0;
     col->nulls = 0;
     col->has_bits = false;

@@ -110,6 +110,8 @@ static void test_builder_rounds(void) {
   rounds(3, 2);
   rounds(16, 3);
   rounds(200, 4);
+  rounds(16, 5); /* a cached builder of the same shape */
+  rounds(16, 6);
 }
 
 static void test_builder_errors(void) {
