@@ -59,9 +59,10 @@ bool fsh_partition_builder_supports(const fsh_schema *schema) {
 }
 
 /* ---- the cache of freed builders ---------------------------------------
- * Up to CACHE_MAX builders, each holding at most CACHE_BYTES of buffers,
- * process-wide; new takes one of the same partition count and schema. */
-#define CACHE_MAX 8
+ * Up to CACHE_MAX builders, each holding at most CACHE_BYTES of buffers
+ * (after reset_partition's trim), process-wide; new takes one of the same
+ * partition count and schema. */
+#define CACHE_MAX 4
 #define CACHE_BYTES ((int64_t)64 << 20)
 
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -92,8 +93,8 @@ static fsh_partition_builder *cache_take(const fsh_schema *schema, int32_t n_par
 
 /* Keeps pb (emptied) in the cache if there is room; else false. */
 static bool cache_put(fsh_partition_builder *pb) {
-  if (capacity(pb) > CACHE_BYTES) return false;
   for (int32_t p = 0; p < pb->n_p; p++) reset_partition(pb, p);
+  if (capacity(pb) > CACHE_BYTES) return false;
   memset(pb->rows, 0, sizeof *pb->rows * (size_t)pb->n_p);
   pthread_mutex_lock(&g_cache_mu);
   bool kept = g_cached < CACHE_MAX;
@@ -193,8 +194,27 @@ static void set_bits(uint8_t *bits, int64_t from, int64_t n) {
   for (; from < end; from++) bits[from >> 3] |= (uint8_t)(1u << (from & 7));
 }
 
-/* Partition p after a take: empty, its bitmaps zero again. */
+/* Partition p after a take: empty, its bitmaps zero again; buffers of
+ * more than KEEP_BYTES in all are freed (a builder keeps at most that much
+ * per partition between blocks: large blocks pay their allocation again,
+ * small ones -- the many-partition shuffles -- reuse their memory). */
+#define KEEP_BYTES ((int64_t)1 << 20)
+
 static void reset_partition(fsh_partition_builder *pb, int32_t p) {
+  int64_t cap = 0;
+  for (int64_t c = 0; c < pb->n_cols; c++) {
+    const pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
+    cap += col->bits.cap + col->vals.cap + col->data.cap;
+  }
+  for (int64_t c = 0; cap > KEEP_BYTES && c < pb->n_cols; c++) {
+    pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
+    pb_buf *bufs[3] = {&col->bits, &col->vals, &col->data};
+    for (int k = 0; k < 3; k++) {
+      fsh_free(bufs[k]->p);
+      *bufs[k] = (pb_buf){0};
+    }
+    col->has_bits = false;
+  }
   for (int64_t c = 0; c < pb->n_cols; c++) {
     const fsh_field *f = &pb->schema->fields[c];
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];

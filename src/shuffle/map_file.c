@@ -3,9 +3,11 @@
  * partition's buffered batches as one self-contained block -- the batches
  * concatenated (fsh_concat) into one record batch, after the dictionary
  * batches it needs -- then the index and trailer (small blocks are
- * gathered and reach the output in 256 KiB writes); and a reader that
- * verifies the index piece by piece and each block's checksum before
- * decoding it. */
+ * gathered and reach the output in 256 KiB writes); rows given with their
+ * partition ids (write_rows) go into partition builders (kernels.h)
+ * instead, whose contents become the block's batch as they are; and a
+ * reader that verifies the index piece by piece and each block's checksum
+ * before decoding it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
