@@ -96,13 +96,31 @@ typedef struct tee_ctx {
   XXH3_state_t *a, *b; /* b may be NULL */
 } tee_ctx;
 
+/* Bytes hashed, then forwarded, at a time: the write copies them while
+ * they are still in cache (a whole block, up to 4 MiB, is not). */
+#define TEE_CHUNK ((size_t)128 << 10)
+
 static int tee_writev(fsh_output *o, const struct iovec *iov, int n, fsh_error *err) {
   tee_ctx *t = o->ctx;
+  struct iovec v[64];
+  int k = 0;
+  size_t acc = 0;
   for (int i = 0; i < n; i++) {
-    XXH3_64bits_update(t->a, iov[i].iov_base, iov[i].iov_len);
-    if (t->b) XXH3_64bits_update(t->b, iov[i].iov_base, iov[i].iov_len);
+    const uint8_t *p = iov[i].iov_base;
+    size_t len = iov[i].iov_len;
+    while (len > 0) {
+      size_t take = len < TEE_CHUNK - acc ? len : TEE_CHUNK - acc;
+      XXH3_64bits_update(t->a, p, take);
+      if (t->b) XXH3_64bits_update(t->b, p, take);
+      v[k++] = (struct iovec){(void *)p, take};
+      acc += take, p += take, len -= take;
+      if (acc == TEE_CHUNK || k == 64) {
+        FSH_RETURN_NOT_OK(t->inner->writev(t->inner, v, k, err));
+        k = 0, acc = 0;
+      }
+    }
   }
-  return t->inner->writev(t->inner, iov, n, err);
+  return k ? t->inner->writev(t->inner, v, k, err) : 0;
 }
 
 /* Writes of fewer bytes than this are staged (below it a syscall costs
