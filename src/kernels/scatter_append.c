@@ -62,8 +62,8 @@ bool fsh_partition_builder_supports(const fsh_schema *schema) {
  * Up to CACHE_MAX builders, each holding at most CACHE_BYTES of buffers
  * (after reset_partition's trim), process-wide; new takes one of the same
  * partition count and schema. */
-#define CACHE_MAX 4
-#define CACHE_BYTES ((int64_t)64 << 20)
+#define CACHE_MAX 2
+#define CACHE_BYTES ((int64_t)160 << 20)
 
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static fsh_partition_builder *g_cache[CACHE_MAX];
@@ -198,7 +198,7 @@ static void set_bits(uint8_t *bits, int64_t from, int64_t n) {
  * more than KEEP_BYTES in all are freed (a builder keeps at most that much
  * per partition between blocks: large blocks pay their allocation again,
  * small ones -- the many-partition shuffles -- reuse their memory). */
-#define KEEP_BYTES ((int64_t)1 << 20)
+#define KEEP_BYTES ((int64_t)2 << 20)
 
 static void reset_partition(fsh_partition_builder *pb, int32_t p) {
   int64_t cap = 0;
