@@ -195,6 +195,37 @@ FSH_NODISCARD int fsh_concat(fsh_batch *const *batches, int64_t n, fsh_batch **o
 FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int32_t n_partitions,
                               fsh_batch **out, fsh_error *err);
 
+/* Partition builders: fsh_scatter into growing per-partition columns
+ * instead of new batches, for a writer that accumulates a partition's rows
+ * until it has a block's worth (the shuffle's map side): no batch per
+ * (input batch, partition), no concatenation later, and the builders'
+ * memory is reused from one block to the next (up to 2 MiB a partition)
+ * and from one builder to the next (a freed builder is kept for the next
+ * new one of the same shape: up to 2 of at most 160 MiB, process-wide).
+ * Flat columns only, no dictionaries (fsh_partition_builder_supports). */
+typedef struct fsh_partition_builder fsh_partition_builder;
+bool fsh_partition_builder_supports(const fsh_schema *schema);
+/* EINVAL naming the column when the schema is not supported. */
+FSH_NODISCARD int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
+                                            fsh_partition_builder **out, fsh_error *err);
+void fsh_partition_builder_free(fsh_partition_builder *pb); /* NULL accepted */
+/* Appends the rows of b (the builder's schema) to their partitions, in
+ * order; EINVAL for an id outside [0, n_partitions), ENOMEM -- then the
+ * builder is unchanged only as far as it holds no half row: callers
+ * discard it after an error. */
+FSH_NODISCARD int fsh_partition_builder_append(fsh_partition_builder *pb, const fsh_batch *b,
+                                               const int32_t *partition_of_row, fsh_error *err);
+int64_t fsh_partition_builder_rows(const fsh_partition_builder *pb, int32_t partition);
+/* Bytes its rows would take as a batch (validity, values, offsets, data). */
+int64_t fsh_partition_builder_bytes(const fsh_partition_builder *pb, int32_t partition);
+/* Partition p's rows as a batch equal to fsh_concat of what fsh_scatter
+ * would have made of the appended batches (NULL when it has none); the
+ * partition starts empty again. The batch BORROWS the builder's memory:
+ * it is valid until the next append to, take of or free of the builder,
+ * and must be released before. ENOMEM only. */
+FSH_NODISCARD int fsh_partition_builder_take(fsh_partition_builder *pb, int32_t partition,
+                                             fsh_batch **out, fsh_error *err);
+
 
 /* ---- sort, top-N, merge, range boundaries, re-chunking ------------------
  *

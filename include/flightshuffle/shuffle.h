@@ -81,7 +81,22 @@ struct fsh_shuffle_writer {
   int (*close)(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err);
   void (*abort)(fsh_shuffle_writer *w);
   void *state;
+  /* Optional (NULL: not offered): row i of batch to partition
+   * partition_of_row[i], stored as fsh_scatter + write of each part would
+   * be; ENOTSUP (nothing written) when it cannot take this batch's schema.
+   * Callers use fsh_shuffle_write_rows. */
+  int (*write_rows)(fsh_shuffle_writer *w, fsh_batch *batch, const int32_t *partition_of_row,
+                    fsh_error *err);
 };
+
+/* Writes row i of batch to partition partition_of_row[i]: through the
+ * writer's write_rows when it has one (the map-file writers append the
+ * rows to per-partition builders: no batch per part), else fsh_scatter
+ * into parts[0, n_partitions) (scratch slots, NULL on entry and on
+ * return) and a write of each. */
+FSH_NODISCARD int fsh_shuffle_write_rows(fsh_shuffle_writer *w, fsh_batch *batch,
+                                         const int32_t *partition_of_row, int32_t n_partitions,
+                                         fsh_batch **parts, fsh_error *err);
 
 typedef struct fsh_shuffle_backend fsh_shuffle_backend;
 typedef struct fsh_shuffle_backend_ops {

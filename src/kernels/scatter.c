@@ -15,14 +15,13 @@ static void release_all(fsh_batch **out, int32_t n) {
   }
 }
 
-/* count[p] = rows of partition p; EINVAL on an id outside [0, n_p). */
-static int count_rows(const int32_t *part, int64_t n, int32_t n_p, int64_t *count,
-                      fsh_error *err) {
+int fsh_kern_count_slots(const int32_t *part, int64_t n, int32_t n_p, int64_t *count,
+                         int32_t *slot, fsh_error *err) {
   for (int64_t i = 0; i < n; i++) {
     if ((uint32_t)part[i] >= (uint32_t)n_p)
       return fsh_error_set(err, EINVAL, "row %lld has partition %d, outside [0, %d)",
                            (long long)i, part[i], n_p);
-    count[part[i]]++;
+    slot[i] = (int32_t)count[part[i]]++;
   }
   return 0;
 }
@@ -57,14 +56,15 @@ static int scatter_column(const scatter_plan *sp, fsh_batch *b, int64_t c, const
   return rc;
 }
 
-/* scratch: count, start, cursor (3 n_p + 1 int64) then perm (n int64);
- * arr: n_p array slots. */
+/* scratch: count, start, cursor (3 n_p + 1 int64), perm (n int64), then
+ * the slots (n int32); arr: n_p array slots. */
 static int scatter_rows(fsh_batch *b, const int32_t *part, int32_t n_p, int64_t *scratch,
                         fsh_array **arr, fsh_batch **out, fsh_error *err) {
   int64_t *count = scratch, *start = count + n_p, *cursor = start + n_p + 1,
           *perm = cursor + n_p;
-  scatter_plan sp = {part, b->length, n_p, count};
-  FSH_RETURN_NOT_OK(count_rows(part, b->length, n_p, count, err));
+  int32_t *slot = (int32_t *)(perm + b->length);
+  scatter_plan sp = {part, slot, b->length, n_p, count};
+  FSH_RETURN_NOT_OK(fsh_kern_count_slots(part, b->length, n_p, count, slot, err));
   for (int32_t p = 0; p < n_p; p++) {
     if (count[p] == b->length) { /* every row: the batch itself */
       out[p] = fsh_batch_ref(b);
@@ -91,8 +91,12 @@ int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int32_t n_partiti
   if (!b || (b->length > 0 && !partition_of_row))
     return fsh_error_set(err, EINVAL, "scatter: NULL batch or partition ids");
   if (b->length == 0) return 0;
-  size_t n_scratch = 3 * (size_t)n_partitions + 1 + (size_t)b->length;
-  int64_t *scratch = fsh_calloc(n_scratch, sizeof *scratch);
+  if (b->length > INT32_MAX)
+    return fsh_error_set(err, EINVAL, "scatter: a batch of %lld rows (at most %d)",
+                         (long long)b->length, INT32_MAX);
+  size_t n_scratch = 3 * (size_t)n_partitions + 1 + (size_t)b->length + ((size_t)b->length + 1) / 2;
+  int64_t *scratch = fsh_malloc(n_scratch * sizeof *scratch);
+  if (scratch) memset(scratch, 0, sizeof *scratch * (size_t)n_partitions); /* count */
   fsh_array **arr = fsh_malloc(sizeof *arr * (size_t)n_partitions);
   int rc = scratch && arr ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
   if (rc == 0) rc = scatter_rows(b, partition_of_row, n_partitions, scratch, arr, out, err);

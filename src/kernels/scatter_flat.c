@@ -1,7 +1,8 @@
 /* scatter_flat.c -- push-style scatter of one flat column (fixed width,
  * bool, (large) binary/utf8, dictionary indices) into its partitions: the
  * partitions' arrays are allocated from the row counts, then ONE sequential
- * pass over the source rows appends each value to its partition. Reading
+ * pass over the source rows writes each value to its slot in its
+ * partition (validity: a pass over the null rows only). Reading
  * the source once, in order, is what makes this faster than gathering each
  * partition's scattered rows (which re-reads the source's cache lines once
  * per partition). Nested columns are gathered instead (scatter.c). */
@@ -24,16 +25,15 @@ static bool is_binary(const fsh_field *f) {
                             f->type == FSH_TYPE_LARGE_BINARY || f->type == FSH_TYPE_LARGE_STRING);
 }
 
-/* Appends value i (bytes of width w) to its partition, for each row. */
+/* Writes value i (bytes of width W) to its slot in its partition, for
+ * each row: independent stores (no per-partition cursor to update). */
 #define PUSH_LOOP(W)                                                                  \
-  for (int64_t i = 0; i < n; i++) {                                                   \
-    int32_t p = part[i];                                                              \
-    memcpy(dst[p] + (W) * cur[p]++, src + (W) * (off + i), (W));                      \
-  }
+  for (int64_t i = 0; i < n; i++)                                                     \
+    memcpy(dst[part[i]] + (W) * (int64_t)slot[i], src + (W) * (off + i), (W));
 
-static void push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, int64_t w,
-                       uint8_t **dst, int64_t *cur) {
-  const int32_t *part = sp->part;
+void fsh_kern_push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, int64_t w,
+                         uint8_t **dst) {
+  const int32_t *part = sp->part, *slot = sp->slot;
   int64_t n = sp->n;
   switch (w) {
     case 1: PUSH_LOOP(1); break;
@@ -45,19 +45,77 @@ static void push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, 
   }
 }
 
-/* Bits (validity or bool values) into zeroed destination bitmaps. */
-static void push_bits(const scatter_plan *sp, const uint8_t *src, int64_t off, uint8_t **dst,
-                      int64_t *cur) {
+/* Bool values into zeroed destination bitmaps: the set bits. */
+static void push_bits(const scatter_plan *sp, const uint8_t *src, int64_t off, uint8_t **dst) {
   for (int64_t i = 0; i < sp->n; i++) {
-    int32_t p = sp->part[i];
-    int64_t k = cur[p]++;
-    dst[p][k >> 3] |= (uint8_t)(((src[(off + i) >> 3] >> ((off + i) & 7)) & 1u) << (k & 7));
+    int32_t k = sp->slot[i];
+    if ((src[(off + i) >> 3] >> ((off + i) & 7)) & 1u) dst[sp->part[i]][k >> 3] |= (uint8_t)(1u << (k & 7));
   }
+}
+
+/* The n <= 64 bits of a bitmap from bit `at`, in the low bits (the others
+ * zero); reads only the bytes those bits are in. */
+static inline uint64_t load_bits(const uint8_t *bits, int64_t at, int64_t n) {
+  const uint8_t *p = bits + (at >> 3);
+  int sh = (int)(at & 7);
+  int64_t n_bytes = (sh + n + 7) >> 3; /* <= 9 */
+  uint64_t v = 0;
+  if (n_bytes >= 8) {
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+  } else {
+    for (int64_t k = 0; k < n_bytes; k++) v |= (uint64_t)p[k] << (8 * k);
+  }
+  v >>= sh;
+  if (n_bytes > 8) v |= (uint64_t)p[8] << (64 - sh);
+  return n < 64 ? v & (((uint64_t)1 << n) - 1) : v;
+}
+
+/* Validity: destination bitmaps start all valid (padding bits zero), then
+ * the null rows -- found 64 at a time, so a column with few nulls costs
+ * little more than a pass over its bitmap -- clear their bit; exact null
+ * counts; a bitmap is dropped where its partition has no null. */
+static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **arr, uint8_t **dst,
+                            int64_t *nulls, fsh_error *err) {
+  if (!a->buffers[0] || a->null_count == 0) return 0;
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    dst[p] = NULL;
+    nulls[p] = 0;
+    if (!arr[p]) continue;
+    int64_t bytes = fsh_bytes_for_bits(sp->count[p]);
+    if (!(arr[p]->buffers[0] = fsh_buffer_new(bytes, false))) return kern_oom(err);
+    dst[p] = arr[p]->buffers[0]->data;
+    memset(dst[p], 0xFF, (size_t)bytes);
+    if (sp->count[p] & 7) dst[p][bytes - 1] = (uint8_t)((1u << (sp->count[p] & 7)) - 1);
+  }
+  const uint8_t *src = a->buffers[0]->data;
+  for (int64_t i = 0; i < sp->n; i += 64) {
+    int64_t k = sp->n - i < 64 ? sp->n - i : 64;
+    uint64_t null_bits = ~load_bits(src, a->offset + i, k);
+    if (k < 64) null_bits &= ((uint64_t)1 << k) - 1;
+    for (; null_bits; null_bits &= null_bits - 1) {
+      int64_t r = i + __builtin_ctzll(null_bits);
+      int32_t p = sp->part[r], s = sp->slot[r];
+      dst[p][s >> 3] &= (uint8_t)~(1u << (s & 7));
+      nulls[p]++;
+    }
+  }
+  for (int32_t p = 0; p < sp->n_p; p++) {
+    if (!arr[p]) continue;
+    arr[p]->null_count = nulls[p];
+    if (nulls[p] == 0) {
+      fsh_buffer_unref(arr[p]->buffers[0]);
+      arr[p]->buffers[0] = NULL;
+    }
+  }
+  return 0;
 }
 
 static inline __attribute__((always_inline)) void push_binary_w(
     const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst, uint8_t **data_dst,
-    int64_t *cur, int64_t *pos) {
+    int64_t *pos) {
   const uint8_t *offs = kern_buf(a, 1), *data = kern_buf(a, 2);
   int64_t data_size = a->buffers[2] ? a->buffers[2]->size : 0, off = a->offset;
   for (int64_t i = 0; i < sp->n; i++) {
@@ -70,7 +128,7 @@ static inline __attribute__((always_inline)) void push_binary_w(
       memcpy(d, data + s, (size_t)len);
     }
     pos[p] += len;
-    int64_t k = ++cur[p];
+    int64_t k = (int64_t)sp->slot[i] + 1;
     if (w == 4) {
       int32_t o = (int32_t)pos[p];
       memcpy(offs_dst[p] + 4 * k, &o, 4);
@@ -78,6 +136,14 @@ static inline __attribute__((always_inline)) void push_binary_w(
       memcpy(offs_dst[p] + 8 * k, &pos[p], 8);
     }
   }
+}
+
+void fsh_kern_push_binary(const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst,
+                          uint8_t **data_dst, int64_t *pos) {
+  if (w == 4)
+    push_binary_w(sp, a, 4, offs_dst, data_dst, pos);
+  else
+    push_binary_w(sp, a, 8, offs_dst, data_dst, pos);
 }
 
 /* Per-partition byte totals of a binary column, then its buffers. */
@@ -90,40 +156,16 @@ static int alloc_binary(const scatter_plan *sp, const fsh_array *a, int w, fsh_a
                           kern_read_offset(offs, a->offset + i, w);
   for (int32_t p = 0; p < sp->n_p; p++) {
     if (!arr[p]) continue;
-    arr[p]->buffers[1] = fsh_buffer_new((sp->count[p] + 1) * w, true);
+    arr[p]->buffers[1] = fsh_buffer_new((sp->count[p] + 1) * w, false);
     arr[p]->buffers[2] = fsh_buffer_new(bytes[p] + 32, false);
     if (!arr[p]->buffers[1] || !arr[p]->buffers[2]) return kern_oom(err);
-  }
-  return 0;
-}
-
-/* Validity: zeroed bitmaps, pushed bits, exact null counts; a bitmap is
- * dropped where its partition has no null. */
-static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **arr, uint8_t **dst,
-                            int64_t *cur, fsh_error *err) {
-  if (!a->buffers[0] || a->null_count == 0) return 0;
-  for (int32_t p = 0; p < sp->n_p; p++) {
-    dst[p] = NULL;
-    if (!arr[p]) continue;
-    if (!(arr[p]->buffers[0] = fsh_buffer_new(fsh_bytes_for_bits(sp->count[p]), true)))
-      return kern_oom(err);
-    dst[p] = arr[p]->buffers[0]->data;
-  }
-  memset(cur, 0, sizeof *cur * (size_t)sp->n_p);
-  push_bits(sp, a->buffers[0]->data, a->offset, dst, cur);
-  for (int32_t p = 0; p < sp->n_p; p++) {
-    if (!arr[p]) continue;
-    arr[p]->null_count = sp->count[p] - fsh_bitmap_count(dst[p], 0, sp->count[p]);
-    if (arr[p]->null_count == 0) {
-      fsh_buffer_unref(arr[p]->buffers[0]);
-      arr[p]->buffers[0] = NULL;
-    }
+    memset(arr[p]->buffers[1]->data, 0, (size_t)w); /* the first offset; push_binary_w the rest */
   }
   return 0;
 }
 
 static int scatter_values(const scatter_plan *sp, const fsh_field *f, fsh_array *a,
-                          fsh_array **arr, uint8_t **dst, int64_t *cur, fsh_error *err) {
+                          fsh_array **arr, uint8_t **dst, fsh_error *err) {
   int64_t bits = fsh_type_bit_width(f);
   for (int32_t p = 0; p < sp->n_p; p++) {
     dst[p] = NULL;
@@ -132,11 +174,10 @@ static int scatter_values(const scatter_plan *sp, const fsh_field *f, fsh_array 
     if (!(arr[p]->buffers[1] = fsh_buffer_new(size, bits == 1))) return kern_oom(err);
     dst[p] = arr[p]->buffers[1]->data;
   }
-  memset(cur, 0, sizeof *cur * (size_t)sp->n_p);
   if (bits == 1)
-    push_bits(sp, kern_buf(a, 1), a->offset, dst, cur);
+    push_bits(sp, kern_buf(a, 1), a->offset, dst);
   else if (bits >= 8)
-    push_fixed(sp, kern_buf(a, 1), a->offset, bits / 8, dst, cur);
+    fsh_kern_push_fixed(sp, kern_buf(a, 1), a->offset, bits / 8, dst);
   return 0;
 }
 
@@ -150,11 +191,8 @@ static int scatter_binary(const scatter_plan *sp, const fsh_field *f, fsh_array 
     dst[p] = arr[p] ? arr[p]->buffers[1]->data : NULL;
     data_dst[p] = arr[p] ? arr[p]->buffers[2]->data : NULL;
   }
-  memset(cur, 0, sizeof *cur * 2 * (size_t)sp->n_p);
-  if (w == 4)
-    push_binary_w(sp, a, 4, dst, data_dst, cur, pos);
-  else
-    push_binary_w(sp, a, 8, dst, data_dst, cur, pos);
+  memset(pos, 0, sizeof *pos * (size_t)sp->n_p);
+  fsh_kern_push_binary(sp, a, w, dst, data_dst, pos);
   for (int32_t p = 0; p < sp->n_p; p++) { /* zero the spare bytes, set the real size */
     if (!arr[p]) continue;
     memset(data_dst[p] + pos[p], 0, 32);
@@ -178,7 +216,7 @@ int fsh_kern_scatter_flat(const scatter_plan *sp, const fsh_field *f, fsh_array 
   if (rc == 0) rc = scatter_validity(sp, a, arr, dst, cur, err);
   if (rc == 0)
     rc = is_binary(f) ? scatter_binary(sp, f, a, arr, dst, cur, err)
-                      : scatter_values(sp, f, a, arr, dst, cur, err);
+                      : scatter_values(sp, f, a, arr, dst, err);
   fsh_free(dst);
   fsh_free(cur);
   return rc;

@@ -143,6 +143,12 @@ static int fb_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *batch, 
   return fsh_store_writer_write(f->w, partition, batch, err);
 }
 
+static int fb_write_rows(fsh_shuffle_writer *w, fsh_batch *batch, const int32_t *partition_of_row,
+                         fsh_error *err) {
+  fb_writer *f = w->state;
+  return fsh_store_writer_write_rows(f->w, batch, partition_of_row, err);
+}
+
 static void fb_abort(fsh_shuffle_writer *w) {
   fb_writer *f = w->state;
   fsh_store_writer_abort(f->w);
@@ -186,7 +192,7 @@ static int fb_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
   }
   f->uri = local_uri(st);
   f->pub = (fsh_shuffle_writer){.write = fb_write, .close = fb_close, .abort = fb_abort,
-                                .state = f};
+                                .state = f, .write_rows = fb_write_rows};
   *out = &f->pub;
   return 0;
 }

@@ -60,6 +60,12 @@ static int fs_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *batch, 
   return fsh_map_file_writer_write(f->mw, partition, batch, err);
 }
 
+static int fs_write_rows(fsh_shuffle_writer *w, fsh_batch *batch, const int32_t *partition_of_row,
+                         fsh_error *err) {
+  fs_writer *f = w->state;
+  return fsh_map_file_writer_write_rows(f->mw, batch, partition_of_row, err);
+}
+
 static void fs_writer_free(fs_writer *f) {
   fsh_free(f->path);
   fsh_free(f);
@@ -123,7 +129,8 @@ static int fs_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
     fs_writer_free(f);
     return rc;
   }
-  f->pub = (fsh_shuffle_writer){.write = fs_write, .close = fs_close, .abort = fs_abort,
+  f->pub = (fsh_shuffle_writer){.write = fs_write, .write_rows = fs_write_rows,
+                                .close = fs_close, .abort = fs_abort,
                                 .state = f};
   *out = &f->pub;
   return 0;

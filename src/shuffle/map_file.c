@@ -3,9 +3,11 @@
  * partition's buffered batches as one self-contained block -- the batches
  * concatenated (fsh_concat) into one record batch, after the dictionary
  * batches it needs -- then the index and trailer (small blocks are
- * gathered and reach the output in 256 KiB writes); and a reader that
- * verifies the index piece by piece and each block's checksum before
- * decoding it. */
+ * gathered and reach the output in 256 KiB writes); rows given with their
+ * partition ids (write_rows) go into partition builders (kernels.h)
+ * instead, whose contents become the block's batch as they are; and a
+ * reader that verifies the index piece by piece and each block's checksum
+ * before decoding it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -48,6 +50,7 @@ typedef struct part_buf {
   fsh_batch **batches; /* buffered references, write order */
   int32_t n, cap;
   int64_t buffered;      /* fsh_shuffle_batch_bytes of the buffered batches */
+  int64_t built;         /* and of its rows in the writer's builders */
   int64_t rows, bytes;   /* written so far (blocks) */
   XXH3_state_t *hash;    /* over the partition's blocks; NULL until needed */
   bool single;           /* one block, written at close: its checksum is the */
@@ -77,6 +80,7 @@ struct fsh_map_file_writer {
   fsh_output sink;
   uint8_t *stage;
   int64_t staged;
+  fsh_partition_builder *pb; /* rows appended by write_rows, or NULL */
   fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
                                dictionaries (then it holds no state); else
                                NULL: a fresh encoder per block */
@@ -92,13 +96,31 @@ typedef struct tee_ctx {
   XXH3_state_t *a, *b; /* b may be NULL */
 } tee_ctx;
 
+/* Bytes hashed, then forwarded, at a time: the write copies them while
+ * they are still in cache (a whole block, up to 4 MiB, is not). */
+#define TEE_CHUNK ((size_t)128 << 10)
+
 static int tee_writev(fsh_output *o, const struct iovec *iov, int n, fsh_error *err) {
   tee_ctx *t = o->ctx;
+  struct iovec v[64];
+  int k = 0;
+  size_t acc = 0;
   for (int i = 0; i < n; i++) {
-    XXH3_64bits_update(t->a, iov[i].iov_base, iov[i].iov_len);
-    if (t->b) XXH3_64bits_update(t->b, iov[i].iov_base, iov[i].iov_len);
+    const uint8_t *p = iov[i].iov_base;
+    size_t len = iov[i].iov_len;
+    while (len > 0) {
+      size_t take = len < TEE_CHUNK - acc ? len : TEE_CHUNK - acc;
+      XXH3_64bits_update(t->a, p, take);
+      if (t->b) XXH3_64bits_update(t->b, p, take);
+      v[k++] = (struct iovec){(void *)p, take};
+      acc += take, p += take, len -= take;
+      if (acc == TEE_CHUNK || k == 64) {
+        FSH_RETURN_NOT_OK(t->inner->writev(t->inner, v, k, err));
+        k = 0, acc = 0;
+      }
+    }
   }
-  return t->inner->writev(t->inner, iov, n, err);
+  return k ? t->inner->writev(t->inner, v, k, err) : 0;
 }
 
 /* Writes of fewer bytes than this are staged (below it a syscall costs
@@ -175,8 +197,24 @@ static bool has_dictionaries(const fsh_field *f, int depth) {
  * once, its checksum being the block's. */
 static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_error *err) {
   part_buf *p = &w->parts[pi];
-  if (p->n == 0) return 0;
   int rc = 0;
+  if (p->built > 0) { /* the builder's rows come after the buffered batches */
+    fsh_batch *b = NULL;
+    if (p->n == p->cap) {
+      int32_t cap = p->cap ? p->cap * 2 : 8;
+      fsh_batch **nb = fsh_realloc(p->batches, sizeof *nb * (size_t)cap);
+      if (!nb)
+        return writer_fail(w, fsh_error_set(err, ENOMEM, "out of memory buffering a block"), err);
+      p->batches = nb;
+      p->cap = cap;
+    }
+    rc = fsh_partition_builder_take(w->pb, pi, &b, err);
+    if (rc != 0) return writer_fail(w, rc, err);
+    if (b) p->batches[p->n++] = b; /* borrows the builder: released below, before any append */
+    p->buffered += p->built;
+    p->built = 0;
+  }
+  if (p->n == 0) return 0;
   bool single = last && p->n_blocks == 0;
   if (p->n_blocks == p->cap_blocks) {
     int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
@@ -342,6 +380,9 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
     return fsh_error_set(err, EINVAL, "%s: write to partition %d of %d", w->what, partition,
                          w->n_partitions);
   part_buf *p = &w->parts[partition];
+  /* rows in the builder came first: written out before (a batch may not
+   * wait behind them: the builder's memory is reused) */
+  if (p->built > 0) FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
   if (p->n == p->cap) {
     int32_t cap = p->cap ? p->cap * 2 : 8;
     fsh_batch **nb = fsh_realloc(p->batches, sizeof *nb * (size_t)cap);
@@ -354,6 +395,33 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
   p->buffered += bytes;
   w->buffered += bytes;
   if (p->buffered >= w->target) return flush_partition(w, partition, false, err);
+  if (w->buffered > w->max_buffered)
+    for (int32_t i = 0; i < w->n_partitions; i++)
+      FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
+  return 0;
+}
+
+int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
+                                   const int32_t *partition_of_row, fsh_error *err) {
+  if (w->failed)
+    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (!w->pb) {
+    if (!fsh_partition_builder_supports(w->schema))
+      return fsh_error_set(err, ENOTSUP, "%s: the schema has a column the partition builders do "
+                           "not take", w->what);
+    int rc = fsh_partition_builder_new(w->schema, w->n_partitions, &w->pb, err);
+    if (rc != 0) return fsh_error_prefix(err, rc, "%s: ", w->what);
+  }
+  int rc = fsh_partition_builder_append(w->pb, batch, partition_of_row, err);
+  if (rc == EINVAL) return fsh_error_prefix(err, rc, "%s: ", w->what); /* nothing appended */
+  if (rc != 0) return writer_fail(w, rc, err);
+  for (int32_t i = 0; i < w->n_partitions; i++) {
+    part_buf *p = &w->parts[i];
+    int64_t built = fsh_partition_builder_bytes(w->pb, i);
+    w->buffered += built - p->built;
+    p->built = built;
+    if (p->buffered + p->built >= w->target) FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
+  }
   if (w->buffered > w->max_buffered)
     for (int32_t i = 0; i < w->n_partitions; i++)
       FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
@@ -373,6 +441,7 @@ static void free_writer(fsh_map_file_writer *w) {
   }
   if (w->block_hash) fsh_aligned_free(w->block_hash, sizeof(XXH3_state_t));
   fsh_free(w->stage);
+  fsh_partition_builder_free(w->pb);
   fsh_ipc_encoder_free(w->enc);
   fsh_schema_unref(w->schema);
   fsh_free(w);

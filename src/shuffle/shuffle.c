@@ -6,6 +6,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include <flightshuffle/kernels.h>
+
 #include "shuffle/shuffle_internal.h"
 
 /* ---- map output records ------------------------------------------------ */
@@ -174,6 +176,40 @@ static int checked_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *ba
   return c->inner->write(c->inner, partition, batch, err);
 }
 
+static int checked_write_rows(fsh_shuffle_writer *w, fsh_batch *batch,
+                              const int32_t *partition_of_row, fsh_error *err) {
+  checked_writer *c = w->state;
+  if (!batch || (batch->length > 0 && !partition_of_row))
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64
+                         ": write of rows: a NULL batch or partition ids", c->shuffle_id, c->map_id);
+  if (batch->schema != c->schema) {
+    fsh_error diff = {{0}};
+    if (!fsh_schema_equals(batch->schema, c->schema, false, &diff))
+      return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64
+                           ": the batch's schema differs from the shuffle's: %s",
+                           c->shuffle_id, c->map_id, diff.message);
+  }
+  if (batch->length == 0) return 0;
+  return c->inner->write_rows(c->inner, batch, partition_of_row, err); /* ids checked there */
+}
+
+int fsh_shuffle_write_rows(fsh_shuffle_writer *w, fsh_batch *batch,
+                           const int32_t *partition_of_row, int32_t n_partitions,
+                           fsh_batch **parts, fsh_error *err) {
+  if (w->write_rows) {
+    int rc = w->write_rows(w, batch, partition_of_row, err);
+    if (rc != ENOTSUP) return rc;
+  }
+  FSH_RETURN_NOT_OK(fsh_scatter(batch, partition_of_row, n_partitions, parts, err));
+  int rc = 0;
+  for (int32_t p = 0; p < n_partitions; p++) {
+    if (parts[p] && rc == 0) rc = w->write(w, p, parts[p], err);
+    fsh_batch_unref(parts[p]);
+    parts[p] = NULL;
+  }
+  return rc;
+}
+
 static void checked_free(checked_writer *c) {
   fsh_schema_unref(c->schema);
   fsh_free(c);
@@ -237,7 +273,8 @@ int fsh_shuffle_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec
   c->n_partitions = spec->n_partitions;
   c->schema = fsh_schema_ref(spec->schema);
   c->pub = (fsh_shuffle_writer){
-      .write = checked_write, .close = checked_close, .abort = checked_abort, .state = c};
+      .write = checked_write, .close = checked_close, .abort = checked_abort, .state = c,
+      .write_rows = c->inner->write_rows ? checked_write_rows : NULL};
   *out = &c->pub;
   return 0;
 }

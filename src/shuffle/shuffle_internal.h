@@ -90,6 +90,17 @@ FSH_NODISCARD int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_sp
  * later calls repeat the error and close discards the file. */
 FSH_NODISCARD int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition,
                                             fsh_batch *batch, fsh_error *err);
+/* Appends each row i of batch to partition partition_of_row[i] (checked
+ * here: EINVAL outside [0, n_partitions)) in per-partition builders
+ * (kernels.h) -- the blocks written are byte for byte those that
+ * fsh_scatter + fsh_map_file_writer_write of each part would give (but
+ * for max_buffered_bytes, checked after the whole batch rather than after
+ * each part), without a batch per part nor a concatenation. ENOTSUP (writer unchanged) when
+ * the schema has a column the builders do not take: scatter instead.
+ * Other errors fail the writer as write's do. */
+FSH_NODISCARD int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
+                                                 const int32_t *partition_of_row,
+                                                 fsh_error *err);
 /* Writes every buffered block, the end-of-stream marker, the index and the
  * trailer, then closes the output (fsync + rename for atomic files). On
  * success *out (reset by the caller beforehand) holds ids, rows, bytes and
@@ -218,6 +229,9 @@ typedef struct fsh_store_writer fsh_store_writer;
 FSH_NODISCARD int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec,
                                         int64_t map_id, int32_t attempt, fsh_store_writer **out,
                                         fsh_error *err);
+/* fsh_map_file_writer_write_rows into the writer's map-output image. */
+FSH_NODISCARD int fsh_store_writer_write_rows(fsh_store_writer *w, fsh_batch *batch,
+                                              const int32_t *partition_of_row, fsh_error *err);
 FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
                                          fsh_batch *batch, fsh_error *err);
 FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,

@@ -802,6 +802,11 @@ int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const u
   return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, checksum, err);
 }
 
+int fsh_store_writer_write_rows(fsh_store_writer *w, fsh_batch *batch,
+                                const int32_t *partition_of_row, fsh_error *err) {
+  return fsh_map_file_writer_write_rows(w->mw, batch, partition_of_row, err);
+}
+
 static void writer_free(fsh_store_writer *w) {
   if (w->e) {
     fsh_schema_unref(w->e->schema);

@@ -150,21 +150,16 @@ static int check_map_task(const fsh_map_task *t, fsh_error *err) {
   return 0;
 }
 
-/* One batch: hash, partition, checksum, scatter, write. */
+/* One batch: hash, partition, checksum, then its rows to their partitions
+ * (scattered into the writer's partition builders, or fsh_scatter and a
+ * write per part: fsh_shuffle_write_rows). */
 static int map_batch(fsh_shuffle_writer *w, fsh_batch *b, int32_t key_col, int32_t n_parts,
                      uint64_t *hashes, int32_t *parts, fsh_batch **outs, uint64_t *sums,
                      fsh_error *err) {
   FSH_RETURN_NOT_OK(fsh_hash_columns(b, &key_col, 1, 0, hashes, err));
   FSH_RETURN_NOT_OK(fsh_partition_hash(hashes, b->length, n_parts, parts, err));
   fsh_task_row_checksums(b, parts, sums);
-  FSH_RETURN_NOT_OK(fsh_scatter(b, parts, n_parts, outs, err));
-  int rc = 0;
-  for (int32_t p = 0; p < n_parts; p++) {
-    if (outs[p] && rc == 0) rc = w->write(w, p, outs[p], err);
-    fsh_batch_unref(outs[p]);
-    outs[p] = NULL;
-  }
-  return rc;
+  return fsh_shuffle_write_rows(w, b, parts, n_parts, outs, err);
 }
 
 int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task_result *out,

@@ -3,6 +3,7 @@
 #include <flightshuffle/workloads.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 /* splitmix64: a small, good, seekable generator. */
@@ -25,19 +26,32 @@ fsh_schema *fsh_synthetic_schema(void) {
   return s;
 }
 
-/* A validity bitmap with ~1% nulls drawn from the row's random bits (built
- * a byte at a time; the trailing bits of the last byte stay zero). */
+/* Word w (rows 64 w .. 64 w + 63 of the table) of the null mask drawn
+ * from stream `seed`: a bit is set (null) with probability 3/256 (~1.2%),
+ * the AND of six random words and the OR of two more. */
+static inline uint64_t null_word(uint64_t seed, uint64_t w) {
+  uint64_t x = seed ^ (w * 8);
+  return mix(x) & mix(x + 1) & mix(x + 2) & mix(x + 3) & mix(x + 4) & mix(x + 5) &
+         (mix(x + 6) | mix(x + 7));
+}
+
+/* A validity bitmap with ~1% nulls, built 64 rows at a time from the null
+ * mask of the table's rows (so a row's validity does not depend on how the
+ * table is cut into batches); the bits past the last row stay zero. */
 static fsh_buffer *make_validity(uint64_t seed, int64_t first_row, int64_t rows, int64_t *nulls) {
-  fsh_buffer *v = fsh_buffer_new(fsh_bytes_for_bits(rows), true);
+  int64_t n_words = (rows + 63) / 64;
+  fsh_buffer *v = fsh_buffer_new(fsh_bytes_for_bits(rows), false); /* capacity: whole words */
   if (!v) return NULL;
+  uint64_t sh = (uint64_t)first_row & 63, w0 = (uint64_t)first_row >> 6;
   int64_t valid_count = 0;
-  for (int64_t i = 0; i < rows; i += 8) {
-    uint8_t byte = 0;
-    int64_t end = rows - i < 8 ? rows - i : 8;
-    for (int64_t k = 0; k < end; k++)
-      byte |= (uint8_t)((mix(seed ^ (uint64_t)(first_row + i + k)) % 100 != 0) << k);
-    v->data[i >> 3] = byte;
-    for (uint8_t b = byte; b; b &= (uint8_t)(b - 1)) valid_count++;
+  uint64_t lo = null_word(seed, w0);
+  for (int64_t j = 0; j < n_words; j++) {
+    uint64_t hi = sh ? null_word(seed, w0 + (uint64_t)j + 1) : 0;
+    uint64_t valid = ~(sh ? lo >> sh | hi << (64 - sh) : lo);
+    if (j == n_words - 1 && (rows & 63)) valid &= ((uint64_t)1 << (rows & 63)) - 1;
+    valid_count += __builtin_popcountll(valid);
+    for (int k = 0; k < 8; k++) v->data[8 * j + k] = (uint8_t)(valid >> (8 * k));
+    lo = sh ? hi : null_word(seed, w0 + (uint64_t)j + 1);
   }
   *nulls = rows - valid_count;
   return v;
@@ -68,24 +82,47 @@ static int fill_value(fsh_array *a, const fsh_synthetic_options *o, int64_t firs
  * A^j r + C_j, so every letter is computed independently from r (no chain
  * of dependent multiplies), and short names (the default) are written a
  * fixed `span` letters at a time -- the next name overwrites the excess --
- * so the loop does not mispredict its random trip count on every row. */
+ * so the loop does not mispredict its random trip count on every row
+ * (fill_name_letters; most batches take their names from the pool below). */
 #define LCG_A 6364136223846793005ull
 #define FIXED_SPAN_MAX 64
 
 static inline uint8_t letter(uint64_t s) { return (uint8_t)('a' + (uint32_t)(s >> 33) % 26); }
 
-static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
-  int32_t avg = o->avg_str_len > 0 ? o->avg_str_len : 12;
-  uint64_t span = (uint64_t)(2 * avg - 1); /* lengths 1 .. span */
-  if (!(a->buffers[1] = fsh_buffer_new((rows + 1) * 4, false))) return ENOMEM;
-  int32_t *offsets = (int32_t *)a->buffers[1]->data;
-  offsets[0] = 0;
-  for (int64_t i = 0; i < rows; i++) {
-    uint64_t r = mix(o->seed * 11 + (uint64_t)(first + i));
-    int64_t len = 1 + (int64_t)(span == 23 ? r % 23 : r % span); /* 23: the default's, fast */
-    if ((int64_t)offsets[i] + len > INT32_MAX) return EOVERFLOW;
-    offsets[i + 1] = offsets[i] + (int32_t)len;
-  }
+/* The letter pool: POOL_BYTES random letters (the LCG above from a fixed
+ * start), made once per process, read-only after. A batch's names are
+ * consecutive slices of it from an offset drawn from (seed, first row):
+ * its chars buffer is a view of the pool (no copy, no per-letter work),
+ * only lengths and offsets are computed per row. Names are still random
+ * letters of random lengths; they differ from one batch to the next (each
+ * starts elsewhere in 8 MiB), rows differ by their random keys. A batch
+ * needing more than POOL_WINDOW bytes of names is written letter by
+ * letter (fill_name_letters). */
+#define POOL_BYTES ((int64_t)8 << 20)
+#define POOL_WINDOW (POOL_BYTES / 2)
+static _Alignas(64) uint8_t g_pool[POOL_BYTES + 64]; /* + zeros past the end */
+static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_init(void) {
+  uint64_t r = mix(0x5EED);
+  for (int64_t i = 0; i < POOL_BYTES; i++, r = r * LCG_A + 1) g_pool[i] = letter(r);
+}
+
+/* Names of the batch's rows as slices of the pool from a 64-byte aligned
+ * offset drawn from seed and first row. */
+static int fill_name_pool(fsh_array *a, const fsh_synthetic_options *o, int64_t first,
+                          int64_t total) {
+  pthread_once(&g_pool_once, pool_init);
+  uint64_t room = (uint64_t)(POOL_BYTES - POOL_WINDOW); /* whatever total: a batch of the
+                                                          same first row starts alike */
+  uint64_t start = (mix(o->seed * 13 + (uint64_t)first) % room) & ~(uint64_t)63;
+  /* a borrowed view: the pool outlives every batch (no release) */
+  return (a->buffers[2] = fsh_buffer_wrap(g_pool + start, total, NULL, NULL)) ? 0 : ENOMEM;
+}
+
+static int fill_name_letters(fsh_array *a, const fsh_synthetic_options *o, int64_t first,
+                             int64_t rows, uint64_t span) {
+  const int32_t *offsets = (const int32_t *)a->buffers[1]->data;
   int64_t total = offsets[rows];
   bool fixed = span <= FIXED_SPAN_MAX;
   fsh_buffer *chars = a->buffers[2] = fsh_buffer_new(total + (fixed ? (int64_t)span : 0), false);
@@ -108,6 +145,25 @@ static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first
       for (int32_t j = offsets[i]; j < offsets[i + 1]; j++, r = r * LCG_A + 1) data[j] = letter(r);
     }
   }
+  return 0;
+}
+
+static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
+  int32_t avg = o->avg_str_len > 0 ? o->avg_str_len : 12;
+  uint64_t span = (uint64_t)(2 * avg - 1); /* lengths 1 .. span */
+  if (!(a->buffers[1] = fsh_buffer_new((rows + 1) * 4, false))) return ENOMEM;
+  int32_t *offsets = (int32_t *)a->buffers[1]->data;
+  offsets[0] = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    uint64_t r = mix(o->seed * 11 + (uint64_t)(first + i));
+    int64_t len = 1 + (int64_t)(span == 23 ? r % 23 : r % span); /* 23: the default's, fast */
+    if ((int64_t)offsets[i] + len > INT32_MAX) return EOVERFLOW;
+    offsets[i + 1] = offsets[i] + (int32_t)len;
+  }
+  int64_t total = offsets[rows];
+  int rc = total <= POOL_WINDOW ? fill_name_pool(a, o, first, total)
+                                : fill_name_letters(a, o, first, rows, span);
+  if (rc) return rc;
   if (o->with_nulls && !(a->buffers[0] = make_validity(o->seed * 17, first, rows, &a->null_count)))
     return ENOMEM;
   return 0;

@@ -7,6 +7,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <flightshuffle/kernels.h>
+
 #include "ipc/sample_batches.h"
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
@@ -529,7 +531,157 @@ static void test_malformed_files(void) {
   fsh_buffer_unref(b);
 }
 
-FSH_TEST_MAIN(TEST(test_blocks_and_ranges), TEST(test_small_blocks_staged), TEST(test_buffer_budget),
+
+/* ---- write_rows: partition builders ------------------------------------ */
+
+/* The rows of `in` (n batches) written to a map file with random
+ * partition ids drawn from `seed`: through fsh_scatter + write of each
+ * part (rows == false), or write_rows (true), or alternating (mixed:
+ * batch k through write_rows when k is even). */
+static fsh_buffer *write_rows_file(fsh_batch **in, int n, int32_t n_parts, uint64_t seed,
+                                   const fsh_map_file_options *o, int how, fsh_map_output *meta) {
+  fsh_error err;
+  fsh_buffer *bytes = NULL;
+  fsh_output *out = NULL;
+  fsh_map_file_writer *w = NULL;
+  fsh_shuffle_spec spec = {.shuffle_id = 4, .n_partitions = n_parts, .schema = in[0]->schema};
+  CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
+  CHECK_OK(fsh_map_file_writer_open(out, &spec, 1, 0, o, &w, &err));
+  fsh_batch **parts = STU_OK(calloc((size_t)n_parts, sizeof *parts));
+  for (int k = 0; w && k < n; k++) {
+    int32_t *part = STU_OK(malloc(sizeof *part * (size_t)(in[k]->length + 1)));
+    for (int64_t i = 0; i < in[k]->length; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      part[i] = (int32_t)((seed >> 33) % (uint64_t)n_parts);
+    }
+    if (how == 1 || (how == 2 && k % 2 == 0)) {
+      CHECK_OK(fsh_map_file_writer_write_rows(w, in[k], part, &err));
+    } else {
+      CHECK_OK(fsh_scatter(in[k], part, n_parts, parts, &err));
+      for (int32_t q = 0; q < n_parts; q++) {
+        if (parts[q]) CHECK_OK(fsh_map_file_writer_write(w, q, parts[q], &err));
+        fsh_batch_unref(parts[q]);
+        parts[q] = NULL;
+      }
+    }
+    free(part);
+  }
+  free(parts);
+  if (w) CHECK_OK(fsh_map_file_writer_close(w, meta, &err));
+  return bytes;
+}
+
+/* Partition q of a map file, all its rows as one batch (NULL: none). */
+static fsh_batch *partition_rows(fsh_buffer *file, int32_t q) {
+  fsh_error err;
+  int rc;
+  fsh_map_file *f = open_buffer(file, &rc, &err);
+  CHECK_OK(rc);
+  fsh_batch **got = NULL, *all = NULL;
+  int64_t n = 0;
+  if (f) CHECK_OK(read_partition(f, q, &got, &n, &err));
+  if (n > 0) CHECK_OK(fsh_concat(got, n, &all, &err));
+  for (int64_t i = 0; i < n; i++) fsh_batch_unref(got[i]);
+  free(got);
+  fsh_map_file_close(f);
+  return all;
+}
+
+/* write_rows stores exactly the bytes fsh_scatter + write stores (blocks,
+ * checksums, index), whatever the block target, partition count and input
+ * slicing; under a buffer budget (which cuts write()'s parts mid-batch,
+ * write_rows after the batch) and mixed with write, the partitions read
+ * back the same rows in the same order. */
+static void test_write_rows_same_bytes(void) {
+  fsh_batch *src = stu_synthetic(3, 9000);
+  fsh_batch *in[6];
+  const int64_t cuts[6][2] = {{0, 1000}, {1000, 1}, {1001, 2999}, {4000, 0}, {4000, 64}, {4067, 4933}};
+  for (int k = 0; k < 6; k++) in[k] = STU_OK(fsh_batch_slice(src, cuts[k][0], cuts[k][1]));
+  const struct { int32_t parts; int64_t target, budget; } cfg[] = {
+      {1, 0, 0}, {7, 0, 0}, {7, 4 << 10, 0}, {64, 0, 32 << 10}, {300, 1, 0}};
+  for (int c = 0; c < 5; c++) {
+    fsh_map_file_options o = {.target_block_bytes = cfg[c].target,
+                              .max_buffered_bytes = cfg[c].budget};
+    fsh_map_output ma = {0}, mb = {0}, mc = {0};
+    fsh_buffer *a = write_rows_file(in, 6, cfg[c].parts, 77 + (uint64_t)c, &o, 0, &ma);
+    fsh_buffer *b = write_rows_file(in, 6, cfg[c].parts, 77 + (uint64_t)c, &o, 1, &mb);
+    fsh_buffer *m = write_rows_file(in, 6, cfg[c].parts, 77 + (uint64_t)c, &o, 2, &mc);
+    if (!a || !b || !m) continue;
+    bool same_blocks = cfg[c].budget == 0; /* the budget cuts write() mid-batch */
+    CHECK_MSG(!same_blocks || (a->size == b->size && memcmp(a->data, b->data, (size_t)a->size) == 0),
+              "config %d: write_rows stored %lld bytes, scatter + write %lld (or they differ)", c,
+              (long long)b->size, (long long)a->size);
+    for (int32_t q = 0; q < cfg[c].parts; q++) {
+      CHECK(!same_blocks || ma.checksums[q] == mb.checksums[q]);
+      CHECK_EQ_INT(mb.rows[q], ma.rows[q]);
+      CHECK_EQ_INT(mc.rows[q], ma.rows[q]);
+      fsh_batch *x = partition_rows(a, q), *y = partition_rows(b, q), *z = partition_rows(m, q);
+      fsh_error diff = {{0}};
+      CHECK_MSG((!x && !y) || (x && y && fsh_batch_equals(x, y, &diff)),
+                "config %d partition %d: write_rows reads back differently: %s", c, q,
+                diff.message);
+      CHECK_MSG((!x && !z) || (x && z && fsh_batch_equals(x, z, &diff)),
+                "config %d partition %d: mixed writes read back differently: %s", c, q,
+                diff.message);
+      fsh_batch_unref(x);
+      fsh_batch_unref(y);
+      fsh_batch_unref(z);
+    }
+    fsh_map_output_reset(&ma);
+    fsh_map_output_reset(&mb);
+    fsh_map_output_reset(&mc);
+    fsh_buffer_unref(a);
+    fsh_buffer_unref(b);
+    fsh_buffer_unref(m);
+  }
+  for (int k = 0; k < 6; k++) fsh_batch_unref(in[k]);
+  fsh_batch_unref(src);
+}
+
+/* A schema the builders do not take: ENOTSUP and the writer goes on with
+ * write; a bad partition id: EINVAL naming it, the writer goes on. */
+static void test_write_rows_refused(void) {
+  fsh_error err;
+  fsh_batch *all = fsh_sample_all_types();
+  fsh_shuffle_spec spec = {.shuffle_id = 4, .n_partitions = 2, .schema = all->schema};
+  fsh_buffer *bytes = NULL;
+  fsh_output *out = NULL;
+  fsh_map_file_writer *w = NULL;
+  CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
+  CHECK_OK(fsh_map_file_writer_open(out, &spec, 1, 0, NULL, &w, &err));
+  int32_t part[64] = {0};
+  if (w) {
+    CHECK_EQ_INT(fsh_map_file_writer_write_rows(w, all, part, &err), ENOTSUP);
+    CHECK_OK(fsh_map_file_writer_write(w, 1, all, &err));
+    fsh_map_output meta = {0};
+    CHECK_OK(fsh_map_file_writer_close(w, &meta, &err));
+    CHECK_EQ_INT(meta.rows[1], all->length);
+    fsh_map_output_reset(&meta);
+  }
+  fsh_buffer_unref(bytes);
+  fsh_batch *syn = stu_synthetic(0, 50);
+  spec.schema = syn->schema;
+  CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
+  CHECK_OK(fsh_map_file_writer_open(out, &spec, 1, 0, NULL, &w, &err));
+  if (w) {
+    part[10] = 2;
+    CHECK_EQ_INT(fsh_map_file_writer_write_rows(w, syn, part, &err), EINVAL);
+    CHECK_MSG(strstr(err.message, "partition 2") != NULL, "%s", err.message);
+    part[10] = 1;
+    CHECK_OK(fsh_map_file_writer_write_rows(w, syn, part, &err));
+    fsh_map_output meta = {0};
+    CHECK_OK(fsh_map_file_writer_close(w, &meta, &err));
+    CHECK_EQ_INT(meta.rows[0], 49);
+    CHECK_EQ_INT(meta.rows[1], 1);
+    fsh_map_output_reset(&meta);
+  }
+  fsh_buffer_unref(bytes);
+  fsh_batch_unref(syn);
+  fsh_batch_unref(all);
+}
+
+FSH_TEST_MAIN(TEST(test_write_rows_same_bytes), TEST(test_write_rows_refused),
+              TEST(test_blocks_and_ranges), TEST(test_small_blocks_staged), TEST(test_buffer_budget),
               TEST(test_plain_stream_reader), TEST(test_disk_full),
               TEST(test_every_byte_flipped), TEST(test_open_with_head),
               TEST(test_malformed_files))

@@ -1,0 +1,160 @@
+/* test_scatter_append.c -- partition builders (kernels.h): every flat
+ * column of the every-type sample (sliced: offsets everywhere), appended
+ * batch after batch with random partition ids and taken at random points,
+ * against the reference: each taken batch equals take() of the input rows
+ * the partition received since its last take, in order. Also: the
+ * builder's memory reused across takes, byte counts, unsupported schemas,
+ * bad ids, allocation failures. */
+#include "kernels/kernel_helpers.h"
+
+#include <errno.h>
+
+#include "shuffle/shuffle_internal.h" /* fsh_shuffle_batch_bytes */
+
+/* The sample's columns the builders take (flat, no dictionary), as a
+ * batch of their own. */
+static fsh_batch *flat_sample(int times, int64_t cut) {
+  fsh_batch *big = kh_big_batch(times, cut);
+  int64_t keep[64], n = 0;
+  for (int64_t c = 0; c < big->schema->n_fields && n < 64; c++) {
+    fsh_schema one = {.n_fields = 1, .fields = &big->schema->fields[c]};
+    if (fsh_partition_builder_supports(&one)) keep[n++] = c;
+  }
+  CHECK_MSG(n >= 8, "only %lld flat columns in the sample", (long long)n);
+  fsh_schema *s = SBH_OK(fsh_schema_new(n));
+  for (int64_t i = 0; i < n; i++) CHECK_EQ_INT(fsh_field_copy(&s->fields[i], &big->schema->fields[keep[i]]), 0);
+  fsh_batch *b = SBH_OK(fsh_batch_new(s, big->length));
+  b->length = big->length;
+  for (int64_t i = 0; i < n; i++) b->columns[i] = fsh_array_ref(big->columns[keep[i]]);
+  fsh_schema_unref(s);
+  fsh_batch_unref(big);
+  return b;
+}
+
+enum { MAX_ROWS = 8192 };
+
+/* Rows of the input each partition received since its last take: (batch
+ * index, row). */
+typedef struct pending {
+  int64_t n, row[MAX_ROWS];
+  int32_t batch[MAX_ROWS];
+} pending;
+
+static void check_take(fsh_partition_builder *pb, int32_t p, fsh_batch **ins, pending *pend,
+                       const char *what) {
+  fsh_error err;
+  fsh_batch *got = NULL;
+  CHECK_EQ_INT(fsh_partition_builder_rows(pb, p), pend->n);
+  int64_t bytes = fsh_partition_builder_bytes(pb, p);
+  CHECK_OK(fsh_partition_builder_take(pb, p, &got, &err));
+  CHECK_MSG((got == NULL) == (pend->n == 0), "%s: partition %d: %lld pending rows, batch %p",
+            what, p, (long long)pend->n, (void *)got);
+  if (got) {
+    CHECK_EQ_INT(bytes, fsh_shuffle_batch_bytes(got));
+    /* the reference: take() of each input batch's rows, concatenated */
+    fsh_batch *parts[MAX_ROWS / 8];
+    int n_parts = 0;
+    for (int64_t k = 0; k < pend->n;) {
+      int64_t e = k, idx[MAX_ROWS];
+      while (e < pend->n && pend->batch[e] == pend->batch[k]) idx[e - k] = pend->row[e], e++;
+      CHECK_OK(fsh_take(ins[pend->batch[k]], idx, e - k, &parts[n_parts++], &err));
+      k = e;
+    }
+    fsh_batch *want = NULL;
+    CHECK_OK(fsh_concat(parts, n_parts, &want, &err));
+    CHECK_MSG(fsh_batch_validate(got, true, &err) == 0, "%s: invalid: %s", what, err.message);
+    CHECK_MSG(want && fsh_batch_equals(want, got, &err), "%s: partition %d: %s", what, p,
+              err.message);
+    for (int i = 0; i < n_parts; i++) fsh_batch_unref(parts[i]);
+    fsh_batch_unref(want);
+    fsh_batch_unref(got);
+  }
+  pend->n = 0;
+  CHECK_EQ_INT(fsh_partition_builder_rows(pb, p), 0);
+  CHECK_EQ_INT(fsh_partition_builder_bytes(pb, p), 0);
+}
+
+static void rounds(int32_t n_p, uint64_t seed) {
+  fsh_error err;
+  fsh_batch *ins[4] = {flat_sample(40, 3), flat_sample(17, 0), flat_sample(64, 5), NULL};
+  ins[3] = SBH_OK(fsh_batch_slice(ins[2], 7, 0)); /* an empty one too */
+  fsh_partition_builder *pb = NULL;
+  CHECK_OK(fsh_partition_builder_new(ins[0]->schema, n_p, &pb, &err));
+  pending *pend = SBH_OK(fsh_calloc((size_t)n_p, sizeof *pend));
+  int32_t part[MAX_ROWS];
+  uint64_t st = seed;
+  char what[64];
+  for (int round = 0; pb && round < 24; round++) {
+    int bi = (int)(kh_rand(&st) % 4);
+    fsh_batch *b = ins[bi];
+    bool skew = kh_rand(&st) % 4 == 0; /* every row to one partition */
+    for (int64_t i = 0; i < b->length; i++)
+      part[i] = skew ? n_p - 1 : (int32_t)(kh_rand(&st) % (uint64_t)n_p);
+    CHECK_OK(fsh_partition_builder_append(pb, b, part, &err));
+    for (int64_t i = 0; i < b->length; i++) {
+      pending *q = &pend[part[i]];
+      if (q->n < MAX_ROWS) q->batch[q->n] = bi, q->row[q->n] = i, q->n++;
+    }
+    snprintf(what, sizeof what, "%d partitions, round %d", n_p, round);
+    for (int32_t p = 0; p < n_p; p++)
+      if (kh_rand(&st) % 3 == 0 || pend[p].n > MAX_ROWS / 2) check_take(pb, p, ins, &pend[p], what);
+  }
+  for (int32_t p = 0; pb && p < n_p; p++) check_take(pb, p, ins, &pend[p], "final");
+  fsh_partition_builder_free(pb);
+  fsh_free(pend);
+  for (int i = 0; i < 4; i++) fsh_batch_unref(ins[i]);
+}
+
+static void test_builder_rounds(void) {
+  rounds(1, 1);
+  rounds(3, 2);
+  rounds(16, 3);
+  rounds(200, 4);
+  rounds(16, 5); /* a cached builder of the same shape */
+  rounds(16, 6);
+}
+
+static void test_builder_errors(void) {
+  fsh_error err;
+  fsh_batch *all = kh_big_batch(1, 0);
+  fsh_partition_builder *pb = NULL;
+  CHECK(!fsh_partition_builder_supports(all->schema));
+  CHECK_EQ_INT(fsh_partition_builder_new(all->schema, 4, &pb, &err), EINVAL);
+  CHECK(pb == NULL && strstr(err.message, "column") != NULL);
+  fsh_batch *b = flat_sample(1, 0);
+  CHECK_EQ_INT(fsh_partition_builder_new(b->schema, 0, &pb, &err), EINVAL);
+  CHECK_OK(fsh_partition_builder_new(b->schema, 4, &pb, &err));
+  int32_t part[MAX_ROWS] = {0};
+  part[b->length / 2] = 4;
+  CHECK_EQ_INT(fsh_partition_builder_append(pb, b, part, &err), EINVAL);
+  CHECK(strstr(err.message, "partition 4") != NULL);
+  fsh_partition_builder_free(pb);
+  fsh_batch_unref(b);
+  fsh_batch_unref(all);
+}
+
+/* Every allocation of new + append + take failing in turn: ENOMEM, and
+ * nothing leaks (LSan). */
+static void test_builder_alloc_failures(void) {
+  fsh_batch *b = flat_sample(2, 1);
+  int32_t part[MAX_ROWS];
+  for (int64_t i = 0; i < b->length; i++) part[i] = (int32_t)(i % 5);
+  for (int64_t n = 1; n < 400; n++) {
+    fsh_error err;
+    fsh_alloc_fail_after(n, false);
+    fsh_partition_builder *pb = NULL;
+    int rc = fsh_partition_builder_new(b->schema, 5, &pb, &err);
+    if (rc == 0) rc = fsh_partition_builder_append(pb, b, part, &err);
+    fsh_batch *got = NULL;
+    if (rc == 0) rc = fsh_partition_builder_take(pb, 2, &got, &err);
+    fsh_alloc_fail_after(0, false);
+    CHECK_MSG(rc == 0 || rc == ENOMEM, "failure %lld: rc %d", (long long)n, rc);
+    fsh_batch_unref(got);
+    fsh_partition_builder_free(pb);
+    if (rc == 0) break;
+  }
+  fsh_batch_unref(b);
+}
+
+FSH_TEST_MAIN(TEST(test_builder_rounds), TEST(test_builder_errors),
+              TEST(test_builder_alloc_failures))
