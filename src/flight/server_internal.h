@@ -4,9 +4,17 @@
  * includes this.
  *
  * Model. Each pool thread owns one completion queue and is the only thread
- * that polls it. Every call is bound to the queue whose request it answered,
- * so all of a call's events -- and therefore all handler, source and sink
- * callbacks for it -- run on one thread, one at a time, with no lock.
+ * that waits on it. Every call is bound to one of these queues, round robin
+ * when its request is armed (whichever queue's request a new call answers,
+ * gRPC hands it to the first queue with a free request: binding there
+ * would pile every call onto one thread), so all of a call's events -- and
+ * therefore all handler, source and sink callbacks for it -- run on one
+ * thread, one at a time, with no lock.
+ * The pool's queues never poll sockets: a few dedicated poller threads
+ * (srv_poller) do all socket I/O on queues of their own that no call is
+ * bound to, so a handler that blocks its pool thread delays only its own
+ * queue's calls -- other calls' bytes still move, and a client's cancel
+ * still reaches the blocked handler (fsh_flight_call_cancelled).
  * A call is a small state machine: at most one RECV_MESSAGE, one
  * SEND_MESSAGE (or SEND_STATUS_FROM_SERVER) and the RECV_CLOSE_ON_SERVER
  * batch are outstanding at any time; the call is freed when its last
@@ -43,6 +51,7 @@ bool srv_method_reads_initial(srv_method m);
 
 typedef enum srv_tag_kind {
   SRV_TAG_NEW,      /* a requested call arrived (or the request was cancelled) */
+  SRV_TAG_BEGIN,    /* on the call's own queue: start serving it (srv_handle_event) */
   SRV_TAG_RECV,     /* RECV_MESSAGE completed */
   SRV_TAG_SEND,     /* SEND_MESSAGE completed */
   SRV_TAG_STATUS,   /* SEND_STATUS_FROM_SERVER completed */
@@ -68,6 +77,15 @@ typedef struct srv_worker {
   atomic_int unarmed[SRV_N_METHODS];
 } srv_worker;
 
+/* A thread that only polls: it waits in gRPC's poller on a queue no call
+ * is bound to (no request is ever armed on it), so it runs socket I/O and
+ * timers and never a handler. */
+typedef struct srv_poller {
+  grpc_completion_queue *cq;
+  pthread_t thread;
+  bool started;
+} srv_poller;
+
 struct fsh_flight_server {
   fsh_flight_handlers handlers;
   /* Owned copies of the option strings that calls need. */
@@ -80,6 +98,8 @@ struct fsh_flight_server {
   void *methods[SRV_N_METHODS]; /* registered method handles */
   int n_workers;
   srv_worker *workers;
+  int n_pollers;
+  srv_poller *pollers;
 
   srv_tag shutdown_tag;
   pthread_mutex_t mu;
@@ -87,6 +107,7 @@ struct fsh_flight_server {
   bool shutdown_done;    /* the shutdown tag came back */
   atomic_bool stopping;  /* stop() began: no new requests */
   atomic_long live;      /* call structs alive (requests included) */
+  atomic_uint next_bind; /* round robin of the queues calls are bound to */
 };
 
 /* What a call does with its messages; set per method at dispatch. Every
@@ -109,7 +130,8 @@ int srv_reply_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done, fs
 
 struct fsh_flight_call {
   fsh_flight_server *server;
-  srv_worker *worker;
+  srv_worker *worker;     /* the call's queue and thread */
+  srv_worker *requester;  /* whose queue the request's arrival comes to */
   srv_method method;
   const srv_call_ops *ops;
 
@@ -119,7 +141,7 @@ struct fsh_flight_call {
   grpc_metadata_array request_md;
   grpc_byte_buffer *initial_payload;
 
-  srv_tag tag_new, tag_recv, tag_send, tag_status, tag_md, tag_close;
+  srv_tag tag_new, tag_begin, tag_recv, tag_send, tag_status, tag_md, tag_close;
   int pending; /* batches started and not yet completed */
 
   /* Stream state. */
@@ -158,8 +180,8 @@ struct fsh_flight_call {
 
 /* ---- server_call.c: the generic machinery -------------------------------- */
 
-/* Allocates a call struct and asks gRPC for the next call of method m on
- * worker w. Returns 0, or nonzero when the server is stopping or out of
+/* Allocates a call struct and asks gRPC for the next call of method m,
+ * announced on worker w's queue and bound to the next queue round robin. Returns 0, or nonzero when the server is stopping or out of
  * memory (the slot is then simply not re-armed). */
 int srv_request_call(srv_worker *w, srv_method m);
 /* srv_request_call, remembering the slot in w->unarmed on failure. */
