@@ -60,6 +60,8 @@
 
 #include <flightshuffle/flight.h>
 
+#include "cli/proc_cpu.h"
+
 extern char **environ;
 
 #define N_COLS 8
@@ -74,22 +76,6 @@ static double cpu_seconds(void) {
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-/* User + system seconds of another process (/proc/<pid>/stat), or 0. */
-static double child_cpu_seconds(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the command may hold spaces */
-  unsigned long long ut = 0, st = 0;
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-    return 0;
-  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static double now(void) {
@@ -964,9 +950,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_rows; i++) {
       row *w = &rows[i];
       int64_t n = w->large ? n_large : n_small;
-      double cpu0 = cpu_seconds() + child_cpu_seconds(server.pid);
+      double cpu0 = cpu_seconds() + cli_proc_cpu_seconds(server.pid);
       w->ours[r] = flight_run(clients, w->put, w->streams, w->large, n, false, &ok);
-      w->cpu[r] = cpu_seconds() + child_cpu_seconds(server.pid) - cpu0;
+      w->cpu[r] = cpu_seconds() + cli_proc_cpu_seconds(server.pid) - cpu0;
       if (verbose)
         fprintf(stderr, "run %d %s%d%c: %.2f GB/s, %.3f cpu-s/GB\n", r, w->put ? "put" : "get",
                 w->streams, w->large ? 'L' : 'S',
