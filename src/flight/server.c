@@ -32,6 +32,9 @@ bool srv_method_reads_initial(srv_method m) { return srv_methods[m].reads_initia
 
 int fsh_flight_server_port(const fsh_flight_server *s) { return s->port; }
 
+/* The loop of pool threads and pollers alike: a pool thread runs its
+ * calls' events; a poller's queue only ever yields new calls (handed to
+ * their pool thread) while the thread does socket I/O inside gRPC. */
 static void *srv_worker_main(void *arg) {
   srv_worker *w = arg;
   bool missing = srv_rearm_missing(w);
@@ -48,21 +51,8 @@ static void *srv_worker_main(void *arg) {
   return NULL;
 }
 
-/* Polls until its queue is shut down (srv_free, once the server is gone).
- * Nothing is ever requested on the queue, so no event but the shutdown
- * comes: the thread's whole work is what gRPC's poller does inside
- * grpc_completion_queue_next -- reading and writing every connection's
- * socket, running timers -- and handing completions to the pool's queues. */
-static void *srv_poller_main(void *arg) {
-  srv_poller *p = arg;
-  while (grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-         GRPC_QUEUE_SHUTDOWN) {
-  }
-  return NULL;
-}
-
-/* How many dedicated poller threads: one per 2 online CPUs, at least 1, at
- * most n (the pool size). gRPC's epoll poller lets one thread at a time
+/* How many poller threads: one per 2 online CPUs, at least 1, at most n
+ * (the pool size). gRPC's epoll poller lets one thread at a time
  * wait in epoll_wait and hands that role to another polling thread after
  * every batch of socket events (a futex wake and a context switch each);
  * with more polling threads than cores to run them those handoffs are pure
@@ -70,17 +60,17 @@ static void *srv_poller_main(void *arg) {
  * of 4 MiB batches: DoGet 1 stream ~3,000 -> ~35 futex calls, ~4,000 ->
  * ~2,400 context switches, CPU seconds (both ends) 0.28-0.42 -> 0.23-0.34;
  * DoPut 1 stream ~6,700 -> ~20 futex calls, 0.27-0.40 -> 0.23-0.26 s.
- * The pollers run no handlers (srv_poller): before, the pool's first
- * queue polled, and a handler blocking its thread (a slow source, a
- * sleeping DoAction) stopped every connection's I/O and never saw its
- * client cancel. */
+ * The pollers run no handlers (server_internal.h): before, the pool's
+ * first queue polled and took nearly every call, and a handler blocking
+ * its thread (a slow source, a sleeping DoAction) stopped every
+ * connection's I/O and never saw its client cancel. */
 static int srv_poller_count(int n) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   long p = cpus > 0 ? cpus / 2 : 1;
   return p < 1 ? 1 : p > n ? n : (int)p;
 }
 
-/* A queue whose waiting threads do not poll (the pool's: srv_poller). */
+/* A queue whose waiting threads do not poll (the pool's). */
 static grpc_completion_queue *srv_non_polling_queue(void) {
   grpc_completion_queue_attributes attr = {GRPC_CQ_CURRENT_VERSION, GRPC_CQ_NEXT,
                                            GRPC_CQ_NON_POLLING, NULL};
@@ -112,17 +102,19 @@ static void srv_free(fsh_flight_server *s) {
       }
     }
   }
-  /* The pollers last: the pool's queues may still need socket I/O to drain. */
+  /* The pollers last: the pool's queues may still need socket I/O to
+   * drain; their own queues yield the void requests (freed). */
+  for (int i = 0; i < s->n_pollers; i++)
+    if (s->pollers[i].cq) grpc_completion_queue_shutdown(s->pollers[i].cq);
   for (int i = 0; i < s->n_pollers; i++) {
-    srv_poller *p = &s->pollers[i];
-    if (!p->cq) continue;
-    grpc_completion_queue_shutdown(p->cq);
-    if (p->started)
+    srv_worker *p = &s->pollers[i];
+    if (p->started) {
       pthread_join(p->thread, NULL);
-    else /* never polled: drain here */
+    } else if (p->cq) {
       while (grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
              GRPC_QUEUE_SHUTDOWN) {
       }
+    }
   }
   for (int i = 0; i < s->n_workers; i++)
     if (s->workers[i].cq) grpc_completion_queue_destroy(s->workers[i].cq);
@@ -180,7 +172,6 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   s->shutdown_tag.kind = SRV_TAG_SHUTDOWN;
   atomic_init(&s->stopping, false);
   atomic_init(&s->live, 0);
-  atomic_init(&s->next_bind, 0);
   bool oom = false;
   s->auth_token = srv_dup_opt(opts->auth_token, &oom);
   s->basic_user = srv_dup_opt(opts->basic_user, &oom);
@@ -223,21 +214,25 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
                                      : GRPC_SRM_PAYLOAD_NONE,
         0);
   }
-  /* The pollers' queues first: a new connection's calls go first to the
-   * queue whose poller accepted it (no request there: on to the pool's). */
+  /* The pollers' queues first (gRPC offers a new call to the queues in
+   * this order, after the one whose poller accepted the connection). */
   for (int i = 0; i < s->n_pollers; i++) {
+    s->pollers[i].server = s;
+    s->pollers[i].poller = true;
+    s->pollers[i].index = i;
     s->pollers[i].cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->pollers[i].cq, NULL);
   }
   for (int i = 0; i < s->n_workers; i++) {
     s->workers[i].server = s;
+    s->workers[i].index = i;
     s->workers[i].cq = srv_non_polling_queue();
     grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
   }
   /* The threads run before the server starts: a failure here leaves a
    * server without listeners, which needs no shutdown. */
   for (int i = 0; i < s->n_pollers; i++) {
-    if (pthread_create(&s->pollers[i].thread, NULL, srv_poller_main, &s->pollers[i]) != 0) {
+    if (pthread_create(&s->pollers[i].thread, NULL, srv_worker_main, &s->pollers[i]) != 0) {
       srv_free(s);
       return fsh_error_set(err, EAGAIN, "flight server: cannot start poller thread %d", i);
     }
@@ -268,9 +263,9 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   }
   grpc_server_start(s->server);
 
-  /* Arm one request per method on every queue. */
-  for (int i = 0; i < s->n_workers; i++)
-    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->workers[i], (srv_method)m);
+  /* Arm one request per method on every poller's queue. */
+  for (int i = 0; i < s->n_pollers; i++)
+    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->pollers[i], (srv_method)m);
   *out = s;
   return 0;
 }

@@ -52,7 +52,8 @@ int srv_request_call(srv_worker *w, srv_method m) {
   if (!c) return ENOMEM;
   c->server = s;
   c->requester = w;
-  c->worker = &s->workers[atomic_fetch_add(&s->next_bind, 1) % (unsigned)s->n_workers];
+  unsigned k = (unsigned)w->index + atomic_fetch_add(&w->next_bind[m], 1);
+  c->worker = &s->workers[k % (unsigned)s->n_workers];
   c->method = m;
   srv_tag *tags[] = {&c->tag_new,    &c->tag_begin, &c->tag_recv, &c->tag_send,
                      &c->tag_status, &c->tag_md,    &c->tag_close};

@@ -4,17 +4,18 @@
  * includes this.
  *
  * Model. Each pool thread owns one completion queue and is the only thread
- * that waits on it. Every call is bound to one of these queues, round robin
- * when its request is armed (whichever queue's request a new call answers,
- * gRPC hands it to the first queue with a free request: binding there
- * would pile every call onto one thread), so all of a call's events -- and
- * therefore all handler, source and sink callbacks for it -- run on one
- * thread, one at a time, with no lock.
- * The pool's queues never poll sockets: a few dedicated poller threads
- * (srv_poller) do all socket I/O on queues of their own that no call is
- * bound to, so a handler that blocks its pool thread delays only its own
- * queue's calls -- other calls' bytes still move, and a client's cancel
- * still reaches the blocked handler (fsh_flight_call_cancelled).
+ * that waits on it; the pool's queues never poll sockets. A few poller
+ * threads (one per 2 CPUs) do all socket I/O, each waiting in gRPC's
+ * poller on a queue of its own, and run no handler: every request for a
+ * new call is armed on a poller's queue (gRPC offers a new call to those
+ * first, as they are registered first) and bound to a pool queue, round
+ * robin per poller and method; the poller re-arms and hands the call to
+ * its pool thread (an empty batch: its tag comes out of the call's
+ * queue). So all of a call's events -- and therefore all handler, source
+ * and sink callbacks for it -- run on one pool thread, one at a time, with
+ * no lock, and a handler that blocks its pool thread holds up only the
+ * calls bound there: new calls still arrive, other calls' bytes still
+ * move, and a client's cancel still reaches it (fsh_flight_call_cancelled).
  * A call is a small state machine: at most one RECV_MESSAGE, one
  * SEND_MESSAGE (or SEND_STATUS_FROM_SERVER) and the RECV_CLOSE_ON_SERVER
  * batch are outstanding at any time; the call is freed when its last
@@ -70,21 +71,17 @@ typedef struct srv_worker {
   grpc_completion_queue *cq;
   pthread_t thread;
   bool started;
+  bool poller; /* a poller (polling queue, requests armed here), else a pool thread */
+  int index;   /* in server->workers or server->pollers */
+  /* Requests armed here so far, per method: the next one is bound to pool
+   * queue (index + next_bind[m]) % n_workers. */
+  atomic_uint next_bind[SRV_N_METHODS];
   /* Request slots that could not be armed (out of memory), per method:
    * the worker's thread retries them, so a failed allocation never leaves
    * a method unserved on this queue. Atomic: start() arms from its own
    * thread while the workers already run. */
   atomic_int unarmed[SRV_N_METHODS];
 } srv_worker;
-
-/* A thread that only polls: it waits in gRPC's poller on a queue no call
- * is bound to (no request is ever armed on it), so it runs socket I/O and
- * timers and never a handler. */
-typedef struct srv_poller {
-  grpc_completion_queue *cq;
-  pthread_t thread;
-  bool started;
-} srv_poller;
 
 struct fsh_flight_server {
   fsh_flight_handlers handlers;
@@ -97,9 +94,9 @@ struct fsh_flight_server {
   grpc_server *server;
   void *methods[SRV_N_METHODS]; /* registered method handles */
   int n_workers;
-  srv_worker *workers;
+  srv_worker *workers; /* the pool: runs the calls */
   int n_pollers;
-  srv_poller *pollers;
+  srv_worker *pollers; /* poll sockets, take new calls, run no handler */
 
   srv_tag shutdown_tag;
   pthread_mutex_t mu;
@@ -107,7 +104,6 @@ struct fsh_flight_server {
   bool shutdown_done;    /* the shutdown tag came back */
   atomic_bool stopping;  /* stop() began: no new requests */
   atomic_long live;      /* call structs alive (requests included) */
-  atomic_uint next_bind; /* round robin of the queues calls are bound to */
 };
 
 /* What a call does with its messages; set per method at dispatch. Every
@@ -130,8 +126,8 @@ int srv_reply_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done, fs
 
 struct fsh_flight_call {
   fsh_flight_server *server;
-  srv_worker *worker;     /* the call's queue and thread */
-  srv_worker *requester;  /* whose queue the request's arrival comes to */
+  srv_worker *worker;     /* the call's pool queue and thread */
+  srv_worker *requester;  /* the poller whose queue the request's arrival comes to */
   srv_method method;
   const srv_call_ops *ops;
 
@@ -181,7 +177,8 @@ struct fsh_flight_call {
 /* ---- server_call.c: the generic machinery -------------------------------- */
 
 /* Allocates a call struct and asks gRPC for the next call of method m,
- * announced on worker w's queue and bound to the next queue round robin. Returns 0, or nonzero when the server is stopping or out of
+ * announced on poller w's queue and bound to the next pool queue of w's
+ * round robin for m. Returns 0, or nonzero when the server is stopping or out of
  * memory (the slot is then simply not re-armed). */
 int srv_request_call(srv_worker *w, srv_method m);
 /* srv_request_call, remembering the slot in w->unarmed on failure. */
