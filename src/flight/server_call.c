@@ -16,8 +16,11 @@ const char *fsh_flight_call_peer(const fsh_flight_call *c) {
 const char *fsh_flight_call_identity(const fsh_flight_call *c) {
   return c && c->identity ? c->identity : "";
 }
+/* failed is the call's thread's own; close_cancelled is written by gRPC on
+ * a poller thread (when the client's cancel is read), possibly while a
+ * handler on the call's thread polls this: an atomic load. */
 bool fsh_flight_call_cancelled(const fsh_flight_call *c) {
-  return c && (c->failed || c->close_cancelled);
+  return c && (c->failed || __atomic_load_n(&c->close_cancelled, __ATOMIC_ACQUIRE));
 }
 
 void srv_call_set_identity(fsh_flight_call *c, const char *identity) {
