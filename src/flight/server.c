@@ -263,9 +263,11 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   }
   grpc_server_start(s->server);
 
-  /* Arm one request per method on every poller's queue. */
-  for (int i = 0; i < s->n_pollers; i++)
-    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->pollers[i], (srv_method)m);
+  /* Arm requests on the pollers' queues only: per method as many as the
+   * pool has threads, spread over the pollers, so that a burst of new
+   * calls finds them armed (each is re-armed as its call arrives). */
+  for (int k = 0; k < s->n_workers; k++)
+    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->pollers[k % s->n_pollers], (srv_method)m);
   *out = s;
   return 0;
 }
