@@ -24,6 +24,10 @@
  * seconds (user + system, server and client processes) per GB moved,
  * which other load on the machine disturbs less than wall time.
  *
+ * Then small calls (latency): a DoAction on an open client, and a client
+ * opened, used for one DoAction and closed, ours and pyarrow's (--only
+ * calls: just these).
+ *
  * Then the memory check: our server, in a child process (--rss-server),
  * serves a 4 GiB DoGet stream of freshly allocated 4 MiB batches to a
  * deliberately slow client (a 4 ms sleep after every message); the
@@ -31,7 +35,7 @@
  * Flow control must keep it under 256 MiB.
  *
  *   build/bench_flight [--mib N] [--runs R] [--no-pyarrow] [--no-rss]
- *                      [--rss-gib G] [--only get|put|get1S|put4L|...]
+ *                      [--rss-gib G] [--only get|put|get1S|put4L|...|calls]
  *   FSH_BENCH_VERBOSE=1: per-run lines on stderr; FSH_BENCH_NO_TCP=1: no
  *   TCP baseline and no check pass (for profiling one row).
  *
@@ -56,6 +60,8 @@
 
 #include <flightshuffle/flight.h>
 
+#include "cli/proc_cpu.h"
+
 extern char **environ;
 
 #define N_COLS 8
@@ -63,28 +69,13 @@ extern char **environ;
 #define LARGE_ROWS 1048576 /* 64 MiB batches */
 #define MAX_STREAMS 4
 #define MAX_RUNS 50
+#define SMALL_CALLS 200 /* calls per round of the small-call table */
 
 static double cpu_seconds(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-/* User + system seconds of another process (/proc/<pid>/stat), or 0. */
-static double child_cpu_seconds(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the command may hold spaces */
-  unsigned long long ut = 0, st = 0;
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-    return 0;
-  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static double now(void) {
@@ -315,6 +306,12 @@ static int bench_do_put(void *ctx, fsh_flight_call *call, const fsh_flight_messa
   return 0;
 }
 
+/* DoAction "ping": one result, "pong" (the calls of the latency table). */
+static int bench_do_action(void *ctx, fsh_flight_call *call, const fsh_flight_action *a,
+                           fsh_flight_result_list *out, fsh_error *err) {
+  if (strcmp(a->type, "ping") != 0) return fsh_error_set(err, EINVAL, "unknown action");
+  return fsh_flight_result_list_push(out, "pong", 4);
+}
 
 /* ---- our client ------------------------------------------------------------------ */
 
@@ -772,7 +769,8 @@ static int server_main(void) {
   fsh_error err;
   make_dataset();
   fsh_flight_server_options so = {.listen = "127.0.0.1:0", .n_threads = 0};
-  fsh_flight_handlers h = {.do_get = bench_do_get, .do_put = bench_do_put};
+  fsh_flight_handlers h = {.do_get = bench_do_get, .do_put = bench_do_put,
+                           .do_action = bench_do_action};
   fsh_flight_server *server = NULL;
   if (fsh_flight_server_start(&so, &h, &server, &err)) die("server", &err);
   printf("port %d\n", fsh_flight_server_port(server));
@@ -806,6 +804,43 @@ static bool spawn_server(const char *mode, companion *c) {
 }
 
 static bool start_server_child(companion *c) { return spawn_server("--server", c); }
+
+/* ---- small calls: one DoAction, and a client opened for it ------------------------------ */
+
+/* One DoAction "ping" on c; dies unless the answer is "pong". */
+static void ping(fsh_flight_client *c) {
+  fsh_error err;
+  fsh_flight_action a = {.type = (char *)"ping"};
+  fsh_flight_result_list res = {0};
+  if (fsh_flight_do_action(c, &a, &res, &err)) die("DoAction ping", &err);
+  if (res.n != 1 || res.items[0].size != 4 || memcmp(res.items[0].data, "pong", 4) != 0)
+    die("DoAction ping: not pong", NULL);
+  fsh_flight_result_list_reset(&res);
+}
+
+/* Microseconds per call, median of `runs` rounds of n calls: a DoAction on
+ * an open client (reuse), or a client opened, pinged once and closed
+ * (open_close). Another client stays open meanwhile (`keep`), as in a
+ * process that talks to more than one peer, and as pyarrow's side (its
+ * bulk clients stay open). */
+static double small_call_us(const char *uri, bool open_close, int n, int runs,
+                            fsh_flight_client *keep) {
+  double per[MAX_RUNS];
+  fsh_flight_client_options co = {.uri = uri};
+  fsh_error err;
+  for (int r = 0; r < runs; r++) {
+    double t0 = now();
+    for (int i = 0; i < n; i++) {
+      fsh_flight_client *c = keep;
+      if (open_close && fsh_flight_client_open(&co, &c, &err)) die("client", &err);
+      ping(c);
+      if (open_close) fsh_flight_client_close(c);
+    }
+    per[r] = (now() - t0) / n * 1e6;
+  }
+  qsort(per, (size_t)runs, sizeof *per, cmp_double);
+  return runs % 2 ? per[runs / 2] : (per[runs / 2 - 1] + per[runs / 2]) / 2;
+}
 
 /* ---- main -------------------------------------------------------------------------------- */
 
@@ -842,7 +877,7 @@ int main(int argc, char **argv) {
       with_rss = false;
     else {
       fprintf(stderr, "usage: bench_flight [--mib N] [--runs R] [--no-pyarrow] [--no-rss] "
-                      "[--rss-gib G] [--only get|put]\n");
+                      "[--rss-gib G] [--only get|put|get4S|...|calls]\n");
       return 2;
     }
   }
@@ -915,9 +950,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_rows; i++) {
       row *w = &rows[i];
       int64_t n = w->large ? n_large : n_small;
-      double cpu0 = cpu_seconds() + child_cpu_seconds(server.pid);
+      double cpu0 = cpu_seconds() + cli_proc_cpu_seconds(server.pid);
       w->ours[r] = flight_run(clients, w->put, w->streams, w->large, n, false, &ok);
-      w->cpu[r] = cpu_seconds() + child_cpu_seconds(server.pid) - cpu0;
+      w->cpu[r] = cpu_seconds() + cli_proc_cpu_seconds(server.pid) - cpu0;
       if (verbose)
         fprintf(stderr, "run %d %s%d%c: %.2f GB/s, %.3f cpu-s/GB\n", r, w->put ? "put" : "get",
                 w->streams, w->large ? 'L' : 'S',
@@ -992,6 +1027,32 @@ int main(int argc, char **argv) {
     printf("\n");
   }
 
+  /* Small calls: latency, not bytes. */
+  double call_us[2] = {0, 0}, py_call_us[2] = {0, 0};
+  bool with_calls = !only || strcmp(only, "calls") == 0;
+  if (with_calls) {
+    ping(clients[0]); /* connected, warm */
+    printf("\n  small calls, microseconds per call (median of %d rounds of %d): ours / "
+           "pyarrow.flight\n", runs, SMALL_CALLS);
+    for (int oc = 0; oc < 2; oc++) {
+      call_us[oc] = small_call_us(uri, oc, SMALL_CALLS, runs, clients[0]);
+      printf("  %-44s %7.1f", oc ? "connect + DoAction + close (one new client)"
+                                 : "DoAction on an open client", call_us[oc]);
+      if (py_ok) {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "ping %d %d %d", oc, SMALL_CALLS, runs);
+        const char *a = companion_ask(&py, cmd);
+        if (!a || sscanf(a, "ok %lf", &py_call_us[oc]) != 1) {
+          printf("  pyarrow companion failed: %s", a ? a : "(no answer)\n");
+          py_ok = false;
+        } else {
+          printf(" / %7.1f   ours/pa %.2fx", py_call_us[oc], call_us[oc] / py_call_us[oc]);
+        }
+      }
+      printf("\n");
+    }
+  }
+
   for (int s = 0; s < MAX_STREAMS; s++) fsh_flight_client_close(clients[s]);
   if (py.pid) companion_close(&py);
   /* The server process says how many DoPuts received wrong batches. */
@@ -1024,7 +1085,13 @@ int main(int argc, char **argv) {
   printf("result: name=bench_flight verified=%s mib_per_run=%.0f runs=%d tcp1_gbps=%.2f "
          "doget1_vs_tcp=%.2f doget1_64m_vs_tcp=%.2f",
          verified ? "yes" : "no", mib, runs, tcp1.med, doget1_vs_tcp, doget1_large_vs_tcp);
-  if (py_ok) printf("%s min_vs_pyarrow=%.2f", res_rows, min_vs_py);
+  if (py_ok && n_rows > 0) printf("%s min_vs_pyarrow=%.2f", res_rows, min_vs_py);
+  if (with_calls) {
+    printf(" call_us=%.1f open_call_close_us=%.1f", call_us[0], call_us[1]);
+    if (py_ok)
+      printf(" pyarrow_call_us=%.1f pyarrow_open_call_close_us=%.1f", py_call_us[0],
+             py_call_us[1]);
+  }
   if (rss.ran) printf(" rss_peak_mib=%.1f", rss_peak);
   /* The issue's targets: single-stream DoGet >= 0.7x raw TCP, every row
    * >= 1.0x pyarrow.flight, server RSS < 256 MiB. */

@@ -9,11 +9,14 @@ bench_flight runs this with --serve-commands and drives it over stdin, one
 command a line, one answer a line:
     hello                      -> ok
     get|put <streams> S|L <n>  -> ok <seconds> <cpu seconds>
+    ping 0|1 <n> <runs>        -> ok <microseconds per call>
 (cpu: user + system time of this process, server and client, over the run)
 n batches of the small (S) or large (L) size in total, over <streams>
 concurrent streams, each on its own client (channel) and thread, moving
 n / streams batches. DoGet clients read every batch (read_chunk); the
-DoPut server reads every batch (read_chunk).
+DoPut server reads every batch (read_chunk). ping: DoAction "ping" n times
+on an open client (0) or on a client connected and closed for it (1),
+median of runs rounds.
 
 Alone, for a quick look:
     .venv/bin/python bench/flight/bench_flight_pyarrow.py --runs 5
@@ -63,6 +66,11 @@ class Server(flight.FlightServerBase, Batches):
         return flight.RecordBatchStream(
             pa.Table.from_batches(self.batches(t[0], int(t[1:])), schema=self.schema))
 
+    def do_action(self, context, action):
+        if action.type != "ping":
+            raise flight.FlightServerError(f"unknown action {action.type}")
+        return [flight.Result(b"pong")]
+
     def do_put(self, context, descriptor, reader, writer):
         got = 0
         while True:
@@ -94,6 +102,29 @@ def put_one(client, schema, batches, out, i):
         writer.write_batch(b)
     writer.close()
     out[i] = True
+
+
+def ping(client):
+    res = list(client.do_action(flight.Action("ping", b"")))
+    if len(res) != 1 or res[0].body.to_pybytes() != b"pong":
+        raise RuntimeError("ping: not pong")
+
+
+def small_call_us(uri, open_close, n, runs, keep):
+    """Microseconds per call, median of runs rounds of n: a DoAction on an
+    open client, or a client connected, pinged once and closed."""
+    per = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if open_close:
+                c = flight.connect(uri)
+                ping(c)
+                c.close()
+            else:
+                ping(keep)
+        per.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(per)
 
 
 def cpu_seconds():
@@ -171,6 +202,10 @@ def main():
                 try:
                     if w[0] == "hello":
                         print("ok", flush=True)
+                    elif w[0] == "ping":  # ping <open_close 0|1> <n> <runs>
+                        ping(clients[0])
+                        us = small_call_us(uri, w[1] == "1", int(w[2]), int(w[3]), clients[0])
+                        print(f"ok {us:.3f}", flush=True)
                     else:
                         op, streams, kind, n = w[0], int(w[1]), w[2], int(w[3])
                         cpu0 = cpu_seconds() + proc_cpu_seconds(proc.pid)

@@ -18,7 +18,11 @@
  *  - DoExchange gets both.
  * Callbacks run on pool threads, never two at once for the same call; they
  * must not block for long (reading a local file is fine, waiting on the
- * network is not).
+ * network is not): a blocked callback holds up the other calls bound to
+ * its thread (calls are spread round robin). Socket I/O runs on separate
+ * poller threads, so other threads' calls keep moving meanwhile and a
+ * client's cancel still reaches the blocked callback
+ * (fsh_flight_call_cancelled).
  *
  * Errors: as everywhere, 0 or an errno-style code plus fsh_error. On the
  * wire, handler errors become gRPC status codes: ENOENT -> NOT_FOUND,
@@ -179,6 +183,8 @@ typedef struct fsh_flight_call fsh_flight_call;
 /* Facts about the call a handler serves (borrowed strings). */
 const char *fsh_flight_call_peer(const fsh_flight_call *c);
 const char *fsh_flight_call_identity(const fsh_flight_call *c); /* authenticated user or "" */
+/* Whether the client cancelled the call (or it failed); a handler that
+ * waits may poll it, also while it blocks its pool thread. */
 bool fsh_flight_call_cancelled(const fsh_flight_call *c);
 
 /* Result lists that handlers fill (the server sends them as a stream). */
@@ -235,7 +241,7 @@ typedef struct fsh_flight_handlers {
 
 typedef struct fsh_flight_server_options {
   const char *listen; /* "host:port"; port 0 picks a free port */
-  int n_threads;      /* pool size; 0 = 4 */
+  int n_threads;      /* pool size (runs handlers); 0 = 4; plus 1 poller per 2 CPUs */
   /* Auth: when auth_token is set, every call must carry
    * "authorization: Bearer <auth_token>" (else UNAUTHENTICATED); Handshake
    * with basic credentials basic_user/basic_password answers the token. */

@@ -26,6 +26,7 @@
  * fsh_plan_result_compare (a spilled join feeds the group-by in another
  * order, so float sums may differ in their last bits). */
 #include "cli/cli.h"
+#include "cli/proc_cpu.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -119,28 +120,11 @@ static int result_sum(const fsh_plan_result *r, uint64_t *sum, fsh_error *err) {
   return 0;
 }
 
-/* CPU seconds (user + system) of process pid so far, from /proc/pid/stat
- * (fields 14 and 15, after the parenthesised command name); 0 if gone. */
-static double proc_cpu(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')');
-  unsigned long long ut = 0, st = 0;
-  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-    return 0;
-  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* This process's CPU seconds plus every worker process's of c (NULL: only
  * this process's). */
 static double all_cpu(const cli_local *c) {
   double t = ops_cpu();
-  for (int i = 0; c && i < c->n; i++) t += proc_cpu(c->proc[i].pid);
+  for (int i = 0; c && i < c->n; i++) t += cli_proc_cpu_seconds(c->proc[i].pid);
   return t;
 }
 

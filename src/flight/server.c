@@ -1,6 +1,7 @@
 /* server.c -- the Flight server's lifecycle: gRPC server creation, method
- * registration, the fixed pool of threads (one completion queue each),
- * graceful stop (shutdown, wait, cancel, drain, join, free). */
+ * registration, the fixed pool of threads (one completion queue each) and
+ * the poller threads that do their socket I/O, graceful stop (shutdown,
+ * wait, cancel, drain, join, free). */
 #include "flight/server_internal.h"
 
 #include <errno.h>
@@ -31,6 +32,9 @@ bool srv_method_reads_initial(srv_method m) { return srv_methods[m].reads_initia
 
 int fsh_flight_server_port(const fsh_flight_server *s) { return s->port; }
 
+/* The loop of pool threads and pollers alike: a pool thread runs its
+ * calls' events; a poller's queue only ever yields new calls (handed to
+ * their pool thread) while the thread does socket I/O inside gRPC. */
 static void *srv_worker_main(void *arg) {
   srv_worker *w = arg;
   bool missing = srv_rearm_missing(w);
@@ -47,30 +51,26 @@ static void *srv_worker_main(void *arg) {
   return NULL;
 }
 
-/* How many of the n workers' queues poll (the others are GRPC_CQ_NON_POLLING:
- * their threads wait for completions only and never do socket I/O): one
- * per 2 online CPUs, at least 1, at most n. gRPC's epoll poller lets one
- * thread at a time wait in epoll_wait and hands that role to another
- * polling thread after every batch of socket events (a futex wake and a
- * context switch each); with more polling threads than cores to run them
- * those handoffs are pure overhead. bench_flight on 2 shared cores, the
- * default 4 workers all polling vs 1 poller, per GB of 4 MiB batches:
- * DoGet 1 stream ~3,000 -> ~35 futex calls, ~4,000 -> ~2,400 context
- * switches, CPU seconds (both ends) 0.28-0.42 -> 0.23-0.34; DoPut 1 stream
- * ~6,700 -> ~20 futex calls, 0.27-0.40 -> 0.23-0.26 s; DoPut 4 streams
- * 0.37-0.42 -> 0.32-0.36 s; DoGet 4 streams unchanged (its 4 client
- * threads' own handoffs dominate). On larger machines up to n threads
- * still move bytes in parallel; handlers run on every worker either way
- * (a new call goes to
- * a queue with a free request slot; gRPC tries the polling queue that
- * accepted the connection first). */
-static int srv_polling_queues(int n) {
+/* How many poller threads: one per 2 online CPUs, at least 1, at most n
+ * (the pool size). gRPC's epoll poller lets one thread at a time
+ * wait in epoll_wait and hands that role to another polling thread after
+ * every batch of socket events (a futex wake and a context switch each);
+ * with more polling threads than cores to run them those handoffs are pure
+ * overhead. bench_flight on 2 shared cores, 4 polling threads vs 1, per GB
+ * of 4 MiB batches: DoGet 1 stream ~3,000 -> ~35 futex calls, ~4,000 ->
+ * ~2,400 context switches, CPU seconds (both ends) 0.28-0.42 -> 0.23-0.34;
+ * DoPut 1 stream ~6,700 -> ~20 futex calls, 0.27-0.40 -> 0.23-0.26 s.
+ * The pollers run no handlers (server_internal.h): before, the pool's
+ * first queue polled and took nearly every call, and a handler blocking
+ * its thread (a slow source, a sleeping DoAction) stopped every
+ * connection's I/O and never saw its client cancel. */
+static int srv_poller_count(int n) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  long p = cpus > 0 ? cpus / 2 : n;
+  long p = cpus > 0 ? cpus / 2 : 1;
   return p < 1 ? 1 : p > n ? n : (int)p;
 }
 
-/* A queue whose waiting threads do not poll (see srv_polling_queues). */
+/* A queue whose waiting threads do not poll (the pool's). */
 static grpc_completion_queue *srv_non_polling_queue(void) {
   grpc_completion_queue_attributes attr = {GRPC_CQ_CURRENT_VERSION, GRPC_CQ_NEXT,
                                            GRPC_CQ_NON_POLLING, NULL};
@@ -102,9 +102,26 @@ static void srv_free(fsh_flight_server *s) {
       }
     }
   }
+  /* The pollers last: the pool's queues may still need socket I/O to
+   * drain; their own queues yield the void requests (freed). */
+  for (int i = 0; i < s->n_pollers; i++)
+    if (s->pollers[i].cq) grpc_completion_queue_shutdown(s->pollers[i].cq);
+  for (int i = 0; i < s->n_pollers; i++) {
+    srv_worker *p = &s->pollers[i];
+    if (p->started) {
+      pthread_join(p->thread, NULL);
+    } else if (p->cq) {
+      while (grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+             GRPC_QUEUE_SHUTDOWN) {
+      }
+    }
+  }
   for (int i = 0; i < s->n_workers; i++)
     if (s->workers[i].cq) grpc_completion_queue_destroy(s->workers[i].cq);
+  for (int i = 0; i < s->n_pollers; i++)
+    if (s->pollers[i].cq) grpc_completion_queue_destroy(s->pollers[i].cq);
   fsh_free(s->workers);
+  fsh_free(s->pollers);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   fsh_free(s->auth_token);
@@ -161,8 +178,11 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   s->basic_password = srv_dup_opt(opts->basic_password, &oom);
   s->n_workers = opts->n_threads > 0 ? opts->n_threads : 4;
   s->workers = fsh_calloc((size_t)s->n_workers, sizeof *s->workers);
-  if (oom || !s->workers) {
+  s->n_pollers = srv_poller_count(s->n_workers);
+  s->pollers = fsh_calloc((size_t)s->n_pollers, sizeof *s->pollers);
+  if (oom || !s->workers || !s->pollers) {
     s->n_workers = 0;
+    s->n_pollers = 0;
     srv_free(s);
     return fsh_error_set(err, ENOMEM, "flight server: out of memory");
   }
@@ -194,15 +214,30 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
                                      : GRPC_SRM_PAYLOAD_NONE,
         0);
   }
-  const int n_polling = srv_polling_queues(s->n_workers);
+  /* The pollers' queues first (gRPC offers a new call to the queues in
+   * this order, after the one whose poller accepted the connection). */
+  for (int i = 0; i < s->n_pollers; i++) {
+    s->pollers[i].server = s;
+    s->pollers[i].poller = true;
+    s->pollers[i].index = i;
+    s->pollers[i].cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->pollers[i].cq, NULL);
+  }
   for (int i = 0; i < s->n_workers; i++) {
     s->workers[i].server = s;
-    s->workers[i].cq =
-        i < n_polling ? grpc_completion_queue_create_for_next(NULL) : srv_non_polling_queue();
+    s->workers[i].index = i;
+    s->workers[i].cq = srv_non_polling_queue();
     grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
   }
-  /* The threads poll before the server starts: a failure here leaves a
+  /* The threads run before the server starts: a failure here leaves a
    * server without listeners, which needs no shutdown. */
+  for (int i = 0; i < s->n_pollers; i++) {
+    if (pthread_create(&s->pollers[i].thread, NULL, srv_worker_main, &s->pollers[i]) != 0) {
+      srv_free(s);
+      return fsh_error_set(err, EAGAIN, "flight server: cannot start poller thread %d", i);
+    }
+    s->pollers[i].started = true;
+  }
   for (int i = 0; i < s->n_workers; i++) {
     if (pthread_create(&s->workers[i].thread, NULL, srv_worker_main, &s->workers[i]) != 0) {
       srv_free(s);
@@ -228,9 +263,11 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   }
   grpc_server_start(s->server);
 
-  /* Arm one request per method on every queue. */
-  for (int i = 0; i < s->n_workers; i++)
-    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->workers[i], (srv_method)m);
+  /* Arm requests on the pollers' queues only: per method as many as the
+   * pool has threads, spread over the pollers, so that a burst of new
+   * calls finds them armed (each is re-armed as its call arrives). */
+  for (int k = 0; k < s->n_workers; k++)
+    for (int m = 0; m < SRV_N_METHODS; m++) srv_arm(&s->pollers[k % s->n_pollers], (srv_method)m);
   *out = s;
   return 0;
 }

@@ -16,8 +16,11 @@ const char *fsh_flight_call_peer(const fsh_flight_call *c) {
 const char *fsh_flight_call_identity(const fsh_flight_call *c) {
   return c && c->identity ? c->identity : "";
 }
+/* failed is the call's thread's own; close_cancelled is written by gRPC on
+ * a poller thread (when the client's cancel is read), possibly while a
+ * handler on the call's thread polls this: an atomic load. */
 bool fsh_flight_call_cancelled(const fsh_flight_call *c) {
-  return c && (c->failed || c->close_cancelled);
+  return c && (c->failed || __atomic_load_n(&c->close_cancelled, __ATOMIC_ACQUIRE));
 }
 
 void srv_call_set_identity(fsh_flight_call *c, const char *identity) {
@@ -51,12 +54,14 @@ int srv_request_call(srv_worker *w, srv_method m) {
   fsh_flight_call *c = fsh_calloc(1, sizeof *c);
   if (!c) return ENOMEM;
   c->server = s;
-  c->worker = w;
+  c->requester = w;
+  unsigned k = (unsigned)w->index + atomic_fetch_add(&w->next_bind[m], 1);
+  c->worker = &s->workers[k % (unsigned)s->n_workers];
   c->method = m;
-  srv_tag *tags[] = {&c->tag_new, &c->tag_recv, &c->tag_send, &c->tag_status, &c->tag_md,
-                     &c->tag_close};
-  srv_tag_kind kinds[] = {SRV_TAG_NEW, SRV_TAG_RECV, SRV_TAG_SEND, SRV_TAG_STATUS, SRV_TAG_MD,
-                          SRV_TAG_CLOSE};
+  srv_tag *tags[] = {&c->tag_new,    &c->tag_begin, &c->tag_recv, &c->tag_send,
+                     &c->tag_status, &c->tag_md,    &c->tag_close};
+  srv_tag_kind kinds[] = {SRV_TAG_NEW,    SRV_TAG_BEGIN, SRV_TAG_RECV, SRV_TAG_SEND,
+                          SRV_TAG_STATUS, SRV_TAG_MD,    SRV_TAG_CLOSE};
   for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {
     tags[i]->kind = kinds[i];
     tags[i]->call = c;
@@ -65,7 +70,8 @@ int srv_request_call(srv_worker *w, srv_method m) {
   atomic_fetch_add(&s->live, 1);
   grpc_call_error e = grpc_server_request_registered_call(
       s->server, s->methods[m], &c->call, &c->deadline, &c->request_md,
-      srv_method_reads_initial(m) ? &c->initial_payload : NULL, w->cq, w->cq, &c->tag_new);
+      srv_method_reads_initial(m) ? &c->initial_payload : NULL, c->worker->cq, w->cq,
+      &c->tag_new);
   if (e != GRPC_CALL_OK) {
     srv_call_destroy(c);
     return EINVAL;
@@ -267,7 +273,20 @@ void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok) {
         srv_call_destroy(c);
         return;
       }
-      srv_arm(c->worker, c->method); /* re-arm the slot first */
+      srv_arm(c->requester, c->method); /* re-arm the slot first */
+      if (c->worker != c->requester) {
+        /* Another thread's call: an empty batch puts tag_begin on its
+         * queue at once. From here on only that thread touches c. */
+        c->pending++;
+        if (grpc_call_start_batch(c->call, NULL, 0, &c->tag_begin, NULL) == GRPC_CALL_OK) return;
+        c->pending--; /* not expected: drop the call (the client sees CANCELLED) */
+        grpc_call_cancel(c->call, NULL);
+        break;
+      }
+      srv_call_begin(c);
+      break;
+    case SRV_TAG_BEGIN:
+      c->pending--;
       srv_call_begin(c);
       break;
     case SRV_TAG_RECV: {

@@ -4,9 +4,18 @@
  * includes this.
  *
  * Model. Each pool thread owns one completion queue and is the only thread
- * that polls it. Every call is bound to the queue whose request it answered,
- * so all of a call's events -- and therefore all handler, source and sink
- * callbacks for it -- run on one thread, one at a time, with no lock.
+ * that waits on it; the pool's queues never poll sockets. A few poller
+ * threads (one per 2 CPUs) do all socket I/O, each waiting in gRPC's
+ * poller on a queue of its own, and run no handler: every request for a
+ * new call is armed on a poller's queue (gRPC offers a new call to those
+ * first, as they are registered first) and bound to a pool queue, round
+ * robin per poller and method; the poller re-arms and hands the call to
+ * its pool thread (an empty batch: its tag comes out of the call's
+ * queue). So all of a call's events -- and therefore all handler, source
+ * and sink callbacks for it -- run on one pool thread, one at a time, with
+ * no lock, and a handler that blocks its pool thread holds up only the
+ * calls bound there: new calls still arrive, other calls' bytes still
+ * move, and a client's cancel still reaches it (fsh_flight_call_cancelled).
  * A call is a small state machine: at most one RECV_MESSAGE, one
  * SEND_MESSAGE (or SEND_STATUS_FROM_SERVER) and the RECV_CLOSE_ON_SERVER
  * batch are outstanding at any time; the call is freed when its last
@@ -43,6 +52,7 @@ bool srv_method_reads_initial(srv_method m);
 
 typedef enum srv_tag_kind {
   SRV_TAG_NEW,      /* a requested call arrived (or the request was cancelled) */
+  SRV_TAG_BEGIN,    /* on the call's own queue: start serving it (srv_handle_event) */
   SRV_TAG_RECV,     /* RECV_MESSAGE completed */
   SRV_TAG_SEND,     /* SEND_MESSAGE completed */
   SRV_TAG_STATUS,   /* SEND_STATUS_FROM_SERVER completed */
@@ -61,6 +71,11 @@ typedef struct srv_worker {
   grpc_completion_queue *cq;
   pthread_t thread;
   bool started;
+  bool poller; /* a poller (polling queue, requests armed here), else a pool thread */
+  int index;   /* in server->workers or server->pollers */
+  /* Requests armed here so far, per method: the next one is bound to pool
+   * queue (index + next_bind[m]) % n_workers. */
+  atomic_uint next_bind[SRV_N_METHODS];
   /* Request slots that could not be armed (out of memory), per method:
    * the worker's thread retries them, so a failed allocation never leaves
    * a method unserved on this queue. Atomic: start() arms from its own
@@ -79,7 +94,9 @@ struct fsh_flight_server {
   grpc_server *server;
   void *methods[SRV_N_METHODS]; /* registered method handles */
   int n_workers;
-  srv_worker *workers;
+  srv_worker *workers; /* the pool: runs the calls */
+  int n_pollers;
+  srv_worker *pollers; /* poll sockets, take new calls, run no handler */
 
   srv_tag shutdown_tag;
   pthread_mutex_t mu;
@@ -109,7 +126,8 @@ int srv_reply_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done, fs
 
 struct fsh_flight_call {
   fsh_flight_server *server;
-  srv_worker *worker;
+  srv_worker *worker;     /* the call's pool queue and thread */
+  srv_worker *requester;  /* the poller whose queue the request's arrival comes to */
   srv_method method;
   const srv_call_ops *ops;
 
@@ -119,7 +137,7 @@ struct fsh_flight_call {
   grpc_metadata_array request_md;
   grpc_byte_buffer *initial_payload;
 
-  srv_tag tag_new, tag_recv, tag_send, tag_status, tag_md, tag_close;
+  srv_tag tag_new, tag_begin, tag_recv, tag_send, tag_status, tag_md, tag_close;
   int pending; /* batches started and not yet completed */
 
   /* Stream state. */
@@ -158,8 +176,9 @@ struct fsh_flight_call {
 
 /* ---- server_call.c: the generic machinery -------------------------------- */
 
-/* Allocates a call struct and asks gRPC for the next call of method m on
- * worker w. Returns 0, or nonzero when the server is stopping or out of
+/* Allocates a call struct and asks gRPC for the next call of method m,
+ * announced on poller w's queue and bound to the next pool queue of w's
+ * round robin for m. Returns 0, or nonzero when the server is stopping or out of
  * memory (the slot is then simply not re-armed). */
 int srv_request_call(srv_worker *w, srv_method m);
 /* srv_request_call, remembering the slot in w->unarmed on failure. */

@@ -32,6 +32,9 @@ typedef struct fx_server {
   atomic_int cancelled_sources; /* endless sources released before their end */
   atomic_int stalls_cancelled;  /* "stall" calls that saw the client cancel */
   atomic_int stalls_done;       /* "stall" calls whose pause is over */
+  /* the threads the DoGet handler ran on, in call order (under mu) */
+  pthread_t get_threads[64];
+  int n_get_threads;
 } fx_server;
 
 /* The pause of the "stall" ticket and DoPut descriptor: cut short when the
@@ -187,6 +190,9 @@ static void fx_endless_release(fsh_flight_source *s) {
 static int fx_do_get(void *ctx, fsh_flight_call *call, const fsh_bytes *ticket,
                      fsh_flight_source **out, fsh_error *err) {
   fx_server *fx = ctx;
+  pthread_mutex_lock(&fx->mu);
+  if (fx->n_get_threads < 64) fx->get_threads[fx->n_get_threads++] = pthread_self();
+  pthread_mutex_unlock(&fx->mu);
   char name[64];
   snprintf(name, sizeof name, "%.*s", (int)(ticket->size < 60 ? ticket->size : 60),
            (const char *)ticket->data);
