@@ -5,6 +5,7 @@
 #include "flight/server_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +90,22 @@ static char *srv_dup_opt(const char *s, bool *oom) {
  * threads), then the library reference. */
 static void srv_free(fsh_flight_server *s) {
   if (s->server) grpc_server_destroy(s->server);
+  /* `stopping` is set (or the server never started): no poller starts a
+   * hand-off batch after this; wait for one that is starting it now. */
+  atomic_store(&s->stopping, true);
+  while (atomic_load(&s->handoffs) > 0) sched_yield();
+  /* A pool thread finishing a call may still start batches on its queue
+   * (a send completing just before cancel_all_calls pumps the next one),
+   * and a batch on a shut-down queue aborts gRPC: the queues are shut
+   * down only once every call struct is gone. The shutdown cancelled every
+   * call, and the pollers (still running) free the void requests. */
+  bool running = s->n_pollers > 0 && s->n_workers > 0;
+  for (int i = 0; i < s->n_workers; i++) running &= s->workers[i].started;
+  for (int i = 0; i < s->n_pollers; i++) running &= s->pollers[i].started;
+  while (running && atomic_load(&s->live) > 0) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
   for (int i = 0; i < s->n_workers; i++)
     if (s->workers[i].cq) grpc_completion_queue_shutdown(s->workers[i].cq);
   for (int i = 0; i < s->n_workers; i++) {
@@ -172,6 +189,7 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
   s->shutdown_tag.kind = SRV_TAG_SHUTDOWN;
   atomic_init(&s->stopping, false);
   atomic_init(&s->live, 0);
+  atomic_init(&s->handoffs, 0);
   bool oom = false;
   s->auth_token = srv_dup_opt(opts->auth_token, &oom);
   s->basic_user = srv_dup_opt(opts->basic_user, &oom);

@@ -276,11 +276,21 @@ void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok) {
       srv_arm(c->requester, c->method); /* re-arm the slot first */
       if (c->worker != c->requester) {
         /* Another thread's call: an empty batch puts tag_begin on its
-         * queue at once. From here on only that thread touches c. */
-        c->pending++;
-        if (grpc_call_start_batch(c->call, NULL, 0, &c->tag_begin, NULL) == GRPC_CALL_OK) return;
-        c->pending--; /* not expected: drop the call (the client sees CANCELLED) */
-        grpc_call_cancel(c->call, NULL);
+         * queue at once. From here on only that thread touches c. Once
+         * stop() began the pool's queues may be shut down (a batch on one
+         * aborts gRPC): the call is dropped instead, and `handoffs` lets
+         * srv_free wait out a poller that checked `stopping` just before. */
+        atomic_fetch_add(&s->handoffs, 1);
+        if (!atomic_load(&s->stopping)) {
+          c->pending++;
+          if (grpc_call_start_batch(c->call, NULL, 0, &c->tag_begin, NULL) == GRPC_CALL_OK) {
+            atomic_fetch_sub(&s->handoffs, 1);
+            return;
+          }
+          c->pending--; /* not expected */
+        }
+        atomic_fetch_sub(&s->handoffs, 1);
+        grpc_call_cancel(c->call, NULL); /* the client sees CANCELLED */
         break;
       }
       srv_call_begin(c);

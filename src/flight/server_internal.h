@@ -104,6 +104,8 @@ struct fsh_flight_server {
   bool shutdown_done;    /* the shutdown tag came back */
   atomic_bool stopping;  /* stop() began: no new requests */
   atomic_long live;      /* call structs alive (requests included) */
+  atomic_long handoffs;  /* pollers between checking `stopping` and handing a
+                          * new call to its pool queue (srv_free waits for 0) */
 };
 
 /* What a call does with its messages; set per method at dispatch. Every
