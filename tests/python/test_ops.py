@@ -194,13 +194,17 @@ def test_bench_ops_on_a_cluster(tmp_path, direct_reads):
                           rf"checksum=([0-9a-f]{{16}})$", out, re.M)
         assert sorted(b for b, _, _ in runs) == ["flight"] * 2 + ["fs"] * 2 + ["memory"] * 2
         assert all((n, c) == ref.groups() for _, n, c in runs), runs
-    # the cluster runs name their stages: a distributed sort is staging,
-    # scatter, result; the join + group-by ends with a result stage
+    # the cluster runs name their stages by operator: a distributed sort
+    # is a range staging stage, its scatter, the result; the join +
+    # group-by is the join's two hash exchanges, then the aggregate's
     stages = re.findall(r"^      stages \(seconds/task seconds/bytes\): (.*)$", out, re.M)
     assert len(stages) == 2 * 2 * 2, out
     assert sum(1 for s in stages if re.fullmatch(
-        r"staging \S+MB, scatter \S+MB, result \S+MB", s)) == 4, stages
-    assert sum(1 for s in stages if s.startswith("map ") and ", result " in s) == 4, stages
+        r"sort: range-stage \S+MB, sort: range-scatter \S+MB, sort: result \S+MB", s)) == 4, \
+        stages
+    assert sum(1 for s in stages if re.fullmatch(
+        r"join: hash \S+MB, join: hash \S+MB, aggregate: hash \S+MB, aggregate: result \S+MB",
+        s)) == 4, stages
     time.sleep(0.2)
     assert all(_gone(p) for p in pids), "a worker outlived the bench"
     assert list(spill.iterdir()) == []
