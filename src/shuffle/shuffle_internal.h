@@ -60,6 +60,12 @@
  * unions). The memory backend's bytes and the writer's block sizing. */
 int64_t fsh_shuffle_batch_bytes(const fsh_batch *b);
 
+/* fsh_task_row_checksums with its hashing path chosen: the vector one
+ * (AVX-512) when `vector` and the CPU has it, else the scalar one; returns
+ * whether the vector path ran. Same sums either way (for the tests). */
+bool fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums,
+                                 bool vector);
+
 /* Allocates the per-partition arrays of *m (zeroed) and sets its ids;
  * location stays NULL. On ENOMEM *m is left reset. */
 FSH_NODISCARD int fsh_map_output_alloc(fsh_map_output *m, uint64_t shuffle_id, int64_t map_id,
