@@ -225,6 +225,14 @@ int64_t fsh_partition_builder_bytes(const fsh_partition_builder *pb, int32_t par
  * and must be released before. ENOMEM only. */
 FSH_NODISCARD int fsh_partition_builder_take(fsh_partition_builder *pb, int32_t partition,
                                              fsh_batch **out, fsh_error *err);
+/* Bytes the builder's buffers hold allocated (what it costs in memory,
+ * kept between blocks), for a store's memory budget. */
+int64_t fsh_partition_builder_capacity(const fsh_partition_builder *pb);
+/* Bytes the process-wide cache of freed builders holds, and dropping them
+ * (freed; the next new builder starts from nothing): a store under memory
+ * pressure does not keep idle builders. Thread-safe. */
+int64_t fsh_partition_builder_cache_bytes(void);
+void fsh_partition_builder_cache_drop(void);
 
 
 /* ---- sort, top-N, merge, range boundaries, re-chunking ------------------
