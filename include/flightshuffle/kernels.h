@@ -201,7 +201,9 @@ FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int
  * (input batch, partition), no concatenation later, and the builders'
  * memory is reused from one block to the next (up to 2 MiB a partition)
  * and from one builder to the next (a freed builder is kept for the next
- * new one of the same shape: up to 2 of at most 160 MiB, process-wide).
+ * new one of the same shape: up to 2 of at most 160 MiB, process-wide;
+ * a worker's store charges running builders to its memory budget and
+ * drops the idle ones when its budget has no room for them).
  * Flat columns only, no dictionaries (fsh_partition_builder_supports). */
 typedef struct fsh_partition_builder fsh_partition_builder;
 bool fsh_partition_builder_supports(const fsh_schema *schema);
@@ -225,6 +227,14 @@ int64_t fsh_partition_builder_bytes(const fsh_partition_builder *pb, int32_t par
  * and must be released before. ENOMEM only. */
 FSH_NODISCARD int fsh_partition_builder_take(fsh_partition_builder *pb, int32_t partition,
                                              fsh_batch **out, fsh_error *err);
+/* Bytes the builder's buffers hold allocated (what it costs in memory,
+ * kept between blocks), for a store's memory budget. */
+int64_t fsh_partition_builder_capacity(const fsh_partition_builder *pb);
+/* Bytes the process-wide cache of freed builders holds, and dropping them
+ * (freed; the next new builder starts from nothing): a store under memory
+ * pressure does not keep idle builders. Thread-safe. */
+int64_t fsh_partition_builder_cache_bytes(void);
+void fsh_partition_builder_cache_drop(void);
 
 
 /* ---- sort, top-N, merge, range boundaries, re-chunking ------------------

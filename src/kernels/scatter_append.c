@@ -79,6 +79,28 @@ static int64_t capacity(const fsh_partition_builder *pb) {
   return total;
 }
 
+int64_t fsh_partition_builder_capacity(const fsh_partition_builder *pb) {
+  return pb && pb->cols ? capacity(pb) : 0;
+}
+
+int64_t fsh_partition_builder_cache_bytes(void) {
+  int64_t total = 0;
+  pthread_mutex_lock(&g_cache_mu);
+  for (int i = 0; i < g_cached; i++) total += capacity(g_cache[i]);
+  pthread_mutex_unlock(&g_cache_mu);
+  return total;
+}
+
+void fsh_partition_builder_cache_drop(void) {
+  fsh_partition_builder *drop[CACHE_MAX];
+  pthread_mutex_lock(&g_cache_mu);
+  int n = g_cached;
+  memcpy(drop, g_cache, sizeof *drop * (size_t)n);
+  g_cached = 0;
+  pthread_mutex_unlock(&g_cache_mu);
+  for (int i = 0; i < n; i++) builder_destroy(drop[i]);
+}
+
 static fsh_partition_builder *cache_take(const fsh_schema *schema, int32_t n_partitions) {
   fsh_partition_builder *pb = NULL;
   pthread_mutex_lock(&g_cache_mu);

@@ -428,6 +428,10 @@ int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
   return 0;
 }
 
+int64_t fsh_map_file_writer_builder_bytes(const fsh_map_file_writer *w) {
+  return fsh_partition_builder_capacity(w->pb);
+}
+
 static void free_writer(fsh_map_file_writer *w) {
   if (w->parts) {
     for (int32_t i = 0; i < w->n_partitions; i++) {

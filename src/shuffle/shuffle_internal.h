@@ -60,6 +60,12 @@
  * unions). The memory backend's bytes and the writer's block sizing. */
 int64_t fsh_shuffle_batch_bytes(const fsh_batch *b);
 
+/* fsh_task_row_checksums with its hashing path chosen: the vector one
+ * (AVX-512) when `vector` and the CPU has it, else the scalar one; returns
+ * whether the vector path ran. Same sums either way (for the tests). */
+bool fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums,
+                                 bool vector);
+
 /* Allocates the per-partition arrays of *m (zeroed) and sets its ids;
  * location stays NULL. On ENOMEM *m is left reset. */
 FSH_NODISCARD int fsh_map_output_alloc(fsh_map_output *m, uint64_t shuffle_id, int64_t map_id,
@@ -101,6 +107,9 @@ FSH_NODISCARD int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t part
 FSH_NODISCARD int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
                                                  const int32_t *partition_of_row,
                                                  fsh_error *err);
+/* Bytes the writer's partition builders hold allocated (0 before the
+ * first write_rows): memory a store charges to its budget. */
+int64_t fsh_map_file_writer_builder_bytes(const fsh_map_file_writer *w);
 /* Writes every buffered block, the end-of-stream marker, the index and the
  * trailer, then closes the output (fsync + rename for atomic files). On
  * success *out (reset by the caller beforehand) holds ids, rows, bytes and
@@ -229,7 +238,11 @@ typedef struct fsh_store_writer fsh_store_writer;
 FSH_NODISCARD int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec,
                                         int64_t map_id, int32_t attempt, fsh_store_writer **out,
                                         fsh_error *err);
-/* fsh_map_file_writer_write_rows into the writer's map-output image. */
+/* fsh_map_file_writer_write_rows into the writer's map-output image; the
+ * partition builders' memory is charged to the store's budget as it grows
+ * (memory already held: charged even past the limit, after dropping the
+ * idle builders' cache and evicting older images to make room, so that
+ * later images spill sooner) until the writer is closed or aborted. */
 FSH_NODISCARD int fsh_store_writer_write_rows(fsh_store_writer *w, fsh_batch *batch,
                                               const int32_t *partition_of_row, fsh_error *err);
 FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,

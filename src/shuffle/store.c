@@ -59,6 +59,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <flightshuffle/kernels.h> /* the partition builders' cache */
+
 #include "ipc/read_internal.h" /* fsh_input_from_buffer_named */
 #include "shuffle/shuffle_internal.h"
 
@@ -599,6 +601,10 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
     int64_t want = image_grow(o->img_cap, o->img_size + total);
     const char *why = NULL;
     bool room = charge(o->s, want - o->charged);
+    if (!room && fsh_partition_builder_cache_bytes() > 0) { /* idle builders go first */
+      fsh_partition_builder_cache_drop();
+      room = charge(o->s, want - o->charged);
+    }
     while (!room && evict_one(o->s)) room = charge(o->s, want - o->charged);
     if (!room) {
       why = "the memory budget is exhausted";
@@ -743,6 +749,7 @@ struct fsh_store_writer {
   fsh_map_file_writer *mw;
   spill_result res;
   entry *e; /* allocated up front: publishing cannot fail */
+  int64_t builders_charged; /* the map-file writer's partition builders */
   char what[128];
 };
 
@@ -802,9 +809,41 @@ int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const u
   return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, checksum, err);
 }
 
+/* Brings the budget's charge for the writer's partition builders to what
+ * they hold now (w->mw NULL: nothing). Growth the budget refuses first
+ * drops the idle builders' cache, then evicts older images; memory the
+ * builders already hold is charged even past the limit (later images then
+ * spill). When the store is then at its limit, idle builders are dropped
+ * too: they are not charged. */
+static void charge_builders(fsh_store_writer *w) {
+  fsh_shuffle_store *s = w->s;
+  int64_t now = w->mw ? fsh_map_file_writer_builder_bytes(w->mw) : 0, d = now - w->builders_charged;
+  if (d > 0) {
+    bool room = charge(s, d);
+    if (!room && fsh_partition_builder_cache_bytes() > 0) {
+      fsh_partition_builder_cache_drop();
+      room = charge(s, d);
+    }
+    while (!room && evict_one(s)) room = charge(s, d);
+    if (!room) atomic_fetch_add(&s->used, d);
+  } else if (d < 0) {
+    uncharge(s, -d);
+  }
+  w->builders_charged = now;
+}
+
+/* After a writer's builders went back to the cache: idle builders that do
+ * not fit in what the budget has left are dropped. */
+static void trim_idle_builders(fsh_shuffle_store *s) {
+  int64_t idle = fsh_partition_builder_cache_bytes();
+  if (idle > 0 && atomic_load(&s->used) + idle > s->memory_limit) fsh_partition_builder_cache_drop();
+}
+
 int fsh_store_writer_write_rows(fsh_store_writer *w, fsh_batch *batch,
                                 const int32_t *partition_of_row, fsh_error *err) {
-  return fsh_map_file_writer_write_rows(w->mw, batch, partition_of_row, err);
+  int rc = fsh_map_file_writer_write_rows(w->mw, batch, partition_of_row, err);
+  charge_builders(w);
+  return rc;
 }
 
 static void writer_free(fsh_store_writer *w) {
@@ -817,9 +856,13 @@ static void writer_free(fsh_store_writer *w) {
 
 void fsh_store_writer_abort(fsh_store_writer *w) {
   if (!w) return;
+  fsh_shuffle_store *s = w->s;
   fsh_map_file_writer_abort(w->mw);
-  result_discard(w->s, &w->res);
+  w->mw = NULL;
+  charge_builders(w); /* back to 0 */
+  result_discard(s, &w->res);
   writer_free(w);
+  trim_idle_builders(s);
 }
 
 int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *err) {
@@ -827,6 +870,8 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   fsh_map_output m;
   int rc = fsh_map_file_writer_close(w->mw, &m, err);
   w->mw = NULL;
+  charge_builders(w); /* back to 0 */
+  trim_idle_builders(s);
   if (rc == 0 && fsh_map_output_copy(&w->e->meta, &m) != 0) {
     fsh_map_output_reset(&m);
     rc = fsh_error_set(err, ENOMEM, "store %s: %s: out of memory", s->name, w->what);

@@ -1,9 +1,10 @@
 /* test_row_checksum.c -- fsh_task_row_checksums against a naive reference
  * written from its documented definition (shuffle.h): each row's 56-byte
  * record built in a buffer of its own and hashed with XXH3_64bits, summed
- * per partition. Synthetic batches with and without nulls, names short and
- * long (past the 32 bytes kept in the record), sliced batches (offsets, a
- * slice ending at its buffers' end), random partitions. Then what the
+ * per partition; each hashing path (the AVX-512 one where the CPU has it,
+ * the scalar one). Synthetic batches with and without nulls, names short
+ * and long (past the 32 bytes kept in the record), sliced batches (offsets,
+ * a slice ending at its buffers' end), random partitions. Then what the
  * checksum is for: the same rows in another order or batching give the
  * same sum; a changed key, value or name byte, a value or name turned
  * null, two rows exchanging one column's values, a dropped row and a
@@ -48,20 +49,31 @@ static void reference(const fsh_batch *b, const int32_t *part_of_row, uint64_t *
   }
 }
 
+/* Both hashing paths (the vector one when the CPU has it, and the scalar
+ * one) against the definition, per partition and over all rows. */
 static void check_batch(const fsh_batch *b, const char *what) {
   enum { PARTS = 7 };
   int32_t *parts = STU_OK(malloc(sizeof *parts * (size_t)(b->length + 1)));
   for (int64_t i = 0; i < b->length; i++) parts[i] = (int32_t)((uint64_t)rand() % PARTS);
-  uint64_t want[PARTS] = {0}, got[PARTS] = {0}, want1 = 0, got1 = 0;
+  uint64_t want[PARTS] = {0}, want1 = 0;
   reference(b, parts, want);
-  fsh_task_row_checksums(b, parts, got);
-  for (int p = 0; p < PARTS; p++)
-    CHECK_MSG(got[p] == want[p], "%s: partition %d: %016llx, the definition gives %016llx",
-              what, p, (unsigned long long)got[p], (unsigned long long)want[p]);
   reference(b, NULL, &want1);
-  fsh_task_row_checksums(b, NULL, &got1);
-  CHECK_MSG(got1 == want1, "%s: all rows: %016llx, the definition gives %016llx", what,
-            (unsigned long long)got1, (unsigned long long)want1);
+  for (int vector = 0; vector < 2; vector++) {
+    uint64_t got[PARTS] = {0}, got1 = 0;
+    bool ran = fsh_task_row_checksums_path(b, parts, got, vector != 0);
+    (void)fsh_task_row_checksums_path(b, NULL, &got1, vector != 0);
+    const char *path = ran ? "vector path" : "scalar path";
+    CHECK_MSG(!ran || vector, "%s: the vector path ran when the scalar one was asked for", what);
+    for (int p = 0; p < PARTS; p++)
+      CHECK_MSG(got[p] == want[p], "%s, %s: partition %d: %016llx, the definition gives %016llx",
+                what, path, p, (unsigned long long)got[p], (unsigned long long)want[p]);
+    CHECK_MSG(got1 == want1, "%s, %s: all rows: %016llx, the definition gives %016llx", what,
+              path, (unsigned long long)got1, (unsigned long long)want1);
+  }
+  uint64_t got[PARTS] = {0};
+  fsh_task_row_checksums(b, parts, got); /* the dispatched path */
+  for (int p = 0; p < PARTS; p++)
+    CHECK_MSG(got[p] == want[p], "%s: fsh_task_row_checksums: partition %d differs", what, p);
   free(parts);
 }
 
