@@ -263,6 +263,9 @@ typedef struct fsh_sched_plan_stage {
    * task i reads partition i, the last one as its side input, and the
    * rows of every staged partition as its counts (Sched.proto) */
   bool scatter;
+  /* its pre-shuffle merge: 0 the job's (fsh_sched_plan_job.merge), else
+   * 1 + FSH_SCHED_MERGE_OFF / ON / AUTO (a plan's per-exchange policy) */
+  int32_t merge;
 } fsh_sched_plan_stage;
 
 typedef struct fsh_sched_plan_job {
@@ -299,6 +302,7 @@ typedef struct fsh_sched_stage_status {
   int64_t bytes, rows;
   double seconds;      /* first start .. last end (so far) */
   double task_seconds; /* sum of the done tasks' own times */
+  int64_t merges, merged_outputs; /* pre-shuffle merges of its output published, parts taken in */
 } fsh_sched_stage_status;
 
 typedef struct fsh_sched_partition_check {
