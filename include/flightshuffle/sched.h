@@ -204,7 +204,8 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  * publishes its parts unmerged. Modes: FSH_SCHED_MERGE_OFF (the default of
  * a JobPlan), ON, AUTO (on when sqrt(M x R) > threshold; 0 = the default
  * below, measured on a 2-core machine: bench shuffle 1000 x 1000 gains,
- * 64 x 64 stays off). */
+ * 64 x 64 stays off). A plan stage may carry its own mode, its exchange's
+ * policy (fsh_sched_plan_stage.merge). */
 #define FSH_SCHED_MERGE_THRESHOLD 200
 enum { FSH_SCHED_MERGE_OFF = 0, FSH_SCHED_MERGE_ON = 1, FSH_SCHED_MERGE_AUTO = 2 };
 
