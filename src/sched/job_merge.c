@@ -36,7 +36,13 @@
  *  - failure: a merge that fails (or could not be sent) publishes its
  *    parts unmerged, if their worker is alive; a worker lost first loses
  *    them (re-run). Never are rows dropped: the parts leave the worker
- *    only once the merged output is held there. */
+ *    only once the merged output is held there.
+ *  - a job that ends cancels its running merges (ECANCELED, no output); a
+ *    merge that still finishes after the shuffle's release drops its
+ *    merged output itself (worker_merge.c), so nothing is orphaned.
+ *  - which stages of a plan job: each carries its exchange's policy
+ *    (StagePlan.pre_shuffle_merge, from fsh_plan_job_plan), else the
+ *    job's mode applies. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>

@@ -7,7 +7,9 @@
  * parts', its checksum the xxh3 of the concatenated blocks (computed as
  * they are written). The merged output is written through a store writer
  * like any map output (memory budget, spill), published under its own
- * (map id, attempt), and only then are the parts dropped (when asked).
+ * (map id, attempt), and only then are the parts dropped (when asked) --
+ * unless a part is gone by then (its shuffle released during the merge):
+ * then the merged output is dropped too and the merge fails ECANCELED.
  * Each part is read at once: its whole index (one read), its data bytes
  * (a slice of a memory image, one read of a spill file; block by block
  * past 64 MiB) -- merging 1000-partition outputs copies a million tiny
@@ -100,18 +102,20 @@ int fsh_merge_task_decode(const uint8_t *data, int64_t size, fsh_merge_task *out
   return 0;
 }
 
-/* One part being copied: its file, every partition's verified index
- * entry (read at once), and its data bytes [base, data_end) read at once
- * (a slice of a memory image, one read of a spill file) unless larger
- * than MERGE_WHOLE_MAX (then block by block). */
-#define MERGE_WHOLE_MAX ((int64_t)64 << 20)
-
+/* worker_internal.h: the tests' hooks */
 static fsh_merge_test_hooks test_hooks;
 
 void fsh_merge_set_test_hooks(const fsh_merge_test_hooks *h) {
   if (h) test_hooks = *h;
   else memset(&test_hooks, 0, sizeof test_hooks);
 }
+
+/* One part being copied: its file, every partition's verified index
+ * entry (read at once), and its data bytes [base, data_end) read at once
+ * (a slice of a memory image, one read of a spill file) unless larger
+ * than MERGE_WHOLE_MAX (then block by block). */
+#define MERGE_WHOLE_MAX ((int64_t)64 << 20)
+
 typedef struct part_src {
   fsh_map_file *f;
   fsh_map_file_partition *ents; /* [n_partitions]; blocks point into `blocks` */
