@@ -994,9 +994,12 @@ typedef struct fsh_plan_job_options {
   fsh_compression compression;  /* of every shuffle */
   int32_t max_attempts;         /* 0 = 4 */
   int32_t slots_per_worker;     /* 0 = 2 */
-  int32_t merge;                /* the pre-shuffle merge on the cluster: FSH_SCHED_MERGE_OFF
-                                   (0) / ON / AUTO (sched.h) */
-  int32_t merge_threshold;      /* AUTO's; 0 = FSH_SCHED_MERGE_THRESHOLD */
+  /* the pre-shuffle merge on the cluster (sched.h): FSH_SCHED_MERGE_OFF
+   * (0) / ON for every exchange, overriding the plan; AUTO: as the
+   * in-process runner, each exchange's "pre_shuffle_merge", else the
+   * plan's, else on when sqrt(M x R) > the threshold */
+  int32_t merge;
+  int32_t merge_threshold;      /* AUTO's; 0 = the plan's, else FSH_SCHED_MERGE_THRESHOLD */
 } fsh_plan_job_options;
 /* The job stages of p, in order (fragments owned): a plan stage writing a
  * range or into_partitions exchange -- which needs every map's rows

@@ -204,7 +204,8 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  * publishes its parts unmerged. Modes: FSH_SCHED_MERGE_OFF (the default of
  * a JobPlan), ON, AUTO (on when sqrt(M x R) > threshold; 0 = the default
  * below, measured on a 2-core machine: bench shuffle 1000 x 1000 gains,
- * 64 x 64 stays off). */
+ * 64 x 64 stays off). A plan stage may carry its own mode, its exchange's
+ * policy (fsh_sched_plan_stage.merge). */
 #define FSH_SCHED_MERGE_THRESHOLD 200
 enum { FSH_SCHED_MERGE_OFF = 0, FSH_SCHED_MERGE_ON = 1, FSH_SCHED_MERGE_AUTO = 2 };
 
@@ -263,6 +264,9 @@ typedef struct fsh_sched_plan_stage {
    * task i reads partition i, the last one as its side input, and the
    * rows of every staged partition as its counts (Sched.proto) */
   bool scatter;
+  /* its pre-shuffle merge: 0 the job's (fsh_sched_plan_job.merge), else
+   * 1 + FSH_SCHED_MERGE_OFF / ON / AUTO (a plan's per-exchange policy) */
+  int32_t merge;
 } fsh_sched_plan_stage;
 
 typedef struct fsh_sched_plan_job {
@@ -299,6 +303,7 @@ typedef struct fsh_sched_stage_status {
   int64_t bytes, rows;
   double seconds;      /* first start .. last end (so far) */
   double task_seconds; /* sum of the done tasks' own times */
+  int64_t merges, merged_outputs; /* pre-shuffle merges of its output published, parts taken in */
 } fsh_sched_stage_status;
 
 typedef struct fsh_sched_partition_check {

@@ -78,7 +78,9 @@ static int usage_plan(void) {
           "  --backend flight (default) or fs; every stage's tasks run on the workers\n"
           "  (a range / into_partitions exchange as a staging and a scatter stage)\n"
           "  --pre-shuffle-merge / --merge-threshold on a cluster: each worker merges the\n"
-          "  map outputs it holds before the reducers read them (sched.h)\n"
+          "  map outputs it holds before the reducers read them (sched.h); on / off\n"
+          "  override the plan's \"pre_shuffle_merge\" settings, auto (default) lets\n"
+          "  each exchange's, else the plan's, else sqrt(M x R) > the threshold decide\n"
           "  --spill-dir: the in-process flight workers' stores; --operator-spill-dir\n"
           "  (repeatable; default: a temporary directory): where sorts, aggregates and\n"
           "  joins spill when --operator-memory bounds them\n");

@@ -12,6 +12,16 @@
 #include <inttypes.h>
 #include <time.h>
 
+/* The pre-shuffle merge policy the plan gives the exchange x (NULL: the
+ * result) as a job stage's (fsh_sched_plan_stage.merge): the exchange's
+ * own, else the plan's, as 1 + FSH_SCHED_MERGE_*; 0 (the job's) when both
+ * are auto -- the in-process runner's order below its run option. */
+static int32_t stage_merge(const fsh_plan *p, const plan_node *x) {
+  fsh_plan_merge m = x && x->merge != FSH_PLAN_MERGE_AUTO ? x->merge : p->merge;
+  return m == FSH_PLAN_MERGE_ON ? 1 + FSH_SCHED_MERGE_ON
+         : m == FSH_PLAN_MERGE_OFF ? 1 + FSH_SCHED_MERGE_OFF : 0;
+}
+
 void fsh_plan_job_stages_free(fsh_plan_job_stages *js) {
   if (!js) return;
   for (int i = 0; js->stages && i < js->n; i++) fsh_buffer_unref((fsh_buffer *)js->stages[i].fragment);
@@ -50,7 +60,8 @@ int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_err
       *st = (fsh_sched_plan_stage){.fragment = frag, .n_tasks = info[s].n_tasks,
                                    .n_partitions = info[s].output_partitions,
                                    .input_stages = ins, .input_nodes = nodes,
-                                   .result = s == n - 1 && step == (two ? 1 : 0)};
+                                   .result = s == n - 1 && step == (two ? 1 : 0),
+                                   .merge = stage_merge(p, x)};
       out->n++;
       if (two && step == 0) {
         st->n_partitions = info[s].n_tasks + 1; /* staged: a partition per task, the samples */
@@ -109,14 +120,22 @@ int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buff
   *out = NULL;
   fsh_plan_job_stages js;
   FSH_RETURN_NOT_OK(fsh_plan_job_stages_get(p, &js, err));
+  /* the merge: an explicit on / off overrides the plan's policies (the
+   * stages' own, from fsh_plan_job_stages_get); auto lets them decide,
+   * auto's threshold the option's, else the plan's */
+  int32_t mode = o ? o->merge : FSH_SCHED_MERGE_OFF;
+  if (mode != FSH_SCHED_MERGE_AUTO)
+    for (int i = 0; i < js.n; i++) js.stages[i].merge = 0;
+  int32_t threshold = o && o->merge_threshold > 0 ? o->merge_threshold
+                      : p->merge_threshold > 0 && p->merge_threshold <= INT32_MAX
+                          ? (int32_t)p->merge_threshold : 0;
   fsh_sched_plan_job j = {.name = o && o->name ? o->name : "plan", .n_stages = js.n,
                           .stages = js.stages,
                           .compression = o ? o->compression : FSH_COMPRESSION_NONE,
                           .backend = o ? o->backend : FSH_TASK_BACKEND_FLIGHT,
                           .max_attempts = o ? o->max_attempts : 0,
                           .slots_per_worker = o ? o->slots_per_worker : 0,
-                          .merge = o ? o->merge : 0,
-                          .merge_threshold = o ? o->merge_threshold : 0};
+                          .merge = mode, .merge_threshold = threshold};
   int rc = fsh_sched_plan_job_plan(&j, out, err);
   fsh_plan_job_stages_free(&js);
   return rc;

@@ -333,6 +333,7 @@ int fsh_sched_plan_job_plan(const fsh_sched_plan_job *pj, fsh_buffer **plan, fsh
     y.compression = (uint32_t)pj->compression;
     y.result = x->result;
     y.scatter = x->scatter;
+    y.pre_shuffle_merge = x->merge;
     y.n_inputs = y.n_input_nodes = (size_t)x->n_inputs;
     y.inputs = ids + (size_t)i * JOB_MAX_INPUTS;
     y.input_nodes = (int32_t *)x->input_nodes;
@@ -413,6 +414,10 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
   st->compression = (fsh_compression)sp->compression;
   st->result = sp->result;
   st->scatter = sp->scatter;
+  if (sp->pre_shuffle_merge < 0 || sp->pre_shuffle_merge > 3)
+    return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): pre_shuffle_merge %d (0 the "
+                         "job's, 1 off, 2 on, 3 auto)", st->id, sp->pre_shuffle_merge);
+  st->merge_mode = sp->pre_shuffle_merge;
   if (st->scatter && sp->n_inputs != 1)
     return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a scatter reads one stage, not "
                          "%zu", st->id, sp->n_inputs);

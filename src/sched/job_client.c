@@ -100,6 +100,8 @@ int fsh_sched_get_job_status(const char *driver_uri, const char *auth_token, uin
     o->rows = x->rows;
     o->seconds = x->seconds;
     o->task_seconds = x->task_seconds;
+    o->merges = x->merges;
+    o->merged_outputs = x->merged_outputs;
   }
   if (rc == 0 && m->n_partitions &&
       !(s.partitions = fsh_calloc(m->n_partitions, sizeof *s.partitions)))
@@ -164,8 +166,11 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f) {
   for (int32_t i = 0; i < s->n_stages; i++) {
     const fsh_sched_stage_status *x = &s->stages[i];
     fprintf(f, "  stage %u %-14s %d/%d done, %d running, %.3f s, %" PRId64 " rows, %" PRId64
-            " bytes\n", x->stage_id, x->kind, x->tasks_done, x->tasks_total, x->tasks_running,
+            " bytes", x->stage_id, x->kind, x->tasks_done, x->tasks_total, x->tasks_running,
             x->seconds, x->rows, x->bytes);
+    if (x->merges > 0)
+      fprintf(f, ", %" PRId64 " merges of %" PRId64 " map outputs", x->merges, x->merged_outputs);
+    fputc('\n', f);
   }
   fprintf(f, "  bytes written %" PRId64 ", fetched %" PRId64 ", spilled %" PRId64 "; input %" PRId64 " rows, %" PRId64
           " bytes\n", s->bytes_written, s->bytes_fetched, s->bytes_spilled, s->input_rows, s->input_bytes);

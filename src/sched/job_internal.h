@@ -92,6 +92,7 @@ typedef struct jstage {
   /* the pre-shuffle merge (job_merge.c): on for this stage, map outputs
    * per merge, held outputs (tasks with `held`), the merges */
   bool merge;
+  int32_t merge_mode;  /* StagePlan.pre_shuffle_merge: 0 the job's, else 1 + its mode */
   int32_t merge_group;
   int32_t n_held;
   int32_t n_merges, cap_merges;

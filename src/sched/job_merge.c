@@ -36,7 +36,13 @@
  *  - failure: a merge that fails (or could not be sent) publishes its
  *    parts unmerged, if their worker is alive; a worker lost first loses
  *    them (re-run). Never are rows dropped: the parts leave the worker
- *    only once the merged output is held there. */
+ *    only once the merged output is held there.
+ *  - a job that ends cancels its running merges (ECANCELED, no output); a
+ *    merge that still finishes after the shuffle's release drops its
+ *    merged output itself (worker_merge.c), so nothing is orphaned.
+ *  - which stages of a plan job: each carries its exchange's policy
+ *    (StagePlan.pre_shuffle_merge, from fsh_plan_job_plan), else the
+ *    job's mode applies. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -53,13 +59,15 @@ void fsh_job_merge_setup(sched_job *j) {
   for (int s = 0; s < j->n_stages; s++) {
     jstage *st = &j->stages[s];
     st->merge = false;
+    /* the stage's own mode (a plan's exchange policy), else the job's */
+    int mode = st->merge_mode > 0 ? st->merge_mode - 1 : j->merge_mode;
     /* the flight backend only: the fs backend's outputs are files of the
      * shared directory, not held by a worker */
-    if (!producer(st) || !st->consumed || st->result || j->merge_mode == 0 ||
+    if (!producer(st) || !st->consumed || st->result || mode == FSH_SCHED_MERGE_OFF ||
         j->backend != FSH_TASK_BACKEND_FLIGHT)
       continue;
     double mr = (double)st->n_tasks * (double)st->n_parts;
-    if (j->merge_mode == 2 && sqrt(mr) <= t) continue;
+    if (mode == FSH_SCHED_MERGE_AUTO && sqrt(mr) <= t) continue;
     if (st->n_tasks < 2) continue;
     double g = ceil(mr / (t * t));
     if (g < 2) g = 2;

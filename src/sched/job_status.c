@@ -129,6 +129,8 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
         s.operators_spilled += k->spill.operators_spilled;
       }
     }
+    o->merges = st->merges_done;
+    o->merged_outputs = st->merged_outputs;
     s.merges += st->merges_done;
     s.merged_outputs += st->merged_outputs;
     s.merged_bytes += st->merged_bytes;
@@ -290,6 +292,8 @@ int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
       x.rows = s.stages[i].rows;
       x.seconds = s.stages[i].seconds;
       x.task_seconds = s.stages[i].task_seconds;
+      x.merges = s.stages[i].merges;
+      x.merged_outputs = s.stages[i].merged_outputs;
       st[i] = x;
       stp[i] = &st[i];
     }

@@ -60,4 +60,19 @@ const fsh_worker_task_kind *fsh_worker_merge_kind(void);
 FSH_NODISCARD int fsh_worker_merge_decode(fsh_shuffle_store *store, const uint8_t *body,
                                           int64_t size, void **state, fsh_error *err);
 
+/* Test hooks of fsh_shuffle_store_merge, process-wide (set them before
+ * any merge runs; NULL restores the defaults): whole_max, the largest
+ * part whose data bytes are read at once (0: 64 MiB; larger parts are
+ * read block by block); parts_open, called (with ctx) by every merge once
+ * its parts are open, before it copies anything -- on the worker's task
+ * thread, so fsh_worker_task_cancel_flag() is the merge's. Not for
+ * production code: the tests of the merge only. */
+typedef struct fsh_merge_test_hooks {
+  int64_t whole_max;
+  void (*parts_open)(void *ctx, const fsh_merge_task *t);
+  void *ctx;
+  int64_t *by_block; /* if set: += 1 for every part read block by block (not atomic) */
+} fsh_merge_test_hooks;
+void fsh_merge_set_test_hooks(const fsh_merge_test_hooks *h);
+
 #endif

@@ -7,7 +7,9 @@
  * parts', its checksum the xxh3 of the concatenated blocks (computed as
  * they are written). The merged output is written through a store writer
  * like any map output (memory budget, spill), published under its own
- * (map id, attempt), and only then are the parts dropped (when asked).
+ * (map id, attempt), and only then are the parts dropped (when asked) --
+ * unless a part is gone by then (its shuffle released during the merge):
+ * then the merged output is dropped too and the merge fails ECANCELED.
  * Each part is read at once: its whole index (one read), its data bytes
  * (a slice of a memory image, one read of a spill file; block by block
  * past 64 MiB) -- merging 1000-partition outputs copies a million tiny
@@ -100,11 +102,20 @@ int fsh_merge_task_decode(const uint8_t *data, int64_t size, fsh_merge_task *out
   return 0;
 }
 
+/* worker_internal.h: the tests' hooks */
+static fsh_merge_test_hooks test_hooks;
+
+void fsh_merge_set_test_hooks(const fsh_merge_test_hooks *h) {
+  if (h) test_hooks = *h;
+  else memset(&test_hooks, 0, sizeof test_hooks);
+}
+
 /* One part being copied: its file, every partition's verified index
  * entry (read at once), and its data bytes [base, data_end) read at once
  * (a slice of a memory image, one read of a spill file) unless larger
  * than MERGE_WHOLE_MAX (then block by block). */
 #define MERGE_WHOLE_MAX ((int64_t)64 << 20)
+
 typedef struct part_src {
   fsh_map_file *f;
   fsh_map_file_partition *ents; /* [n_partitions]; blocks point into `blocks` */
@@ -147,13 +158,15 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
   if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
   x->base = b->schema_length;
   int64_t len = b->data_end - b->schema_length;
-  if (len > 0 && len <= MERGE_WHOLE_MAX) {
+  if (len > 0 && len <= (test_hooks.whole_max > 0 ? test_hooks.whole_max : MERGE_WHOLE_MAX)) {
     fsh_input *in = fsh_map_file_input(x->f);
     rc = in->read_at(in, x->base, len, &x->data, err);
     if (rc == 0 && x->data->size != len)
       rc = fsh_error_set(err, EIO, "%s: part %d: %s: %lld of %lld bytes read", what, i,
                          in->name, (long long)x->data->size, (long long)len);
     if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+  } else if (len > 0 && test_hooks.by_block) {
+    (*test_hooks.by_block)++;
   }
   return 0;
 }
@@ -203,6 +216,7 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
   if (!parts) return fsh_error_set(err, ENOMEM, "%s: out of memory", what);
   int rc = 0;
   for (int32_t i = 0; rc == 0 && i < t->n_parts; i++) rc = open_part(s, t, parts, i, what, err);
+  if (rc == 0 && test_hooks.parts_open) test_hooks.parts_open(test_hooks.ctx, t);
   fsh_store_writer *w = NULL;
   if (rc == 0) {
     const fsh_map_file_info *info = fsh_map_file_get_info(parts[0].f);
@@ -227,6 +241,19 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
   fsh_map_output m = {0};
   rc = fsh_store_writer_close(w, &m, err);
   if (rc != 0) return fsh_error_prefix(err, rc, "%s: ", what);
+  /* the merged output is held now: if a part is gone, the shuffle was
+   * released (a job's end) while the parts were copied, and nothing will
+   * ever release the merged output -- drop it. (A release removes every
+   * output of the shuffle at once, under the store's lock: one after this
+   * check takes the merged output with it.) */
+  for (int32_t i = 0; i < t->n_parts; i++) {
+    if (fsh_store_has(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i], NULL)) continue;
+    (void)fsh_store_drop(s, t->shuffle_id, t->map_id, t->attempt);
+    fsh_map_output_reset(&m);
+    return fsh_error_set(err, ECANCELED, "%s: part map %" PRId64 " attempt %d was dropped while "
+                         "merging (its shuffle released): the merged output is dropped too",
+                         what, t->part_maps[i], t->part_attempts[i]);
+  }
   if (t->drop_parts)
     for (int32_t i = 0; i < t->n_parts; i++)
       (void)fsh_store_drop(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i]);

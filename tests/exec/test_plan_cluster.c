@@ -29,6 +29,8 @@
 #include "plan_examples.h"
 
 #define N_WORKERS 3
+/* workers start_cluster starts (the first g_workers of N_WORKERS) */
+static int g_workers = N_WORKERS;
 
 /* The workers' task-done hook: counts the tasks that ended cancelled
  * (ECANCELED), then reports to the driver. */
@@ -64,7 +66,7 @@ static void start_cluster_with(cluster *c, int no_fs, const fsh_plan_task_run_op
                                 .log = getenv("FSH_TEST_LOG") != NULL};
   CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
   fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(ko)};
-  for (int i = 0; c->d && i < N_WORKERS; i++) {
+  for (int i = 0; c->d && i < g_workers; i++) {
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
     c->hook[i].n = c->n[i];
     atomic_init(&c->hook[i].cancelled, 0);
@@ -121,7 +123,7 @@ static void wait_workers(cluster *c) {
     if (fsh_sched_driver_workers(c->d, &l, &err) == 0) {
       int64_t n = fsh_sched_worker_list_alive(&l);
       fsh_sched_worker_list_reset(&l);
-      if (n == N_WORKERS) return;
+      if (n == g_workers) return;
     }
     usleep(20000);
   }
@@ -138,8 +140,8 @@ static fsh_shuffle_backend *client_backend(cluster *c, fsh_task_backend kind) {
     return b;
   }
   const char *peers[N_WORKERS];
-  for (int i = 0; i < N_WORKERS; i++) peers[i] = fsh_shuffle_worker_uri(c->w[i]);
-  fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = N_WORKERS};
+  for (int i = 0; i < g_workers; i++) peers[i] = fsh_shuffle_worker_uri(c->w[i]);
+  fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = g_workers};
   CHECK_OK(fsh_shuffle_flight_new(&fo, &b, &err));
   return b;
 }
@@ -184,6 +186,8 @@ static void check_figures(const char *name, const fsh_plan_job_stages *js,
  * merges they made (summed). */
 static int32_t g_merge = FSH_SCHED_MERGE_OFF;
 static int64_t g_merges;
+/* the last job's merges and the map outputs they took in, per stage */
+static int64_t g_stage_merges[8], g_stage_merged[8];
 
 /* Runs p as a job on the cluster and compares its result with the
  * reference run. */
@@ -206,6 +210,10 @@ static void run_plan(cluster *c, const char *name, fsh_plan *p, fsh_task_backend
    * its input's tasks wrote there */
   CHECK_MSG(s.verified, "%s: the driver's check of the reads failed", name);
   g_merges += s.merges;
+  memset(g_stage_merges, 0, sizeof g_stage_merges);
+  memset(g_stage_merged, 0, sizeof g_stage_merged);
+  for (int32_t i = 0; i < s.n_stages && i < 8; i++)
+    g_stage_merges[i] = s.stages[i].merges, g_stage_merged[i] = s.stages[i].merged_outputs;
   CHECK_EQ_INT(s.merges_failed, 0);
   fsh_plan_job_stages js;
   CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
@@ -288,6 +296,58 @@ static void plans_flight_merged(void) {
   plans_list(FSH_TASK_BACKEND_FLIGHT, names, 3);
   CHECK_MSG(g_merges > 0, "no merge happened in any plan");
   g_merge = FSH_SCHED_MERGE_OFF;
+}
+
+/* The plan's merge policies on a cluster, as in process (exec.h): the
+ * plan says "on", its second exchange "off" -- the job's auto lets them
+ * decide: the first exchange's 4 scan outputs are merged (one worker: all
+ * are consecutive, 2 merges of 2), the second's none; an explicit on
+ * merges both (its 3 outputs: a merge of 2, the last published alone),
+ * an explicit off neither. Every result equals the reference. */
+static const char two_exchanges[] =
+    "{\"partitions\": 3, \"pre_shuffle_merge\": \"on\", \"nodes\": ["
+    "{\"id\": \"t\", \"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 20000, "
+    "\"batch_rows\": 1000, \"partitions\": 4, \"key_range\": 500, \"seed\": 3},"
+    "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 3},"
+    "{\"op\": \"aggregate\", \"keys\": [\"key\", \"grp\"], \"aggs\": [{\"fn\": "
+    "\"count_star\", \"name\": \"n\"}], \"local\": true},"
+    "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"grp\"], \"partitions\": 3, "
+    "\"pre_shuffle_merge\": \"off\"},"
+    "{\"op\": \"aggregate\", \"keys\": [\"grp\"], \"aggs\": [{\"fn\": \"sum\", "
+    "\"column\": \"n\", \"name\": \"n\"}], \"local\": true}]}";
+
+static void plan_merge_policies(void) {
+  g_workers = 1;
+  cluster c;
+  start_cluster(&c);
+  wait_workers(&c);
+  fsh_plan *p = NULL;
+  fsh_error err;
+  CHECK_OK(fsh_plan_from_json(two_exchanges, -1, 0, &p, &err));
+  fsh_plan_job_stages js = {0};
+  if (p) CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+  CHECK_EQ_INT(js.n, 3);
+  fsh_plan_job_stages_free(&js);
+  g_merges = 0;
+  g_merge = FSH_SCHED_MERGE_AUTO;
+  if (p) run_plan(&c, "the plan's policies", p, FSH_TASK_BACKEND_FLIGHT);
+  CHECK_EQ_INT(g_stage_merges[0], 2);
+  CHECK_EQ_INT(g_stage_merged[0], 4);
+  CHECK_EQ_INT(g_stage_merges[1], 0);
+  CHECK_EQ_INT(g_stage_merged[1], 0);
+  CHECK_EQ_INT(g_merges, 2);
+  g_merge = FSH_SCHED_MERGE_ON;
+  if (p) run_plan(&c, "merge on", p, FSH_TASK_BACKEND_FLIGHT);
+  CHECK_EQ_INT(g_stage_merges[0], 2);
+  CHECK_EQ_INT(g_stage_merges[1], 1);
+  CHECK_EQ_INT(g_stage_merged[1], 2);
+  g_merge = FSH_SCHED_MERGE_OFF;
+  g_merges = 0;
+  if (p) run_plan(&c, "merge off", p, FSH_TASK_BACKEND_FLIGHT);
+  CHECK_EQ_INT(g_merges, 0);
+  fsh_plan_free(p);
+  stop_cluster(&c);
+  g_workers = N_WORKERS;
 }
 
 /* Malformed plan-fragment bodies sent to a worker: EINVAL (the Flight
@@ -558,6 +618,7 @@ int main(int argc, char **argv) {
       {"plans_flight", plans_flight},
       {"plans_fs", plans_fs},
       {"plans_flight_merged", plans_flight_merged},
+      {"plan_merge_policies", plan_merge_policies},
       {"malformed_bodies", malformed_bodies},
       {"bad_job_plans", bad_job_plans},
       {"job_end_cancels_running_tasks", job_end_cancels_running_tasks},

@@ -111,18 +111,62 @@ def test_example_with_pre_shuffle_merge_on(plan):
     assert int(res["merges"]) == (int(m.group(1)) if m else 0)
 
 
-def test_merge_auto_stays_off_for_small_plans():
-    """auto (the default): sqrt(maps x partitions) of the examples is far
-    below the threshold: nothing is merged."""
+def test_merge_auto_follows_the_threshold():
+    """auto (the default): sqrt(64 x 64) = 64 is above the example plan's
+    merge_threshold 32, so it merges, as in process; --merge-threshold 200
+    overrides the plan's: nothing is merged."""
     plan = REPO / "examples" / "plans" / "pre_shuffle_merge.json"
-    r = run("run", plan, "--workers", 3, "--verify")
+    assert json.loads(plan.read_text())["merge_threshold"] == 32
+    r = run("run", plan, "--workers", 3, "--merge-threshold", "200", "--verify")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "pre-shuffle merges" not in r.stdout
-    # a threshold below sqrt(64 x 64) turns it on
-    r = run("run", plan, "--workers", 3, "--merge-threshold", "32", "--verify")
+    assert result_line(r.stdout)["merges"] == "0"
+    r = run("run", plan, "--workers", 3, "--verify")
     assert r.returncode == 0, r.stdout + r.stderr
     assert result_line(r.stdout)["verified"] == "yes"
     assert re.search(r"pre-shuffle merges [1-9]", r.stdout), r.stdout
+
+
+def stage_merges(out):
+    """{stage number: (merges, map outputs merged)} from the summary's
+    stage lines (0, 0 when a line names no merge)."""
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"  stage (\d+) .* done, ", line)
+        if m:
+            k = re.search(r", (\d+) merges of (\d+) map outputs$", line)
+            got[int(m.group(1))] = (int(k.group(1)), int(k.group(2))) if k else (0, 0)
+    return got
+
+
+def test_plan_merge_policies_on_a_cluster(tmp_path):
+    """The plan's settings decide under auto, as in process: the plan says
+    "on" and its second exchange "off" -- the first exchange's 6 outputs
+    are merged (one worker: runs of consecutive map ids, 3 merges of 2),
+    the second's not; --pre-shuffle-merge on merges both (3 outputs: a
+    merge of 2 and one left alone), off neither. Every run verifies."""
+    plan = tmp_path / "two_exchanges.json"
+    plan.write_text(json.dumps({
+        "partitions": 3, "pre_shuffle_merge": "on", "nodes": [
+            {"op": "scan", "generate": "keyed", "rows": 30000, "batch_rows": 1000,
+             "partitions": 6, "key_range": 500, "seed": 3},
+            {"op": "repartition", "by": "hash", "keys": ["key"], "partitions": 3},
+            {"op": "aggregate", "keys": ["key", "grp"], "local": True,
+             "aggs": [{"fn": "count_star", "name": "n"}]},
+            {"op": "repartition", "by": "hash", "keys": ["grp"], "partitions": 3,
+             "pre_shuffle_merge": "off"},
+            {"op": "aggregate", "keys": ["grp"], "local": True,
+             "aggs": [{"fn": "sum", "column": "n", "name": "n"}]}]}))
+    want = {(): {1: (3, 6), 2: (0, 0), 3: (0, 0)},
+            ("--pre-shuffle-merge", "on"): {1: (3, 6), 2: (1, 2), 3: (0, 0)},
+            ("--pre-shuffle-merge", "off"): {1: (0, 0), 2: (0, 0), 3: (0, 0)}}
+    for flags, stages in want.items():
+        r = run("run", plan, "--workers", 1, *flags, "--verify")
+        assert r.returncode == 0, f"{flags}: stdout: {r.stdout}\nstderr: {r.stderr}"
+        res = result_line(r.stdout)
+        assert res["verified"] == "yes", r.stdout
+        assert stage_merges(r.stdout) == stages, (flags, r.stdout)
+        assert int(res["merges"]) == sum(m for m, _ in stages.values()), r.stdout
 
 
 def test_kill_a_worker_after_its_merge_is_published(tmp_path):

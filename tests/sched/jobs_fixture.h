@@ -53,6 +53,12 @@ typedef struct done_hook {
  * output its worker no longer has (a merge of it fails). */
 static atomic_int drop_map = -1;
 
+/* >= 0: the map task of that id (stage 1) reports a failure (EIO)
+ * instead of its output (once), after waiting while fail_map_hold is set
+ * (at most 20 s). */
+static atomic_int fail_map = -1;
+static atomic_bool fail_map_hold;
+
 /* While set, the hook holds back the end of every stage-2 task (the
  * reduces) until it is cleared: the job stays running with every task
  * placed. */
@@ -84,6 +90,11 @@ static inline bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_siz
       CHECK(fsh_store_drop(h->store, r.output.shuffle_id, r.output.map_id, r.output.attempt));
       fsh_map_task_result_reset(&r);
     }
+  }
+  int fail = map && rc == 0 ? atomic_load(&fail_map) : -1;
+  if (fail >= 0 && ref->task == fail && atomic_compare_exchange_strong(&fail_map, &fail, -1)) {
+    for (int i = 0; i < 4000 && atomic_load(&fail_map_hold); i++) sleep_ms(5);
+    rc = EIO, error = "failed by the test", answer = NULL, answer_size = 0, map = false;
   }
   if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
   bool sent = fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);

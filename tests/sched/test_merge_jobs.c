@@ -7,6 +7,8 @@
  * still ends with the reference's result. */
 #include "jobs_fixture.h"
 
+#include "shuffle/worker_internal.h"
+
 /* The pre-shuffle merge forced on (sched.h): each worker merges the map
  * outputs it holds (groups of 2 here: 12 x 5 is far below 200^2), the
  * merged outputs are published in their place -- the result is the
@@ -79,11 +81,105 @@ static void failed_merge_publishes_its_parts(void) {
   stop_cluster(&c);
 }
 
+/* The merges' test hook (worker_merge.c): counts the merges that started,
+ * then holds the merge until its task is cancelled (at most 20 s); counts
+ * those cancelled. */
+static atomic_int merges_started, merges_cancelled;
+static void hold_merge(void *ctx, const fsh_merge_task *t) {
+  (void)ctx;
+  (void)t;
+  atomic_fetch_add(&merges_started, 1);
+  const atomic_bool *cancel = fsh_worker_task_cancel_flag();
+  for (int i = 0; cancel && i < 4000 && !atomic_load(cancel); i++) sleep_ms(5);
+  if (cancel && atomic_load(cancel)) atomic_fetch_add(&merges_cancelled, 1);
+}
+
+/* A job ends (its last map fails, max_attempts 1) while merges run (held
+ * by the hook once their parts are open) -- the failure is reported once
+ * a merge runs and every other map's end was (nothing but merges runs
+ * then: a map ending after the job's release would leave its output,
+ * which is not the merge's business): the driver cancels them on
+ * their workers, they end ECANCELED without output, the job is failed
+ * naming the map, and the shuffle's release leaves nothing on the workers
+ * -- neither parts nor merged outputs. */
+static void job_end_cancels_running_merges(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  atomic_store(&merges_started, 0);
+  atomic_store(&merges_cancelled, 0);
+  fsh_merge_test_hooks h = {.parts_open = hold_merge};
+  fsh_merge_set_test_hooks(&h);
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 12;
+  j.rows = 12 * 5000;
+  j.merge = FSH_SCHED_MERGE_ON;
+  j.max_attempts = 1;
+  atomic_store(&fail_map_hold, true);
+  atomic_store(&fail_map, 11);
+  uint64_t id = submit(&c, &j);
+  bool ready = false;
+  for (int t = 0; t < 4000 && !ready; t++) {
+    int acked = 0;
+    for (int i = 0; i < N_WORKERS; i++) acked += atomic_load(&c.hook[i].maps_acked);
+    ready = atomic_load(&merges_started) >= 1 && acked == j.maps - 1;
+    if (!ready) sleep_ms(5);
+  }
+  CHECK_MSG(ready, "no merge started, or the other maps did not end");
+  atomic_store(&fail_map_hold, false);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 30000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_FAILED);
+  CHECK_MSG(s.error && strstr(s.error, "failed by the test"), "%s", s.error ? s.error : "?");
+  CHECK_EQ_INT(s.merges, 0);
+  fsh_sched_job_status_reset(&s);
+  CHECK_EQ_INT(atomic_load(&fail_map), -1);
+  /* every merge that started is cancelled and ends so on its worker */
+  int started = 0, cancelled = 0, ended = 0;
+  for (int t = 0; t < 2000; t++) {
+    started = atomic_load(&merges_started);
+    cancelled = atomic_load(&merges_cancelled);
+    ended = 0;
+    for (int i = 0; i < N_WORKERS; i++) ended += atomic_load(&c.hook[i].cancelled);
+    if (started >= 1 && cancelled == started && ended >= started) break;
+    sleep_ms(5);
+  }
+  CHECK_MSG(started >= 1 && cancelled == started && ended >= started,
+            "%d merges started, %d cancelled, %d tasks ended ECANCELED", started, cancelled,
+            ended);
+  /* the released shuffle: no part nor merged output left on any worker */
+  int64_t left = -1;
+  for (int t = 0; t < 2000 && left != 0; t++) {
+    left = 0;
+    for (int i = 0; i < N_WORKERS; i++) {
+      fsh_shuffle_store_stats st;
+      fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[i]), &st);
+      left += st.map_outputs;
+    }
+    if (left) sleep_ms(5);
+  }
+  CHECK_EQ_INT(left, 0);
+  for (int i = 0; left && i < N_WORKERS; i++) { /* what was left, for the log */
+    fsh_store_item *items = NULL;
+    int64_t n = 0;
+    if (fsh_store_list(fsh_shuffle_worker_store(c.w[i]), &items, &n, &err) != 0) continue;
+    for (int64_t k = 0; k < n; k++)
+      fprintf(stderr, "worker %d holds shuffle %llu map %lld attempt %d\n", i,
+              (unsigned long long)items[k].meta.shuffle_id, (long long)items[k].meta.map_id,
+              items[k].meta.attempt);
+    fsh_store_items_free(items, n);
+  }
+  fsh_merge_set_test_hooks(NULL);
+  stop_cluster(&c);
+}
+
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"merged_job_completes", merged_job_completes},
       {"merged_incremental_job_completes", merged_incremental_job_completes},
       {"failed_merge_publishes_its_parts", failed_merge_publishes_its_parts},
+      {"job_end_cancels_running_merges", job_end_cancels_running_merges},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }

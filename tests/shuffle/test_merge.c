@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "shuffle/shuffle_internal.h"
+#include "shuffle/worker_internal.h"
 #include "shuffle_testutil.h"
 
 #define NP 5
@@ -154,6 +155,67 @@ static const int64_t k_rows[4][NP] = {
 static void merge_adds_up_memory(void) { merge_and_check(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE); }
 static void merge_adds_up_spilled(void) { merge_and_check(3, k_rows, 0, FSH_COMPRESSION_LZ4_FRAME); }
 static void merge_of_one_part(void) { merge_and_check(1, k_rows + 2, 1 << 30, FSH_COMPRESSION_ZSTD); }
+/* Parts read block by block (the fallback for parts over 64 MiB, forced
+ * with a 1-byte limit): the same merged output, memory or spilled; every
+ * non-empty part went that way. */
+static void merge_by_block(int64_t limit, fsh_compression comp, int64_t want_parts) {
+  int64_t by_block = 0;
+  fsh_merge_test_hooks h = {.whole_max = 1, .by_block = &by_block};
+  fsh_merge_set_test_hooks(&h);
+  merge_and_check(4, k_rows, limit, comp);
+  fsh_merge_set_test_hooks(NULL);
+  CHECK_EQ_INT(by_block, want_parts);
+}
+static void merge_by_block_memory(void) { merge_by_block(1 << 30, FSH_COMPRESSION_NONE, 4); }
+static void merge_by_block_spilled(void) { merge_by_block(0, FSH_COMPRESSION_ZSTD, 4); }
+
+/* The shuffle is released while a merge copies its parts (the hook runs
+ * once they are open): the merge fails ECANCELED naming the release, and
+ * its merged output is not left behind -- the store holds nothing. */
+static void release_during_merge_hook(void *ctx, const fsh_merge_task *t) {
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_release(ctx, t->shuffle_id, &err));
+}
+static void release_during_merge(int64_t limit) {
+  char *dir = stu_mkdtemp("mergerel");
+  fsh_shuffle_store *s = new_store(dir, limit);
+  fsh_error err = {{0}};
+  fsh_map_output a = {0}, b = {0};
+  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
+  write_part(s, 2, 0, k_rows[2], FSH_COMPRESSION_NONE, &b);
+  int64_t maps[2] = {1, 2};
+  int32_t attempts[2] = {0, 0};
+  for (int drop = 0; drop < 2; drop++) {
+    fsh_merge_test_hooks h = {.parts_open = release_during_merge_hook, .ctx = s};
+    fsh_merge_set_test_hooks(&h);
+    fsh_merge_task t = {.shuffle_id = SHUFFLE, .map_id = 9, .attempt = 1, .drop_parts = drop,
+                        .n_parts = 2, .part_maps = maps, .part_attempts = attempts};
+    fsh_map_output m = {0};
+    int rc = fsh_shuffle_store_merge(s, &t, &m, &err);
+    fsh_merge_set_test_hooks(NULL);
+    CHECK_EQ_INT(rc, ECANCELED);
+    CHECK_MSG(rc && strstr(err.message, "released") && strstr(err.message, "map 1"), "%s",
+              err.message);
+    CHECK(m.rows == NULL);
+    fsh_shuffle_store_stats st;
+    fsh_shuffle_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.map_outputs, 0);
+    CHECK_EQ_INT(stu_count_files(dir), 0);
+    /* again, with the parts written anew */
+    fsh_map_output_reset(&a);
+    fsh_map_output_reset(&b);
+    write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
+    write_part(s, 2, 0, k_rows[2], FSH_COMPRESSION_NONE, &b);
+  }
+  CHECK_OK(fsh_shuffle_store_release(s, SHUFFLE, &err));
+  fsh_map_output_reset(&a);
+  fsh_map_output_reset(&b);
+  fsh_shuffle_store_free(s);
+  stu_rmdir(dir);
+}
+static void release_during_merge_memory(void) { release_during_merge(1 << 30); }
+static void release_during_merge_spilled(void) { release_during_merge(0); }
+
 static void merge_of_empty_parts(void) {
   static const int64_t empty[2][NP] = {{0}, {0}};
   merge_and_check(2, empty, 1 << 30, FSH_COMPRESSION_NONE);
@@ -161,7 +223,9 @@ static void merge_of_empty_parts(void) {
 
 /* A corrupt block in one part (its spill file damaged): the merge fails
  * naming it, nothing new is held, the parts stay. */
-static void merge_detects_corrupt_part(void) {
+static void corrupt_part(int64_t whole_max) {
+  fsh_merge_test_hooks h = {.whole_max = whole_max};
+  fsh_merge_set_test_hooks(&h);
   char *dir = stu_mkdtemp("mergebad");
   fsh_shuffle_store *s = new_store(dir, 0); /* everything spills */
   fsh_error err = {{0}};
@@ -210,7 +274,11 @@ static void merge_detects_corrupt_part(void) {
   fsh_map_output_reset(&b);
   fsh_shuffle_store_free(s);
   stu_rmdir(dir);
+  fsh_merge_set_test_hooks(NULL);
 }
+static void merge_detects_corrupt_part(void) { corrupt_part(0); }
+/* the same, the part read block by block */
+static void merge_detects_corrupt_part_by_block(void) { corrupt_part(1); }
 
 /* fsh_map_file_get_partitions (the whole index at once) gives what
  * fsh_map_file_get_partition gives partition by partition; a damaged index
@@ -301,6 +369,11 @@ int main(int argc, char **argv) {
       {"merge_of_one_part", merge_of_one_part},
       {"merge_of_empty_parts", merge_of_empty_parts},
       {"merge_detects_corrupt_part", merge_detects_corrupt_part},
+      {"merge_detects_corrupt_part_by_block", merge_detects_corrupt_part_by_block},
+      {"merge_by_block_memory", merge_by_block_memory},
+      {"merge_by_block_spilled", merge_by_block_spilled},
+      {"release_during_merge_memory", release_during_merge_memory},
+      {"release_during_merge_spilled", release_during_merge_spilled},
       {"whole_index_read", whole_index_read},
       {"merge_body", merge_body},
   };
