@@ -31,7 +31,8 @@ CLI = Path(os.environ.get("FSH_CLI") or Path(os.environ["FSH_LIB"]).parent / "fl
 
 pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
 
-MAPS, REDUCES, ROWS = 24, 8, 3_000_000
+MAPS, REDUCES, ROWS = 24, 8, 4_500_000  # maps of ~190k rows: the map stage must outlast a few
+# progress reports (10 ms apart) for the kills "during the map stage" to land in it
 JOB_ARGS = ["--maps", str(MAPS), "--reduces", str(REDUCES), "--rows", str(ROWS),
             "--batch-rows", "25000", "--slots", "1", "--progress-ms", "10", "--timeout-s", "60"]
 
@@ -185,7 +186,7 @@ def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
 def test_kill_two_workers_at_once(cluster, reference):
     c = cluster(4)
     (u1, p1), (u2, p2) = c.workers[1], c.workers[4]
-    cb, st = kill_when(lambda m, r: m >= 8 and (c.reported(u1) or c.reported(u2)), [p1, p2])
+    cb, st = kill_when(lambda m, r: m >= 4 and (c.reported(u1) or c.reported(u2)), [p1, p2])
     rc, text, parts, res, rec = run_job(c.driver, cb)
     assert st["at"] is not None and st["at"][0] < MAPS, f"not during the map stage: {st}"
     check(rc, text, parts, res, rec, reference, c, [u1, u2])
