@@ -235,6 +235,18 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   }
   if (rc != 0) close_local(r);
   else atomic_fetch_add(&r->st->stats.local_sources, 1);
+  if (rc != 0 && rc != ENOMEM && err) {
+    /* the same parseable form as a remote fetch's loss (flight_fetch.c
+     * describe_loss): this (live) worker answered that the output is not
+     * held or not as recorded, so a scheduler recomputes that map rather
+     * than retrying this task here */
+    char cause[sizeof err->message];
+    snprintf(cause, sizeof cause, "%s", err->message);
+    fsh_error_set(err, rc, "flight shuffle %" PRIu64 " partition %d: worker %s: lost map outputs "
+                  "[map/attempt %" PRId64 "/%d] (not held or unreadable in the reader's own "
+                  "store): %s", r->shuffle_id, r->partition, local_uri(r->st), s->map_id,
+                  s->attempt, cause);
+  }
   return rc;
 }
 
