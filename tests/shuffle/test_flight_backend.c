@@ -3,7 +3,8 @@
  * several spill directories round-robin, release deleting files, leftovers
  * of a crashed run removed at start (and nothing else), a corrupted spill
  * file detected on read over Flight and in-process (EIO naming worker, map
- * output and partition), a peer that is gone (an error naming it), a spill
+ * output and partition), a map output missing from a live worker's store
+ * (local and remote readers name it as lost), a peer that is gone (an error naming it), a spill
  * directory that vanished (a clean task error), a DoGet over map outputs
  * of different schemas refused, and the ticket codec. */
 #include <sys/stat.h>
@@ -294,6 +295,44 @@ static void corruption_detected(void) {
   stu_rmdir(dir);
 }
 
+/* One map output dropped from a live worker's store: a reader on that very
+ * worker (local read) and one elsewhere (over Flight) both fail naming the
+ * worker and exactly that output in the parseable "lost map outputs" form
+ * the scheduler recomputes from; the outputs still held read unharmed. */
+static void local_output_missing(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 23, 2, 3, 2000);
+  run_maps(local, &p);
+  CHECK(fsh_store_drop(fsh_shuffle_worker_store(w), 23, 1, 0));
+  char want[600];
+  snprintf(want, sizeof want, "worker %s: lost map outputs [map/attempt 1/0] (", uri);
+  fsh_error err = {{0}};
+  fsh_map_output outs[3];
+  for (int m = 0; m < 3; m++) outs[m] = p.maps[m].out;
+  int rc = stu_read_rc(local, &p.spec, 0, outs, 3, NULL, &err);
+  CHECK_MSG(rc == ENOENT && strstr(err.message, want) && strstr(err.message, "not held here") &&
+                strstr(err.message, "flight shuffle 23 partition 0"),
+            "local: rc %d: %s", rc, err.message);
+  rc = stu_read_rc(remote, &p.spec, 1, outs, 3, NULL, &err);
+  CHECK_MSG(rc != 0 && strstr(err.message, want), "over Flight: rc %d: %s", rc, err.message);
+  /* the outputs still held read (only map 0 and map 2, both ways) */
+  fsh_map_output kept[2] = {outs[0], outs[2]};
+  int64_t rows_local = 0, rows_remote = 0;
+  CHECK_OK(stu_read_rc(local, &p.spec, 0, kept, 2, &rows_local, &err));
+  CHECK_OK(stu_read_rc(remote, &p.spec, 0, kept, 2, &rows_remote, &err));
+  CHECK(rows_local > 0 && rows_local == rows_remote &&
+        rows_local == outs[0].rows[0] + outs[2].rows[0]);
+  CHECK_OK(fsh_shuffle_release(remote, 23, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+}
+
 /* Two workers; one stops: reading from it fails naming it; the other's
  * map outputs still read. */
 static void peer_gone(void) {
@@ -536,5 +575,5 @@ static void ticket_codec(void) {
 
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(leftovers_removed_at_start), TEST(exec_leftovers_removed_at_start),
-              TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
+              TEST(corruption_detected), TEST(local_output_missing), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec))
