@@ -61,12 +61,16 @@ static bool lost_outputs_alone(fsh_sched_driver *d, sched_job *j, int s, const c
   for (int i = 0; i < n; i++) {
     const jtask *k = maps[i] >= 0 && maps[i] < j->stages[in].n_tasks
                          ? &j->stages[in].tasks[maps[i]] : NULL;
-    if (!k || k->attempt != atts[i] || j->stages[in].merge || j->stages[in].released)
+    if (!k || k->attempt < atts[i] || j->stages[in].merge || j->stages[in].released)
       return false; /* checked first: nothing changes unless all of them can be lost */
   }
-  bool any = false;
-  for (int i = 0; i < n; i++) any |= fsh_job_output_lost(d, j, in, maps[i], atts[i], uri, msg);
-  return any;
+  /* an older attempt's output was lost already (another reader reported
+   * it first): its map is being or was recomputed */
+  bool all = true;
+  for (int i = 0; i < n; i++)
+    if (j->stages[in].tasks[maps[i]].attempt == atts[i])
+      all &= fsh_job_output_lost(d, j, in, maps[i], atts[i], uri, msg);
+  return all;
 }
 
 /* A done plan-fragment task's figures: its rows and input bytes without a
