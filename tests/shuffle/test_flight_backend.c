@@ -4,7 +4,8 @@
  * of a crashed run removed at start (and nothing else), a corrupted spill
  * file detected on read over Flight and in-process (EIO naming worker, map
  * output and partition), a map output missing from a live worker's store
- * (local and remote readers name it as lost), a peer that is gone (an error naming it), a spill
+ * (local and remote readers name it as lost), an output finished after
+ * its shuffle's release dropped, a peer that is gone (an error naming it), a spill
  * directory that vanished (a clean task error), a DoGet over map outputs
  * of different schemas refused, and the ticket codec. */
 #include <sys/stat.h>
@@ -333,6 +334,68 @@ static void local_output_missing(void) {
   fsh_shuffle_worker_stop(w, 1000);
 }
 
+/* A map output whose writer opened before its shuffle's release and
+ * finishes after it is dropped (no orphan held until the worker stops),
+ * with an error saying so, in memory and spilled; a writer opened after
+ * the release (a released stage brought back under the same id) and other
+ * shuffles' writers are unaffected. */
+static void released_while_writing(void) {
+  char *dir = stu_mkdtemp("relw");
+  const char *d = dir;
+  stu_plan p, q;
+  make_plan(&p, 61, 3, 2, 3000);
+  make_plan(&q, 62, 3, 1, 3000);
+  for (int mode = 0; mode < 2; mode++) { /* in memory; everything spilled */
+    fsh_error err = {{0}};
+    fsh_shuffle_store *s = NULL;
+    fsh_shuffle_store_options o = {.spill_dirs = &d, .n_spill_dirs = 1,
+                                   .memory_limit = mode ? 0 : 1 << 30, .name = "relw"};
+    CHECK_OK(fsh_shuffle_store_new(&o, &s, &err));
+    if (!s) break;
+    stu_map *m = &p.maps[0], *other = &q.maps[0];
+    fsh_store_writer *w = NULL, *wo = NULL;
+    CHECK_OK(fsh_store_writer_open(s, &p.spec, m->map_id, m->attempt, &w, &err));
+    CHECK_OK(fsh_store_writer_open(s, &q.spec, other->map_id, other->attempt, &wo, &err));
+    for (int64_t i = 0; w && i < m->n_ops; i++)
+      CHECK_OK(fsh_store_writer_write(w, m->ops[i].partition, m->ops[i].batch, &err));
+    for (int64_t i = 0; wo && i < other->n_ops; i++)
+      CHECK_OK(fsh_store_writer_write(wo, other->ops[i].partition, other->ops[i].batch, &err));
+    CHECK_OK(fsh_shuffle_store_release(s, 61, &err));
+    fsh_map_output out = {0};
+    int rc = w ? fsh_store_writer_close(w, &out, &err) : -1;
+    CHECK_MSG(rc == ECANCELED && strstr(err.message, "shuffle 61 map 0 attempt 0") &&
+                  strstr(err.message, "released"), "mode %d: rc %d: %s", mode, rc, err.message);
+    CHECK(!fsh_store_has(s, 61, m->map_id, m->attempt, NULL));
+    /* the other shuffle's output is kept */
+    fsh_map_output kept = {0};
+    CHECK_OK(wo ? fsh_store_writer_close(wo, &kept, &err) : EINVAL);
+    CHECK(fsh_store_has(s, 62, other->map_id, other->attempt, NULL));
+    fsh_map_output_reset(&kept);
+    /* opened after the release (a brought-back stage): published */
+    stu_map *m1 = &p.maps[1];
+    w = NULL;
+    CHECK_OK(fsh_store_writer_open(s, &p.spec, m1->map_id, m1->attempt, &w, &err));
+    for (int64_t i = 0; w && i < m1->n_ops; i++)
+      CHECK_OK(fsh_store_writer_write(w, m1->ops[i].partition, m1->ops[i].batch, &err));
+    CHECK_OK(w ? fsh_store_writer_close(w, &out, &err) : EINVAL);
+    CHECK(fsh_store_has(s, 61, m1->map_id, m1->attempt, NULL));
+    fsh_map_output_reset(&out);
+    fsh_shuffle_store_stats st;
+    fsh_shuffle_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.map_outputs, 2);
+    CHECK_OK(fsh_shuffle_store_release(s, 61, &err));
+    CHECK_OK(fsh_shuffle_store_release(s, 62, &err));
+    fsh_shuffle_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.map_outputs, 0);
+    CHECK_EQ_INT(st.memory_bytes, 0);
+    CHECK_EQ_INT(stu_count_files(dir), 0);
+    fsh_shuffle_store_free(s);
+  }
+  stu_plan_free(&p);
+  stu_plan_free(&q);
+  stu_rmdir(dir);
+}
+
 /* Two workers; one stops: reading from it fails naming it; the other's
  * map outputs still read. */
 static void peer_gone(void) {
@@ -575,5 +638,6 @@ static void ticket_codec(void) {
 
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(leftovers_removed_at_start), TEST(exec_leftovers_removed_at_start),
-              TEST(corruption_detected), TEST(local_output_missing), TEST(peer_gone), TEST(spill_dir_gone),
+              TEST(corruption_detected), TEST(local_output_missing),
+              TEST(released_while_writing), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec))
