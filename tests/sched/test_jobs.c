@@ -216,8 +216,10 @@ static void lost_worker_recomputes_its_maps(void) {
  * worker that answered; the driver recomputes exactly that map, retries
  * them, leaves every worker alive, and the result is the reference's.
  * Run for several maps (the reduces land on the holder or not): *local /
- * *remote count the runs where a local / remote reader reported it. */
-static void live_worker_output_lost_once(int32_t map, int *local, int *remote) {
+ * *remote count the runs where a local / remote reader reported it; and
+ * once incremental. */
+static void live_worker_output_lost_once(int32_t map, bool incremental, int *local,
+                                         int *remote) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 3000, true);
@@ -225,6 +227,7 @@ static void live_worker_output_lost_once(int32_t map, int *local, int *remote) {
   j.maps = 6;
   j.reduces = 6;
   j.rows = 6 * 5000;
+  j.incremental = incremental;
   atomic_store(&drop_map, map);
   uint64_t id = submit(&c, &j);
   CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 30000, &err));
@@ -267,7 +270,9 @@ static void live_worker_output_lost_once(int32_t map, int *local, int *remote) {
 static void live_worker_output_lost(void) {
   int local = 0, remote = 0;
   for (int32_t m = 0; m < 6 && !(local && remote); m++)
-    live_worker_output_lost_once(m, &local, &remote);
+    live_worker_output_lost_once(m, false, &local, &remote);
+  int any = 0;
+  live_worker_output_lost_once(2, true, &any, &any); /* reduces started before the loss */
   fprintf(stderr, "  reported lost by a local reader %d time(s), a remote one %d\n", local,
           remote);
   CHECK_MSG(local >= 1 && remote >= 1, "local %d, remote %d", local, remote);
