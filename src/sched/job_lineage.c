@@ -1,7 +1,9 @@
 /* job_lineage.c -- a worker is lost (the membership declared it dead or
  * restarted): its running attempts are retried, the map outputs it held
  * are forgotten and recomputed if (or once) a consumer still needs them,
- * and the running consumers that read one of them are retried. mu held. */
+ * and the running consumers that read one of them are retried; or a live
+ * worker answered that one output is not held (fsh_job_output_lost): that
+ * output alone is forgotten and recomputed. mu held. */
 #include <inttypes.h>
 #include <stdio.h>
 
