@@ -23,6 +23,56 @@ static bool lost_outputs_worker(const char *msg, char *out, size_t size) {
   return true;
 }
 
+/* A consumer's "flight shuffle <id> ...: worker <uri>: lost map outputs
+ * [map/attempt m/a ...] (why)" from a worker that answered (not "the worker
+ * is unreachable, hung or broke off" and a complete list): exactly those
+ * outputs of the producer stage of shuffle <id> that task stage s reads are
+ * lost, the worker stays alive. False when the message is not that, or an
+ * output cannot be lost alone: the caller loses the whole worker. mu held. */
+static bool lost_outputs_alone(fsh_sched_driver *d, sched_job *j, int s, const char *msg,
+                               const char *uri) {
+  const char *p = strstr(msg, ": lost map outputs [map/attempt ");
+  if (!p) return false;
+  const char *end = strchr(p, ']');
+  if (!end || strncmp(end, "] (the worker is unreachable", 28) == 0) return false;
+  const char *f = NULL;
+  for (const char *q = msg; (q = strstr(q, "flight shuffle ")) && q < p; q += 15) f = q + 15;
+  unsigned long long sid = 0;
+  if (!f || sscanf(f, "%llu", &sid) != 1) return false;
+  int in = -1;
+  for (int x = 0; x < j->n_stages; x++)
+    if (producer(&j->stages[x]) && j->stages[x].shuffle_id == sid && reads(&j->stages[s], x))
+      in = x;
+  if (in < 0) return false;
+  /* every token must be m/a (no "and N more") */
+  int64_t maps[16];
+  int32_t atts[16];
+  int n = 0;
+  for (const char *q = p + strlen(": lost map outputs [map/attempt "); q < end;) {
+    long long m;
+    int a, used = 0;
+    if (n == 16 || sscanf(q, "%lld/%d%n", &m, &a, &used) != 2 || q + used > end) return false;
+    maps[n] = (int64_t)m;
+    atts[n++] = (int32_t)a;
+    q += used;
+    if (*q == ' ') q++;
+  }
+  if (n == 0) return false;
+  for (int i = 0; i < n; i++) {
+    const jtask *k = maps[i] >= 0 && maps[i] < j->stages[in].n_tasks
+                         ? &j->stages[in].tasks[maps[i]] : NULL;
+    if (!k || k->attempt < atts[i] || j->stages[in].merge || j->stages[in].released)
+      return false; /* checked first: nothing changes unless all of them can be lost */
+  }
+  /* an older attempt's output was lost already (another reader reported
+   * it first): its map is being or was recomputed */
+  bool all = true;
+  for (int i = 0; i < n; i++)
+    if (j->stages[in].tasks[maps[i]].attempt == atts[i])
+      all &= fsh_job_output_lost(d, j, in, maps[i], atts[i], uri, msg);
+  return all;
+}
+
 /* A done plan-fragment task's figures: its rows and input bytes without a
  * staging stage's samples partition, what it fetched (the bytes its input
  * stages' tasks wrote into the partitions it reads) and its operators' spill. mu held. */
@@ -141,7 +191,10 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
       /* an input is gone with its worker: not the task's fault (bounded
        * all the same: a loss that recurs forever ends the job) */
       fsh_job_event_push(&j->retried, st->id, t, attempt, "%s", why);
-      for (int64_t i = 0; i < d->n; i++)
+      /* a live worker that answered "not held / corrupt": those outputs
+       * only; unreachable, hung or broke off: the worker is lost */
+      bool alone = lost_outputs_alone(d, j, s, why, lost);
+      for (int64_t i = 0; !alone && i < d->n; i++)
         if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && strcmp(d->workers[i].uri, lost) == 0) {
           driver_worker *x = &d->workers[i];
           x->state = FSH_SCHED_WORKER_DEAD;

@@ -241,6 +241,15 @@ void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, b
 /* Task t's held output or merge is gone with its worker (lineage):
  * forgotten, as is its merge (every part of it is on that worker). */
 void fsh_job_merge_forget(jstage *st, int32_t t);
+/* A live worker at uri answered a consumer that output (map_id, attempt) of
+ * producer stage s is not held there or is unreadable: exactly that output
+ * is lost (the metadata forgets it, the map task is pending again with the
+ * reason, recomputed like any lost output), the worker stays alive. False
+ * when this output cannot be dealt with alone (a merged stage, a released
+ * one, an attempt that is not the recorded one): the caller falls back to
+ * losing the whole worker. True when it is already being recomputed. mu held. */
+bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_id,
+                         int32_t attempt, const char *uri, const char *why);
 /* The merge field of a TaskRef (0: a task, or malformed). */
 uint32_t fsh_job_ref_merge(const uint8_t *data, size_t len);
 /* The job ended: stage s's running merges are cancelled on their workers

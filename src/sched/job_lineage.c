@@ -1,7 +1,9 @@
 /* job_lineage.c -- a worker is lost (the membership declared it dead or
  * restarted): its running attempts are retried, the map outputs it held
  * are forgotten and recomputed if (or once) a consumer still needs them,
- * and the running consumers that read one of them are retried. mu held. */
+ * and the running consumers that read one of them are retried; or a live
+ * worker answered that one output is not held (fsh_job_output_lost): that
+ * output alone is forgotten and recomputed. mu held. */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -83,4 +85,35 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
   if (w) w->running = w->running_reduce = 0;
   d->kick = true;
   pthread_cond_broadcast(&d->sched_cv);
+}
+
+bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_id,
+                         int32_t attempt, const char *uri, const char *why) {
+  jstage *st = &j->stages[s];
+  if (!producer(st) || st->released || st->merge || map_id < 0 || map_id >= st->n_tasks)
+    return false;
+  jtask *k = &st->tasks[map_id];
+  if (k->attempt != attempt) return false;
+  if (k->state != T_DONE) return k->recompute; /* already being recomputed */
+  bool gone = false;
+  fsh_error e;
+  if (fsh_shuffle_meta_lose_output(st->meta, map_id, attempt, &gone, &e) != 0) {
+    if (d->log) fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id,
+                        st->id, e.message);
+    return false;
+  }
+  char reason[700];
+  snprintf(reason, sizeof reason, "its output (attempt %d) on live worker %s was reported "
+           "missing or unreadable (%.500s)", attempt, uri, why);
+  fsh_free(k->lost);
+  k->lost = fsh_strdup(reason);
+  k->state = T_PENDING;
+  k->recompute = true;
+  k->wtask = 0;
+  st->n_done--;
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %" PRId64 ": %s\n",
+            j->id, st->id, map_id, reason);
+  d->kick = true;
+  return true;
 }

@@ -211,14 +211,13 @@ static void close_local(fr_reader *r) {
 static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   fsh_shuffle_store *store = fsh_shuffle_worker_store(r->st->local);
   int rc = fsh_store_open(store, r->shuffle_id, s->map_id, s->attempt, &r->file, err);
-  if (rc != 0) return rc;
-  const fsh_map_file_info *i = fsh_map_file_get_info(r->file);
+  const fsh_map_file_info *i = rc == 0 ? fsh_map_file_get_info(r->file) : NULL;
   fsh_error diff = {{0}};
-  if (i->n_partitions != r->n_partitions)
+  if (rc == 0 && i->n_partitions != r->n_partitions)
     rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d has "
                        "%d partitions, the shuffle %d", r->shuffle_id, s->map_id, s->attempt,
                        i->n_partitions, r->n_partitions);
-  else if (!fsh_schema_equals(fsh_map_file_schema(r->file), r->schema, false, &diff))
+  else if (rc == 0 && !fsh_schema_equals(fsh_map_file_schema(r->file), r->schema, false, &diff))
     rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d: "
                        "schema differs from the shuffle's: %s", r->shuffle_id, s->map_id,
                        s->attempt, diff.message);
@@ -235,6 +234,18 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   }
   if (rc != 0) close_local(r);
   else atomic_fetch_add(&r->st->stats.local_sources, 1);
+  if (rc != 0 && rc != ENOMEM && err) {
+    /* the same parseable form as a remote fetch's loss (flight_fetch.c
+     * describe_loss): this (live) worker answered that the output is not
+     * held or not as recorded, so a scheduler recomputes that map rather
+     * than retrying this task here */
+    char cause[sizeof err->message];
+    snprintf(cause, sizeof cause, "%s", err->message);
+    fsh_error_set(err, rc, "flight shuffle %" PRIu64 " partition %d: worker %s: lost map outputs "
+                  "[map/attempt %" PRId64 "/%d] (not held or unreadable in the reader's own "
+                  "store): %s", r->shuffle_id, r->partition, local_uri(r->st), s->map_id,
+                  s->attempt, cause);
+  }
   return rc;
 }
 

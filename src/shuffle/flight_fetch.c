@@ -665,7 +665,8 @@ static int run_slots(fetch *f, fsh_error *err) {
  * recompute: when the worker cannot be reached, hangs (deadline) or breaks
  * the stream off, every map output this reader wanted from it (the worker
  * is presumably gone, and with it what was already read); otherwise (the
- * worker answered with an error, or its data failed verification) the
+ * worker answered with an error, or its data failed verification) the one
+ * the error names (ENOENT, EIO: not held, missing, corrupt), or else the
  * ones not fully read. */
 static void describe_loss(fetch *f, int rc, fsh_error *err) {
   fr_reader *r = f->r;
@@ -675,10 +676,29 @@ static void describe_loss(fetch *f, int rc, fsh_error *err) {
   char list[400];
   size_t at = 0;
   int64_t listed = 0, lost = 0;
+  /* the worker answered naming one map output ("... map M attempt A ...":
+   * not held, its spill file missing, its data corrupt): that one alone is
+   * lost; the others not read yet are still there for a retry */
+  int64_t named = -1;
   pthread_mutex_lock(&r->mu);
+  for (int64_t i = 0; !gone && (rc == ENOENT || rc == EIO) && i < job->n_slots; i++) {
+    const fr_slot *sl = slot_of(f, job->slots[i]);
+    char needle[64];
+    snprintf(needle, sizeof needle, "map %" PRId64 " attempt %d", sl->map_id, sl->attempt);
+    const char *hit = strstr(err->message, needle);
+    size_t nl = strlen(needle);
+    if (!sl->done && hit && !(hit[nl] >= '0' && hit[nl] <= '9')) {
+      if (named >= 0) { /* two named: not that simple */
+        named = -1;
+        break;
+      }
+      named = i;
+    }
+  }
   for (int64_t i = 0; i < job->n_slots; i++) {
     const fr_slot *sl = slot_of(f, job->slots[i]);
     if (!gone && sl->done) continue;
+    if (named >= 0 && i != named) continue;
     lost++;
     if (at + 48 < sizeof list) {
       at += (size_t)snprintf(list + at, sizeof list - at, "%s%" PRId64 "/%d", listed ? " " : "",

@@ -247,6 +247,12 @@ FSH_NODISCARD int fsh_store_writer_write_rows(fsh_store_writer *w, fsh_batch *ba
                                               const int32_t *partition_of_row, fsh_error *err);
 FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
                                          fsh_batch *batch, fsh_error *err);
+/* Publishes the output (replacing one of the same map and attempt).
+ * ECANCELED (nothing kept, nothing left on disk) when its shuffle was
+ * released after the writer opened (among the store's last 1024 releases):
+ * a map task ending after its job's release leaves no orphan. A writer
+ * opened after a release publishes (a released stage brought back runs
+ * its maps again under the same shuffle id). w is freed either way. */
 FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,
                                          fsh_error *err);
 void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */

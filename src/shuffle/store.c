@@ -1,8 +1,10 @@
 /* store.c -- a worker's store of map outputs (contract in shuffle.h): each
  * map output a map-output file image, in memory under the store's budget
  * or in a spill file; writers, lookups for readers and servers, listing,
- * release, and the removal of a crashed run's leftovers at start (its
- * spill files, and the exec layer's operator spill files, exec.h).
+ * release (remembered: a writer opened before its shuffle's release drops
+ * its output when it closes), and the removal of a crashed run's leftovers
+ * at start (its spill files, and the exec layer's operator spill files,
+ * exec.h).
  *
  * Memory accounting: an image is charged to the budget by its capacity as
  * it grows, and by its size once complete; a writer whose next growth the
@@ -83,6 +85,8 @@ typedef struct entry {
   struct entry *next; /* hash chain */
 } entry;
 
+#define RELEASED_MAX 1024
+
 struct fsh_shuffle_store {
   pthread_mutex_t mu;
   entry **buckets;
@@ -97,6 +101,12 @@ struct fsh_shuffle_store {
   atomic_ullong seq;
   uint64_t tag;
   char name[320]; /* fixed: renamed once while possibly read */
+  /* the last RELEASED_MAX releases (a ring, under mu): shuffle id and the
+   * release's generation, so that an output whose writer opened before its
+   * shuffle's release is dropped when it finishes (no orphan) */
+  struct { uint64_t shuffle_id, gen; } released[RELEASED_MAX];
+  int n_released, next_released;
+  uint64_t release_gen; /* releases so far (under mu) */
 };
 
 /* ---- names ------------------------------------------------------------- */
@@ -749,6 +759,7 @@ struct fsh_store_writer {
   fsh_map_file_writer *mw;
   spill_result res;
   entry *e; /* allocated up front: publishing cannot fail */
+  uint64_t gen; /* the store's release_gen when it opened */
   int64_t builders_charged; /* the map-file writer's partition builders */
   char what[128];
 };
@@ -776,6 +787,9 @@ int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, in
   }
   w->s = s;
   w->e = e;
+  pthread_mutex_lock(&s->mu);
+  w->gen = s->release_gen;
+  pthread_mutex_unlock(&s->mu);
   snprintf(w->what, sizeof w->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
            spec->shuffle_id, map_id, attempt);
   o->s = s;
@@ -865,6 +879,14 @@ void fsh_store_writer_abort(fsh_store_writer *w) {
   trim_idle_builders(s);
 }
 
+/* Whether shuffle_id was released after generation gen (among the last
+ * RELEASED_MAX releases). mu held. */
+static bool released_since(const fsh_shuffle_store *s, uint64_t shuffle_id, uint64_t gen) {
+  for (int i = 0; i < s->n_released; i++)
+    if (s->released[i].shuffle_id == shuffle_id && s->released[i].gen > gen) return true;
+  return false;
+}
+
 int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *err) {
   fsh_shuffle_store *s = w->s;
   fsh_map_output m;
@@ -897,6 +919,15 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   memset(&w->res, 0, sizeof w->res);
   w->res.image_fd = -1;
   pthread_mutex_lock(&s->mu);
+  if (released_since(s, e->meta.shuffle_id, w->gen)) { /* nobody will read or release it */
+    pthread_mutex_unlock(&s->mu);
+    entry_destroy(s, e);
+    fsh_map_output_reset(&m);
+    rc = fsh_error_set(err, ECANCELED, "store %s: %s: the shuffle was released while the map "
+                       "output was being written: output dropped", s->name, w->what);
+    writer_free(w);
+    return rc;
+  }
   entry **l = find_link(s, e->meta.shuffle_id, e->meta.map_id, e->meta.attempt);
   entry *old = *l;
   e->next = old ? old->next : NULL;
@@ -1125,6 +1156,10 @@ int fsh_store_release(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t *n_outp
   entry *dead = NULL;
   int64_t count = 0, bytes = 0;
   pthread_mutex_lock(&s->mu);
+  s->released[s->next_released].shuffle_id = shuffle_id;
+  s->released[s->next_released].gen = ++s->release_gen;
+  s->next_released = (s->next_released + 1) % RELEASED_MAX;
+  if (s->n_released < RELEASED_MAX) s->n_released++;
   for (int64_t i = 0; i < s->n_buckets; i++) {
     entry **l = &s->buckets[i];
     while (*l) {

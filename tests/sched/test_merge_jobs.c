@@ -97,8 +97,8 @@ static void hold_merge(void *ctx, const fsh_merge_task *t) {
 /* A job ends (its last map fails, max_attempts 1) while merges run (held
  * by the hook once their parts are open) -- the failure is reported once
  * a merge runs and every other map's end was (nothing but merges runs
- * then: a map ending after the job's release would leave its output,
- * which is not the merge's business): the driver cancels them on
+ * then: a map ending after the job's release is the store's business --
+ * it drops that output, store.c -- not the merge's): the driver cancels them on
  * their workers, they end ECANCELED without output, the job is failed
  * naming the map, and the shuffle's release leaves nothing on the workers
  * -- neither parts nor merged outputs. */

@@ -3,7 +3,9 @@
  * several spill directories round-robin, release deleting files, leftovers
  * of a crashed run removed at start (and nothing else), a corrupted spill
  * file detected on read over Flight and in-process (EIO naming worker, map
- * output and partition), a peer that is gone (an error naming it), a spill
+ * output and partition), a map output missing from a live worker's store
+ * (local and remote readers name it as lost), an output finished after
+ * its shuffle's release dropped, a peer that is gone (an error naming it), a spill
  * directory that vanished (a clean task error), a DoGet over map outputs
  * of different schemas refused, and the ticket codec. */
 #include <sys/stat.h>
@@ -294,6 +296,106 @@ static void corruption_detected(void) {
   stu_rmdir(dir);
 }
 
+/* One map output dropped from a live worker's store: a reader on that very
+ * worker (local read) and one elsewhere (over Flight) both fail naming the
+ * worker and exactly that output in the parseable "lost map outputs" form
+ * the scheduler recomputes from; the outputs still held read unharmed. */
+static void local_output_missing(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1), *remote = backend_for(NULL, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 23, 2, 3, 2000);
+  run_maps(local, &p);
+  CHECK(fsh_store_drop(fsh_shuffle_worker_store(w), 23, 1, 0));
+  char want[600];
+  snprintf(want, sizeof want, "worker %s: lost map outputs [map/attempt 1/0] (", uri);
+  fsh_error err = {{0}};
+  fsh_map_output outs[3];
+  for (int m = 0; m < 3; m++) outs[m] = p.maps[m].out;
+  int rc = stu_read_rc(local, &p.spec, 0, outs, 3, NULL, &err);
+  CHECK_MSG(rc == ENOENT && strstr(err.message, want) && strstr(err.message, "not held here") &&
+                strstr(err.message, "flight shuffle 23 partition 0"),
+            "local: rc %d: %s", rc, err.message);
+  rc = stu_read_rc(remote, &p.spec, 1, outs, 3, NULL, &err);
+  CHECK_MSG(rc != 0 && strstr(err.message, want), "over Flight: rc %d: %s", rc, err.message);
+  /* the outputs still held read (only map 0 and map 2, both ways) */
+  fsh_map_output kept[2] = {outs[0], outs[2]};
+  int64_t rows_local = 0, rows_remote = 0;
+  CHECK_OK(stu_read_rc(local, &p.spec, 0, kept, 2, &rows_local, &err));
+  CHECK_OK(stu_read_rc(remote, &p.spec, 0, kept, 2, &rows_remote, &err));
+  CHECK(rows_local > 0 && rows_local == rows_remote &&
+        rows_local == outs[0].rows[0] + outs[2].rows[0]);
+  CHECK_OK(fsh_shuffle_release(remote, 23, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_backend_destroy(remote);
+  fsh_shuffle_worker_stop(w, 1000);
+}
+
+/* A map output whose writer opened before its shuffle's release and
+ * finishes after it is dropped (no orphan held until the worker stops),
+ * with an error saying so, in memory and spilled; a writer opened after
+ * the release (a released stage brought back under the same id) and other
+ * shuffles' writers are unaffected. */
+static void released_while_writing(void) {
+  char *dir = stu_mkdtemp("relw");
+  const char *d = dir;
+  stu_plan p, q;
+  make_plan(&p, 61, 3, 2, 3000);
+  make_plan(&q, 62, 3, 1, 3000);
+  for (int mode = 0; mode < 2; mode++) { /* in memory; everything spilled */
+    fsh_error err = {{0}};
+    fsh_shuffle_store *s = NULL;
+    fsh_shuffle_store_options o = {.spill_dirs = &d, .n_spill_dirs = 1,
+                                   .memory_limit = mode ? 0 : 1 << 30, .name = "relw"};
+    CHECK_OK(fsh_shuffle_store_new(&o, &s, &err));
+    if (!s) break;
+    stu_map *m = &p.maps[0], *other = &q.maps[0];
+    fsh_store_writer *w = NULL, *wo = NULL;
+    CHECK_OK(fsh_store_writer_open(s, &p.spec, m->map_id, m->attempt, &w, &err));
+    CHECK_OK(fsh_store_writer_open(s, &q.spec, other->map_id, other->attempt, &wo, &err));
+    for (int64_t i = 0; w && i < m->n_ops; i++)
+      CHECK_OK(fsh_store_writer_write(w, m->ops[i].partition, m->ops[i].batch, &err));
+    for (int64_t i = 0; wo && i < other->n_ops; i++)
+      CHECK_OK(fsh_store_writer_write(wo, other->ops[i].partition, other->ops[i].batch, &err));
+    CHECK_OK(fsh_shuffle_store_release(s, 61, &err));
+    fsh_map_output out = {0};
+    int rc = w ? fsh_store_writer_close(w, &out, &err) : -1;
+    CHECK_MSG(rc == ECANCELED && strstr(err.message, "shuffle 61 map 0 attempt 0") &&
+                  strstr(err.message, "released"), "mode %d: rc %d: %s", mode, rc, err.message);
+    CHECK(!fsh_store_has(s, 61, m->map_id, m->attempt, NULL));
+    /* the other shuffle's output is kept */
+    fsh_map_output kept = {0};
+    CHECK_OK(wo ? fsh_store_writer_close(wo, &kept, &err) : EINVAL);
+    CHECK(fsh_store_has(s, 62, other->map_id, other->attempt, NULL));
+    fsh_map_output_reset(&kept);
+    /* opened after the release (a brought-back stage): published */
+    stu_map *m1 = &p.maps[1];
+    w = NULL;
+    CHECK_OK(fsh_store_writer_open(s, &p.spec, m1->map_id, m1->attempt, &w, &err));
+    for (int64_t i = 0; w && i < m1->n_ops; i++)
+      CHECK_OK(fsh_store_writer_write(w, m1->ops[i].partition, m1->ops[i].batch, &err));
+    CHECK_OK(w ? fsh_store_writer_close(w, &out, &err) : EINVAL);
+    CHECK(fsh_store_has(s, 61, m1->map_id, m1->attempt, NULL));
+    fsh_map_output_reset(&out);
+    fsh_shuffle_store_stats st;
+    fsh_shuffle_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.map_outputs, 2);
+    CHECK_OK(fsh_shuffle_store_release(s, 61, &err));
+    CHECK_OK(fsh_shuffle_store_release(s, 62, &err));
+    fsh_shuffle_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.map_outputs, 0);
+    CHECK_EQ_INT(st.memory_bytes, 0);
+    CHECK_EQ_INT(stu_count_files(dir), 0);
+    fsh_shuffle_store_free(s);
+  }
+  stu_plan_free(&p);
+  stu_plan_free(&q);
+  stu_rmdir(dir);
+}
+
 /* Two workers; one stops: reading from it fails naming it; the other's
  * map outputs still read. */
 static void peer_gone(void) {
@@ -536,5 +638,6 @@ static void ticket_codec(void) {
 
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(leftovers_removed_at_start), TEST(exec_leftovers_removed_at_start),
-              TEST(corruption_detected), TEST(peer_gone), TEST(spill_dir_gone),
+              TEST(corruption_detected), TEST(local_output_missing),
+              TEST(released_while_writing), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec))
