@@ -187,7 +187,10 @@ def test_kill_a_worker_after_its_merge_is_published(tmp_path):
             if line.startswith("worker ") and " pid " in line:
                 f = line.split()
                 uris[f[2]] = int(f[-1])
-            m = re.search(r"stage 1: merge \d+ published on (\S+)", line)
+            # a plan stage merges runs of consecutive map ids held by one
+            # worker, so whether a given stage merges depends on placement:
+            # the first merge of any stage is the one to kill after
+            m = re.search(r"stage \d+: merge \d+ published on (\S+)", line)
             if killed is None and m and m.group(1) in uris:
                 killed = m.group(1)
                 os.kill(uris[killed], signal.SIGKILL)
@@ -199,7 +202,7 @@ def test_kill_a_worker_after_its_merge_is_published(tmp_path):
             p.wait()
     text = "".join(out)
     assert p.returncode == 0, text[-5000:]
-    assert killed is not None, "no merge of stage 1 was published:\n" + text[-5000:]
+    assert killed is not None, "no merge was published:\n" + text[-5000:]
     res = result_line("\n".join(l for l in text.splitlines()
                                  if not l.startswith("flightshuffle: ")))
     assert res["verified"] == "yes"
@@ -215,7 +218,7 @@ BIG = {
     "partitions": 6,
     "nodes": [
         {"id": "facts", "op": "scan", "generate": "keyed", "rows": 8000000,
-         "batch_rows": 8192, "partitions": 12, "key_range": 50000, "seed": 1},
+         "batch_rows": 8192, "partitions": 24, "key_range": 50000, "seed": 1},
         {"id": "dims", "op": "scan", "generate": "keyed", "rows": 50000, "batch_rows": 4096,
          "partitions": 3, "key_range": 50000, "seed": 2, "groups": 16},
         {"id": "dims_p", "op": "project", "input": "dims",
