@@ -282,6 +282,25 @@ static bool emit_merge(void *ctx, const sched_job *j, int s, const jmerge *m, co
   return true;
 }
 
+/* The launch's one call to its worker (mu NOT held): "task-wait" for the
+ * worker task x->wtask when x->poll, else "task" with x->body, whose answer
+ * must be the worker's 8-byte task id. */
+static int launch_call(fsh_flight_client *c, const launch *x, fsh_flight_result_list *res,
+                       fsh_error *err) {
+  if (x->poll) {
+    uint8_t id8[8];
+    for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
+    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id8, 8}};
+    return fsh_flight_do_action(c, &a, res, err);
+  }
+  fsh_flight_action a = {.type = (char *)"task", .body = {x->body->data, x->body->size}};
+  int rc = fsh_flight_do_action(c, &a, res, err);
+  if (rc == 0 && (res->n != 1 || res->items[0].size != 8))
+    rc = fsh_error_set(err, EPROTO, "worker %s: task: %lld results, expected one 8-byte id",
+                       x->uri, (long long)res->n);
+  return rc;
+}
+
 /* Sends a merge's "task" (or its "task-wait") and records what came of it
  * (mu NOT held). */
 static void run_merge_launch(fsh_sched_driver *d, launch *x) {
@@ -289,18 +308,7 @@ static void run_merge_launch(fsh_sched_driver *d, launch *x) {
   fsh_flight_client *c = client_of(d, x->uri, &err);
   fsh_flight_result_list res = {0};
   int rc = c ? 0 : EIO;
-  uint8_t id8[8];
-  if (rc == 0 && x->poll) {
-    for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
-    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id8, 8}};
-    rc = fsh_flight_do_action(c, &a, &res, &err);
-  } else if (rc == 0) {
-    fsh_flight_action a = {.type = (char *)"task", .body = {x->body->data, x->body->size}};
-    rc = fsh_flight_do_action(c, &a, &res, &err);
-    if (rc == 0 && (res.n != 1 || res.items[0].size != 8))
-      rc = fsh_error_set(&err, EPROTO, "worker %s: task: %lld results, expected one 8-byte id",
-                         x->uri, (long long)res.n);
-  }
+  if (rc == 0) rc = launch_call(c, x, &res, &err);
   pthread_mutex_lock(&d->mu);
   sched_job *j = fsh_job_find(d, x->job_id);
   if (j && x->poll) {
@@ -546,18 +554,7 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
                            fsh_sched_now_ms() - d->workers[i].suspect_ms);
     pthread_mutex_unlock(&d->mu);
   }
-  uint8_t id8[8];
-  if (rc == 0 && x->poll) {
-    for (int i = 0; i < 8; i++) id8[i] = (uint8_t)(x->wtask >> (8 * i));
-    fsh_flight_action a = {.type = (char *)"task-wait", .body = {id8, 8}};
-    rc = fsh_flight_do_action(c, &a, &res, &err);
-  } else if (rc == 0) {
-    fsh_flight_action a = {.type = (char *)"task", .body = {x->body->data, x->body->size}};
-    rc = fsh_flight_do_action(c, &a, &res, &err);
-    if (rc == 0 && (res.n != 1 || res.items[0].size != 8))
-      rc = fsh_error_set(&err, EPROTO, "worker %s: task: %lld results, expected one 8-byte id",
-                         x->uri, (long long)res.n);
-  }
+  if (rc == 0) rc = launch_call(c, x, &res, &err);
   pthread_mutex_lock(&d->mu);
   sched_job *j = fsh_job_find(d, x->job_id);
   jtask *k = j ? &j->stages[x->stage].tasks[x->task] : NULL;
