@@ -4,6 +4,7 @@
 #ifndef FSH_TEST_H
 #define FSH_TEST_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,17 @@ typedef struct fsh_test_case {
   const char *name;
   void (*fn)(void);
 } fsh_test_case;
+/* Number of entries in dir other than . and .. (-1 if it cannot be opened). */
+static inline int fsh_test_dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  return n;
+}
+
 
 /* Runs the cases (all, or those named in argv) and prints one line per case
  * and the closing "N passed, N failed" line. Returns the exit status. */

@@ -87,17 +87,6 @@ static void start_cluster_with(cluster *c, int no_fs, const fsh_plan_task_run_op
 
 static void start_cluster(cluster *c) { start_cluster_with(c, -1, NULL); }
 
-static int dir_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
 /* Every store and the fs directory empty, then everything stopped. */
 static void stop_cluster(cluster *c) {
   for (int i = 0; i < N_WORKERS; i++) {
@@ -107,7 +96,7 @@ static void stop_cluster(cluster *c) {
     CHECK_MSG(st.map_outputs == 0, "worker %d still holds %lld map outputs", i,
               (long long)st.map_outputs);
   }
-  CHECK_MSG(dir_entries(c->fs_dir) == 0, "files left in %s", c->fs_dir);
+  CHECK_MSG(fsh_test_dir_entries(c->fs_dir) == 0, "files left in %s", c->fs_dir);
   for (int i = 0; i < N_WORKERS; i++) fsh_sched_heartbeat_stop(c->h[i]);
   for (int i = 0; i < N_WORKERS; i++) fsh_shuffle_worker_stop(c->w[i], 1000);
   fsh_sched_driver_stop(c->d, 1000);
@@ -509,7 +498,7 @@ static void operator_spill_reported(void) {
   fsh_sched_job_status_reset(&s);
   fsh_plan_free(p);
   stop_cluster(&c);
-  CHECK_EQ_INT(dir_entries(dir), 0);
+  CHECK_EQ_INT(fsh_test_dir_entries(dir), 0);
   CHECK_EQ_INT(rmdir(dir), 0);
 }
 

@@ -18,18 +18,6 @@
 #include "../test.h"
 #include "plan_examples.h"
 
-/* Entries of dir other than . and .. */
-static int dir_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
 static void make_dir(char *tmpl) { CHECK(mkdtemp(tmpl) != NULL); }
 
 /* Plans (examples/plans) holding a sort, an aggregate or a join, and a
@@ -83,8 +71,8 @@ static void test_examples_spill_and_verify(void) {
         CHECK_MSG(r.spill_summary && strstr(r.spill_summary, k_plans[i].spilling_op),
                   "%s: summary '%s'", k_plans[i].plan, r.spill_summary ? r.spill_summary : "");
       }
-      CHECK_EQ_INT(dir_entries(d1), 0);
-      CHECK_EQ_INT(dir_entries(d2), 0);
+      CHECK_EQ_INT(fsh_test_dir_entries(d1), 0);
+      CHECK_EQ_INT(fsh_test_dir_entries(d2), 0);
       fsh_plan_result_reset(&r);
       if (!fs) { /* without a budget: as before, nothing spilled */
         fsh_plan_run_options o0 = {.backend = be};
@@ -122,7 +110,7 @@ static void test_budget_too_small(void) {
     CHECK_MSG(strstr(err.message, "not implemented") == NULL, "%s", err.message);
   }
   CHECK(r.rows == 0 && r.batches == NULL && r.spill_summary == NULL);
-  CHECK_EQ_INT(dir_entries(d), 0);
+  CHECK_EQ_INT(fsh_test_dir_entries(d), 0);
   fsh_plan_result_reset(&r);
   fsh_plan_run_options none = {.operator_memory = 1 << 20};
   rc = fsh_plan_run(p, &none, &r, &err);
@@ -176,7 +164,7 @@ static void test_alloc_failure(void) {
       if (rc == 0) CHECK_OK(fsh_plan_result_compare(p, &r, &ref, &err));
       else failures++;
       fsh_plan_result_reset(&r);
-      CHECK_MSG(dir_entries(d) == 0, "k=%lld: files left in %s", (long long)k, d);
+      CHECK_MSG(fsh_test_dir_entries(d) == 0, "k=%lld: files left in %s", (long long)k, d);
     }
   }
   CHECK(failures > 0);

@@ -316,17 +316,6 @@ static void test_examples_memory(void) {
   fsh_shuffle_backend_destroy(b);
 }
 
-static int dir_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
 static void test_examples_fs(void) {
   fsh_error err;
   char dir[] = "/tmp/fsh-test-plantask-XXXXXX";
@@ -339,7 +328,7 @@ static void test_examples_fs(void) {
                                      "limit.json", "gather.json"};
   test_examples(b, FSH_TASK_BACKEND_FS, only, 6);
   fsh_shuffle_backend_destroy(b);
-  CHECK_MSG(dir_entries(dir) == 0, "files left in %s", dir);
+  CHECK_MSG(fsh_test_dir_entries(dir) == 0, "files left in %s", dir);
   CHECK_EQ_INT(rmdir(dir), 0);
 }
 

@@ -57,15 +57,7 @@ static inline void stu_rmdir(char *dir) {
 }
 
 /* Number of entries in dir (. and .. excluded). */
-static inline int stu_count_files(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-  closedir(d);
-  return n;
-}
+static inline int stu_count_files(const char *dir) { return fsh_test_dir_entries(dir); }
 
 /* ---- backends ---------------------------------------------------------- */
 
