@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "sched/job_internal.h"
+#include "sched/placement.h"
 
 #define POLL_AFTER_MS 2000   /* the task-wait fallback: first poll of an attempt */
 #define POLL_EVERY_MS 2000
@@ -191,7 +192,8 @@ static int plan_body(const sched_job *j, const jstage *st, int32_t t, int32_t at
 }
 
 /* Picks the worker for task t of stage s: alive, a free slot; maps: the
- * least loaded; reduces: the one holding most input bytes. NULL if none. */
+ * least loaded (place_runs is preferred for them); reduces: the one
+ * holding most input bytes. NULL if none. */
 static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int32_t t) {
   const jstage *st = &j->stages[s];
   /* a consumer: the location holding most of its partition's bytes */
@@ -217,6 +219,34 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
     }
   }
   return best;
+}
+
+/* Placement of stage s's pending tasks by runs of task ids
+ * (fsh_sched_place_runs over the workers' free slots): *out (T entries,
+ * fsh_malloc'ed) gets each placed task's index in d->workers, -1 for the
+ * others. ENOMEM leaves *out NULL. mu held. */
+static int place_runs(const fsh_sched_driver *d, const sched_job *j, int s, int32_t **out) {
+  const jstage *st = &j->stages[s];
+  int64_t n = d->n, T = st->n_tasks;
+  bool reduce_slot = fsh_job_reduce_slot(j, st);
+  *out = NULL;
+  int32_t *o = fsh_malloc((size_t)(T + n) * sizeof *o + (size_t)T);
+  if (!o) return ENOMEM;
+  int32_t *free_slots = o + T;
+  uint8_t *pending = (uint8_t *)(free_slots + n);
+  for (int64_t i = 0; i < n; i++) {
+    const driver_worker *w = &d->workers[i];
+    int busy = reduce_slot ? w->running_reduce : w->running;
+    free_slots[i] = w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms && busy < j->slots
+                        ? j->slots - busy : 0;
+  }
+  for (int64_t t = 0; t < T; t++) pending[t] = st->tasks[t].state == T_PENDING;
+  if (fsh_sched_place_runs(n, free_slots, T, pending, o, NULL) != 0) {
+    fsh_free(o);
+    return ENOMEM;
+  }
+  *out = o;
+  return 0;
 }
 
 /* Whether a stage's tasks may start: a reduce once its map stage is done,
@@ -359,6 +389,10 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
       if (st->merge) fsh_job_merges_plan(d, j, s, now, emit_merge, l);
       if (j->state != FSH_SCHED_JOB_RUNNING) break;
       bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
+      /* a stage reading no shuffle: by runs of task ids (place_runs); if
+       * that cannot allocate, task by task (place) */
+      int32_t *runs = NULL;
+      if (may && !consumer(st) && st->n_tasks > 0) (void)place_runs(d, j, s, &runs);
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
         if (k->state == T_RUNNING && !k->sending && k->wtask && now - k->start_ms > POLL_AFTER_MS &&
@@ -373,7 +407,8 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
           continue;
         }
         if (!may || k->state != T_PENDING) continue;
-        driver_worker *w = place(d, j, s, t);
+        if (runs && runs[t] < 0) continue; /* not this round */
+        driver_worker *w = runs ? &d->workers[runs[t]] : place(d, j, s, t);
         if (!w) break;
         fsh_error err = {{0}};
         fsh_buffer *body = NULL, *env = NULL;
@@ -437,6 +472,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
                       .body = env};
         snprintf(x->uri, sizeof x->uri, "%s", w->uri);
       }
+      fsh_free(runs);
       if (j->state != FSH_SCHED_JOB_RUNNING) break;
     }
   }
