@@ -237,8 +237,8 @@ static int place_runs(const fsh_sched_driver *d, const sched_job *j, int s, int3
   for (int64_t i = 0; i < n; i++) {
     const driver_worker *w = &d->workers[i];
     int busy = reduce_slot ? w->running_reduce : w->running;
-    free_slots[i] = w->state == FSH_SCHED_WORKER_ALIVE && !w->suspect_ms && busy < j->slots
-                        ? j->slots - busy : 0;
+    free_slots[i] = w->state != FSH_SCHED_WORKER_ALIVE ? -1
+                    : !w->suspect_ms && busy < j->slots ? j->slots - busy : 0;
   }
   for (int64_t t = 0; t < T; t++) pending[t] = st->tasks[t].state == T_PENDING;
   if (fsh_sched_place_runs(n, free_slots, T, pending, o, NULL) != 0) {

@@ -8,13 +8,15 @@
 
 /* Gives pending tasks to workers with free slots by runs of task ids, so
  * that consecutive ids land on one worker (what a plan stage's pre-shuffle
- * merge can merge). Task t of T belongs to the range of worker t*W/T (of
- * W workers, in a stable order, dead ones included). Each worker i with
- * free_slots[i] > 0 first takes the lowest pending tasks of its own range;
- * a worker whose range has none left steals from the back of the range
- * with most pending tasks left (ties: the lowest worker), so the owner
- * and the thief each keep a run. A dead or busy worker (free_slots 0) has
- * its range taken that way.
+ * merge can merge). free_slots[i] of worker i (of n, in a stable order):
+ * < 0 dead, 0 busy (or not to be used now), else its free slots. The A
+ * live (not dead) workers own, in their order, ranges of consecutive ids:
+ * task t of T is in the range of the (t*A/T)-th. Each worker with free
+ * slots first takes the lowest pending tasks of its own range; one whose
+ * range has none left steals from the back of the range with most pending
+ * tasks left (ties: the first), so owner and thief each keep a run. A busy
+ * worker's range is taken that way if it falls behind; a dead worker's
+ * ids are shared out by the ranges of the live ones.
  * pending[t] != 0: task t waits for a worker. out[t] is set to the worker
  * index of each task placed and to -1 for every other task; *placed (may
  * be NULL) counts them. 0, or ENOMEM (out untouched). */
