@@ -81,6 +81,34 @@ static int cmp_source(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Sorts src[n] by map id: nothing to do when in order already, one pass
+ * when the ids are distinct and in [0, n_maps) (each map of a stage has
+ * one output), else (or without memory for the pass) qsort. */
+static void sort_sources(fsh_reduce_source *src, int64_t n, int64_t n_maps) {
+  bool sorted = true;
+  for (int64_t i = 1; i < n && sorted; i++) sorted = src[i - 1].map_id <= src[i].map_id;
+  if (sorted) return;
+  int64_t *at = n_maps > 0 ? fsh_malloc((size_t)n_maps * sizeof *at) : NULL;
+  fsh_reduce_source *tmp = at ? fsh_malloc((size_t)n * sizeof *tmp) : NULL;
+  bool direct = tmp != NULL;
+  for (int64_t m = 0; direct && m < n_maps; m++) at[m] = -1;
+  for (int64_t i = 0; i < n && direct; i++) {
+    int64_t m = src[i].map_id;
+    direct = m >= 0 && m < n_maps && at[m] < 0;
+    if (direct) at[m] = i;
+  }
+  if (direct) {
+    int64_t k = 0;
+    for (int64_t m = 0; m < n_maps; m++)
+      if (at[m] >= 0) tmp[k++] = src[at[m]];
+    memcpy(src, tmp, (size_t)n * sizeof *src);
+  } else {
+    qsort(src, (size_t)n, sizeof *src, cmp_source);
+  }
+  fsh_free(tmp);
+  fsh_free(at);
+}
+
 int fsh_job_reduce_task_of(const sched_job *j, int input, int32_t p, bool incremental,
                            fsh_reduce_task *t, fsh_error *err) {
   const jstage *in = &j->stages[input];
@@ -117,8 +145,7 @@ int fsh_job_reduce_task_of(const sched_job *j, int input, int32_t p, bool increm
   fsh_shuffle_sources_reset(&src);
   /* in map order (the metadata keeps them in the order they came): a
    * gather reads its partition in the order of its maps */
-  if (rc == 0 && t->n_sources > 1)
-    qsort(t->sources, (size_t)t->n_sources, sizeof *t->sources, cmp_source);
+  if (rc == 0 && t->n_sources > 1) sort_sources(t->sources, t->n_sources, in->n_tasks);
   if (rc) {
     fsh_free(t->sources);
     fsh_free(t->locations);
