@@ -24,6 +24,18 @@ static int berr(fsh_ipc_body_ctx *c, fsh_error *err, int code, const char *fmt, 
   return fsh_error_set(err, code, "field '%s': %s", c->path, msg);
 }
 
+/* Sets c->path to its first len bytes, then "." (when len > 0) and name,
+ * truncated to fit: what snprintf(c->path + len, .., "%s%s") wrote, at a
+ * fraction of its cost (this runs for every field of every batch). */
+static void path_set(fsh_ipc_body_ctx *c, size_t len, const char *name) {
+  size_t cap = sizeof c->path;
+  if (len > 0 && len + 1 < cap) c->path[len++] = '.';
+  size_t n = strlen(name);
+  if (n > cap - 1 - len) n = cap - 1 - len;
+  memcpy(c->path + len, name, n);
+  c->path[len + n] = 0;
+}
+
 typedef struct node {
   int64_t length, null_count;
 } node;
@@ -152,7 +164,7 @@ static int load_children(fsh_ipc_body_ctx *c, const fsh_field *f, fsh_array *a, 
                          fsh_error *err) {
   size_t len = strlen(c->path);
   for (int64_t i = 0; i < f->n_children; i++) {
-    snprintf(c->path + len, sizeof c->path - len, "%s%s", len ? "." : "", f->children[i].name);
+    path_set(c, len, f->children[i].name);
     FSH_RETURN_NOT_OK(load_array(c, &f->children[i], &a->children[i], err));
     if (a->children[i]->length < min_len)
       return berr(c, err, EINVAL, "child length %lld is shorter than the %lld its parent needs",
@@ -250,7 +262,7 @@ int fsh_ipc_body_decode(fsh_ipc_body_ctx *c, const fsh_field *fields, int64_t n,
   for (int64_t i = 0; i < n; i++) out[i] = NULL;
   int rc = 0;
   for (int64_t i = 0; rc == 0 && i < n; i++) {
-    snprintf(c->path, sizeof c->path, "%s", fields[i].name);
+    path_set(c, 0, fields[i].name);
     rc = load_array(c, &fields[i], &out[i], err);
   }
   if (rc != 0) {
