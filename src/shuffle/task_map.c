@@ -3,7 +3,8 @@
  * hash-partition it on the key, scatter, write through a backend's writer,
  * and keep per-partition row checksums beside the map output's metadata.
  * Also the row checksum both task kinds use (8 rows at a time with
- * AVX-512 where the CPU has it, else row by row; the same bits), the
+ * AVX-512 where the CPU has it, 4 at a time with AVX2 where it has only
+ * that, else row by row; the same bits), the
  * backend names, and the map-synthetic body and answer codecs. */
 #include <errno.h>
 #include <inttypes.h>
@@ -260,33 +261,144 @@ AVX512_TARGET static void row_checksums_avx512(const row_cols *c, int64_t n,
 }
 #endif
 
-/* Whether this CPU runs row_checksums_avx512 (checked per call: cheap). */
-static bool row_checksums_vector(void) {
 #ifdef ROWSUM_AVX512
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("bmi2");
-#else
-  return false;
+#define AVX2_TARGET __attribute__((target("avx2")))
+
+/* XXH3_mul128_fold64 in each of 4 lanes (as mul128_fold64_x8). */
+AVX2_TARGET static inline __m256i mul128_fold64_x4(__m256i a, __m256i b) {
+  const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+  __m256i ah = _mm256_srli_epi64(a, 32), bh = _mm256_srli_epi64(b, 32);
+  __m256i ll = _mm256_mul_epu32(a, b), lh = _mm256_mul_epu32(a, bh);
+  __m256i hl = _mm256_mul_epu32(ah, b), hh = _mm256_mul_epu32(ah, bh);
+  __m256i cross = _mm256_add_epi64(
+      _mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, lo32)), hl);
+  __m256i hi = _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32)),
+                                _mm256_srli_epi64(cross, 32));
+  __m256i lo = _mm256_or_si256(_mm256_slli_epi64(cross, 32), _mm256_and_si256(ll, lo32));
+  return _mm256_xor_si256(lo, hi);
+}
+
+AVX2_TARGET static inline __m256i mix_words_x4(__m256i lo, __m256i hi, const uint8_t *secret) {
+  __m256i s0 = _mm256_set1_epi64x((long long)XXH_readLE64(secret));
+  __m256i s1 = _mm256_set1_epi64x((long long)XXH_readLE64(secret + 8));
+  return mul128_fold64_x4(_mm256_xor_si256(lo, s0), _mm256_xor_si256(hi, s1));
+}
+
+/* The low 64 bits of a * b in each lane (AVX2 has no 64-bit multiply). */
+AVX2_TARGET static inline __m256i mullo64_x4(__m256i a, __m256i b) {
+  __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)),
+                                   _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+/* Rows [0, n) 4 at a time: each row's name words, value and trailer
+ * gathered with scalar loads (row_hash's branch-free masking; AVX2 has no
+ * byte-masked load), the record hash's four mixes and its avalanche in
+ * vector registers. A group with a name past 32 bytes, or near the end of
+ * the chars buffer, takes row_hash row by row, as do the last n % 4 rows.
+ * Adds to sums as fsh_task_row_checksums. */
+AVX2_TARGET static void row_checksums_avx2(const row_cols *c, int64_t n,
+                                           const int32_t *part_of_row, uint64_t *sums) {
+  const uint8_t *sec = XXH3_kSecret;
+  const __m256i acc0 = _mm256_set1_epi64x((long long)(RECORD_BYTES * XXH_PRIME64_1));
+  const __m256i mx1 = _mm256_set1_epi64x((long long)0x165667919E3779F9ULL);
+  __m256i total = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    _mm_prefetch((const char *)(c->keys + 8 * i + 1024), _MM_HINT_T0);
+    _mm_prefetch((const char *)(c->vals + 8 * i + 1024), _MM_HINT_T0);
+    _mm_prefetch((const char *)(c->offs + 4 * i + 512), _MM_HINT_T0);
+    uint64_t w[4][4], vals[4], trail[4]; /* w[j][r]: word j of row r */
+    bool slow = false;
+    for (int r = 0; r < 4; r++) {
+      int64_t row = i + r;
+      bool v_ok = !c->v_bits || fsh_bit_get(c->v_bits, c->v_off + row);
+      bool s_ok = !c->s_bits || fsh_bit_get(c->s_bits, c->s_off + row);
+      uint32_t lo = XXH_readLE32(c->offs + 4 * row), hi = XXH_readLE32(c->offs + 4 * row + 4);
+      uint64_t len = s_ok ? (uint32_t)(hi - lo) : 0;
+      if (len > RECORD_NAME_BYTES || (int64_t)lo + RECORD_NAME_BYTES > c->chars_size) {
+        slow = true;
+        break;
+      }
+      const uint8_t *keep = WINDOW + RECORD_NAME_BYTES - len;
+      for (int j = 0; j < 4; j++)
+        w[j][r] = XXH_readLE64(c->chars + lo + 8 * j) & XXH_readLE64(keep + 8 * j);
+      vals[r] = v_ok ? XXH_readLE64(c->vals + 8 * row) : 0;
+      trail[r] = (uint64_t)v_ok | (uint64_t)s_ok << 1 | len << 8;
+    }
+    uint64_t h[4];
+    if (slow) {
+      for (int r = 0; r < 4; r++) h[r] = row_hash(c, i + r);
+    } else {
+      __m256i w0 = _mm256_loadu_si256((const __m256i *)w[0]);
+      __m256i w1 = _mm256_loadu_si256((const __m256i *)w[1]);
+      __m256i w2 = _mm256_loadu_si256((const __m256i *)w[2]);
+      __m256i w3 = _mm256_loadu_si256((const __m256i *)w[3]);
+      __m256i k = _mm256_loadu_si256((const __m256i *)(c->keys + 8 * i));
+      __m256i v = _mm256_loadu_si256((const __m256i *)vals);
+      __m256i t = _mm256_loadu_si256((const __m256i *)trail);
+      __m256i acc = _mm256_add_epi64(acc0, mix_words_x4(w0, w1, sec + 32));
+      acc = _mm256_add_epi64(acc, mix_words_x4(w1, w2, sec + 48));
+      acc = _mm256_add_epi64(acc, mix_words_x4(k, v, sec));
+      acc = _mm256_add_epi64(acc, mix_words_x4(w3, t, sec + 16));
+      acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 37)); /* XXH3_avalanche */
+      acc = mullo64_x4(acc, mx1);
+      acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
+      if (!part_of_row) {
+        total = _mm256_add_epi64(total, acc);
+        continue;
+      }
+      _mm256_storeu_si256((__m256i *)h, acc);
+    }
+    if (!part_of_row) {
+      for (int r = 0; r < 4; r++) sums[0] += h[r];
+      continue;
+    }
+    for (int r = 0; r < 4; r++) sums[part_of_row[i + r]] += h[r];
+  }
+  if (!part_of_row) {
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, total);
+    for (int r = 0; r < 4; r++) sums[0] += t[r];
+  }
+  for (; i < n; i++) sums[part_of_row ? part_of_row[i] : 0] += row_hash(c, i);
+}
 #endif
+
+/* The fastest path up to `want` this CPU runs (checked per call: cheap). */
+static fsh_rowsum_path rowsum_path_for(fsh_rowsum_path want) {
+#ifdef ROWSUM_AVX512
+  if (want >= FSH_ROWSUM_AVX512 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2"))
+    return FSH_ROWSUM_AVX512;
+  if (want >= FSH_ROWSUM_AVX2 && __builtin_cpu_supports("avx2")) return FSH_ROWSUM_AVX2;
+#else
+  (void)want;
+#endif
+  return FSH_ROWSUM_SCALAR;
 }
 
 void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums) {
-  (void)fsh_task_row_checksums_path(b, part_of_row, sums, true);
+  (void)fsh_task_row_checksums_path(b, part_of_row, sums, FSH_ROWSUM_BEST);
 }
 
-bool fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums,
-                                 bool vector) {
+fsh_rowsum_path fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row,
+                                            uint64_t *sums, fsh_rowsum_path want) {
   row_cols c = cols_of(b);
-  vector = vector && row_checksums_vector();
+  fsh_rowsum_path path = rowsum_path_for(want);
 #ifdef ROWSUM_AVX512
-  if (vector) {
+  if (path == FSH_ROWSUM_AVX512) {
     row_checksums_avx512(&c, b->length, part_of_row, sums);
-    return true;
+    return path;
+  }
+  if (path == FSH_ROWSUM_AVX2) {
+    row_checksums_avx2(&c, b->length, part_of_row, sums);
+    return path;
   }
 #endif
   row_checksums_scalar(&c, b->length, part_of_row, sums);
-  return false;
+  return FSH_ROWSUM_SCALAR;
 }
 
 /* ---- running a map task ------------------------------------------------ */
