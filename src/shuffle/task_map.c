@@ -291,52 +291,69 @@ AVX2_TARGET static inline __m256i mullo64_x4(__m256i a, __m256i b) {
   return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
 }
 
-/* Rows [0, n) 4 at a time: each row's name words, value and trailer
- * gathered with scalar loads (row_hash's branch-free masking; AVX2 has no
- * byte-masked load), the record hash's four mixes and its avalanche in
- * vector registers. A group with a name past 32 bytes, or near the end of
- * the chars buffer, takes row_hash row by row, as do the last n % 4 rows.
- * Adds to sums as fsh_task_row_checksums. */
+/* The 4 validity bits of rows [i, i + 4) as lanes of all ones or zeros
+ * (all ones without a bitmap). */
+AVX2_TARGET static inline __m256i bits4(const uint8_t *bits, int64_t off, int64_t i) {
+  if (!bits) return _mm256_set1_epi64x(-1);
+  int64_t at = off + i;
+  const uint8_t *p = bits + (at >> 3);
+  unsigned sh = (unsigned)(at & 7);
+  unsigned v = (sh > 4 ? (p[0] | (unsigned)p[1] << 8) >> sh : (unsigned)p[0] >> sh) & 15u;
+  const __m256i lane = _mm256_setr_epi64x(1, 2, 4, 8);
+  return _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x((long long)v), lane), lane);
+}
+
+/* Rows [0, n) 4 at a time in vector registers: validity, offsets and
+ * lengths, each row's 32 name bytes loaded whole and masked to its length
+ * (row_hash's WINDOW), the 4 x 4 words transposed, the record hash's four
+ * mixes and its avalanche (AVX2 has no 64-bit multiply: emulated). A
+ * group with a name past 32 bytes, or one that starts within 32 bytes of
+ * the chars buffer's end, takes row_hash row by row, as do the last n % 4
+ * rows. Adds to sums as fsh_task_row_checksums. */
 AVX2_TARGET static void row_checksums_avx2(const row_cols *c, int64_t n,
                                            const int32_t *part_of_row, uint64_t *sums) {
   const uint8_t *sec = XXH3_kSecret;
   const __m256i acc0 = _mm256_set1_epi64x((long long)(RECORD_BYTES * XXH_PRIME64_1));
   const __m256i mx1 = _mm256_set1_epi64x((long long)0x165667919E3779F9ULL);
+  const __m256i name_max = _mm256_set1_epi64x(RECORD_NAME_BYTES);
+  const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+  const __m256i room = _mm256_set1_epi64x(c->chars_size - RECORD_NAME_BYTES);
   __m256i total = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
     _mm_prefetch((const char *)(c->keys + 8 * i + 1024), _MM_HINT_T0);
     _mm_prefetch((const char *)(c->vals + 8 * i + 1024), _MM_HINT_T0);
     _mm_prefetch((const char *)(c->offs + 4 * i + 512), _MM_HINT_T0);
-    uint64_t w[4][4], vals[4], trail[4]; /* w[j][r]: word j of row r */
-    bool slow = false;
-    for (int r = 0; r < 4; r++) {
-      int64_t row = i + r;
-      bool v_ok = !c->v_bits || fsh_bit_get(c->v_bits, c->v_off + row);
-      bool s_ok = !c->s_bits || fsh_bit_get(c->s_bits, c->s_off + row);
-      uint32_t lo = XXH_readLE32(c->offs + 4 * row), hi = XXH_readLE32(c->offs + 4 * row + 4);
-      uint64_t len = s_ok ? (uint32_t)(hi - lo) : 0;
-      if (len > RECORD_NAME_BYTES || (int64_t)lo + RECORD_NAME_BYTES > c->chars_size) {
-        slow = true;
-        break;
-      }
-      const uint8_t *keep = WINDOW + RECORD_NAME_BYTES - len;
-      for (int j = 0; j < 4; j++)
-        w[j][r] = XXH_readLE64(c->chars + lo + 8 * j) & XXH_readLE64(keep + 8 * j);
-      vals[r] = v_ok ? XXH_readLE64(c->vals + 8 * row) : 0;
-      trail[r] = (uint64_t)v_ok | (uint64_t)s_ok << 1 | len << 8;
-    }
+    __m256i v_ok = bits4(c->v_bits, c->v_off, i), s_ok = bits4(c->s_bits, c->s_off, i);
+    __m256i lo = _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(c->offs + 4 * i)));
+    __m256i hi = _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(c->offs + 4 * i + 4)));
+    /* uint32 hi - lo, 0 when null */
+    __m256i len = _mm256_and_si256(_mm256_and_si256(_mm256_sub_epi64(hi, lo), lo32), s_ok);
     uint64_t h[4];
-    if (slow) {
-      for (int r = 0; r < 4; r++) h[r] = row_hash(c, i + r);
+    if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpgt_epi64(len, name_max),
+                                             _mm256_cmpgt_epi64(lo, room)))) {
+      for (int r = 0; r < 4; r++) h[r] = row_hash(c, i + r); /* rare */
     } else {
-      __m256i w0 = _mm256_loadu_si256((const __m256i *)w[0]);
-      __m256i w1 = _mm256_loadu_si256((const __m256i *)w[1]);
-      __m256i w2 = _mm256_loadu_si256((const __m256i *)w[2]);
-      __m256i w3 = _mm256_loadu_si256((const __m256i *)w[3]);
+      uint32_t l[4], at[4];
+      _mm_storeu_si128((__m128i *)l, _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(
+                                         len, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6))));
+      memcpy(at, c->offs + 4 * i, sizeof at); /* little-endian host */
+      __m256i nm[4];
+      for (int r = 0; r < 4; r++)
+        nm[r] = _mm256_and_si256(
+            _mm256_loadu_si256((const __m256i *)(c->chars + at[r])),
+            _mm256_loadu_si256((const __m256i *)(WINDOW + RECORD_NAME_BYTES - l[r])));
+      __m256i t0 = _mm256_unpacklo_epi64(nm[0], nm[1]), t1 = _mm256_unpackhi_epi64(nm[0], nm[1]);
+      __m256i t2 = _mm256_unpacklo_epi64(nm[2], nm[3]), t3 = _mm256_unpackhi_epi64(nm[2], nm[3]);
+      __m256i w0 = _mm256_permute2x128_si256(t0, t2, 0x20);
+      __m256i w1 = _mm256_permute2x128_si256(t1, t3, 0x20);
+      __m256i w2 = _mm256_permute2x128_si256(t0, t2, 0x31);
+      __m256i w3 = _mm256_permute2x128_si256(t1, t3, 0x31);
       __m256i k = _mm256_loadu_si256((const __m256i *)(c->keys + 8 * i));
-      __m256i v = _mm256_loadu_si256((const __m256i *)vals);
-      __m256i t = _mm256_loadu_si256((const __m256i *)trail);
+      __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(c->vals + 8 * i)), v_ok);
+      __m256i flags = _mm256_or_si256(_mm256_and_si256(v_ok, _mm256_set1_epi64x(1)),
+                                      _mm256_and_si256(s_ok, _mm256_set1_epi64x(2)));
+      __m256i t = _mm256_or_si256(flags, _mm256_slli_epi64(len, 8));
       __m256i acc = _mm256_add_epi64(acc0, mix_words_x4(w0, w1, sec + 32));
       acc = _mm256_add_epi64(acc, mix_words_x4(w1, w2, sec + 48));
       acc = _mm256_add_epi64(acc, mix_words_x4(k, v, sec));
