@@ -1,7 +1,7 @@
 /* bench_map.c -- the map side of the synthetic shuffle in one thread, stage
  * by stage: generate (fsh_synthetic_batch), hash + partition, row
- * checksums (the dispatched path, and the scalar path for reference; both
- * must give the same sums), the scatter kernel alone (fsh_scatter, what the memory backend
+ * checksums (the dispatched path, and the AVX2 and scalar paths for
+ * reference; all must give the same sums), the scatter kernel alone (fsh_scatter, what the memory backend
  * does; its result dropped), and the rows into the store writer of an
  * in-process worker (fsh_shuffle_write_rows: the partition builders, then
  * the blocks into a map-output image in a memfd, or spill files under
@@ -55,9 +55,11 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-enum { ST_GEN, ST_HASH, ST_SUM, ST_SUM_SCALAR, ST_SCATTER, ST_WRITE, ST_TASK, ST_MEM_TASK, ST_MEMCPY, N_ST };
+enum { ST_GEN, ST_HASH, ST_SUM, ST_SUM_AVX2, ST_SUM_SCALAR, ST_SCATTER, ST_WRITE, ST_TASK,
+       ST_MEM_TASK, ST_MEMCPY, N_ST };
 static const char *k_names[N_ST] = {
-    "generate", "hash + partition", "row checksums", "row checksums (scalar path)",
+    "generate", "hash + partition", "row checksums", "row checksums (AVX2 path)",
+    "row checksums (scalar path)",
     "scatter (fsh_scatter alone)",
     "rows into the store + close",
     "map task (flight store)", "map task (memory backend)", "memcpy (baseline)"};
@@ -80,7 +82,7 @@ static fsh_map_task task_of(const config *c, int64_t rows_per_map, int m, uint64
 /* The stages of one map task, timed one by one (map_batch's steps). */
 static void stage_loop(const config *c, fsh_shuffle_backend *fl, fsh_schema *schema,
                        const fsh_map_task *t, double *secs, uint64_t *sums,
-                       uint64_t *scalar_sums) {
+                       uint64_t *scalar_sums, uint64_t *avx2_sums) {
   fsh_error err;
   int32_t R = c->partitions;
   uint64_t *hashes = malloc(sizeof *hashes * (size_t)c->batch_rows);
@@ -105,22 +107,19 @@ static void stage_loop(const config *c, fsh_shuffle_backend *fl, fsh_schema *sch
         fsh_partition_hash(hashes, b->length, R, parts, &err) != 0)
       die("hash", &err);
     double s = cpu_now();
-    /* the scalar path, before the dispatched one every other batch, so
-     * that neither always finds the batch in cache */
-    double x0 = s;
-    bool scalar_first = (done / c->batch_rows) % 2 == 1;
-    if (scalar_first) {
-      (void)fsh_task_row_checksums_path(b, parts, scalar_sums, false);
+    /* the dispatched, AVX2 (scalar where the CPU lacks it) and scalar
+     * paths, in an order rotating by batch, so that none always finds the
+     * batch in cache */
+    static const int stage_of[3] = {ST_SUM, ST_SUM_AVX2, ST_SUM_SCALAR};
+    uint64_t *into[3] = {sums, avx2_sums, scalar_sums};
+    static const fsh_rowsum_path path_of[3] = {FSH_ROWSUM_BEST, FSH_ROWSUM_AVX2,
+                                               FSH_ROWSUM_SCALAR};
+    int first = (int)((done / c->batch_rows) % 3);
+    for (int k = 0; k < 3; k++) {
+      int q = (first + k) % 3;
       double y = cpu_now();
-      fsh_task_row_checksums(b, parts, sums);
-      double y2 = cpu_now();
-      secs[ST_SUM] += y2 - y, secs[ST_SUM_SCALAR] += y - x0;
-    } else {
-      fsh_task_row_checksums(b, parts, sums);
-      double y = cpu_now();
-      (void)fsh_task_row_checksums_path(b, parts, scalar_sums, false);
-      double y2 = cpu_now();
-      secs[ST_SUM] += y - x0, secs[ST_SUM_SCALAR] += y2 - y;
+      (void)fsh_task_row_checksums_path(b, parts, into[q], path_of[q]);
+      secs[stage_of[q]] += cpu_now() - y;
     }
     double x = cpu_now();
     if (fsh_scatter(b, parts, R, outs, &err) != 0) die("scatter", &err); /* for reference */
@@ -230,8 +229,9 @@ int main(int argc, char **argv) {
   double *secs = calloc((size_t)N_ST * (size_t)c.runs, sizeof *secs);
   uint64_t *sums = calloc((size_t)c.partitions, sizeof *sums);
   uint64_t *scalar_sums = calloc((size_t)c.partitions, sizeof *scalar_sums);
+  uint64_t *avx2_sums = calloc((size_t)c.partitions, sizeof *avx2_sums);
   fsh_map_task_result *res = calloc((size_t)c.maps, sizeof *res);
-  if (!secs || !sums || !scalar_sums || !res) die("out of memory", NULL);
+  if (!secs || !sums || !scalar_sums || !avx2_sums || !res) die("out of memory", NULL);
   bool verified = true;
   printf("bench_map: %d maps x %" PRId64 " rows (%.0f MiB of table), %d partitions, "
          "memory limit %.0f MiB, one thread (CPU time)\n",
@@ -242,9 +242,10 @@ int main(int argc, char **argv) {
     uint64_t shuffle_id = 1000 + (uint64_t)run * 3;
     memset(sums, 0, sizeof *sums * (size_t)c.partitions);
     memset(scalar_sums, 0, sizeof *scalar_sums * (size_t)c.partitions);
+    memset(avx2_sums, 0, sizeof *avx2_sums * (size_t)c.partitions);
     for (int m = 0; m < c.maps; m++) {
       fsh_map_task t = task_of(&c, rows_per_map, m, shuffle_id, FSH_TASK_BACKEND_FLIGHT);
-      stage_loop(&c, fl, schema, &t, s, sums, scalar_sums);
+      stage_loop(&c, fl, schema, &t, s, sums, scalar_sums, avx2_sums);
     }
     if (fsh_shuffle_release(fl, shuffle_id, &err) != 0) die("release", &err);
     for (int m = 0; m < c.maps; m++) {
@@ -256,7 +257,7 @@ int main(int argc, char **argv) {
     for (int32_t p = 0; p < c.partitions; p++) {
       uint64_t x = 0;
       for (int m = 0; m < c.maps; m++) x += res[m].row_checksums[p];
-      verified &= x == sums[p] && x == scalar_sums[p];
+      verified &= x == sums[p] && x == scalar_sums[p] && x == avx2_sums[p];
     }
     if (run == 0) verified &= verify(&c, fl, shuffle_id + 1, res);
     for (int m = 0; m < c.maps; m++) fsh_map_task_result_reset(&res[m]);
@@ -284,13 +285,14 @@ int main(int argc, char **argv) {
          "min", "median", "max");
   for (int k = 0; k < N_ST; k++) bench_print(k_names[k], st[k], st[ST_MEMCPY].med, "memcpy");
   printf("result: name=bench_map verified=%s maps=%d partitions=%d bytes=%.0f "
-         "gen_gbps=%.3f hash_gbps=%.3f sums_gbps=%.3f sums_scalar_gbps=%.3f scatter_gbps=%.3f write_gbps=%.3f "
+         "gen_gbps=%.3f hash_gbps=%.3f sums_gbps=%.3f sums_avx2_gbps=%.3f sums_scalar_gbps=%.3f "
+         "scatter_gbps=%.3f write_gbps=%.3f "
          "task_gbps=%.3f mem_task_gbps=%.3f memcpy_gbps=%.3f task_vs_memcpy=%.3f\n",
          verified ? "yes" : "no", c.maps, c.partitions, table_bytes, st[ST_GEN].med,
-         st[ST_HASH].med, st[ST_SUM].med, st[ST_SUM_SCALAR].med, st[ST_SCATTER].med, st[ST_WRITE].med,
+         st[ST_HASH].med, st[ST_SUM].med, st[ST_SUM_AVX2].med, st[ST_SUM_SCALAR].med, st[ST_SCATTER].med, st[ST_WRITE].med,
          st[ST_TASK].med, st[ST_MEM_TASK].med, st[ST_MEMCPY].med,
          st[ST_TASK].med / st[ST_MEMCPY].med);
-  free(secs), free(sums), free(scalar_sums), free(res), free(src), free(dst);
+  free(secs), free(sums), free(scalar_sums), free(avx2_sums), free(res), free(src), free(dst);
   fsh_shuffle_backend_destroy(fl);
   fsh_shuffle_backend_destroy(mem);
   fsh_shuffle_worker_stop(worker, 1000);

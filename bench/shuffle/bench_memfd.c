@@ -1,15 +1,15 @@
 /* bench_memfd.c -- what filling a map output's memory image costs by the
  * way its memfd gets its pages (issue 4, section 5, item 3): the store
- * writes each image into a fresh memfd with pwrite (store.c, spill_writev),
- * so tmpfs allocates and zeroes every 4 KiB page (shmem_alloc_and_add_folio)
- * as it is written. Compared, in the same run, CPU time of the process per
+ * writes each image into a memfd with pwrite (store.c, spill_writev); in a
+ * fresh one tmpfs allocates and zeroes every 4 KiB page
+ * (shmem_alloc_and_add_folio) as it is written. Compared, in the same run, CPU time of the process per
  * image byte:
- *   fresh memfd + pwrite        what the store does (the baseline)
+ *   fresh memfd + pwrite        what the store does without a pooled memfd
+ *                               (the baseline)
  *   fallocate first + pwrite    the pages allocated up front in one call
  *   reused memfd, overwritten   a released image's memfd written again in
- *                               place (its pages kept): the cost reuse
- *                               could reach -- NOT what the store does, see
- *                               the README note below
+ *                               place (its pages kept): what the store does
+ *                               when its pool has a released memfd (below)
  *   fresh memfd + pwrite + mmap the store's read-only mapping of a finished
  *                               image added (not populated)
  * Images of --image-bytes, written in 1 MiB pwrites, --images of them per
@@ -20,13 +20,12 @@
  * Verification (not timed): after each run, the last image's bytes read
  * back (pread) equal what was written. Ends with one `result:` line.
  *
- * Why the store does not reuse memfds: same-host readers open an image
- * through /proc/<pid>/fd/<fd> and check its (dev, ino); a reused memfd
- * keeps both, so a reader that located a released image could open the
- * new one and take it for the old, and one that still maps it would see
- * its bytes change under it. Reuse would need proof that no other open
- * file description exists (a write lease, F_SETLEASE, fails while one
- * does) and a reader-side check of the header's map id and attempt. */
+ * How the store reuses memfds safely (store.c, "Reused memfds"): same-host
+ * readers open an image through /proc/<pid>/fd/<fd> and a reused memfd
+ * keeps its (dev, ino), so the store cuts the image's identity trailer off
+ * and pools the memfd only when a write lease (F_SETLEASE) proves no other
+ * open file description of it exists; readers check the trailer (map
+ * output and image id) after opening (flight_direct.c). */
 #define _GNU_SOURCE /* memfd_create, fallocate */
 #include <errno.h>
 #include <fcntl.h>

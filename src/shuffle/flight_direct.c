@@ -4,9 +4,12 @@
  * directly: a spill file by its plain name inside a spill directory the
  * worker declared, or a memory image's memfd through /proc/<pid>/fd/<fd>.
  * Every open is checked to be the very file the worker answered (device,
- * inode and size): a file released, evicted or replaced meanwhile (an fd
- * number reused) is not read -- the caller fetches that map output with
- * DoGet instead, which says what became of it. The blocks read are
+ * inode and size; for a memfd also its identity trailer, shuffle_internal.h:
+ * the map output asked for, and the image id answered, since the store
+ * reuses released memfds): a file released, evicted or replaced meanwhile
+ * (an fd number reused, a memfd reused for another image) is not read --
+ * the caller fetches that map output with DoGet instead, which says what
+ * became of it (a released one: "lost map outputs", flight_fetch.c). The blocks read are
  * verified like DoGet's (flight_fetch.c), so a damaged file is an error,
  * never wrong rows. */
 #include <errno.h>
@@ -68,9 +71,30 @@ int fr_direct_locate(fr_reader *r, const fr_job *job, fr_direct *d, bool *ok, fs
     fr_direct_reset(d);
     return 0;
   }
+  for (int64_t i = 0; i < job->n_slots; i++) {
+    fsh_locate_source *src = &d->a.sources[i];
+    src->want_shuffle_id = r->shuffle_id;
+    src->want_map_id = r->slots[job->slots[i]].map_id;
+    src->want_attempt = r->slots[job->slots[i]].attempt;
+  }
   *ok = true;
   if (fr_test_after_locate) fr_test_after_locate(fr_test_after_locate_ctx);
   return 0;
+}
+
+/* Whether the memfd open as fd (a fresh open of it: the store pools a
+ * memfd only while nobody else has it open, store.c) holds the very image
+ * located: its identity trailer names the map output asked for and the
+ * image id answered. A reused memfd's trailer (or none, while it is
+ * pooled or rewritten) is not it. */
+static bool image_is(int fd, const fsh_locate_source *s) {
+  uint8_t want[FSH_IMAGE_ID_BYTES], got[FSH_IMAGE_ID_BYTES];
+  fsh_image_id_encode(want, s->want_shuffle_id, s->want_map_id, s->want_attempt, s->image_id,
+                      s->size);
+  ssize_t n;
+  do n = pread(fd, got, sizeof got, s->size);
+  while (n < 0 && errno == EINTR);
+  return s->image_id != 0 && n == (ssize_t)sizeof got && memcmp(got, want, sizeof got) == 0;
 }
 
 int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size) {
@@ -90,8 +114,10 @@ int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size) 
   int fd = open(path, flags);
   if (fd < 0) return errno == EACCES || errno == EPERM ? -2 : -1;
   struct stat st;
+  int64_t want = s->size + (s->kind == FSH_STORE_AT_MEMFD ? FSH_IMAGE_ID_BYTES : 0);
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != s->dev ||
-      (uint64_t)st.st_ino != s->ino || (int64_t)st.st_size != s->size) {
+      (uint64_t)st.st_ino != s->ino || (int64_t)st.st_size != want ||
+      (s->kind == FSH_STORE_AT_MEMFD && !image_is(fd, s))) {
     close(fd);
     return -1;
   }

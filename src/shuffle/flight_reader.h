@@ -123,7 +123,8 @@ FSH_NODISCARD int fr_direct_locate(fr_reader *r, const fr_job *job, fr_direct *d
                                    fsh_error *err);
 void fr_direct_reset(fr_direct *d);
 /* Opens entry i of d (path: what was opened, for messages): an fd of the
- * very file answered (device, inode, size checked), or -1 when it is gone
+ * very file answered (device, inode, size checked; a memfd's identity
+ * trailer names the map output and image answered), or -1 when it is gone
  * or another one (read it with DoGet), -2 when this process may not open
  * it (permissions, e.g. another user's worker: DoGet everything). */
 int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size);

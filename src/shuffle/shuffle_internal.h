@@ -39,6 +39,8 @@
 #ifndef FSH_SHUFFLE_INTERNAL_H
 #define FSH_SHUFFLE_INTERNAL_H
 
+#include <string.h>
+
 #include <flightshuffle/flight.h>
 #include <flightshuffle/shuffle.h>
 
@@ -60,11 +62,18 @@
  * unions). The memory backend's bytes and the writer's block sizing. */
 int64_t fsh_shuffle_batch_bytes(const fsh_batch *b);
 
-/* fsh_task_row_checksums with its hashing path chosen: the vector one
- * (AVX-512) when `vector` and the CPU has it, else the scalar one; returns
- * whether the vector path ran. Same sums either way (for the tests). */
-bool fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums,
-                                 bool vector);
+/* fsh_task_row_checksums with its hashing path chosen: the fastest up to
+ * `want` that the CPU runs (AVX-512, 8 rows at a time; AVX2, 4; scalar);
+ * returns the path that ran. Same sums on every path (for the tests and
+ * bench_map). */
+typedef enum fsh_rowsum_path {
+  FSH_ROWSUM_SCALAR = 0,
+  FSH_ROWSUM_AVX2 = 1,
+  FSH_ROWSUM_AVX512 = 2,
+  FSH_ROWSUM_BEST = FSH_ROWSUM_AVX512
+} fsh_rowsum_path;
+fsh_rowsum_path fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row,
+                                            uint64_t *sums, fsh_rowsum_path want);
 
 /* Allocates the per-partition arrays of *m (zeroed) and sets its ids;
  * location stays NULL. On ENOMEM *m is left reset. */
@@ -284,6 +293,7 @@ typedef struct fsh_store_location {
                        (and the number reused) any time after */
   uint64_t dev, ino; /* the file's or memfd's identity (st_dev, st_ino) */
   int64_t size;     /* its size (the map-output file's) */
+  uint64_t image_id; /* MEMFD: the image's identity trailer's id (below) */
   fsh_map_file_partition part; /* the partition's verified index entry */
   fsh_buffer *schema_msg;      /* its verified schema message (reference) */
 } fsh_store_location;
@@ -297,6 +307,33 @@ FSH_NODISCARD int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, in
 void fsh_store_location_reset(fsh_store_location *l);
 /* The store's spill directories (borrowed; trailing '/' removed): n. */
 int fsh_store_spill_dirs(const fsh_shuffle_store *s, const char *const **dirs);
+
+/* ---- memory images' identity and reuse (store.c, flight_direct.c) -----
+ *
+ * A memfd holding a finished memory image of S bytes is S +
+ * FSH_IMAGE_ID_BYTES long: after the map-output file comes its identity
+ * trailer (integers little-endian): "FSHIMGID", u64 shuffle id, i64 map
+ * id, i32 attempt, u32 0, u64 image id (unique in the worker process, never
+ * 0), u64 S. A released image's memfd may be reused for a later image
+ * (the store's pool): the trailer is cut off before the memfd is pooled,
+ * and the memfd is pooled only when no other process holds it open or
+ * mapped (a write lease proves it), so a same-host reader that checks the
+ * trailer right after opening never takes a reused memfd for the image it
+ * located. */
+#define FSH_IMAGE_ID_MAGIC "FSHIMGID"
+#define FSH_IMAGE_ID_BYTES 48
+static inline void fsh_image_id_encode(uint8_t out[FSH_IMAGE_ID_BYTES], uint64_t shuffle_id,
+                                       int64_t map_id, int32_t attempt, uint64_t image_id,
+                                       int64_t size);
+/* The store's pool of released memfds kept for reuse: how many, their
+ * bytes (charged to the budget, not counted in memory_bytes), how many
+ * images reused one so far, and all the budget charged (pool included). */
+typedef struct fsh_store_pool_stats {
+  int64_t pooled, pooled_bytes, reused, budget_used;
+} fsh_store_pool_stats;
+void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out);
+/* Closes every pooled memfd (its charge given back). */
+void fsh_store_pool_drain(fsh_shuffle_store *s);
 
 /* This host's identity for same-host checks: the boot id, the host name
  * and this process's pid and mount namespaces, one line (static storage;
@@ -411,7 +448,7 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
  * DoAction "locate", body a shuffle ticket (flags ignored): where the
  * named map outputs' blocks of the ticket's partition are, for a reader on
  * the worker's host. One result (integers little-endian):
- *   "FSHL", u8 version 1, 3 zero bytes, u32 pid, u32 n_sources (the
+ *   "FSHL", u8 version 2, 3 zero bytes, u32 pid, u32 n_sources (the
  *   ticket's), u32 host identity length H, u32 n_dirs, u32 schema length
  *   S, u32 0; the host identity (fsh_host_identity, H bytes); n_dirs x
  *   (u32 length, the spill directory); the schema message's metadata of
@@ -419,7 +456,8 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
  *   ticket entry, in order: u8 kind (fsh_store_at), 3 zero bytes, i32
  *   dir index (FILE) or fd (MEMFD), u64 dev, u64 ino, i64 file size, i64
  *   partition rows, i64 partition bytes, u64 partition checksum, i64
- *   n_blocks, u32 name length N (FILE: 1 .. 255, else 0), the name, then
+ *   n_blocks, u64 image id (MEMFD: its identity trailer's, below; else 0),
+ *   u32 name length N (FILE: 1 .. 255, else 0), the name, then
  *   n_blocks x (i64 offset, i64 length, i64 rows, u64 checksum).
  * A map output not held, or not readable directly, is kind NONE (0) with
  * zeros: the reader fetches it with DoGet, which says what is wrong. The
@@ -427,7 +465,7 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
  * directories, by plain name; the reader opens nothing else. */
 #define FSH_LOCATE_MAGIC "FSHL"
 #define FSH_LOCATE_HEADER_BYTES 32
-#define FSH_LOCATE_SOURCE_BYTES 68
+#define FSH_LOCATE_SOURCE_BYTES 76
 
 typedef struct fsh_locate_source {
   fsh_store_at kind;
@@ -436,6 +474,12 @@ typedef struct fsh_locate_source {
   int64_t size, rows, bytes;
   uint64_t checksum;
   int64_t n_blocks;
+  uint64_t image_id;             /* MEMFD: its identity trailer's id */
+  /* what was asked (set by the reader, fr_direct_locate, not decoded):
+   * a memfd's identity trailer must name it */
+  uint64_t want_shuffle_id;
+  int64_t want_map_id;
+  int32_t want_attempt;
   char name[256];                /* FILE: a plain file name */
   const uint8_t *blocks;         /* n_blocks x 32 bytes, into the answer */
 } fsh_locate_source;
@@ -464,5 +508,17 @@ void fsh_locate_answer_reset(fsh_locate_answer *a);
 
 /* dir + "/" + name in a new fsh_malloc'd string; NULL on ENOMEM. */
 char *fsh_path_join(const char *dir, const char *name);
+
+static inline void fsh_image_id_encode(uint8_t out[FSH_IMAGE_ID_BYTES], uint64_t shuffle_id,
+                                       int64_t map_id, int32_t attempt, uint64_t image_id,
+                                       int64_t size) {
+  memcpy(out, FSH_IMAGE_ID_MAGIC, 8);
+  fsh_le_put64(out + 8, shuffle_id);
+  fsh_le_put64(out + 16, (uint64_t)map_id);
+  fsh_le_put32(out + 24, (uint32_t)attempt);
+  fsh_le_put32(out + 28, 0);
+  fsh_le_put64(out + 32, image_id);
+  fsh_le_put64(out + 40, (uint64_t)size);
+}
 
 #endif

@@ -44,7 +44,23 @@
  * before (and located as "not shareable"); so is every image past a
  * quarter of the process's file descriptor limit (RLIMIT_NOFILE, at most
  * 8192 memfds): a store holding thousands of images must not starve the
- * sockets and files of its fds. */
+ * sockets and files of its fds.
+ *
+ * Reused memfds: tmpfs allocating and zeroing a page for every 4 KiB
+ * written was the largest cost of writing an image, and freeing them again
+ * at release a further one. So a released image's memfd (its last
+ * reference gone) is kept in the store's pool, pages and all, and the next
+ * image is written over it -- when it is safe: its identity trailer
+ * (shuffle_internal.h) is cut off first, then a write lease on it must be
+ * granted, which the kernel does only while no other open file description
+ * of it exists (no other process has it open through /proc/<pid>/fd, nor
+ * mapped). A reader that opens it later finds no trailer, or the next
+ * image's, and reads that map output with DoGet instead; one that held it
+ * meanwhile made the lease fail, and the memfd is closed as before. The
+ * pool is bounded (POOL_MAX memfds, a quarter of the memory limit), its
+ * bytes are charged to the budget (not reported in memory_bytes: it holds
+ * no map output), and a writer whose growth the budget refuses empties it
+ * before anything else; images evicted under pressure are not pooled. */
 #define _GNU_SOURCE /* memfd_create */
 #include <dirent.h>
 #include <errno.h>
@@ -74,6 +90,7 @@ typedef struct entry {
   fsh_buffer *image;  /* in memory, or NULL */
   int image_fd;       /* the image's memfd (while image is set), or -1 */
   uint64_t image_dev, image_ino; /* its identity, for same-host readers */
+  uint64_t image_id;  /* its identity trailer's id (shuffle_internal.h) */
   int64_t charged;    /* bytes of the budget it holds */
   char *path;         /* spill file, or NULL */
   int64_t file_bytes;
@@ -86,6 +103,19 @@ typedef struct entry {
 } entry;
 
 #define RELEASED_MAX 1024
+#define POOL_MAX 64
+
+/* Released memfds kept for reuse (see the top). Its own object with a
+ * reference count: an image's last reference may go after its store. */
+typedef struct image_pool {
+  pthread_mutex_t mu;
+  atomic_int refs;
+  fsh_shuffle_store *s; /* whose budget it is charged to; NULL once freed */
+  int n;
+  struct { int fd; int64_t bytes; } img[POOL_MAX];
+  int64_t bytes, max_bytes; /* charged; at most */
+  int64_t reused;
+} image_pool;
 
 struct fsh_shuffle_store {
   pthread_mutex_t mu;
@@ -107,6 +137,7 @@ struct fsh_shuffle_store {
   struct { uint64_t shuffle_id, gen; } released[RELEASED_MAX];
   int n_released, next_released;
   uint64_t release_gen; /* releases so far (under mu) */
+  image_pool *pool;
 };
 
 /* ---- names ------------------------------------------------------------- */
@@ -217,8 +248,8 @@ static void maybe_grow(fsh_shuffle_store *s) {
  * file removed. */
 static void entry_destroy(fsh_shuffle_store *s, entry *e) {
   if (!e) return;
+  if (e->charged) uncharge(s, e->charged); /* first: a pooled memfd is charged anew */
   fsh_buffer_unref(e->image);
-  if (e->charged) uncharge(s, e->charged);
   if (e->path) unlink(e->path);
   fsh_free(e->path);
   fsh_schema_unref(e->schema);
@@ -233,7 +264,7 @@ static void entry_destroy(fsh_shuffle_store *s, entry *e) {
 typedef struct spill_result {
   fsh_buffer *image;
   int image_fd; /* its memfd (owned by the image), or -1 */
-  uint64_t image_dev, image_ino;
+  uint64_t image_dev, image_ino, image_id;
   int64_t charged;
   char *path;
   int64_t file_bytes;
@@ -243,6 +274,10 @@ typedef struct spill_out {
   fsh_output pub;
   fsh_shuffle_store *s;
   char what[128]; /* "shuffle 1 map 2 attempt 0" */
+  uint64_t shuffle_id; /* the map output (its image's identity trailer) */
+  int64_t map_id;
+  int32_t attempt;
+  bool reused;     /* img_fd came from the pool: it may be longer than img_size */
   char file_name[SPILL_NAME_MAX];
   uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd), */
   int64_t img_size, img_cap; /* its bytes and capacity (charged) */
@@ -405,6 +440,7 @@ static int file_write(spill_out *o, const struct iovec *iov, int n, fsh_error *e
 }
 
 static void img_free(spill_out *o);
+static void image_no_pool(fsh_buffer *image);
 
 /* Moves the output to a spill file (round-robin over the directories;
  * one that cannot take the file is skipped), writing what memory held. */
@@ -460,6 +496,7 @@ static bool evict_one(fsh_shuffle_store *s) {
   }
   victim->evicting = true;
   fsh_buffer *image = fsh_buffer_ref(victim->image);
+  image_no_pool(image); /* what it frees is wanted now */
   uint64_t shuffle_id = victim->meta.shuffle_id;
   int64_t map_id = victim->meta.map_id;
   int32_t attempt = victim->meta.attempt;
@@ -519,12 +556,25 @@ static int64_t image_grow(int64_t cap, int64_t need) {
   return want;
 }
 
-/* A finished shared image: its read-only mapping and its memfd. */
+/* A finished shared image: its read-only mapping and its memfd, and the
+ * pool its memfd goes to once released. */
 typedef struct shm_image {
   uint8_t *p;
   int64_t len; /* mapped */
   int fd;
+  image_pool *pool; /* a reference */
+  atomic_bool no_pool; /* evicted: closed when released, not pooled */
 } shm_image;
+
+static void shm_image_release(void *ctx);
+
+static void image_no_pool(fsh_buffer *image) {
+  if (image->release == shm_image_release)
+    atomic_store(&((shm_image *)image->release_ctx)->no_pool, true);
+}
+
+/* Identity trailer ids: unique in the process, never 0. */
+static atomic_ullong g_image_ids;
 
 /* Image memfds open in this process, and how many may be. */
 static atomic_int g_image_fds;
@@ -544,6 +594,102 @@ static int image_fds_max(void) {
 static void image_fd_close(int fd) {
   close(fd);
   atomic_fetch_sub(&g_image_fds, 1);
+}
+
+/* ---- the pool of released memfds (see the top) ------------------------ */
+
+static void pool_unref(image_pool *p) {
+  if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+  for (int i = 0; i < p->n; i++) image_fd_close(p->img[i].fd);
+  pthread_mutex_destroy(&p->mu);
+  fsh_free(p);
+}
+
+/* Whether no other open file description of memfd fd exists: nobody else
+ * has it open (a same-host reader's open of /proc/<pid>/fd/<fd>) or
+ * mapped. Asked by taking a write lease, which the kernel grants only
+ * then, and dropping it at once. The lease is taken on a fresh read-only
+ * open of the memfd: the memfd's own description does not count as a
+ * writer to the kernel's lease check, so a lease on it is always refused
+ * (and a kernel that counted it would refuse this one: no reuse, never a
+ * wrong one). A reader opening the memfd during the lease (O_NONBLOCK,
+ * flight_direct.c) gets EWOULDBLOCK and uses DoGet; the lease break's
+ * signal is SIGURG, which is ignored by default (SIGIO would end the
+ * process). */
+static bool held_by_nobody_else(int fd) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int t = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (t < 0) return false;
+  bool alone = fcntl(t, F_SETSIG, SIGURG) == 0 && fcntl(t, F_SETLEASE, F_WRLCK) == 0;
+  if (alone) (void)fcntl(t, F_SETLEASE, F_UNLCK);
+  close(t);
+  return alone;
+}
+
+/* Keeps released image memfd fd, of `size` image bytes, for reuse when
+ * the pool has room, the budget takes its pages and nobody else holds it
+ * (true: the pool owns fd now); false: the caller closes it. The identity
+ * trailer is cut off BEFORE the lease is asked: a reader that opens the
+ * memfd after the lease was granted cannot find this image's trailer any
+ * more, and one that opened it before made the lease fail (on x86 the
+ * truncate and the lease check, and a reader's open and its trailer read,
+ * are each ordered by the locked instructions between them). */
+static bool pool_put(image_pool *p, int fd, int64_t size) {
+  int64_t page = 4096, bytes = (size + page - 1) / page * page;
+  pthread_mutex_lock(&p->mu);
+  bool room = p->s && p->n < POOL_MAX && p->bytes + bytes <= p->max_bytes;
+  pthread_mutex_unlock(&p->mu);
+  if (!room || bytes == 0 || ftruncate(fd, size) != 0 || !held_by_nobody_else(fd)) return false;
+  pthread_mutex_lock(&p->mu);
+  bool ok = p->s && p->n < POOL_MAX && p->bytes + bytes <= p->max_bytes && charge(p->s, bytes);
+  if (ok) {
+    p->img[p->n].fd = fd;
+    p->img[p->n++].bytes = bytes;
+    p->bytes += bytes;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return ok;
+}
+
+/* Takes the most recently pooled memfd: its fd and the bytes of the budget
+ * it holds (now the caller's). False when the pool is empty. */
+static bool pool_take(image_pool *p, int *fd, int64_t *bytes) {
+  pthread_mutex_lock(&p->mu);
+  bool ok = p->n > 0;
+  if (ok) {
+    p->n--;
+    *fd = p->img[p->n].fd;
+    *bytes = p->img[p->n].bytes;
+    p->bytes -= *bytes;
+    p->reused++;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return ok;
+}
+
+/* Closes every pooled memfd and gives its charge back: the bytes freed. */
+static int64_t pool_drain(image_pool *p) {
+  int fds[POOL_MAX], n;
+  pthread_mutex_lock(&p->mu);
+  n = p->n;
+  int64_t bytes = p->bytes;
+  for (int i = 0; i < n; i++) fds[i] = p->img[i].fd;
+  p->n = 0;
+  p->bytes = 0;
+  if (p->s && bytes) uncharge(p->s, bytes);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < n; i++) image_fd_close(fds[i]);
+  return bytes;
+}
+
+void fsh_store_pool_drain(fsh_shuffle_store *s) { (void)pool_drain(s->pool); }
+
+void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out) {
+  pthread_mutex_lock(&s->pool->mu);
+  *out = (fsh_store_pool_stats){s->pool->n, s->pool->bytes, s->pool->reused,
+                                atomic_load(&s->used)};
+  pthread_mutex_unlock(&s->pool->mu);
 }
 
 static void img_free(spill_out *o) {
@@ -607,10 +753,21 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
   spill_out *o = out->ctx;
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
+  if (!o->file && o->img_fd < 0 && !o->img && !o->no_memfd && o->s->shared_images &&
+      o->img_cap == 0) { /* a released image's memfd, pages and all (see the top) */
+    int fd;
+    int64_t bytes;
+    if (pool_take(o->s->pool, &fd, &bytes)) {
+      o->img_fd = fd;
+      o->img_cap = o->charged = bytes;
+      o->reused = true;
+    }
+  }
   if (!o->file && o->img_size + total > o->img_cap) {
     int64_t want = image_grow(o->img_cap, o->img_size + total);
     const char *why = NULL;
     bool room = charge(o->s, want - o->charged);
+    if (!room && pool_drain(o->s->pool) > 0) room = charge(o->s, want - o->charged);
     if (!room && fsh_partition_builder_cache_bytes() > 0) { /* idle builders go first */
       fsh_partition_builder_cache_drop();
       room = charge(o->s, want - o->charged);
@@ -655,10 +812,12 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
 
 static void image_release(void *ctx) { fsh_free(ctx); }
 
+/* An image's last reference: its memfd to the pool, or closed. */
 static void shm_image_release(void *ctx) {
   shm_image *m = ctx;
   munmap(m->p, (size_t)m->len);
-  image_fd_close(m->fd);
+  if (atomic_load(&m->no_pool) || !pool_put(m->pool, m->fd, m->len)) image_fd_close(m->fd);
+  pool_unref(m->pool);
   fsh_free(m);
 }
 
@@ -671,20 +830,40 @@ static int image_finish(spill_out *o, fsh_error *err) {
   struct stat st;
   if (o->img_fd >= 0 && size == 0) img_free(o); /* nothing to share: as a private one */
   if (o->img_fd < 0) o->no_memfd = true;
+  uint64_t image_id = 0;
   if (o->img_fd >= 0) { /* mapped read-only for this process's readers
                           (not populated: most partitions are read by
                           other processes; bench_store_images measured
-                          write + read back faster so) */
-    if (fstat(o->img_fd, &st) != 0 || st.st_size != size)
+                          write + read back faster so), its identity
+                          trailer after it (shuffle_internal.h) */
+    uint8_t id[FSH_IMAGE_ID_BYTES];
+    image_id = atomic_fetch_add(&g_image_ids, 1u) + 1;
+    fsh_image_id_encode(id, o->shuffle_id, o->map_id, o->attempt, image_id, size);
+    if (o->reused && ftruncate(o->img_fd, size) != 0) /* the old image's rest */
+      return fsh_error_set(err, EIO, "store %s: truncating a reused memory image: %s",
+                           o->s->name, strerror(errno));
+    struct iovec v = {id, sizeof id};
+    int e = pwrite_all(o->img_fd, &v, 1, size);
+    if (e != 0)
+      return fsh_error_set(err, e == ENOSPC ? ENOSPC : ENOMEM, "store %s: writing the memory "
+                           "image's identity: %s", o->s->name, strerror(e));
+    if (fstat(o->img_fd, &st) != 0 || st.st_size != size + FSH_IMAGE_ID_BYTES)
       return fsh_error_set(err, EIO, "store %s: the memory image holds %lld bytes, %lld were "
-                           "written", o->s->name, (long long)st.st_size, (long long)size);
+                           "written", o->s->name, (long long)st.st_size,
+                           (long long)(size + FSH_IMAGE_ID_BYTES));
     void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, o->img_fd, 0);
     if (p == MAP_FAILED)
       return fsh_error_set(err, ENOMEM, "store %s: mapping a memory image of %lld bytes: %s",
                            o->s->name, (long long)size, strerror(errno));
     shm_image *m = fsh_malloc(sizeof *m);
-    if (m) *m = (shm_image){p, size, o->img_fd};
-    if (m && !(b = fsh_buffer_wrap(p, size, shm_image_release, m))) fsh_free(m);
+    if (m) {
+      *m = (shm_image){p, size, o->img_fd, o->s->pool, false};
+      atomic_fetch_add(&o->s->pool->refs, 1);
+    }
+    if (m && !(b = fsh_buffer_wrap(p, size, shm_image_release, m))) {
+      pool_unref(m->pool);
+      fsh_free(m);
+    }
     if (!b) {
       munmap(p, (size_t)size);
       return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
@@ -711,8 +890,10 @@ static int image_finish(spill_out *o, fsh_error *err) {
     if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
   }
   o->result->image_fd = o->img_fd;
-  if (o->img_fd >= 0)
+  if (o->img_fd >= 0) {
     o->result->image_dev = (uint64_t)st.st_dev, o->result->image_ino = (uint64_t)st.st_ino;
+    o->result->image_id = image_id;
+  }
   o->img = NULL;
   o->img_fd = -1; /* the buffer owns it now */
   o->img_size = o->img_cap = 0;
@@ -794,6 +975,9 @@ int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, in
            spec->shuffle_id, map_id, attempt);
   o->s = s;
   o->img_fd = -1;
+  o->shuffle_id = spec->shuffle_id;
+  o->map_id = map_id;
+  o->attempt = attempt;
   w->res.image_fd = -1;
   memcpy(o->what, w->what, sizeof o->what);
   spill_name(o->file_name, s->tag, spec->shuffle_id, map_id, attempt,
@@ -834,6 +1018,7 @@ static void charge_builders(fsh_store_writer *w) {
   int64_t now = w->mw ? fsh_map_file_writer_builder_bytes(w->mw) : 0, d = now - w->builders_charged;
   if (d > 0) {
     bool room = charge(s, d);
+    if (!room && pool_drain(s->pool) > 0) room = charge(s, d);
     if (!room && fsh_partition_builder_cache_bytes() > 0) {
       fsh_partition_builder_cache_drop();
       room = charge(s, d);
@@ -909,6 +1094,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   e->image_fd = w->res.image_fd;
   e->image_dev = w->res.image_dev;
   e->image_ino = w->res.image_ino;
+  e->image_id = w->res.image_id;
   e->charged = w->res.charged;
   e->path = w->res.path;
   e->file_bytes = w->res.file_bytes;
@@ -948,7 +1134,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
 /* Where an opened map output's bytes are, for same-host readers. */
 typedef struct held_where {
   int image_fd; /* a memory image's memfd (-1: not shareable, or a file) */
-  uint64_t image_dev, image_ino;
+  uint64_t image_dev, image_ino, image_id;
   char *path;   /* a spill file (owned), or NULL */
 } held_where;
 
@@ -971,7 +1157,7 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
       image = fsh_buffer_ref(e->image);
       memcpy(name, e->image_name, sizeof name);
       if (where)
-        *where = (held_where){e->image_fd, e->image_dev, e->image_ino, NULL};
+        *where = (held_where){e->image_fd, e->image_dev, e->image_ino, e->image_id, NULL};
     } else if (!(path = fsh_strdup(e->path))) {
       oom = true;
     }
@@ -997,7 +1183,7 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
                          PRId32 ": spill file %s is missing from disk (deleted, or released "
                          "meanwhile): the map output is lost", s->name,
                          shuffle_id, map_id, attempt, path);
-    if (rc == 0 && where) *where = (held_where){-1, 0, 0, path};
+    if (rc == 0 && where) *where = (held_where){-1, 0, 0, 0, path};
     else fsh_free(path);
   }
   if (rc == 0)
@@ -1033,7 +1219,7 @@ int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
                      int32_t partition, fsh_store_location *out, fsh_error *err) {
   memset(out, 0, sizeof *out);
   fsh_map_file *f = NULL;
-  held_where w = {-1, 0, 0, NULL};
+  held_where w = {-1, 0, 0, 0, NULL};
   int rc = open_held(s, shuffle_id, map_id, attempt, &f, &w, err);
   if (rc != 0) return rc;
   const fsh_map_file_info *info = fsh_map_file_get_info(f);
@@ -1067,6 +1253,7 @@ int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
       out->fd = w.image_fd;
       out->dev = w.image_dev;
       out->ino = w.image_ino;
+      out->image_id = w.image_id;
     }
   }
   fsh_free(w.path);
@@ -1145,7 +1332,9 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
   out->spilled_outputs = s->spilled_outputs;
   out->spilled_bytes = s->spilled_bytes;
   pthread_mutex_unlock(&s->mu);
-  out->memory_bytes = atomic_load(&s->used);
+  pthread_mutex_lock(&s->pool->mu);
+  out->memory_bytes = atomic_load(&s->used) - s->pool->bytes; /* the pool holds no output */
+  pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* ---- release ----------------------------------------------------------- */
@@ -1263,6 +1452,12 @@ static int prepare_dir(const char *dir, fsh_error *err) {
 
 void fsh_shuffle_store_free(fsh_shuffle_store *s) {
   if (!s) return;
+  if (s->pool) { /* images released later close their memfds */
+    (void)pool_drain(s->pool);
+    pthread_mutex_lock(&s->pool->mu);
+    s->pool->s = NULL;
+    pthread_mutex_unlock(&s->pool->mu);
+  }
   if (s->buckets)
     for (int64_t i = 0; i < s->n_buckets; i++)
       for (entry *e = s->buckets[i], *next; e; e = next) {
@@ -1272,6 +1467,7 @@ void fsh_shuffle_store_free(fsh_shuffle_store *s) {
   fsh_free(s->buckets);
   for (int i = 0; i < s->n_dirs; i++) fsh_free(s->dirs[i]);
   fsh_free(s->dirs);
+  pool_unref(s->pool);
   pthread_mutex_destroy(&s->mu);
   fsh_free(s);
 }
@@ -1287,6 +1483,16 @@ int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_sto
     fsh_free(s);
     return fsh_error_set(err, ENOMEM, "store: cannot create a mutex");
   }
+  s->pool = fsh_calloc(1, sizeof *s->pool);
+  if (!s->pool || pthread_mutex_init(&s->pool->mu, NULL) != 0) {
+    fsh_free(s->pool);
+    pthread_mutex_destroy(&s->mu);
+    fsh_free(s);
+    return fsh_error_set(err, ENOMEM, "store: out of memory");
+  }
+  atomic_init(&s->pool->refs, 1);
+  s->pool->s = s;
+  s->pool->max_bytes = opts->memory_limit / 4;
   s->n_buckets = 64;
   s->buckets = fsh_calloc((size_t)s->n_buckets, sizeof *s->buckets);
   snprintf(s->name, sizeof s->name, "%s", opts->name ? opts->name : "store");

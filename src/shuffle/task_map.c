@@ -3,7 +3,8 @@
  * hash-partition it on the key, scatter, write through a backend's writer,
  * and keep per-partition row checksums beside the map output's metadata.
  * Also the row checksum both task kinds use (8 rows at a time with
- * AVX-512 where the CPU has it, else row by row; the same bits), the
+ * AVX-512 where the CPU has it, 4 at a time with AVX2 where it has only
+ * that, else row by row; the same bits), the
  * backend names, and the map-synthetic body and answer codecs. */
 #include <errno.h>
 #include <inttypes.h>
@@ -260,33 +261,161 @@ AVX512_TARGET static void row_checksums_avx512(const row_cols *c, int64_t n,
 }
 #endif
 
-/* Whether this CPU runs row_checksums_avx512 (checked per call: cheap). */
-static bool row_checksums_vector(void) {
 #ifdef ROWSUM_AVX512
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("bmi2");
-#else
-  return false;
+#define AVX2_TARGET __attribute__((target("avx2")))
+
+/* XXH3_mul128_fold64 in each of 4 lanes (as mul128_fold64_x8). */
+AVX2_TARGET static inline __m256i mul128_fold64_x4(__m256i a, __m256i b) {
+  const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+  __m256i ah = _mm256_srli_epi64(a, 32), bh = _mm256_srli_epi64(b, 32);
+  __m256i ll = _mm256_mul_epu32(a, b), lh = _mm256_mul_epu32(a, bh);
+  __m256i hl = _mm256_mul_epu32(ah, b), hh = _mm256_mul_epu32(ah, bh);
+  __m256i cross = _mm256_add_epi64(
+      _mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, lo32)), hl);
+  __m256i hi = _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32)),
+                                _mm256_srli_epi64(cross, 32));
+  __m256i lo = _mm256_or_si256(_mm256_slli_epi64(cross, 32), _mm256_and_si256(ll, lo32));
+  return _mm256_xor_si256(lo, hi);
+}
+
+AVX2_TARGET static inline __m256i mix_words_x4(__m256i lo, __m256i hi, const uint8_t *secret) {
+  __m256i s0 = _mm256_set1_epi64x((long long)XXH_readLE64(secret));
+  __m256i s1 = _mm256_set1_epi64x((long long)XXH_readLE64(secret + 8));
+  return mul128_fold64_x4(_mm256_xor_si256(lo, s0), _mm256_xor_si256(hi, s1));
+}
+
+/* The low 64 bits of a * b in each lane (AVX2 has no 64-bit multiply). */
+AVX2_TARGET static inline __m256i mullo64_x4(__m256i a, __m256i b) {
+  __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)),
+                                   _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+/* The 4 validity bits of rows [i, i + 4) as lanes of all ones or zeros
+ * (all ones without a bitmap). */
+AVX2_TARGET static inline __m256i bits4(const uint8_t *bits, int64_t off, int64_t i) {
+  if (!bits) return _mm256_set1_epi64x(-1);
+  int64_t at = off + i;
+  const uint8_t *p = bits + (at >> 3);
+  unsigned sh = (unsigned)(at & 7);
+  unsigned v = (sh > 4 ? (p[0] | (unsigned)p[1] << 8) >> sh : (unsigned)p[0] >> sh) & 15u;
+  const __m256i lane = _mm256_setr_epi64x(1, 2, 4, 8);
+  return _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x((long long)v), lane), lane);
+}
+
+/* Rows [0, n) 4 at a time in vector registers: validity, offsets and
+ * lengths, each row's 32 name bytes loaded whole and masked to its length
+ * (row_hash's WINDOW), the 4 x 4 words transposed, the record hash's four
+ * mixes and its avalanche (AVX2 has no 64-bit multiply: emulated). A
+ * group with a name past 32 bytes, or one that starts within 32 bytes of
+ * the chars buffer's end, takes row_hash row by row, as do the last n % 4
+ * rows. Adds to sums as fsh_task_row_checksums. */
+AVX2_TARGET static void row_checksums_avx2(const row_cols *c, int64_t n,
+                                           const int32_t *part_of_row, uint64_t *sums) {
+  const uint8_t *sec = XXH3_kSecret;
+  const __m256i acc0 = _mm256_set1_epi64x((long long)(RECORD_BYTES * XXH_PRIME64_1));
+  const __m256i mx1 = _mm256_set1_epi64x((long long)0x165667919E3779F9ULL);
+  const __m256i name_max = _mm256_set1_epi64x(RECORD_NAME_BYTES);
+  const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+  const __m256i room = _mm256_set1_epi64x(c->chars_size - RECORD_NAME_BYTES);
+  __m256i total = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    _mm_prefetch((const char *)(c->keys + 8 * i + 1024), _MM_HINT_T0);
+    _mm_prefetch((const char *)(c->vals + 8 * i + 1024), _MM_HINT_T0);
+    _mm_prefetch((const char *)(c->offs + 4 * i + 512), _MM_HINT_T0);
+    __m256i v_ok = bits4(c->v_bits, c->v_off, i), s_ok = bits4(c->s_bits, c->s_off, i);
+    __m256i lo = _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(c->offs + 4 * i)));
+    __m256i hi = _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(c->offs + 4 * i + 4)));
+    /* uint32 hi - lo, 0 when null */
+    __m256i len = _mm256_and_si256(_mm256_and_si256(_mm256_sub_epi64(hi, lo), lo32), s_ok);
+    uint64_t h[4];
+    if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpgt_epi64(len, name_max),
+                                             _mm256_cmpgt_epi64(lo, room)))) {
+      for (int r = 0; r < 4; r++) h[r] = row_hash(c, i + r); /* rare */
+    } else {
+      uint32_t l[4], at[4];
+      _mm_storeu_si128((__m128i *)l, _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(
+                                         len, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6))));
+      memcpy(at, c->offs + 4 * i, sizeof at); /* little-endian host */
+      __m256i nm[4];
+      for (int r = 0; r < 4; r++)
+        nm[r] = _mm256_and_si256(
+            _mm256_loadu_si256((const __m256i *)(c->chars + at[r])),
+            _mm256_loadu_si256((const __m256i *)(WINDOW + RECORD_NAME_BYTES - l[r])));
+      __m256i t0 = _mm256_unpacklo_epi64(nm[0], nm[1]), t1 = _mm256_unpackhi_epi64(nm[0], nm[1]);
+      __m256i t2 = _mm256_unpacklo_epi64(nm[2], nm[3]), t3 = _mm256_unpackhi_epi64(nm[2], nm[3]);
+      __m256i w0 = _mm256_permute2x128_si256(t0, t2, 0x20);
+      __m256i w1 = _mm256_permute2x128_si256(t1, t3, 0x20);
+      __m256i w2 = _mm256_permute2x128_si256(t0, t2, 0x31);
+      __m256i w3 = _mm256_permute2x128_si256(t1, t3, 0x31);
+      __m256i k = _mm256_loadu_si256((const __m256i *)(c->keys + 8 * i));
+      __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(c->vals + 8 * i)), v_ok);
+      __m256i flags = _mm256_or_si256(_mm256_and_si256(v_ok, _mm256_set1_epi64x(1)),
+                                      _mm256_and_si256(s_ok, _mm256_set1_epi64x(2)));
+      __m256i t = _mm256_or_si256(flags, _mm256_slli_epi64(len, 8));
+      __m256i acc = _mm256_add_epi64(acc0, mix_words_x4(w0, w1, sec + 32));
+      acc = _mm256_add_epi64(acc, mix_words_x4(w1, w2, sec + 48));
+      acc = _mm256_add_epi64(acc, mix_words_x4(k, v, sec));
+      acc = _mm256_add_epi64(acc, mix_words_x4(w3, t, sec + 16));
+      acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 37)); /* XXH3_avalanche */
+      acc = mullo64_x4(acc, mx1);
+      acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
+      if (!part_of_row) {
+        total = _mm256_add_epi64(total, acc);
+        continue;
+      }
+      _mm256_storeu_si256((__m256i *)h, acc);
+    }
+    if (!part_of_row) {
+      for (int r = 0; r < 4; r++) sums[0] += h[r];
+      continue;
+    }
+    for (int r = 0; r < 4; r++) sums[part_of_row[i + r]] += h[r];
+  }
+  if (!part_of_row) {
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, total);
+    for (int r = 0; r < 4; r++) sums[0] += t[r];
+  }
+  for (; i < n; i++) sums[part_of_row ? part_of_row[i] : 0] += row_hash(c, i);
+}
 #endif
+
+/* The fastest path up to `want` this CPU runs (checked per call: cheap). */
+static fsh_rowsum_path rowsum_path_for(fsh_rowsum_path want) {
+#ifdef ROWSUM_AVX512
+  if (want >= FSH_ROWSUM_AVX512 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2"))
+    return FSH_ROWSUM_AVX512;
+  if (want >= FSH_ROWSUM_AVX2 && __builtin_cpu_supports("avx2")) return FSH_ROWSUM_AVX2;
+#else
+  (void)want;
+#endif
+  return FSH_ROWSUM_SCALAR;
 }
 
 void fsh_task_row_checksums(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums) {
-  (void)fsh_task_row_checksums_path(b, part_of_row, sums, true);
+  (void)fsh_task_row_checksums_path(b, part_of_row, sums, FSH_ROWSUM_BEST);
 }
 
-bool fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row, uint64_t *sums,
-                                 bool vector) {
+fsh_rowsum_path fsh_task_row_checksums_path(const fsh_batch *b, const int32_t *part_of_row,
+                                            uint64_t *sums, fsh_rowsum_path want) {
   row_cols c = cols_of(b);
-  vector = vector && row_checksums_vector();
+  fsh_rowsum_path path = rowsum_path_for(want);
 #ifdef ROWSUM_AVX512
-  if (vector) {
+  if (path == FSH_ROWSUM_AVX512) {
     row_checksums_avx512(&c, b->length, part_of_row, sums);
-    return true;
+    return path;
+  }
+  if (path == FSH_ROWSUM_AVX2) {
+    row_checksums_avx2(&c, b->length, part_of_row, sums);
+    return path;
   }
 #endif
   row_checksums_scalar(&c, b->length, part_of_row, sums);
-  return false;
+  return FSH_ROWSUM_SCALAR;
 }
 
 /* ---- running a map task ------------------------------------------------ */

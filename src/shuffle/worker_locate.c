@@ -117,7 +117,7 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
     int n_dirs = fsh_store_spill_dirs(store, &dirs);
     const char *host = fsh_host_identity();
     put_bytes(&b, FSH_LOCATE_MAGIC, 4);
-    put32(&b, 1);
+    put32(&b, 2);
     put32(&b, (uint32_t)getpid());
     put32(&b, (uint32_t)t.n_sources);
     put32(&b, (uint32_t)strlen(host));
@@ -146,6 +146,7 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
       put64(&b, ok ? (uint64_t)l->part.bytes : 0);
       put64(&b, ok ? l->part.checksum : 0);
       put64(&b, ok ? (uint64_t)l->part.n_blocks : 0);
+      put64(&b, ok && l->kind == FSH_STORE_AT_MEMFD ? l->image_id : 0);
       put32(&b, ok ? (uint32_t)name_len : 0);
       if (!ok) continue;
       put_bytes(&b, l->name, (int64_t)name_len);
@@ -184,8 +185,8 @@ int fsh_locate_answer_decode(const uint8_t *p, int64_t size, int64_t n_sources,
                              fsh_locate_answer *out, fsh_error *err) {
   memset(out, 0, sizeof *out);
   if (size < FSH_LOCATE_HEADER_BYTES || memcmp(p, FSH_LOCATE_MAGIC, 4) != 0 ||
-      fsh_le_get32(p + 4) != 1 || fsh_le_get32(p + 28) != 0)
-    return bad_answer(0, "not a version 1 " FSH_LOCATE_MAGIC " header", err);
+      fsh_le_get32(p + 4) != 2 || fsh_le_get32(p + 28) != 0)
+    return bad_answer(0, "not a version 2 " FSH_LOCATE_MAGIC " header", err);
   fsh_locate_answer a = {0};
   a.pid = fsh_le_get32(p + 8);
   a.n_sources = fsh_le_get32(p + 12);
@@ -239,7 +240,8 @@ int fsh_locate_answer_decode(const uint8_t *p, int64_t size, int64_t n_sources,
     s->bytes = (int64_t)fsh_le_get64(q + 40);
     s->checksum = fsh_le_get64(q + 48);
     s->n_blocks = (int64_t)fsh_le_get64(q + 56);
-    int64_t name_len = fsh_le_get32(q + 64);
+    s->image_id = fsh_le_get64(q + 64);
+    int64_t name_len = fsh_le_get32(q + 72);
     at += FSH_LOCATE_SOURCE_BYTES;
     if (kind > FSH_STORE_AT_MEMFD || s->n_blocks < 0 || s->size < 0 || s->rows < 0 ||
         s->bytes < 0 || s->dir_or_fd < 0 || name_len > 255 ||

@@ -7,7 +7,9 @@
  * corrupted spill file read directly is EIO naming the worker, map output
  * and partition; a map output released between locate and read is a
  * clear error (through DoGet), never rows; one evicted from memory to a
- * spill file between locate and read still reads right (through DoGet). */
+ * spill file between locate and read still reads right (through DoGet);
+ * one whose memfd is reused for the same map output written again between
+ * locate and read is refused by its identity and read through DoGet. */
 #define _GNU_SOURCE /* memmem */
 #include <sys/stat.h>
 
@@ -149,11 +151,16 @@ static void same_host_reads_directly(void) {
               "backend %d direct off: direct %lld fetched %lld locates %lld", i,
               (long long)g.direct_sources, (long long)g.fetched_sources, (long long)g.locates);
   }
-  /* worker 0's two images are memfds; the release closes them (no reader
-   * holds them any more) */
+  /* worker 0's two images are memfds; the release pools them for reuse
+   * (no reader holds them any more), and emptying the pool closes them */
   CHECK_EQ_INT(count_image_memfds(), 2);
   fsh_error err = {{0}};
   CHECK_OK(fsh_shuffle_release(p.b[0], 70, &err));
+  fsh_store_pool_stats ps;
+  fsh_store_get_pool_stats(fsh_shuffle_worker_store(p.w[0]), &ps);
+  CHECK_EQ_INT(ps.pooled, 2);
+  CHECK_EQ_INT(count_image_memfds(), 2);
+  fsh_store_pool_drain(fsh_shuffle_worker_store(p.w[0]));
   CHECK_EQ_INT(count_image_memfds(), 0);
   stu_plan_free(&plan);
   pair_stop(&p);
@@ -444,6 +451,57 @@ static void released_between_locate_and_read(void) {
   pair_stop(&p);
 }
 
+static void reuse_after_locate(void *ctx) {
+  race *r = ctx;
+  r->calls++;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_release(r->store, r->shuffle_id, &err));
+  /* the same map output written again: into the released image's memfd
+   * (its metadata into a copy: the reader holds the plan's) */
+  stu_map again = r->plan->maps[r->map];
+  memset(&again.out, 0, sizeof again.out);
+  CHECK_OK(stu_run_map(r->writer, &r->plan->spec, &again, &err));
+  fsh_map_output_reset(&again.out);
+}
+
+/* A memory image released between locate and read, and its memfd reused
+ * at once for the same map output written again (same fd, inode and
+ * size): the reader's open refuses it by its identity trailer, and the
+ * read goes through DoGet, which serves the new image's rows -- the rows
+ * written, nothing else. */
+static void reused_between_locate_and_read(void) {
+  pair p;
+  if (!pair_start(&p)) return;
+  stu_plan plan;
+  make_plan(&plan, 76, 2, 2, 3000);
+  run_maps(&p, &plan);
+  fsh_shuffle_store *store = fsh_shuffle_worker_store(p.w[0]);
+  fsh_store_pool_stats before_pool;
+  fsh_store_get_pool_stats(store, &before_pool);
+  fsh_shuffle_flight_stats before = stats(p.b[1]);
+  race r = {.store = store, .shuffle_id = 76, .writer = p.b[0], .plan = &plan, .map = 0};
+  fr_test_after_locate_ctx = &r;
+  fr_test_after_locate = reuse_after_locate;
+  int only0[] = {0};
+  stu_check_partition(p.b[1], &plan, 1, only0, 1, "reused meanwhile");
+  fr_test_after_locate = NULL;
+  fr_test_after_locate_ctx = NULL;
+  CHECK_EQ_INT(r.calls, 1);
+  fsh_store_pool_stats after_pool;
+  fsh_store_get_pool_stats(store, &after_pool);
+  CHECK_MSG(after_pool.reused - before_pool.reused == 1, "%lld memfds reused",
+            (long long)(after_pool.reused - before_pool.reused));
+  fsh_shuffle_flight_stats after = stats(p.b[1]);
+  CHECK_MSG(after.direct_fallbacks - before.direct_fallbacks == 1 &&
+                after.direct_sources == before.direct_sources,
+            "fallbacks %lld direct %lld", (long long)(after.direct_fallbacks - before.direct_fallbacks),
+            (long long)(after.direct_sources - before.direct_sources));
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_release(p.b[0], 76, &err));
+  stu_plan_free(&plan);
+  pair_stop(&p);
+}
+
 static void evict_after_locate(void *ctx) {
   race *r = ctx;
   r->calls++;
@@ -500,4 +558,4 @@ FSH_TEST_MAIN(TEST(same_host_reads_directly), TEST(locate_answer),
               TEST(corrupted_file_read_directly), TEST(large_partitions_mapped),
               TEST(small_sources_use_doget),
               TEST(released_between_locate_and_read),
-              TEST(evicted_between_locate_and_read))
+              TEST(evicted_between_locate_and_read), TEST(reused_between_locate_and_read))

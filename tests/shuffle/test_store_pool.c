@@ -1,0 +1,322 @@
+/* test_store_pool.c -- the store's reuse of released memory images' memfds
+ * (store.c, "Reused memfds"; the identity trailer, shuffle_internal.h):
+ *  - a released image's memfd goes to the pool, charged to the budget (not
+ *    to memory_bytes), and the next image is written into that very memfd
+ *    (same inode), with a new identity; the budget accounting is exact
+ *    through release, pooling, reuse and drain;
+ *  - a memfd that another open file description holds (a reader's open of
+ *    /proc/self/fd/N, or only its mapping) is not pooled, and the reader's
+ *    mapping keeps the old bytes while the next image is written;
+ *  - a stale locate answer (the image released, its memfd reused for an
+ *    image of the same map output, same size) is refused by the reader's
+ *    open (fr_direct_open), the fresh answer accepted, its bytes the
+ *    image's;
+ *  - under a small budget a pooled memfd does not stop a large output from
+ *    being written (it spills), and nothing stays charged. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <flightshuffle/workloads.h>
+
+#include "shuffle/flight_reader.h"
+#include "shuffle/shuffle_internal.h"
+#include "shuffle/shuffle_testutil.h"
+
+enum { PARTS = 4 };
+
+typedef struct fixture {
+  char *dir;
+  fsh_shuffle_store *s;
+  fsh_schema *schema;
+} fixture;
+
+static fixture open_store(int64_t limit) {
+  fixture f = {.dir = stu_mkdtemp("pool")};
+  const char *dirs[1] = {f.dir};
+  fsh_shuffle_store_options o = {.spill_dirs = dirs, .n_spill_dirs = 1, .memory_limit = limit};
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_new(&o, &f.s, &err));
+  f.schema = STU_OK(fsh_synthetic_schema());
+  return f;
+}
+
+static void close_store(fixture *f) {
+  fsh_shuffle_store_free(f->s);
+  fsh_schema_unref(f->schema);
+  CHECK_EQ_INT(stu_count_files(f->dir), 0);
+  stu_rmdir(f->dir);
+}
+
+static fsh_store_pool_stats pool(fsh_shuffle_store *s) {
+  fsh_store_pool_stats p;
+  fsh_store_get_pool_stats(s, &p);
+  return p;
+}
+
+static fsh_shuffle_store_stats stats(fsh_shuffle_store *s) {
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(s, &st);
+  return st;
+}
+
+/* Writes map output (shuffle, map 0, attempt 0) of `rows` synthetic rows of
+ * seed `seed` (rows spread over PARTS partitions by row number). */
+static void write_output(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows) {
+  fsh_shuffle_spec spec = {.shuffle_id = shuffle, .n_partitions = PARTS, .schema = f->schema};
+  fsh_store_writer *w = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_store_writer_open(f->s, &spec, 0, 0, &w, &err));
+  if (!w) return;
+  fsh_batch *b = stu_synthetic(seed, rows);
+  int32_t *parts = STU_OK(malloc(sizeof *parts * (size_t)rows));
+  for (int64_t r = 0; r < rows; r++) parts[r] = (int32_t)(r % PARTS);
+  CHECK_OK(fsh_store_writer_write_rows(w, b, parts, &err));
+  fsh_map_output m = {0};
+  CHECK_OK(fsh_store_writer_close(w, &m, &err));
+  fsh_map_output_reset(&m);
+  fsh_batch_unref(b);
+  free(parts);
+}
+
+static fsh_store_location locate(fixture *f, uint64_t shuffle) {
+  fsh_store_location l;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_store_locate(f->s, shuffle, 0, 0, 1, &l, &err));
+  return l;
+}
+
+static uint64_t ino_of_fd(int fd) {
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0);
+  return (uint64_t)st.st_ino;
+}
+
+/* Rows of (shuffle, map 0, attempt 0), every partition decoded and
+ * verified (block and partition checksums). */
+static int64_t count_rows(fixture *f, uint64_t shuffle) {
+  fsh_map_file *mf = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_store_open(f->s, shuffle, 0, 0, &mf, &err));
+  int64_t rows = 0;
+  for (int32_t q = 0; mf && q < PARTS; q++) {
+    fsh_map_file_cursor *c = NULL;
+    CHECK_OK(fsh_map_file_cursor_open(mf, q, &c, &err));
+    for (fsh_batch *b = NULL; c;) {
+      CHECK_OK(fsh_map_file_cursor_next(c, &b, &err));
+      if (!b) break;
+      rows += b->length;
+      fsh_batch_unref(b);
+    }
+    fsh_map_file_cursor_free(c);
+  }
+  fsh_map_file_close(mf);
+  return rows;
+}
+
+static void release(fixture *f, uint64_t shuffle) {
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_release(f->s, shuffle, &err));
+}
+
+/* The budget charges exactly what is held: images (memory_bytes) plus the
+ * pool. */
+static void check_budget(fixture *f, const char *when) {
+  fsh_store_pool_stats p = pool(f->s);
+  fsh_shuffle_store_stats st = stats(f->s);
+  CHECK_MSG(p.budget_used == st.memory_bytes + p.pooled_bytes,
+            "%s: budget %lld, images %lld + pool %lld", when, (long long)p.budget_used,
+            (long long)st.memory_bytes, (long long)p.pooled_bytes);
+}
+
+static void reuse_happens(void) {
+  fixture f = open_store((int64_t)64 << 20);
+  write_output(&f, 1, 11, 20000);
+  fsh_store_location a = locate(&f, 1);
+  CHECK_EQ_INT(a.kind, FSH_STORE_AT_MEMFD);
+  int64_t held = stats(f.s).memory_bytes;
+  CHECK(held >= a.size);
+  check_budget(&f, "held");
+  release(&f, 1);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.pooled, 1);
+  /* its pages: the image's size in whole pages */
+  CHECK_EQ_INT(p.pooled_bytes, (a.size + 4095) / 4096 * 4096);
+  CHECK_EQ_INT(stats(f.s).memory_bytes, 0);
+  check_budget(&f, "pooled");
+  /* the pooled memfd is still open under the same number, without the
+   * trailer (a reader cannot take it for the image) */
+  CHECK_EQ_INT(ino_of_fd(a.fd), a.ino);
+  struct stat st;
+  CHECK(fstat(a.fd, &st) == 0 && st.st_size == a.size);
+
+  write_output(&f, 2, 12, 30000);
+  fsh_store_location b = locate(&f, 2);
+  p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 1);
+  CHECK_EQ_INT(p.pooled, 0);
+  CHECK_EQ_INT(b.kind, FSH_STORE_AT_MEMFD);
+  CHECK_MSG(b.ino == a.ino && b.fd == a.fd, "not the same memfd: ino %llu fd %d, was %llu fd %d",
+            (unsigned long long)b.ino, b.fd, (unsigned long long)a.ino, a.fd);
+  CHECK(b.image_id != 0 && b.image_id != a.image_id);
+  CHECK(fstat(b.fd, &st) == 0 && st.st_size == b.size + FSH_IMAGE_ID_BYTES);
+  check_budget(&f, "reused");
+  /* the reused image reads back right: every partition's rows */
+  int64_t rows = count_rows(&f, 2);
+  CHECK_EQ_INT(rows, 30000);
+  release(&f, 2);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  fsh_store_pool_drain(f.s);
+  p = pool(f.s);
+  CHECK_MSG(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0,
+            "drained: %lld pooled, %lld bytes, budget %lld", (long long)p.pooled,
+            (long long)p.pooled_bytes, (long long)p.budget_used);
+  CHECK(fcntl(b.fd, F_GETFD) < 0); /* closed */
+  fsh_store_location_reset(&a);
+  fsh_store_location_reset(&b);
+  close_store(&f);
+}
+
+/* A reader that has the image open (or only mapped) when it is released:
+ * not pooled; the next image gets another memfd; the reader's bytes stay
+ * the old ones. */
+static void held_image_not_reused(void) {
+  for (int only_mapped = 0; only_mapped < 2; only_mapped++) {
+    fixture f = open_store((int64_t)64 << 20);
+    write_output(&f, 1, 21, 20000);
+    fsh_store_location a = locate(&f, 1);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", a.fd);
+    int rfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    CHECK(rfd >= 0);
+    size_t len = (size_t)a.size;
+    uint8_t *m = mmap(NULL, len, PROT_READ, MAP_SHARED, rfd, 0);
+    CHECK(m != MAP_FAILED);
+    uint8_t *copy = STU_OK(malloc(len));
+    memcpy(copy, m, len);
+    if (only_mapped) {
+      close(rfd);
+      rfd = -1;
+    }
+    release(&f, 1);
+    fsh_store_pool_stats p = pool(f.s);
+    CHECK_MSG(p.pooled == 0, "%s: a memfd a reader holds was pooled",
+              only_mapped ? "mapped" : "open");
+    write_output(&f, 2, 22, 20000);
+    fsh_store_location b = locate(&f, 2);
+    CHECK_EQ_INT(pool(f.s).reused, 0);
+    CHECK(b.ino != a.ino);
+    CHECK_MSG(memcmp(m, copy, len) == 0, "the reader's mapping changed");
+    munmap(m, len);
+    if (rfd >= 0) close(rfd);
+    free(copy);
+    check_budget(&f, "after");
+    fsh_store_location_reset(&a);
+    fsh_store_location_reset(&b);
+    close_store(&f);
+  }
+}
+
+/* A direct-read answer of the store's locate action (worker_locate.c) for
+ * (shuffle, map 0, attempt 0), partition 1, as the reader decodes it, with
+ * what was asked filled in as fr_direct_locate does. */
+static void answer_for(fixture *f, uint64_t shuffle, fr_direct *d) {
+  memset(d, 0, sizeof *d);
+  fsh_ticket_source src = {0, 0};
+  fsh_shuffle_ticket t = {.shuffle_id = shuffle, .partition = 1, .n_sources = 1,
+                          .sources = &src};
+  fsh_buffer *tb = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+  if (!tb) return;
+  CHECK_OK(fsh_worker_locate(f->s, tb->data, tb->size, &d->res, &err));
+  fsh_buffer_unref(tb);
+  CHECK_EQ_INT(d->res.n, 1);
+  if (d->res.n != 1) return;
+  CHECK_OK(fsh_locate_answer_decode(d->res.items[0].data, d->res.items[0].size, 1, &d->a, &err));
+  d->a.sources[0].want_shuffle_id = shuffle;
+  d->a.sources[0].want_map_id = 0;
+  d->a.sources[0].want_attempt = 0;
+}
+
+/* The same map output written again, same bytes and size, after its
+ * release, into the pooled memfd: the old answer (same fd, inode and size)
+ * is refused; the new one opens the image. An answer for another map
+ * output than asked is refused too. */
+static void stale_answer_refused(void) {
+  fixture f = open_store((int64_t)64 << 20);
+  write_output(&f, 5, 31, 20000);
+  fr_direct old;
+  answer_for(&f, 5, &old);
+  CHECK_EQ_INT(old.a.sources[0].kind, FSH_STORE_AT_MEMFD);
+  char path[4200];
+  int fd = fr_direct_open(&old, 0, path, sizeof path);
+  CHECK_MSG(fd >= 0, "the fresh answer is refused");
+  if (fd >= 0) close(fd);
+  release(&f, 5);
+  write_output(&f, 5, 31, 20000); /* the same map output again */
+  CHECK_EQ_INT(pool(f.s).reused, 1);
+  fr_direct now;
+  answer_for(&f, 5, &now);
+  const fsh_locate_source *o = &old.a.sources[0], *n = &now.a.sources[0];
+  CHECK_MSG(n->dir_or_fd == o->dir_or_fd && n->ino == o->ino && n->size == o->size,
+            "not the same memfd and size: fd %d ino %llu size %lld, was fd %d ino %llu size "
+            "%lld", n->dir_or_fd, (unsigned long long)n->ino, (long long)n->size, o->dir_or_fd,
+            (unsigned long long)o->ino, (long long)o->size);
+  fd = fr_direct_open(&old, 0, path, sizeof path);
+  CHECK_MSG(fd == -1, "a stale answer opened %s (fd %d)", path, fd);
+  if (fd >= 0) close(fd);
+  fd = fr_direct_open(&now, 0, path, sizeof path);
+  CHECK_MSG(fd >= 0, "the fresh answer is refused");
+  if (fd >= 0) { /* the located blocks are the image's: their checksums hold */
+    for (int64_t i = 0; i < n->n_blocks; i++) {
+      const uint8_t *q = n->blocks + 32 * i;
+      int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
+      uint8_t *buf = STU_OK(malloc((size_t)len));
+      CHECK(pread(fd, buf, (size_t)len, off) == len);
+      CHECK(XXH3_64bits(buf, (size_t)len) == fsh_le_get64(q + 24));
+      free(buf);
+    }
+    close(fd);
+  }
+  /* asked for another map output than the image holds */
+  now.a.sources[0].want_map_id = 1;
+  fd = fr_direct_open(&now, 0, path, sizeof path);
+  CHECK_MSG(fd == -1, "an answer for map 0 opened as map 1");
+  if (fd >= 0) close(fd);
+  fr_direct_reset(&old);
+  fr_direct_reset(&now);
+  release(&f, 5);
+  close_store(&f);
+}
+
+/* A small budget: a pooled memfd is taken by the next writer, which spills
+ * when its output outgrows the budget; afterwards only the pool (or
+ * nothing) is charged and the spilled output reads back whole. */
+static void spill_with_pool(void) {
+  fixture f = open_store((int64_t)4 << 20); /* pool: at most 1 MiB */
+  write_output(&f, 1, 41, 3000);            /* ~150 KB image */
+  release(&f, 1);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  check_budget(&f, "pooled");
+  write_output(&f, 2, 42, 200000); /* ~9 MB: spills */
+  fsh_shuffle_store_stats st = stats(f.s);
+  CHECK_EQ_INT(st.spilled_outputs, 1);
+  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(st.memory_bytes, 0);
+  check_budget(&f, "spilled");
+  int64_t rows = count_rows(&f, 2);
+  CHECK_EQ_INT(rows, 200000);
+  release(&f, 2);
+  CHECK_EQ_INT(pool(f.s).budget_used, pool(f.s).pooled_bytes);
+  close_store(&f);
+}
+
+FSH_TEST_MAIN(TEST(reuse_happens), TEST(held_image_not_reused), TEST(stale_answer_refused),
+              TEST(spill_with_pool))
