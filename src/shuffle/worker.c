@@ -221,9 +221,10 @@ static int64_t now_ns(void) {
  * incremental flag) reads the sources it came with, then asks the
  * scheduler (on_more_sources) for the map outputs that appeared since and
  * reads them, until the scheduler says complete; it sums the results (the
- * row checksum is a sum too). The driver may start one for every partition
- * while the maps run (sched.h), so a worker can hold hundreds of them: what
- * they cost while they wait is what decides whether the overlap pays.
+ * row checksum is a sum too). A worker may hold many of them (the
+ * driver's slots per worker while the maps run; every partition in the
+ * experiment of bench/pipeline/INCREMENTAL.md), and what they cost while
+ * they wait decides whether the overlap pays.
  *
  * So they share one hub per worker: for each shuffle, the driver's latest
  * version (one per accepted map output) and whether it is complete, as any
@@ -237,12 +238,14 @@ static int64_t now_ns(void) {
  * INCR_WAKE_VERSIONS or the shuffle completes.
  *
  * New sources are read in rounds, one fetch per peer for many map outputs
- * (bundled blocks): a round starts once `round` sources wait, the oldest
- * has waited round_ms, or no more will come. Both grow with the number of
- * incremental reduces running here (64 sources / 200 ms for up to 4, up to
- * 256 / 800 ms): many reduces reading small rounds cost more fetches than
- * the overlap saves. The first INCR_EAGER reduces of a shuffle on a worker
- * read their first round at once, so that reduce fetching starts right
+ * (bundled blocks): a round starts once `want` sources wait, the oldest
+ * has waited round_ns, or no more will come. Both grow with the number of
+ * incremental reduces running here (64 sources / 200 ms for up to 7, up
+ * to 256 / 800 ms): many reduces reading small rounds cost more fetches
+ * than the overlap saves. At most one per CPU (at least 2) reads at once:
+ * the others' rounds wait for a turn rather than all fetching together.
+ * The first INCR_EAGER reduces of a shuffle on a worker read their first
+ * round at once, so that reduce fetching starts right
  * after the first map output (the target is 100 ms). */
 #define INCR_ROUND_SOURCES 64
 #define INCR_ROUND_MS 200
@@ -250,7 +253,6 @@ static int64_t now_ns(void) {
 #define INCR_WAKE_VERSIONS 16
 #define INCR_EAGER 2
 #define INCR_HUB_SHUFFLES 8
-#define INCR_READERS 2
 
 typedef struct incr_shuffle {
   uint64_t shuffle_id; /* 0: a free entry */
@@ -268,13 +270,16 @@ typedef struct incr_hub {
   pthread_cond_t cv;
   pthread_cond_t read_cv; /* a reading turn is free */
   int running; /* incremental reduces running on this worker */
-  int reading; /* of them reading a round (at most INCR_READERS) */
+  int reading; /* of them reading a round (at most readers) */
+  int readers; /* the CPUs online, at least 2 */
   incr_shuffle sh[INCR_HUB_SHUFFLES];
 } incr_hub;
 
 static incr_hub *incr_hub_new(void) {
   incr_hub *h = fsh_calloc(1, sizeof *h);
   if (!h) return NULL;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h->readers = cpus > 2 ? (int)(cpus < 1024 ? cpus : 1024) : 2;
   pthread_mutex_init(&h->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -455,7 +460,7 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
     pthread_mutex_unlock(&h->mu);
     if (due) {
       pthread_mutex_lock(&h->mu);
-      while (h->reading >= INCR_READERS) pthread_cond_wait(&h->read_cv, &h->mu);
+      while (h->reading >= h->readers) pthread_cond_wait(&h->read_cv, &h->mu);
       h->reading++;
       pthread_mutex_unlock(&h->mu);
       rc = read_round(j, &round, &total, err);

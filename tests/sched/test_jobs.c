@@ -833,9 +833,9 @@ static void bad_input(void) {
   stop_cluster(&c);
 }
 
-/* Incremental with more reduces running on a worker than it lets read at
- * once (worker.c: up to 6 per worker here, 2 reading): the waiting ones share one
- * poller and take turns to read, and every partition still matches the
+/* Incremental with several reduces on each worker (up to 6 here): they
+ * share the worker's poller, read in turns (worker.c: one per CPU at
+ * once; on 2 CPUs some wait), and every partition still matches the
  * reference. */
 static void incremental_many_reducers_per_worker(void) {
   fsh_error err;
