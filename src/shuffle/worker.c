@@ -8,6 +8,7 @@
  * "stats" tells the store's figures. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct fsh_shuffle_worker {
   void *on_more_sources_ctx;
   fsh_worker_task_kind *kinds; /* registered task kinds (names owned) */
   int n_kinds;
+  struct incr_hub *hub; /* what the incremental reduces' polls learnt */
   char uri[320];
 };
 
@@ -211,9 +213,141 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void sleep_ms(int64_t ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
+/* ---- incremental reduces ----------------------------------------------
+ *
+ * An incremental reduce ("task" action, reduce-verify body with the
+ * incremental flag) reads the sources it came with, then asks the
+ * scheduler (on_more_sources) for the map outputs that appeared since and
+ * reads them, until the scheduler says complete; it sums the results (the
+ * row checksum is a sum too). A worker may hold many of them (the
+ * driver's slots per worker while the maps run; every partition in the
+ * experiment of bench/pipeline/INCREMENTAL.md), and what they cost while
+ * they wait decides whether the overlap pays.
+ *
+ * So they share one hub per worker: for each shuffle, the driver's latest
+ * version (one per accepted map output) and whether it is complete, as any
+ * of them last heard. One of them at a time (the "poller") asks the driver
+ * every INCR_POLL_MS for its own partition, and so keeps the hub fresh; the
+ * others sleep on the hub's condition variable and ask for their own
+ * sources only when the hub's version is a whole round ahead of theirs (or
+ * the shuffle is complete): a worker makes ~1 poll per INCR_POLL_MS plus
+ * ~1 per reduce and round, instead of 1 per reduce every INCR_POLL_MS.
+ * The hub wakes its sleepers only when the version passes a multiple of
+ * INCR_WAKE_VERSIONS or the shuffle completes.
+ *
+ * New sources are read in rounds, one fetch per peer for many map outputs
+ * (bundled blocks): a round starts once `want` sources wait, the oldest
+ * has waited round_ns, or no more will come. Both grow with the number of
+ * incremental reduces running here (64 sources / 200 ms for up to 7, up
+ * to 256 / 800 ms): many reduces reading small rounds cost more fetches
+ * than the overlap saves. At most one per CPU (at least 2) reads at once:
+ * the others' rounds wait for a turn rather than all fetching together.
+ * (History: a reader and a DoGet per peer for every map that ended cost
+ * more CPU than the maps at 1000 x 1000 on 2 cores; asking the driver
+ * again the moment each answer came was thousands of round trips a
+ * second; rounds of 256 / 500 ms instead of 64 / 200 ms measured the same
+ * with 2 reduces per worker.)
+ * The first INCR_EAGER reduces of a shuffle on a worker read their first
+ * round at once, so that reduce fetching starts right after the first map
+ * output (the target is 100 ms). */
+#define INCR_ROUND_SOURCES 64
+#define INCR_ROUND_MS 200
+#define INCR_POLL_MS 50
+#define INCR_WAKE_VERSIONS 16
+#define INCR_EAGER 2
+#define INCR_HUB_SHUFFLES 8
+
+typedef struct incr_shuffle {
+  uint64_t shuffle_id; /* 0: a free entry */
+  int users;           /* reduces using the entry */
+  int eager;           /* reduces that read their first round at once */
+  uint64_t version;    /* the newest any poll answered */
+  uint64_t woke_at;    /* the version at the last broadcast */
+  bool complete;
+  bool poller;         /* one reduce keeps the entry fresh */
+  int64_t last_poll_ns;
+} incr_shuffle;
+
+typedef struct incr_hub {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_cond_t read_cv; /* a reading turn is free */
+  int running; /* incremental reduces running on this worker */
+  int reading; /* of them reading a round (at most readers) */
+  int readers; /* the CPUs online, at least 2 */
+  incr_shuffle sh[INCR_HUB_SHUFFLES];
+} incr_hub;
+
+static incr_hub *incr_hub_new(void) {
+  incr_hub *h = fsh_calloc(1, sizeof *h);
+  if (!h) return NULL;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h->readers = cpus > 2 ? (int)(cpus < 1024 ? cpus : 1024) : 2;
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&h->cv, &ca);
+  pthread_cond_init(&h->read_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return h;
+}
+
+static void incr_hub_free(incr_hub *h) {
+  if (!h) return;
+  pthread_cond_destroy(&h->cv);
+  pthread_cond_destroy(&h->read_cv);
+  pthread_mutex_destroy(&h->mu);
+  fsh_free(h);
+}
+
+/* The entry of shuffle id, made if needed; NULL if every entry is in use
+ * (the reduce then polls on its own, as if it were the poller). mu held. */
+static incr_shuffle *hub_enter(incr_hub *h, uint64_t id) {
+  incr_shuffle *free_one = NULL;
+  for (int i = 0; i < INCR_HUB_SHUFFLES; i++) {
+    if (h->sh[i].shuffle_id == id && h->sh[i].users > 0) {
+      h->sh[i].users++;
+      return &h->sh[i];
+    }
+    if (!free_one && h->sh[i].users == 0) free_one = &h->sh[i];
+  }
+  if (free_one) *free_one = (incr_shuffle){.shuffle_id = id, .users = 1};
+  return free_one;
+}
+
+/* What a poll answered (version, complete) goes into e; its sleepers are
+ * woken when the version passed a multiple of INCR_WAKE_VERSIONS or the
+ * shuffle completed. mu held. */
+static void hub_learn(incr_hub *h, incr_shuffle *e, uint64_t version, bool complete) {
+  bool wake = false;
+  if (version > e->version) {
+    e->version = version;
+    if (version / INCR_WAKE_VERSIONS != e->woke_at / INCR_WAKE_VERSIONS) wake = true;
+  }
+  /* the newest answer tells whether it is complete (a lost output makes
+   * a complete shuffle incomplete again until its map is re-run) */
+  if (version >= e->version && complete != e->complete) {
+    e->complete = complete;
+    if (complete) wake = true;
+  }
+  if (wake) {
+    e->woke_at = e->version;
+    pthread_cond_broadcast(&h->cv);
+  }
+}
+
+/* Gives up the poller's duty: another sleeper takes it over. mu held. */
+static void hub_resign(incr_hub *h, incr_shuffle *e, bool *poller) {
+  if (!*poller) return;
+  *poller = false;
+  e->poller = false;
+  pthread_cond_broadcast(&h->cv); /* any one of them takes it */
+}
+
+static void cond_wait_until(incr_hub *h, int64_t deadline_ns) {
+  struct timespec ts = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
+  pthread_cond_timedwait(&h->cv, &h->mu, &ts);
 }
 
 /* Moves more's sources onto the end of acc (locations merged by URI, the
@@ -242,38 +376,43 @@ static int append_sources(fsh_reduce_task *acc, fsh_reduce_task *more, fsh_error
   return 0;
 }
 
-/* An incremental reduce ("task" action, reduce-verify body with the
- * incremental flag): reads the sources it came with, then asks the
- * scheduler (on_more_sources) for the map outputs that appeared since,
- * and reads them, until the scheduler says complete; sums the results
- * (the row checksum is a sum too). New sources are read in rounds, not
- * as each appears: a round starts once INCR_ROUND_SOURCES are waiting,
- * the oldest has waited INCR_ROUND_MS, or no more will come -- one
- * fetch per peer for many map outputs (bundled blocks), instead of a
- * reader, its threads and a DoGet per peer for every map that ends
- * (which, with 1000 x 1000 on 2 cores, cost more CPU than the maps).
- * The scheduler is asked at most every INCR_POLL_MS once sources flow
- * (sooner only while none has come yet, backing off from 1 ms): a round
- * waits up to INCR_ROUND_MS anyway, and asking again the moment each
- * answer came -- every few ms while maps keep ending -- was thousands of
- * driver round trips a second taking CPU from the maps. The first round
- * starts at once: reduce fetching starts right after the first map
- * output, not INCR_ROUND_MS later (rounds of 256 sources or 500 ms
- * instead of 64 or 200 measured the same: the rounds are not what costs). */
-#define INCR_ROUND_SOURCES 64
-#define INCR_ROUND_MS 200
-#define INCR_POLL_MS 50
+/* Reads round (then emptied) and adds its result to total. */
+static int read_round(task_job *j, fsh_reduce_task *round, fsh_reduce_task_result *total,
+                      fsh_error *err) {
+  round->shuffle_id = j->reduce.shuffle_id;
+  round->partition = j->reduce.partition;
+  round->n_partitions = j->reduce.n_partitions;
+  round->backend = j->reduce.backend;
+  fsh_reduce_task_result r;
+  int rc = fsh_reduce_task_run(j->backend, round, &r, err);
+  if (rc == 0) {
+    total->rows += r.rows;
+    total->bytes += r.bytes;
+    total->checksum += r.checksum;
+    total->batches += r.batches;
+  }
+  fsh_reduce_task_reset(round);
+  return rc;
+}
+
 static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *err) {
   fsh_shuffle_worker *w = j->w;
+  incr_hub *h = w->hub;
   fsh_reduce_task_result total = {0};
   int rc = 0;
   if (j->reduce.n_sources) {
     rc = fsh_reduce_task_run(j->backend, &j->reduce, &total, err);
     total.nanos = 0;
   }
+  pthread_mutex_lock(&h->mu);
+  h->running++;
+  incr_shuffle *e = hub_enter(h, j->reduce.shuffle_id);
+  bool eager = e && e->eager < INCR_EAGER;
+  if (eager) e->eager++;
+  pthread_mutex_unlock(&h->mu);
   uint64_t version = 0;
-  bool complete = false;
-  int64_t pause = 1;
+  bool complete = false, poller = false, asked = false;
+  int64_t last_ask = 0;
   fsh_reduce_task round = {0}; /* sources waiting to be read */
   int64_t round_since = 0;     /* when the oldest of them came */
   int64_t rounds = 0;          /* rounds read */
@@ -284,43 +423,82 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
                          j->reduce.partition);
       break;
     }
+    pthread_mutex_lock(&h->mu);
+    int scale = h->running / 4 < 1 ? 1 : h->running / 4 > 4 ? 4 : h->running / 4;
+    int64_t want = INCR_ROUND_SOURCES * scale, round_ns = INCR_ROUND_MS * scale * 1000000LL;
+    int64_t now = now_ns();
+    bool due = round.n_sources > 0 &&
+               (round.n_sources >= want || complete || (rounds == 0 && eager) ||
+                now - round_since >= round_ns);
+    bool ask = false;
+    if (!due && !complete) {
+      /* ask the driver: at once for an eager reduce's first round; when
+       * the hub knows of a round's worth (or the end); or every
+       * INCR_POLL_MS to keep the hub fresh (or without a hub entry) */
+      if ((eager && !asked) || (e && e->complete) ||
+          (e && e->version >= version + (uint64_t)(want - round.n_sources))) {
+        ask = true;
+      } else if (!e) {
+        ask = now - last_ask >= INCR_POLL_MS * 1000000LL;
+        if (!ask) cond_wait_until(h, last_ask + INCR_POLL_MS * 1000000LL);
+      } else if (poller || !e->poller) {
+        if (!poller) {
+          poller = true;
+          e->poller = true;
+        }
+        ask = now - e->last_poll_ns >= INCR_POLL_MS * 1000000LL;
+        if (ask) e->last_poll_ns = now;
+      }
+      if (!ask && e) {
+        int64_t until = now + 1000000000LL; /* a sleeper checks for a cancel each second */
+        if (poller) until = e->last_poll_ns + INCR_POLL_MS * 1000000LL;
+        if (round.n_sources > 0 && round_since + round_ns < until) until = round_since + round_ns;
+        cond_wait_until(h, until);
+      }
+    }
+    if (due || complete) {
+      if (e) hub_resign(h, e, &poller); /* busy reading or done */
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (due) {
+      pthread_mutex_lock(&h->mu);
+      while (h->reading >= h->readers) pthread_cond_wait(&h->read_cv, &h->mu);
+      h->reading++;
+      pthread_mutex_unlock(&h->mu);
+      rc = read_round(j, &round, &total, err);
+      pthread_mutex_lock(&h->mu);
+      h->reading--;
+      pthread_cond_signal(&h->read_cv);
+      pthread_mutex_unlock(&h->mu);
+      rounds++;
+      continue;
+    }
+    if (complete) break;
+    if (!ask) continue;
     fsh_reduce_task more = {0};
-    if (!complete)
-      rc = w->on_more_sources(w->on_more_sources_ctx, j->tag, j->tag_size, &version, &more,
-                              &complete, err);
+    asked = true;
+    last_ask = now_ns();
+    rc = w->on_more_sources(w->on_more_sources_ctx, j->tag, j->tag_size, &version, &more,
+                            &complete, err);
     if (rc == 0 && more.n_sources > 0) {
       if (round.n_sources == 0) round_since = now_ns();
       round.sizes_unknown |= more.sizes_unknown; /* as the hook says */
       rc = append_sources(&round, &more, err);
-      pause = INCR_POLL_MS;
     }
     fsh_reduce_task_reset(&more);
-    if (rc != 0) break;
-    bool due = round.n_sources >= INCR_ROUND_SOURCES || complete ||
-               (rounds == 0 && round.n_sources > 0) ||
-               (round.n_sources > 0 && now_ns() - round_since >= INCR_ROUND_MS * 1000000LL);
-    if (due && round.n_sources > 0) {
-      round.shuffle_id = j->reduce.shuffle_id;
-      round.partition = j->reduce.partition;
-      round.n_partitions = j->reduce.n_partitions;
-      round.backend = j->reduce.backend;
-      fsh_reduce_task_result r;
-      rc = fsh_reduce_task_run(j->backend, &round, &r, err);
-      if (rc == 0) {
-        total.rows += r.rows;
-        total.bytes += r.bytes;
-        total.checksum += r.checksum;
-        total.batches += r.batches;
-      }
-      fsh_reduce_task_reset(&round);
-      rounds++;
-    } else if (complete) {
-      break;
-    } else if (!due) {
-      sleep_ms(pause);
-      pause = pause * 2 < INCR_POLL_MS ? pause * 2 : INCR_POLL_MS;
+    if (rc == 0 && e) {
+      pthread_mutex_lock(&h->mu);
+      hub_learn(h, e, version, complete);
+      pthread_mutex_unlock(&h->mu);
     }
   }
+  pthread_mutex_lock(&h->mu);
+  if (e) {
+    hub_resign(h, e, &poller);
+    e->users--;
+  }
+  h->running--;
+  pthread_mutex_unlock(&h->mu);
   fsh_reduce_task_reset(&round);
   total.nanos = now_ns() - t0;
   if (rc == 0) *out = total;
@@ -646,7 +824,12 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   w->on_task_done_ctx = opts->on_task_done_ctx;
   w->on_more_sources = opts->on_more_sources;
   w->on_more_sources_ctx = opts->on_more_sources_ctx;
+  if (!(w->hub = incr_hub_new())) {
+    fsh_free(w);
+    return fsh_error_set(err, ENOMEM, "worker: out of memory");
+  }
   if (opts->n_task_kinds < 0 || (opts->n_task_kinds > 0 && !opts->task_kinds)) {
+    incr_hub_free(w->hub);
     fsh_free(w);
     return fsh_error_set(err, EINVAL, "worker: %d task kinds", opts->n_task_kinds);
   }
@@ -654,6 +837,7 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
     const fsh_worker_task_kind *k = &opts->task_kinds[i];
     size_t len = k->name ? strlen(k->name) : 0;
     if (len < 1 || len > TASK_MAX_KIND || !k->decode || !k->run) {
+      incr_hub_free(w->hub);
       fsh_free(w);
       return fsh_error_set(err, EINVAL, "worker: task kind %d needs a name of 1 .. %d bytes, "
                            "decode and run", i, TASK_MAX_KIND);
@@ -670,6 +854,7 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
       }
     }
     if (!w->kinds) {
+      incr_hub_free(w->hub);
       fsh_free(w);
       return fsh_error_set(err, ENOMEM, "worker: out of memory");
     }
@@ -677,6 +862,7 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   }
   if (fsh_worker_tasks_new(&w->tasks) != 0) {
     free_kinds(w);
+    incr_hub_free(w->hub);
     fsh_free(w);
     return fsh_error_set(err, ENOMEM, "worker: out of memory");
   }
@@ -688,6 +874,7 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   if (rc != 0) {
     fsh_worker_tasks_free(w->tasks);
     free_kinds(w);
+    incr_hub_free(w->hub);
     fsh_free(w);
     return fsh_error_prefix(err, rc, "worker %s: ", opts->listen);
   }
@@ -729,5 +916,6 @@ void fsh_shuffle_worker_stop(fsh_shuffle_worker *w, int64_t deadline_ms) {
   fsh_shuffle_backend_destroy(w->fs);
   fsh_shuffle_store_free(w->store);
   free_kinds(w);
+  incr_hub_free(w->hub); /* after the tasks that used it */
   fsh_free(w);
 }

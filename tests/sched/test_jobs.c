@@ -833,10 +833,38 @@ static void bad_input(void) {
   stop_cluster(&c);
 }
 
+/* Incremental with several reduces on each worker (up to 6 here): they
+ * share the worker's poller, read in turns (worker.c: one per CPU at
+ * once; on 2 CPUs some wait), and every partition still matches the
+ * reference. */
+static void incremental_many_reducers_per_worker(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.incremental = true;
+  j.maps = 30;
+  j.reduces = 16; /* check_job compares at most 16 */
+  j.rows = 30 * 4000;
+  j.batch_rows = 1000;
+  j.slots_per_worker = 6;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 25000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  check_job(&j, &s);
+  CHECK_MSG(s.first_reduce_start_s < s.last_map_output_s, "first fetch %.3f s, last map %.3f s",
+            s.first_reduce_start_s, s.last_map_output_s);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"job_completes", job_completes},
       {"incremental_job_completes", incremental_job_completes},
+      {"incremental_many_reducers_per_worker", incremental_many_reducers_per_worker},
       {"two_shuffle_job", two_shuffle_job},
       {"lost_worker_recomputes_its_maps", lost_worker_recomputes_its_maps},
       {"live_worker_output_lost", live_worker_output_lost},
