@@ -32,6 +32,8 @@ typedef struct worker_task {
   void *done_ctx;
   bool delivered; /* done_fn took the outcome: nobody polls it */
   atomic_bool cancelled; /* fsh_worker_tasks_cancel asked it to stop */
+  fsh_lost_output *lost; /* [n_lost] owned: what it reported lost (its thread only) */
+  int64_t n_lost, cap_lost;
   struct worker_task *next;
   struct fsh_worker_tasks *owner;
 } worker_task;
@@ -53,6 +55,8 @@ int fsh_worker_tasks_new(fsh_worker_tasks **out) {
 
 static void task_free(worker_task *k) {
   if (k->free_arg) k->free_arg(k->arg);
+  for (int64_t i = 0; i < k->n_lost; i++) fsh_free(k->lost[i].uri);
+  fsh_free(k->lost);
   fsh_buffer_unref(k->answer);
   fsh_free(k->tag);
   fsh_free(k);
@@ -79,6 +83,38 @@ bool fsh_worker_task_cancelled(void) {
 
 const atomic_bool *fsh_worker_task_cancel_flag(void) {
   return current_task ? &current_task->cancelled : NULL;
+}
+
+void fsh_worker_task_report_lost(const char *uri, uint64_t shuffle_id, int64_t map_id,
+                                 int32_t attempt, bool unreachable) {
+  worker_task *k = current_task;
+  if (!k) return;
+  if (!uri) uri = "";
+  for (int64_t i = 0; i < k->n_lost; i++) {
+    fsh_lost_output *x = &k->lost[i];
+    if (x->shuffle_id == shuffle_id && x->map_id == map_id && x->attempt == attempt &&
+        strcmp(x->uri, uri) == 0) {
+      x->unreachable |= unreachable;
+      return;
+    }
+  }
+  if (k->n_lost == FSH_WORKER_TASK_MAX_LOST) return;
+  if (k->n_lost == k->cap_lost) {
+    int64_t cap = k->cap_lost ? 2 * k->cap_lost : 8;
+    fsh_lost_output *l = fsh_realloc(k->lost, (size_t)cap * sizeof *l);
+    if (!l) return;
+    k->lost = l;
+    k->cap_lost = cap;
+  }
+  char *u = fsh_strdup(uri);
+  if (!u) return;
+  k->lost[k->n_lost++] = (fsh_lost_output){.uri = u, .shuffle_id = shuffle_id, .map_id = map_id,
+                                           .attempt = attempt, .unreachable = unreachable};
+}
+
+int64_t fsh_worker_task_lost(const fsh_lost_output **out) {
+  *out = current_task ? current_task->lost : NULL;
+  return current_task ? current_task->n_lost : 0;
 }
 
 void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t tag_size,

@@ -213,13 +213,17 @@ static void lost_worker_recomputes_its_maps(void) {
 /* One map output is dropped from its (live) worker's store just before its
  * end is reported: the reduces reading it -- on that very worker (a local
  * read) or elsewhere (over Flight) -- report exactly that output lost by a
- * worker that answered; the driver recomputes exactly that map, retries
- * them, leaves every worker alive, and the result is the reference's.
- * Run for several maps (the reduces land on the holder or not): *local /
- * *remote count the runs where a local / remote reader reported it; and
- * once incremental. */
-static void live_worker_output_lost_once(int32_t map, bool incremental, int *local,
-                                         int *remote) {
+ * worker that answered, in TaskDone.lost (recorded by the hook: the holder,
+ * the shuffle, the map and attempt, not unreachable); the driver
+ * recomputes exactly that map, retries the reduces (those that read it and
+ * had not failed yet at once), leaves every worker alive, and the result is
+ * the reference's. With scramble, every failed task's error text is
+ * replaced: the driver acts on TaskDone.lost alone (text parsing would
+ * count failures and end the job, or lose the worker). Run for several
+ * maps (the reduces land on the holder or not): *local / *remote count the
+ * runs where a local / remote reader reported it; and once incremental. */
+static void live_worker_output_lost_once(int32_t map, bool incremental, bool scramble,
+                                         int *local, int *remote) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 3000, true);
@@ -228,9 +232,12 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, int *loc
   j.reduces = 6;
   j.rows = 6 * 5000;
   j.incremental = incremental;
+  atomic_store(&n_seen_losses, 0);
+  atomic_store(&scramble_errors, scramble);
   atomic_store(&drop_map, map);
   uint64_t id = submit(&c, &j);
   CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 30000, &err));
+  atomic_store(&scramble_errors, false);
   CHECK_EQ_INT(atomic_load(&drop_map), -1);
   atomic_store(&drop_map, -1);
   fsh_sched_job_status s;
@@ -246,16 +253,34 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, int *loc
                   strstr(s.recomputed[0].reason, "reported missing"), "%s",
               s.recomputed[0].reason);
   }
-  char want[64];
+  /* the structured reports: exactly that output, at the worker that held it */
+  int n = atomic_load(&n_seen_losses);
+  CHECK(n >= 1 && n <= MAX_SEEN_LOSSES);
+  const char *holder = n >= 1 ? seen_losses[0].uri : "";
+  uint64_t shuffle = n >= 1 ? seen_losses[0].shuffle_id : 0; /* the driver's (job, stage) id */
+  CHECK(shuffle != 0);
+  for (int i = 0; i < n && i < MAX_SEEN_LOSSES; i++) {
+    const seen_loss *x = &seen_losses[i];
+    CHECK_MSG(x->map_id == map && x->attempt == 0 && x->shuffle_id == shuffle && !x->unreachable &&
+                  !x->merge && strcmp(x->uri, holder) == 0,
+              "reported lost by %s: %s shuffle %llu map %lld attempt %d%s", x->reporter, x->uri,
+              (unsigned long long)x->shuffle_id, (long long)x->map_id, x->attempt,
+              x->unreachable ? " (unreachable)" : "");
+    if (strcmp(x->reporter, x->uri) == 0) ++*local;
+    else ++*remote;
+  }
+  /* the retried reduces: a reader that reported it (its text, or the
+   * scrambled one), or one retried at once because it reads it */
+  char want[64], at_once[160];
   snprintf(want, sizeof want, "lost map outputs [map/attempt %d/0] (", map);
+  snprintf(at_once, sizeof at_once, "(stage 1) map %d attempt 0 on live worker %s", map, holder);
   int named = 0;
   for (int32_t i = 0; i < s.n_retried; i++) {
     const char *r = s.retried[i].reason;
-    CHECK_MSG(s.retried[i].stage_id == 2 && strstr(r, want), "retried: stage %u task %d: %s",
-              s.retried[i].stage_id, s.retried[i].task, r);
-    named++;
-    if (strstr(r, "reader's own store")) ++*local;
-    else if (strstr(r, "NOT_FOUND")) ++*remote;
+    bool reported = strstr(r, scramble ? "scrambled by the test" : want) != NULL;
+    CHECK_MSG(s.retried[i].stage_id == 2 && (reported || strstr(r, at_once)),
+              "retried: stage %u task %d: %s", s.retried[i].stage_id, s.retried[i].task, r);
+    named += reported;
   }
   CHECK(named >= 1);
   fsh_sched_job_status_reset(&s);
@@ -270,11 +295,11 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, int *loc
 static void live_worker_output_lost(void) {
   int local = 0, remote = 0;
   for (int32_t m = 0; m < 6 && !(local && remote); m++)
-    live_worker_output_lost_once(m, false, &local, &remote);
+    live_worker_output_lost_once(m, false, true, &local, &remote);
   int any = 0;
-  live_worker_output_lost_once(2, true, &any, &any); /* reduces started before the loss */
-  fprintf(stderr, "  reported lost by a local reader %d time(s), a remote one %d\n", local,
-          remote);
+  live_worker_output_lost_once(2, true, false, &any, &any); /* reduces started before the loss */
+  fprintf(stderr, "  reported lost (TaskDone.lost) by a local reader %d time(s), a remote one "
+          "%d\n", local, remote);
   CHECK_MSG(local >= 1 && remote >= 1, "local %d, remote %d", local, remote);
 }
 
