@@ -94,17 +94,24 @@ static atomic_bool fail_map_hold;
  * placed. */
 static atomic_bool hold_reduces;
 
+/* While set, the same for the first attempts (0) of the stage-2 tasks
+ * only: their re-runs end as usual. */
+static atomic_bool hold_first_reduces;
+
 static inline bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
                            const char *error, const uint8_t *answer, int64_t answer_size) {
   done_hook *h = ctx;
-  if (atomic_load(&hold_reduces)) {
+  if (atomic_load(&hold_reduces) || atomic_load(&hold_first_reduces)) {
     Flightshuffle__Sched__TaskRef *ref =
         flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
     bool reduce = ref && ref->stage_id == 2;
+    bool first = reduce && ref->attempt == 0;
     if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
-    if (reduce) atomic_fetch_add(&h->held, 1);
+    bool held = reduce && (atomic_load(&hold_reduces) || (first && atomic_load(&hold_first_reduces)));
+    if (held) atomic_fetch_add(&h->held, 1);
     while (reduce && atomic_load(&hold_reduces)) sleep_ms(5);
-    if (reduce) atomic_fetch_sub(&h->held, 1);
+    while (first && atomic_load(&hold_first_reduces)) sleep_ms(5);
+    if (held) atomic_fetch_sub(&h->held, 1);
   }
   if (atomic_load(&h->gone)) return false;
   if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
