@@ -1,8 +1,8 @@
 /* job_client.c -- the other ends of the job actions (contracts in sched.h):
  * "submit" and "job-status" against a remote driver (JobStatus decoding),
  * the status as text, and the worker's notifier that pushes "task-done" to
- * the driver when a task ends and asks "map-outputs" for incremental
- * reduces. */
+ * the driver when a task ends (with the inputs a failed task found lost,
+ * TaskDone.lost) and asks "map-outputs" for incremental reduces. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

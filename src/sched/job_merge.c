@@ -33,10 +33,15 @@
  *    the lineage is the usual one: the worker lost, every part's map is
  *    lost with it and re-run (listed as recomputed); re-run outputs are
  *    held and merged again.
+ *  - a merged output lost on its live worker (a reader reports it in
+ *    TaskDone.lost, job_lineage.c): every part it covers is lost, their
+ *    maps re-run (held and merged again); the published merge keeps its
+ *    parts (jmerge.published, jtask.merged) for that.
  *  - failure: a merge that fails (or could not be sent) publishes its
- *    parts unmerged, if their worker is alive; a worker lost first loses
- *    them (re-run). Never are rows dropped: the parts leave the worker
- *    only once the merged output is held there.
+ *    parts unmerged, if their worker is alive -- but for the parts it
+ *    reported missing or unreadable (TaskDone.lost), whose maps re-run; a
+ *    worker lost first loses them (re-run). Never are rows dropped: the
+ *    parts leave the worker only once the merged output is held there.
  *  - a job that ends cancels its running merges (ECANCELED, no output); a
  *    merge that still finishes after the shuffle's release drops its
  *    merged output itself (worker_merge.c), so nothing is orphaned.

@@ -8,7 +8,9 @@
  * actions only start a task and answer its id at once; "task-wait" answers
  * at once too: running, or the task's result (or its error). A tagged task
  * (the "task" action) reports its end through a hook on its own thread;
- * once delivered it is only kept until a later start (or free) joins it. */
+ * once delivered it is only kept until a later start (or free) joins it.
+ * A task also collects the map outputs its readers found lost
+ * (fsh_worker_task_report_lost, on its thread), for that hook. */
 #include "shuffle/worker_internal.h"
 
 #include <errno.h>
