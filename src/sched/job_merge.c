@@ -82,8 +82,26 @@ void fsh_job_merge_setup(sched_job *j) {
   }
 }
 
+static jmerge *merge_by_id(jstage *st, int32_t id);
+
+/* The published merge covering k's output is no longer current (lost, or
+ * k has a new output): its record forgets its parts. */
+static void unpublish(jstage *st, jtask *k) {
+  if (!k->merged) return;
+  jmerge *m = merge_by_id(st, k->merged);
+  for (int32_t i = 0; m && i < m->n; i++) st->tasks[m->tasks[i]].merged = 0;
+  if (m) {
+    fsh_free(m->tasks);
+    m->tasks = NULL;
+    m->n = 0;
+    m->published = false;
+  }
+  k->merged = 0;
+}
+
 int fsh_job_merge_hold(jstage *st, int32_t t, const fsh_map_output *out, fsh_error *err) {
   jtask *k = &st->tasks[t];
+  unpublish(st, k); /* a re-run (its stage brought back): the old merge is history */
   fsh_map_output *h = fsh_calloc(1, sizeof *h);
   if (!h || fsh_map_output_copy(h, out) != 0) {
     fsh_free(h);
@@ -422,17 +440,7 @@ void fsh_job_merge_forget(jstage *st, int32_t t) {
     if (m) merge_close(st, m);
     k->merge = 0;
   }
-  if (k->merged) { /* the merged output covering it is lost: forgotten */
-    jmerge *m = merge_by_id(st, k->merged);
-    for (int32_t i = 0; m && i < m->n; i++) st->tasks[m->tasks[i]].merged = 0;
-    if (m) {
-      fsh_free(m->tasks);
-      m->tasks = NULL;
-      m->n = 0;
-      m->published = false;
-    }
-    k->merged = 0;
-  }
+  unpublish(st, k); /* the merged output covering it is lost: forgotten */
   drop_held(st, k);
 }
 
