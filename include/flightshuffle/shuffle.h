@@ -199,7 +199,13 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    the task's id (u64 LE); "task-wait", body that id: answers at once
  *    one result, a status byte 0 (running) or 1 (done) followed, when
  *    done, by the task's answer; a failed task's error is the action's
- *    error; a finished task is answered once, then forgotten;
+ *    error -- but a failed task that reported map outputs lost
+ *    (fsh_worker_task_report_lost) answers status byte 2 followed by
+ *    "FSTF", u8 version 1, 3 zero bytes, i32 error code, u32 message
+ *    length (<= 4096), the message, u32 n, then n x (u64 shuffle_id, i64
+ *    map_id, i32 attempt, u8 unreachable, 3 zero bytes, u32 uri length,
+ *    the uri; empty: this worker) -- fsh_task_failure_decode; a finished
+ *    task is answered once, then forgotten;
  *    "task": the same tasks in an envelope that carries an opaque tag for
  *    the scheduler: body "FSTE", u8 version 1, 3 zero bytes, u32 kind
  *    length K (1 .. 64), u32 tag length T (0 .. 4096), the kind
@@ -346,6 +352,15 @@ void fsh_worker_task_report_lost(const char *uri, uint64_t shuffle_id, int64_t m
 /* On a worker task's thread (e.g. in on_task_done): the map outputs it
  * reported lost so far, borrowed until the task ends; 0 elsewhere. */
 int64_t fsh_worker_task_lost(const fsh_lost_output **out);
+/* The body after "task-wait"'s status byte 2 (a failed task that reported
+ * map outputs lost; format above): *rc and *message its error, *lost
+ * (owned, fsh_lost_outputs_free) the outputs; an empty uri becomes
+ * self_uri (the worker asked). EINVAL if malformed, ENOMEM. */
+FSH_NODISCARD int fsh_task_failure_decode(const uint8_t *data, int64_t size,
+                                          const char *self_uri, int *rc, fsh_error *message,
+                                          fsh_lost_output **lost, int64_t *n_lost,
+                                          fsh_error *err);
+void fsh_lost_outputs_free(fsh_lost_output *lost, int64_t n);
 
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */

@@ -215,6 +215,22 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
   pthread_cond_broadcast(&d->sched_cv);
 }
 
+void fsh_job_attempt_failure(fsh_sched_driver *d, sched_job *j, int s, int32_t t,
+                             int32_t attempt, int32_t merge, const char *uri,
+                             const uint8_t *data, int64_t size) {
+  fsh_error msg = {{0}}, e = {{0}};
+  fsh_lost_output *lost = NULL;
+  int64_t n_lost = 0;
+  int code = 0;
+  if (fsh_task_failure_decode(data, size, uri, &code, &msg, &lost, &n_lost, &e) != 0)
+    snprintf(msg.message, sizeof msg.message, "worker %.300s: task-wait: %.700s", uri, e.message);
+  if (merge)
+    fsh_job_merge_ended_lost(d, j, s, merge, false, msg.message, NULL, 0, lost, n_lost);
+  else
+    fsh_job_attempt_ended_lost(d, j, s, t, attempt, false, msg.message, NULL, 0, lost, n_lost);
+  fsh_lost_outputs_free(lost, n_lost);
+}
+
 int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
                                fsh_flight_result_list *out, fsh_error *err) {
   (void)out;

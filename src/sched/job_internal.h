@@ -284,6 +284,13 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
                                 int32_t attempt, bool ok, const char *error,
                                 const uint8_t *answer, int64_t size, const fsh_lost_output *lost,
                                 int64_t n_lost);
+/* A task-wait answer of status 2 (shuffle.h: data[0, size) after the
+ * status byte) from worker uri: attempt `attempt` of task t of stage s --
+ * or, merge != 0, that merge -- failed with the outputs it reported lost
+ * (a malformed one: a plain failure saying so). mu held. */
+void fsh_job_attempt_failure(fsh_sched_driver *d, sched_job *j, int s, int32_t t,
+                             int32_t attempt, int32_t merge, const char *uri,
+                             const uint8_t *data, int64_t size);
 /* A task of stage s reported lost[0, n) (why: its error): per worker
  * named, when it answered (not unreachable) and each of its outputs can be
  * lost alone (fsh_job_output_lost: a map of a stage s reads, not released,

@@ -218,10 +218,110 @@ int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_task_fn fn, vo
   return 0;
 }
 
+#define FAILURE_MAGIC "FSTF"
+#define FAILURE_MAX_MESSAGE 4096
+
+/* A failed task's error and lost outputs as the "task-wait" failure body
+ * (shuffle.h); NULL out of memory. */
+static fsh_buffer *failure_encode(int rc, const char *msg, const fsh_lost_output *lost,
+                                  int64_t n) {
+  size_t ml = strnlen(msg, FAILURE_MAX_MESSAGE);
+  int64_t size = 16 + (int64_t)ml + 4;
+  for (int64_t i = 0; i < n; i++) size += 28 + (int64_t)strlen(lost[i].uri);
+  fsh_buffer *b = fsh_buffer_new(size, true);
+  if (!b) return NULL;
+  uint8_t *p = b->data;
+  memcpy(p, FAILURE_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put32(p + 8, (uint32_t)rc);
+  fsh_le_put32(p + 12, (uint32_t)ml);
+  memcpy(p + 16, msg, ml);
+  p += 16 + ml;
+  fsh_le_put32(p, (uint32_t)n);
+  p += 4;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t ul = (uint32_t)strlen(lost[i].uri);
+    fsh_le_put64(p, lost[i].shuffle_id);
+    fsh_le_put64(p + 8, (uint64_t)lost[i].map_id);
+    fsh_le_put32(p + 16, (uint32_t)lost[i].attempt);
+    p[20] = lost[i].unreachable ? 1 : 0;
+    fsh_le_put32(p + 24, ul);
+    memcpy(p + 28, lost[i].uri, ul);
+    p += 28 + ul;
+  }
+  return b;
+}
+
+void fsh_lost_outputs_free(fsh_lost_output *lost, int64_t n) {
+  for (int64_t i = 0; lost && i < n; i++) fsh_free(lost[i].uri);
+  fsh_free(lost);
+}
+
+int fsh_task_failure_decode(const uint8_t *data, int64_t size, const char *self_uri,
+                            int *rc, fsh_error *message, fsh_lost_output **lost,
+                            int64_t *n_lost, fsh_error *err) {
+  *lost = NULL;
+  *n_lost = 0;
+  const uint8_t *p = data, *end = data + size;
+  if (size < 20 || memcmp(p, FAILURE_MAGIC, 4) != 0 || p[4] != 1)
+    return fsh_error_set(err, EINVAL, "task failure: not a failure body (%lld bytes)",
+                         (long long)size);
+  uint32_t ml = fsh_le_get32(p + 12);
+  if (ml > FAILURE_MAX_MESSAGE || (int64_t)ml > size - 20)
+    return fsh_error_set(err, EINVAL, "task failure: a message of %u bytes in %lld", ml,
+                         (long long)size);
+  *rc = (int)fsh_le_get32(p + 8);
+  fsh_error_set(message, *rc, "%.*s", (int)ml, (const char *)p + 16);
+  p += 16 + ml;
+  uint32_t n = fsh_le_get32(p);
+  p += 4;
+  if (n > FSH_WORKER_TASK_MAX_LOST || (int64_t)n * 28 > end - p)
+    return fsh_error_set(err, EINVAL, "task failure: %u lost outputs in %lld bytes", n,
+                         (long long)(end - p));
+  fsh_lost_output *l = n ? fsh_calloc(n, sizeof *l) : NULL;
+  if (n && !l) return fsh_error_set(err, ENOMEM, "task failure: out of memory");
+  int r = 0;
+  for (uint32_t i = 0; r == 0 && i < n; i++) {
+    uint32_t ul = end - p >= 28 ? fsh_le_get32(p + 24) : 0;
+    if (end - p < 28 || (int64_t)ul > end - p - 28 || ul > 4096) {
+      r = fsh_error_set(err, EINVAL, "task failure: lost output %u is cut off", i);
+      break;
+    }
+    const char *u = ul ? (const char *)p + 28 : self_uri ? self_uri : "";
+    size_t len = ul ? ul : strlen(u);
+    if (!(l[i].uri = fsh_malloc(len + 1))) {
+      r = fsh_error_set(err, ENOMEM, "task failure: out of memory");
+      break;
+    }
+    memcpy(l[i].uri, u, len);
+    l[i].uri[len] = '\0';
+    l[i].shuffle_id = fsh_le_get64(p);
+    l[i].map_id = (int64_t)fsh_le_get64(p + 8);
+    l[i].attempt = (int32_t)fsh_le_get32(p + 16);
+    l[i].unreachable = p[20] != 0;
+    p += 28 + ul;
+  }
+  if (r == 0 && p != end) r = fsh_error_set(err, EINVAL, "task failure: %lld bytes left over",
+                                            (long long)(end - p));
+  if (r != 0) {
+    fsh_lost_outputs_free(l, n);
+    return r;
+  }
+  *lost = l;
+  *n_lost = n;
+  return 0;
+}
+
 int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done, fsh_buffer **answer,
                           fsh_error *err) {
+  return fsh_worker_tasks_poll_failure(t, id, done, answer, NULL, err);
+}
+
+int fsh_worker_tasks_poll_failure(fsh_worker_tasks *t, uint64_t id, bool *done,
+                                  fsh_buffer **answer, fsh_buffer **failure, fsh_error *err) {
   *done = false;
   *answer = NULL;
+  if (failure) *failure = NULL;
   pthread_mutex_lock(&t->mu);
   worker_task **at = &t->head;
   while (*at && ((*at)->id != id || (*at)->delivered)) at = &(*at)->next;
@@ -243,6 +343,9 @@ int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done, fsh_buff
   if (rc == 0) {
     *answer = k->answer;
     k->answer = NULL;
+  } else if (failure && k->n_lost > 0 &&
+             (*failure = failure_encode(rc, k->err.message, k->lost, k->n_lost)) != NULL) {
+    rc = 0; /* the failure is the answer (out of memory: the plain error) */
   } else if (err) {
     *err = k->err;
   }
