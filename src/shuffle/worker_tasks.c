@@ -223,9 +223,11 @@ int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_task_fn fn, vo
 
 /* A failed task's error and lost outputs as the "task-wait" failure body
  * (shuffle.h); NULL out of memory. */
-static fsh_buffer *failure_encode(int rc, const char *msg, const fsh_lost_output *lost,
+static fsh_buffer *failure_encode(int rc, const fsh_error *e, const fsh_lost_output *lost,
                                   int64_t n) {
-  size_t ml = strnlen(msg, FAILURE_MAX_MESSAGE);
+  const char *msg = e->message;
+  size_t ml = strnlen(msg, sizeof e->message < FAILURE_MAX_MESSAGE ? sizeof e->message
+                                                                   : FAILURE_MAX_MESSAGE);
   int64_t size = 16 + (int64_t)ml + 4;
   for (int64_t i = 0; i < n; i++) size += 28 + (int64_t)strlen(lost[i].uri);
   fsh_buffer *b = fsh_buffer_new(size, true);
@@ -344,7 +346,7 @@ int fsh_worker_tasks_poll_failure(fsh_worker_tasks *t, uint64_t id, bool *done,
     *answer = k->answer;
     k->answer = NULL;
   } else if (failure && k->n_lost > 0 &&
-             (*failure = failure_encode(rc, k->err.message, k->lost, k->n_lost)) != NULL) {
+             (*failure = failure_encode(rc, &k->err, k->lost, k->n_lost)) != NULL) {
     rc = 0; /* the failure is the answer (out of memory: the plain error) */
   } else if (err) {
     *err = k->err;
