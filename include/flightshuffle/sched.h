@@ -155,13 +155,21 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    partition, the rows and row checksums the tasks wrote (once per task);
  *  - lineage: every map output records its attempt and holder. When a
  *    worker dies (heartbeat timeout, a restart, or a fetch from it failing
- *    with "lost map outputs ..."), its running attempts are retried
- *    elsewhere, the outputs it held are marked lost and exactly the tasks
- *    that made them re-run once (or if) a consumer still needs them
- *    ("recomputed", with the reason), and the running consumers that read
- *    them are retried. Recursively: a re-run task whose input shuffle was
- *    already released (its consumers had completed) brings that whole
- *    input stage back first (every task of it "recomputed");
+ *    because it is unreachable, hung or broke the stream off), its running
+ *    attempts are retried elsewhere, the outputs it held are marked lost
+ *    and exactly the tasks that made them re-run once (or if) a consumer
+ *    still needs them ("recomputed", with the reason), and the running
+ *    consumers that read them are retried. Recursively: a re-run task whose
+ *    input shuffle was already released (its consumers had completed)
+ *    brings that whole input stage back first (every task of it
+ *    "recomputed"). A failed task names the inputs it found lost in
+ *    TaskDone.lost (worker, shuffle, map, attempt, unreachable: filled from
+ *    fsh_worker_task_lost by fsh_sched_notify_task_done; the error text
+ *    says the same for humans only): a worker that answered that an output
+ *    is not held or unreadable keeps living and exactly that output is
+ *    lost -- a merged output with every part it covers, a failed merge's
+ *    missing part alone --, its map re-run, its running readers retried at
+ *    once; the failure is not counted against the task;
  *  - incremental (JobPlan.incremental): a reduce stage may start once its
  *    map stage has a first output; its tasks have slots of their own
  *    (slots_per_worker more per worker) and ask the driver for the map

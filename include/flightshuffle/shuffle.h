@@ -199,7 +199,13 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    the task's id (u64 LE); "task-wait", body that id: answers at once
  *    one result, a status byte 0 (running) or 1 (done) followed, when
  *    done, by the task's answer; a failed task's error is the action's
- *    error; a finished task is answered once, then forgotten;
+ *    error -- but a failed task that reported map outputs lost
+ *    (fsh_worker_task_report_lost) answers status byte 2 followed by
+ *    "FSTF", u8 version 1, 3 zero bytes, i32 error code, u32 message
+ *    length (<= 4096), the message, u32 n, then n x (u64 shuffle_id, i64
+ *    map_id, i32 attempt, u8 unreachable, 3 zero bytes, u32 uri length,
+ *    the uri; empty: this worker) -- fsh_task_failure_decode; a finished
+ *    task is answered once, then forgotten;
  *    "task": the same tasks in an envelope that carries an opaque tag for
  *    the scheduler: body "FSTE", u8 version 1, 3 zero bytes, u32 kind
  *    length K (1 .. 64), u32 tag length T (0 .. 4096), the kind
@@ -261,18 +267,21 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           a shuffle of many tiny blocks (1000 x 1000) pays for. Larger
  *           blocks still go message by message. The reader verifies each
  *           bundled block's checksum before parsing it. A
- *           failed fetch names what is lost, for the scheduler:
- *           "worker <uri>: lost map outputs [map/attempt 1/0 3/0] (why): ..."
- *           -- every map output wanted from that worker when the worker is
- *           unreachable, hung or broke off the stream, otherwise those not
- *           fully read.
+ *           failed fetch names what is lost, for humans in its error
+ *           ("worker <uri>: lost map outputs [map/attempt 1/0 3/0] (why):
+ *           ...") and for the scheduler through fsh_worker_task_report_lost
+ *           when it runs in a worker task -- every map output wanted from
+ *           that worker when the worker is unreachable, hung or broke off
+ *           the stream, otherwise the one the worker's error names, or else
+ *           those not fully read.
  *  PutResult: "FSHP", u8 version 1, 3 zero bytes, u64 shuffle_id,
  *           i64 map_id, i32 attempt, i32 n_partitions, then n_partitions
  *           x (i64 rows, i64 bytes, u64 checksum). */
 typedef struct fsh_shuffle_worker fsh_shuffle_worker;
 /* Called on a task's own thread when a "task" action's task ends: its tag,
  * rc (0 or the task's error code), error (its message when rc != 0) and
- * answer (when rc == 0). True when the outcome reached whoever waits for
+ * answer (when rc == 0); the inputs it found lost are
+ * fsh_worker_task_lost's. True when the outcome reached whoever waits for
  * it (the task is then forgotten). May block on the network. */
 typedef bool (*fsh_worker_task_done_fn)(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
                                         const char *error, const uint8_t *answer,
@@ -318,6 +327,40 @@ typedef struct fsh_worker_task_kind {
  * superseded attempt, or its job ended); it lives as long as the task.
  * NULL on any other thread. */
 const atomic_bool *fsh_worker_task_cancel_flag(void);
+
+/* A map output a worker task found lost (it could not read it): held by
+ * worker uri ("" = the task's own worker), gone with its worker when
+ * unreachable (the worker did not answer: unreachable, hung, broke the
+ * stream off), else the worker answered that it is not held or unreadable. */
+typedef struct fsh_lost_output {
+  char *uri; /* owned by the task */
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  bool unreachable;
+} fsh_lost_output;
+
+/* On a worker task's thread: records that the task found that map output
+ * lost (the flight backend's reader does, beside its error text; a merge
+ * for a missing part). uri NULL: the task's own worker. Recorded once per
+ * output, at most FSH_WORKER_TASK_MAX_LOST of them (a loss past that is
+ * found again by the retry); nothing on any other thread, or out of
+ * memory. */
+#define FSH_WORKER_TASK_MAX_LOST 4096
+void fsh_worker_task_report_lost(const char *uri, uint64_t shuffle_id, int64_t map_id,
+                                 int32_t attempt, bool unreachable);
+/* On a worker task's thread (e.g. in on_task_done): the map outputs it
+ * reported lost so far, borrowed until the task ends; 0 elsewhere. */
+int64_t fsh_worker_task_lost(const fsh_lost_output **out);
+/* The body after "task-wait"'s status byte 2 (a failed task that reported
+ * map outputs lost; format above): *rc and *message its error, *lost
+ * (owned, fsh_lost_outputs_free) the outputs; an empty uri becomes
+ * self_uri (the worker asked). EINVAL if malformed, ENOMEM. */
+FSH_NODISCARD int fsh_task_failure_decode(const uint8_t *data, int64_t size,
+                                          const char *self_uri, int *rc, fsh_error *message,
+                                          fsh_lost_output **lost, int64_t *n_lost,
+                                          fsh_error *err);
+void fsh_lost_outputs_free(fsh_lost_output *lost, int64_t n);
 
 typedef struct fsh_shuffle_worker_options {
   const char *listen; /* "host:port"; port 0 picks a free one */

@@ -1,8 +1,9 @@
 /* job_attempts.c -- an attempt ended (DoAction "task-done" from the worker,
  * or the scheduler's task-wait fallback): its result is checked against
  * the stage and recorded in the shuffle's metadata, or the failure is
- * counted (a lost input is not the task's fault); the job ends when every
- * stage nobody reads is complete. mu held. */
+ * counted -- unless it reported inputs lost (TaskDone.lost: those outputs
+ * are lost and recomputed, or their unreachable worker; not the task's
+ * fault); the job ends when every stage nobody reads is complete. mu held. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,67 +11,62 @@
 
 #include "sched/job_internal.h"
 
-/* "...worker <uri>: lost map outputs [...": the uri into out; false if the
- * message says no such thing. */
-static bool lost_outputs_worker(const char *msg, char *out, size_t size) {
-  const char *p = strstr(msg, ": lost map outputs [");
-  if (!p) return false;
-  const char *w = NULL;
-  for (const char *q = msg; (q = strstr(q, "worker ")) && q < p; q += 7) w = q + 7;
-  if (!w || (size_t)(p - w) >= size || p == w) return false;
-  memcpy(out, w, (size_t)(p - w));
-  out[p - w] = '\0';
-  return true;
-}
-
-/* A consumer's "flight shuffle <id> ...: worker <uri>: lost map outputs
- * [map/attempt m/a ...] (why)" from a worker that answered (not "the worker
- * is unreachable, hung or broke off" and a complete list): exactly those
- * outputs of the producer stage of shuffle <id> that task stage s reads are
- * lost, the worker stays alive. False when the message is not that, or an
- * output cannot be lost alone: the caller loses the whole worker. mu held. */
-static bool lost_outputs_alone(fsh_sched_driver *d, sched_job *j, int s, const char *msg,
-                               const char *uri) {
-  const char *p = strstr(msg, ": lost map outputs [map/attempt ");
-  if (!p) return false;
-  const char *end = strchr(p, ']');
-  if (!end || strncmp(end, "] (the worker is unreachable", 28) == 0) return false;
-  const char *f = NULL;
-  for (const char *q = msg; (q = strstr(q, "flight shuffle ")) && q < p; q += 15) f = q + 15;
-  unsigned long long sid = 0;
-  if (!f || sscanf(f, "%llu", &sid) != 1) return false;
-  int in = -1;
+/* The producer stage of shuffle sid that stage s reads, or -1. */
+static int input_of(const sched_job *j, int s, uint64_t sid) {
   for (int x = 0; x < j->n_stages; x++)
     if (producer(&j->stages[x]) && j->stages[x].shuffle_id == sid && reads(&j->stages[s], x))
-      in = x;
-  if (in < 0) return false;
-  /* every token must be m/a (no "and N more") */
-  int64_t maps[16];
-  int32_t atts[16];
-  int n = 0;
-  for (const char *q = p + strlen(": lost map outputs [map/attempt "); q < end;) {
-    long long m;
-    int a, used = 0;
-    if (n == 16 || sscanf(q, "%lld/%d%n", &m, &a, &used) != 2 || q + used > end) return false;
-    maps[n] = (int64_t)m;
-    atts[n++] = (int32_t)a;
-    q += used;
-    if (*q == ' ') q++;
+      return x;
+  return -1;
+}
+
+/* Declares the alive worker at uri dead (a fetch from it failed). mu held. */
+static void fetch_failed_worker(fsh_sched_driver *d, const char *uri) {
+  for (int64_t i = 0; i < d->n; i++)
+    if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && strcmp(d->workers[i].uri, uri) == 0) {
+      driver_worker *x = &d->workers[i];
+      x->state = FSH_SCHED_WORKER_DEAD;
+      x->lost_handled = true;
+      if (d->log)
+        fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (a fetch "
+                "from it failed)\n", x->id, x->uri);
+      fsh_sched_jobs_worker_lost(d, x->id, x->uri, "a fetch from it failed");
+      return;
+    }
+}
+
+void fsh_job_inputs_lost(fsh_sched_driver *d, sched_job *j, int s, const fsh_lost_output *lost,
+                         int64_t n, const char *why) {
+  bool *seen = fsh_calloc((size_t)n, sizeof *seen);
+  for (int64_t i = 0; i < n && j->state == FSH_SCHED_JOB_RUNNING; i++) {
+    if (seen && seen[i]) continue;
+    const char *uri = lost[i].uri;
+    /* that worker's entries: lost alone when it answered and every one of
+     * them can be (checked first: nothing changes unless all can) */
+    bool alone = true;
+    for (int64_t x = i; x < n && alone; x++) {
+      if (strcmp(lost[x].uri, uri) != 0) continue;
+      int in = input_of(j, s, lost[x].shuffle_id);
+      const jstage *is = in >= 0 ? &j->stages[in] : NULL;
+      const jtask *k = is && lost[x].map_id >= 0 && lost[x].map_id < is->n_tasks
+                           ? &is->tasks[lost[x].map_id] : NULL;
+      alone = !lost[x].unreachable && k && k->attempt >= lost[x].attempt && !is->released;
+    }
+    for (int64_t x = i; x < n && alone && j->state == FSH_SCHED_JOB_RUNNING; x++) {
+      if (strcmp(lost[x].uri, uri) != 0) continue;
+      int in = input_of(j, s, lost[x].shuffle_id);
+      /* an older attempt's output was lost already (another reader reported
+       * it first): its map is being or was recomputed */
+      if (j->stages[in].tasks[lost[x].map_id].attempt == lost[x].attempt)
+        alone &= fsh_job_output_lost(d, j, in, lost[x].map_id, lost[x].attempt, uri, why);
+    }
+    for (int64_t x = i; seen && x < n; x++)
+      if (strcmp(lost[x].uri, uri) == 0) seen[x] = true;
+    /* unreachable, hung or broke off -- or an output that cannot be lost
+     * alone: the worker is lost */
+    if (!alone) fetch_failed_worker(d, uri);
+    if (!seen) break; /* out of memory: the first worker only */
   }
-  if (n == 0) return false;
-  for (int i = 0; i < n; i++) {
-    const jtask *k = maps[i] >= 0 && maps[i] < j->stages[in].n_tasks
-                         ? &j->stages[in].tasks[maps[i]] : NULL;
-    if (!k || k->attempt < atts[i] || j->stages[in].merge || j->stages[in].released)
-      return false; /* checked first: nothing changes unless all of them can be lost */
-  }
-  /* an older attempt's output was lost already (another reader reported
-   * it first): its map is being or was recomputed */
-  bool all = true;
-  for (int i = 0; i < n; i++)
-    if (j->stages[in].tasks[maps[i]].attempt == atts[i])
-      all &= fsh_job_output_lost(d, j, in, maps[i], atts[i], uri, msg);
-  return all;
+  fsh_free(seen);
 }
 
 /* A done plan-fragment task's figures: its rows and input bytes without a
@@ -98,9 +94,15 @@ static void plan_task_figures(sched_job *j, int s, int32_t t, const fsh_map_task
   }
 }
 
-/* Records the end of attempt `attempt` of task t of stage s. mu held. */
 void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, int32_t attempt,
                            bool ok, const char *error, const uint8_t *answer, int64_t size) {
+  fsh_job_attempt_ended_lost(d, j, s, t, attempt, ok, error, answer, size, NULL, 0);
+}
+
+void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_t t,
+                                int32_t attempt, bool ok, const char *error,
+                                const uint8_t *answer, int64_t size, const fsh_lost_output *lost,
+                                int64_t n_lost) {
   jstage *st = &j->stages[s];
   jtask *k = &st->tasks[t];
   if (j->state != FSH_SCHED_JOB_RUNNING || k->state != T_RUNNING || k->attempt != attempt) {
@@ -185,26 +187,12 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
     const char *why = ok ? err.message : (error ? error : "(no message)");
     k->state = T_PENDING;
     k->wtask = 0;
-    char lost[512];
-    if (!ok && lost_outputs_worker(why, lost, sizeof lost) &&
-        ++k->input_losses <= 4 * j->max_attempts) {
-      /* an input is gone with its worker: not the task's fault (bounded
-       * all the same: a loss that recurs forever ends the job) */
+    if (!ok && n_lost > 0 && ++k->input_losses <= 4 * j->max_attempts) {
+      /* an input is lost (with its worker, or the worker answered it does
+       * not hold it): not the task's fault (bounded all the same: a loss
+       * that recurs forever ends the job) */
       fsh_job_event_push(&j->retried, st->id, t, attempt, "%s", why);
-      /* a live worker that answered "not held / corrupt": those outputs
-       * only; unreachable, hung or broke off: the worker is lost */
-      bool alone = lost_outputs_alone(d, j, s, why, lost);
-      for (int64_t i = 0; !alone && i < d->n; i++)
-        if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && strcmp(d->workers[i].uri, lost) == 0) {
-          driver_worker *x = &d->workers[i];
-          x->state = FSH_SCHED_WORKER_DEAD;
-          x->lost_handled = true;
-          if (d->log)
-            fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (a "
-                    "fetch from it failed)\n", x->id, x->uri);
-          fsh_sched_jobs_worker_lost(d, x->id, x->uri, "a fetch from it failed");
-          break;
-        }
+      fsh_job_inputs_lost(d, j, s, lost, n_lost, why);
     } else {
       k->failures++;
       fsh_job_event_push(&j->retried, st->id, t, attempt, "failed (%d of %d): %s", k->failures,
@@ -227,6 +215,22 @@ void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, 
   pthread_cond_broadcast(&d->sched_cv);
 }
 
+void fsh_job_attempt_failure(fsh_sched_driver *d, sched_job *j, int s, int32_t t,
+                             int32_t attempt, int32_t merge, const char *uri,
+                             const uint8_t *data, int64_t size) {
+  fsh_error msg = {{0}}, e = {{0}};
+  fsh_lost_output *lost = NULL;
+  int64_t n_lost = 0;
+  int code = 0;
+  if (fsh_task_failure_decode(data, size, uri, &code, &msg, &lost, &n_lost, &e) != 0)
+    snprintf(msg.message, sizeof msg.message, "worker %.300s: task-wait: %.700s", uri, e.message);
+  if (merge)
+    fsh_job_merge_ended_lost(d, j, s, merge, false, msg.message, NULL, 0, lost, n_lost);
+  else
+    fsh_job_attempt_ended_lost(d, j, s, t, attempt, false, msg.message, NULL, 0, lost, n_lost);
+  fsh_lost_outputs_free(lost, n_lost);
+}
+
 int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
                                fsh_flight_result_list *out, fsh_error *err) {
   (void)out;
@@ -242,13 +246,23 @@ int fsh_sched_action_task_done(fsh_sched_driver *d, const fsh_flight_action *a,
   int rc = fsh_job_resolve_ref(d, "task-done", m->ref.data, m->ref.len, &j, &s, &task, &attempt,
                                err);
   uint32_t merge = rc == 0 ? fsh_job_ref_merge(m->ref.data, m->ref.len) : 0;
+  /* the inputs it found lost (borrowed from m) */
+  fsh_lost_output *lost = rc == 0 && m->n_lost ? fsh_calloc(m->n_lost, sizeof *lost) : NULL;
+  int64_t n_lost = lost ? (int64_t)m->n_lost : 0;
+  for (int64_t i = 0; i < n_lost; i++) {
+    const Flightshuffle__Sched__LostOutput *x = m->lost[i];
+    lost[i] = (fsh_lost_output){.uri = x->worker_uri, .shuffle_id = x->shuffle_id,
+                                .map_id = x->map_id, .attempt = x->attempt,
+                                .unreachable = x->worker_unreachable};
+  }
   if (rc == 0 && merge)
-    fsh_job_merge_ended(d, j, s, (int32_t)merge, m->ok, m->error, m->answer.data,
-                        (int64_t)m->answer.len);
+    fsh_job_merge_ended_lost(d, j, s, (int32_t)merge, m->ok, m->error, m->answer.data,
+                             (int64_t)m->answer.len, lost, n_lost);
   else if (rc == 0)
-    fsh_job_attempt_ended(d, j, s, task, attempt, m->ok, m->error, m->answer.data,
-                          (int64_t)m->answer.len);
+    fsh_job_attempt_ended_lost(d, j, s, task, attempt, m->ok, m->error, m->answer.data,
+                               (int64_t)m->answer.len, lost, n_lost);
   pthread_mutex_unlock(&d->mu);
+  fsh_free(lost);
   flightshuffle__sched__task_done__free_unpacked(m, &fsh_sched_pb_allocator);
   return rc;
 }

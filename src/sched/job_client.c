@@ -1,8 +1,8 @@
 /* job_client.c -- the other ends of the job actions (contracts in sched.h):
  * "submit" and "job-status" against a remote driver (JobStatus decoding),
  * the status as text, and the worker's notifier that pushes "task-done" to
- * the driver when a task ends and asks "map-outputs" for incremental
- * reduces. */
+ * the driver when a task ends (with the inputs a failed task found lost,
+ * TaskDone.lost) and asks "map-outputs" for incremental reduces. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -228,10 +228,29 @@ bool fsh_sched_notify_task_done(void *ctx, const uint8_t *tag, int64_t tag_size,
   m.ok = rc == 0;
   m.error = (char *)(rc == 0 ? "" : error ? error : "(no message)");
   m.answer = (ProtobufCBinaryData){(size_t)(rc == 0 ? answer_size : 0), (uint8_t *)answer};
+  /* the inputs the task found lost (this thread is the task's) */
+  const fsh_lost_output *lost = NULL;
+  int64_t n_lost = rc != 0 ? fsh_worker_task_lost(&lost) : 0;
+  Flightshuffle__Sched__LostOutput *lo = n_lost ? fsh_calloc((size_t)n_lost, sizeof *lo) : NULL;
+  Flightshuffle__Sched__LostOutput **plo =
+      lo ? fsh_calloc((size_t)n_lost, sizeof *plo) : NULL;
+  for (int64_t i = 0; plo && i < n_lost; i++) {
+    flightshuffle__sched__lost_output__init(&lo[i]);
+    lo[i].worker_uri = (char *)(lost[i].uri[0] ? lost[i].uri : n->worker);
+    lo[i].shuffle_id = lost[i].shuffle_id;
+    lo[i].map_id = lost[i].map_id;
+    lo[i].attempt = lost[i].attempt;
+    lo[i].worker_unreachable = lost[i].unreachable;
+    plo[i] = &lo[i];
+  }
+  m.n_lost = plo ? (size_t)n_lost : 0; /* out of memory: a plain failure */
+  m.lost = plo;
   size_t size = protobuf_c_message_get_packed_size(&m.base);
   uint8_t *buf = fsh_malloc(size ? size : 1);
+  if (buf) protobuf_c_message_pack(&m.base, buf);
+  fsh_free(plo);
+  fsh_free(lo);
   if (!buf) return false;
-  protobuf_c_message_pack(&m.base, buf);
   fsh_flight_action a = {.type = (char *)"task-done", .body = {buf, (int64_t)size}};
   fsh_flight_result_list res = {0};
   fsh_error err = {{0}};

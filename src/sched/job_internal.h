@@ -40,12 +40,14 @@ typedef struct jtask {
    * and the merge it is a part of (its id; 0: none) */
   fsh_map_output *held;
   int32_t merge;
+  int32_t merged; /* the published merge whose output covers this task's (0: none) */
 } jtask;
 
 /* A "merge-outputs" sent to the worker holding its parts (job_merge.c). */
 typedef struct jmerge {
   int32_t id;           /* > 0, per stage */
   bool active;          /* sent or to send, not yet ended */
+  bool published;       /* its merged output is current (tasks kept: the lineage) */
   bool sending;         /* its "task" call is on the way */
   uint64_t worker_id;
   int32_t attempt;      /* of the merged output (a reserved attempt of tasks[0]) */
@@ -238,16 +240,29 @@ void fsh_job_merge_sent(fsh_sched_driver *d, sched_job *j, int s, int32_t id, in
  * ignored (listed). */
 void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, bool ok,
                          const char *error, const uint8_t *answer, int64_t size);
-/* Task t's held output or merge is gone with its worker (lineage):
- * forgotten, as is its merge (every part of it is on that worker). */
+/* The same with the parts the failed merge reported lost (TaskDone.lost):
+ * on its worker, alive, those parts' maps are recomputed and the other
+ * parts published unmerged. */
+void fsh_job_merge_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_t id, bool ok,
+                              const char *error, const uint8_t *answer, int64_t size,
+                              const fsh_lost_output *lost, int64_t n_lost);
+/* Task t's held output or merge is gone with its worker (lineage), or the
+ * merged output covering it is lost: forgotten, as is its merge (every
+ * part of it is on that worker), running or published. */
 void fsh_job_merge_forget(jstage *st, int32_t t);
+/* The published merge of that id (its merged output current: tasks[0, n)
+ * its parts), or NULL. */
+const jmerge *fsh_job_merge_published(const jstage *st, int32_t id);
 /* A live worker at uri answered a consumer that output (map_id, attempt) of
  * producer stage s is not held there or is unreadable: exactly that output
  * is lost (the metadata forgets it, the map task is pending again with the
- * reason, recomputed like any lost output), the worker stays alive. False
- * when this output cannot be dealt with alone (a merged stage, a released
- * one, an attempt that is not the recorded one): the caller falls back to
- * losing the whole worker. True when it is already being recomputed. mu held. */
+ * reason, recomputed like any lost output) -- a merged output (or an empty
+ * part of one) with every part it covers --, the running consumers that
+ * read a non-empty block of it are retried, the worker stays alive. False
+ * when this output cannot be dealt with alone (a released stage, an
+ * attempt that is not the recorded one, a held output): the caller falls
+ * back to losing the whole worker. True when it is already being
+ * recomputed. mu held. */
 bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_id,
                          int32_t attempt, const char *uri, const char *why);
 /* The merge field of a TaskRef (0: a task, or malformed). */
@@ -259,8 +274,30 @@ void fsh_job_merges_cancel(fsh_sched_driver *d, const sched_job *j, int s);
 void fsh_job_merge_free(jstage *st);
 
 /* job_attempts.c: records the end of attempt `attempt` of task t of stage
- * s (ok: its answer; else error, the reason). */
+ * s (ok: its answer; else error, the reason -- text for humans -- and
+ * lost[0, n_lost), the inputs it reported lost, TaskDone.lost: not the
+ * task's fault, those are lost, fsh_job_inputs_lost). _ended: no losses
+ * known (the task-wait fallback). */
 void fsh_job_attempt_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t t, int32_t attempt,
                            bool ok, const char *error, const uint8_t *answer, int64_t size);
+void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_t t,
+                                int32_t attempt, bool ok, const char *error,
+                                const uint8_t *answer, int64_t size, const fsh_lost_output *lost,
+                                int64_t n_lost);
+/* A task-wait answer of status 2 (shuffle.h: data[0, size) after the
+ * status byte) from worker uri: attempt `attempt` of task t of stage s --
+ * or, merge != 0, that merge -- failed with the outputs it reported lost
+ * (a malformed one: a plain failure saying so). mu held. */
+void fsh_job_attempt_failure(fsh_sched_driver *d, sched_job *j, int s, int32_t t,
+                             int32_t attempt, int32_t merge, const char *uri,
+                             const uint8_t *data, int64_t size);
+/* A task of stage s reported lost[0, n) (why: its error): per worker
+ * named, when it answered (not unreachable) and each of its outputs can be
+ * lost alone (fsh_job_output_lost: a map of a stage s reads, not released,
+ * not newer than recorded), exactly those are lost -- an older attempt's
+ * is skipped (recomputed already) --; else the worker is declared dead
+ * and everything it held is lost (fsh_sched_jobs_worker_lost). mu held. */
+void fsh_job_inputs_lost(fsh_sched_driver *d, sched_job *j, int s, const fsh_lost_output *lost,
+                         int64_t n, const char *why);
 
 #endif

@@ -3,7 +3,8 @@
  * are forgotten and recomputed if (or once) a consumer still needs them,
  * and the running consumers that read one of them are retried; or a live
  * worker answered that one output is not held (fsh_job_output_lost): that
- * output alone is forgotten and recomputed. mu held. */
+ * output alone -- a merged output with every part it covers -- is
+ * forgotten and recomputed, and its running readers are retried. mu held. */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -14,6 +15,29 @@ static bool block_non_empty(const jstage *st, int32_t t, int32_t p) {
   int64_t rows = 0, bytes = 0;
   fsh_error e;
   return fsh_shuffle_meta_block(st->meta, t, p, &rows, &bytes, &e) == 0 && (rows || bytes);
+}
+
+/* Running consumers of producer stage s that read a partition hit[p]:
+ * retried (cancelled where they run) once their inputs are back. mu held. */
+static void retry_readers(fsh_sched_driver *d, sched_job *j, int s, const bool *hit,
+                          const char *what) {
+  const jstage *st = &j->stages[s];
+  for (int c = 0; c < j->n_stages; c++) {
+    jstage *cs = &j->stages[c];
+    if (!consumer(cs) || !reads(cs, s)) continue;
+    for (int32_t p = 0; p < cs->n_tasks; p++) {
+      jtask *k = &cs->tasks[p];
+      if (k->state != T_RUNNING ||
+          !(hit[part_read(st, p)] || (cs->scatter && hit[st->n_parts - 1])))
+        continue;
+      fsh_job_event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) %s",
+                         st->id, what);
+      fsh_job_cancel_attempt(d, j, cs, p, k->attempt, k->worker_id);
+      fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, cs));
+      k->state = T_PENDING;
+      k->wtask = 0;
+    }
+  }
 }
 
 void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *uri,
@@ -61,22 +85,9 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
       }
       if (!hit) continue;
       /* running consumers that read a lost output: retried once it is back */
-      for (int c = 0; c < j->n_stages; c++) {
-        jstage *cs = &j->stages[c];
-        if (!consumer(cs) || !reads(cs, s)) continue;
-        for (int32_t p = 0; p < cs->n_tasks; p++) {
-          jtask *k = &cs->tasks[p];
-          if (k->state != T_RUNNING ||
-              !(hit[part_read(st, p)] || (cs->scatter && hit[st->n_parts - 1])))
-            continue;
-          fsh_job_event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) was on "
-                             "worker %s, lost (%s)", st->id, uri, why);
-          fsh_job_cancel_attempt(d, j, cs, p, k->attempt, k->worker_id);
-          fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, cs));
-          k->state = T_PENDING;
-          k->wtask = 0;
-        }
-      }
+      char what[700];
+      snprintf(what, sizeof what, "was on worker %s, lost (%.500s)", uri, why);
+      retry_readers(d, j, s, hit, what);
       fsh_free(hit);
     }
   }
@@ -87,24 +98,19 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
   pthread_cond_broadcast(&d->sched_cv);
 }
 
-bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_id,
-                         int32_t attempt, const char *uri, const char *why) {
-  jstage *st = &j->stages[s];
-  if (!producer(st) || st->released || st->merge || map_id < 0 || map_id >= st->n_tasks)
-    return false;
-  jtask *k = &st->tasks[map_id];
-  if (k->attempt != attempt) return false;
-  if (k->state != T_DONE) return k->recompute; /* already being recomputed */
+/* Loses the current output of done task t of st (its metadata entry; the
+ * map pending again, recomputed for `reason`), marking in hit the
+ * partitions where it had rows. mu held. */
+static void lose_one(fsh_sched_driver *d, sched_job *j, jstage *st, int32_t t, bool *hit,
+                     const char *reason) {
+  jtask *k = &st->tasks[t];
+  for (int32_t p = 0; hit && p < st->n_parts; p++)
+    if (!hit[p] && block_non_empty(st, t, p)) hit[p] = true;
   bool gone = false;
   fsh_error e;
-  if (fsh_shuffle_meta_lose_output(st->meta, map_id, attempt, &gone, &e) != 0) {
-    if (d->log) fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id,
-                        st->id, e.message);
-    return false;
-  }
-  char reason[700];
-  snprintf(reason, sizeof reason, "its output (attempt %d) on live worker %s was reported "
-           "missing or unreadable (%.500s)", attempt, uri, why);
+  if (fsh_shuffle_meta_lose_output(st->meta, t, k->attempt, &gone, &e) != 0 && d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id, st->id,
+            e.message);
   fsh_free(k->lost);
   k->lost = fsh_strdup(reason);
   k->state = T_PENDING;
@@ -112,8 +118,45 @@ bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_i
   k->wtask = 0;
   st->n_done--;
   if (d->log)
-    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %" PRId64 ": %s\n",
-            j->id, st->id, map_id, reason);
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %d: %s\n", j->id,
+            st->id, t, reason);
+}
+
+bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_id,
+                         int32_t attempt, const char *uri, const char *why) {
+  jstage *st = &j->stages[s];
+  if (!producer(st) || st->released || map_id < 0 || map_id >= st->n_tasks) return false;
+  jtask *k = &st->tasks[map_id];
+  if (k->attempt != attempt) return false;
+  if (k->state != T_DONE) return k->recompute; /* already being recomputed */
+  if (k->held) return false; /* never published: no reader saw it */
+  /* a merged output (or an empty part of one): every part it covers */
+  const jmerge *m = k->merged ? fsh_job_merge_published(st, k->merged) : NULL;
+  int32_t one = (int32_t)map_id;
+  const int32_t *tasks = m ? m->tasks : &one;
+  int32_t n = m ? m->n : 1;
+  bool *hit = fsh_calloc((size_t)st->n_parts, sizeof *hit);
+  char reason[700];
+  if (m)
+    snprintf(reason, sizeof reason, "its output, merged into map %d attempt %d (merge %d of %d "
+             "map outputs) on live worker %s, was reported missing or unreadable (%.400s)",
+             m->tasks[0], m->attempt, m->id, m->n, uri, why);
+  for (int32_t i = 0; i < n; i++) {
+    jtask *x = &st->tasks[tasks[i]];
+    if (x->state != T_DONE) continue;
+    if (!m)
+      snprintf(reason, sizeof reason, "its output (attempt %d) on live worker %s was reported "
+               "missing or unreadable (%.500s)", x->attempt, uri, why);
+    lose_one(d, j, st, tasks[i], hit, reason);
+  }
+  if (m) fsh_job_merge_forget(st, (int32_t)map_id); /* (m is gone from here on) */
+  /* its running readers would fail on it too, or (incremental) read its
+   * re-run again: retried now */
+  char what[700];
+  snprintf(what, sizeof what, "map %" PRId64 " attempt %d on live worker %s was reported "
+           "missing or unreadable", map_id, attempt, uri);
+  if (hit) retry_readers(d, j, s, hit, what);
+  fsh_free(hit);
   d->kick = true;
   return true;
 }

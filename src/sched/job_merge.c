@@ -33,10 +33,15 @@
  *    the lineage is the usual one: the worker lost, every part's map is
  *    lost with it and re-run (listed as recomputed); re-run outputs are
  *    held and merged again.
+ *  - a merged output lost on its live worker (a reader reports it in
+ *    TaskDone.lost, job_lineage.c): every part it covers is lost, their
+ *    maps re-run (held and merged again); the published merge keeps its
+ *    parts (jmerge.published, jtask.merged) for that.
  *  - failure: a merge that fails (or could not be sent) publishes its
- *    parts unmerged, if their worker is alive; a worker lost first loses
- *    them (re-run). Never are rows dropped: the parts leave the worker
- *    only once the merged output is held there.
+ *    parts unmerged, if their worker is alive -- but for the parts it
+ *    reported missing or unreadable (TaskDone.lost), whose maps re-run; a
+ *    worker lost first loses them (re-run). Never are rows dropped: the
+ *    parts leave the worker only once the merged output is held there.
  *  - a job that ends cancels its running merges (ECANCELED, no output); a
  *    merge that still finishes after the shuffle's release drops its
  *    merged output itself (worker_merge.c), so nothing is orphaned.
@@ -77,8 +82,26 @@ void fsh_job_merge_setup(sched_job *j) {
   }
 }
 
+static jmerge *merge_by_id(jstage *st, int32_t id);
+
+/* The published merge covering k's output is no longer current (lost, or
+ * k has a new output): its record forgets its parts. */
+static void unpublish(jstage *st, jtask *k) {
+  if (!k->merged) return;
+  jmerge *m = merge_by_id(st, k->merged);
+  for (int32_t i = 0; m && i < m->n; i++) st->tasks[m->tasks[i]].merged = 0;
+  if (m) {
+    fsh_free(m->tasks);
+    m->tasks = NULL;
+    m->n = 0;
+    m->published = false;
+  }
+  k->merged = 0;
+}
+
 int fsh_job_merge_hold(jstage *st, int32_t t, const fsh_map_output *out, fsh_error *err) {
   jtask *k = &st->tasks[t];
+  unpublish(st, k); /* a re-run (its stage brought back): the old merge is history */
   fsh_map_output *h = fsh_calloc(1, sizeof *h);
   if (!h || fsh_map_output_copy(h, out) != 0) {
     fsh_free(h);
@@ -299,6 +322,46 @@ void fsh_job_merge_sent(fsh_sched_driver *d, sched_job *j, int s, int32_t id, in
 
 void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, bool ok,
                          const char *error, const uint8_t *answer, int64_t size) {
+  fsh_job_merge_ended_lost(d, j, s, id, ok, error, answer, size, NULL, 0);
+}
+
+/* The failed merge m's worker w (alive) reported parts of it lost
+ * (lost[0, n)): those are no longer held -- their maps pending again,
+ * recomputed (why) -- and leave the merge. mu held. */
+static void parts_lost(fsh_sched_driver *d, sched_job *j, jstage *st, const jmerge *m,
+                       const driver_worker *w, const fsh_lost_output *lost, int64_t n,
+                       const char *why) {
+  for (int64_t i = 0; i < n; i++) {
+    const fsh_lost_output *x = &lost[i];
+    if (x->shuffle_id != st->shuffle_id || x->unreachable ||
+        (x->uri[0] && strcmp(x->uri, w->uri) != 0))
+      continue;
+    for (int32_t p = 0; p < m->n; p++) {
+      jtask *k = &st->tasks[m->tasks[p]];
+      if (m->tasks[p] != x->map_id || !k->held || k->held->attempt != x->attempt ||
+          k->state != T_DONE)
+        continue;
+      char reason[700];
+      snprintf(reason, sizeof reason, "its output (attempt %d), held on live worker %s to be "
+               "merged, was reported missing or unreadable by merge %d (%.400s)", x->attempt,
+               w->uri, m->id, why);
+      drop_held(st, k);
+      fsh_free(k->lost);
+      k->lost = fsh_strdup(reason);
+      k->state = T_PENDING;
+      k->recompute = true;
+      k->wtask = 0;
+      st->n_done--;
+      if (d->log)
+        fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %d: %s\n", j->id,
+                st->id, m->tasks[p], reason);
+    }
+  }
+}
+
+void fsh_job_merge_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_t id, bool ok,
+                              const char *error, const uint8_t *answer, int64_t size,
+                              const fsh_lost_output *lost, int64_t n_lost) {
   jstage *st = &j->stages[s];
   jmerge *m = merge_by_id(st, id);
   if (j->state != FSH_SCHED_JOB_RUNNING || !m || !m->active) {
@@ -308,6 +371,8 @@ void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, b
     return;
   }
   driver_worker *w = fsh_job_find_worker(d, m->worker_id);
+  if (!ok && n_lost > 0 && w && w->state == FSH_SCHED_WORKER_ALIVE)
+    parts_lost(d, j, st, m, w, lost, n_lost, error ? error : "(no message)");
   fsh_error e = {{0}};
   fsh_map_output out = {0};
   int rc = ok ? fsh_shuffle_put_result_decode(answer, size, &out, &e) : EIO;
@@ -357,7 +422,13 @@ void fsh_job_merge_ended(fsh_sched_driver *d, sched_job *j, int s, int32_t id, b
   st->merges_done++;
   st->merged_outputs += m->n;
   st->merged_bytes += bytes;
-  merge_close(st, m);
+  /* its parts are kept: a loss of the merged output loses every part */
+  for (int32_t i = 0; i < m->n; i++) {
+    st->tasks[m->tasks[i]].merge = 0;
+    st->tasks[m->tasks[i]].merged = m->id;
+  }
+  m->active = false;
+  m->published = true;
   d->kick = true;
   pthread_cond_broadcast(&d->sched_cv);
 }
@@ -369,7 +440,14 @@ void fsh_job_merge_forget(jstage *st, int32_t t) {
     if (m) merge_close(st, m);
     k->merge = 0;
   }
+  unpublish(st, k); /* the merged output covering it is lost: forgotten */
   drop_held(st, k);
+}
+
+const jmerge *fsh_job_merge_published(const jstage *st, int32_t id) {
+  for (int32_t i = 0; i < st->n_merges; i++)
+    if (st->merges[i].id == id && st->merges[i].published) return &st->merges[i];
+  return NULL;
 }
 
 void fsh_job_merges_cancel(fsh_sched_driver *d, const sched_job *j, int s) {

@@ -372,6 +372,9 @@ static void run_merge_launch(fsh_sched_driver *d, launch *x) {
     if (rc == 0 && res.n == 1 && res.items[0].size >= 1 && res.items[0].data[0] == 1)
       fsh_job_merge_ended(d, j, x->stage, x->merge, true, NULL, res.items[0].data + 1,
                           res.items[0].size - 1);
+    else if (rc == 0 && res.n == 1 && res.items[0].size >= 1 && res.items[0].data[0] == 2)
+      fsh_job_attempt_failure(d, j, x->stage, x->task, x->attempt, x->merge, x->uri,
+                              res.items[0].data + 1, res.items[0].size - 1);
     else if (rc != 0 && !transport_error(rc))
       fsh_job_merge_ended(d, j, x->stage, x->merge, false, err.message, NULL, 0);
   } else if (j) {
@@ -627,6 +630,10 @@ static void run_launch(fsh_sched_driver *d, launch *x) {
     if (current && rc == 0 && res.n == 1 && res.items[0].size >= 1 && res.items[0].data[0] == 1)
       fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, true, NULL, res.items[0].data + 1,
                             res.items[0].size - 1);
+    else if (current && rc == 0 && res.n == 1 && res.items[0].size >= 1 &&
+             res.items[0].data[0] == 2) /* failed, with the outputs it found lost */
+      fsh_job_attempt_failure(d, j, x->stage, x->task, x->attempt, 0, x->uri,
+                              res.items[0].data + 1, res.items[0].size - 1);
     else if (current && rc != 0 && !transport_error(rc))
       fsh_job_attempt_ended(d, j, x->stage, x->task, x->attempt, false, err.message, NULL, 0);
     else if (current && unreachable_error(rc)) /* a dead process: no task-done will come */

@@ -234,11 +234,12 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   }
   if (rc != 0) close_local(r);
   else atomic_fetch_add(&r->st->stats.local_sources, 1);
+  if (rc != 0 && rc != ENOMEM) /* this (live) worker does not hold it as recorded: a
+                                 * scheduler recomputes that map rather than retrying
+                                 * this task here */
+    fsh_worker_task_report_lost(local_uri(r->st), r->shuffle_id, s->map_id, s->attempt, false);
   if (rc != 0 && rc != ENOMEM && err) {
-    /* the same parseable form as a remote fetch's loss (flight_fetch.c
-     * describe_loss): this (live) worker answered that the output is not
-     * held or not as recorded, so a scheduler recomputes that map rather
-     * than retrying this task here */
+    /* the same words as a remote fetch's loss (flight_fetch.c describe_loss) */
     char cause[sizeof err->message];
     snprintf(cause, sizeof cause, "%s", err->message);
     fsh_error_set(err, rc, "flight shuffle %" PRIu64 " partition %d: worker %s: lost map outputs "
@@ -303,6 +304,12 @@ static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err
     } else {
       rc = job->rc;
       if (err) *err = job->err;
+      /* what describe_loss counted lost, to the task this reader runs in */
+      for (int64_t i = 0; i < job->n_slots; i++) {
+        const fr_slot *x = &r->slots[job->slots[i]];
+        if (x->lost)
+          fsh_worker_task_report_lost(job->uri, r->shuffle_id, x->map_id, x->attempt, job->gone);
+      }
     }
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);

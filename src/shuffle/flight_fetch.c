@@ -661,8 +661,9 @@ static int run_slots(fetch *f, fsh_error *err) {
 }
 
 /* Rewrites a failed job's error as "<prefix>: lost map outputs [map/attempt
- * ...] (why): <cause>", so that a scheduler learns which map outputs to
- * recompute: when the worker cannot be reached, hangs (deadline) or breaks
+ * ...] (why): <cause>" for humans, and marks those slots lost (and the job
+ * gone) for the consumer to report to the task (fsh_worker_task_report_lost),
+ * so that a scheduler learns which map outputs to recompute: when the worker cannot be reached, hangs (deadline) or breaks
  * the stream off, every map output this reader wanted from it (the worker
  * is presumably gone, and with it what was already read); otherwise (the
  * worker answered with an error, or its data failed verification) the one
@@ -699,6 +700,7 @@ static void describe_loss(fetch *f, int rc, fsh_error *err) {
     const fr_slot *sl = slot_of(f, job->slots[i]);
     if (!gone && sl->done) continue;
     if (named >= 0 && i != named) continue;
+    r->slots[job->slots[i]].lost = true;
     lost++;
     if (at + 48 < sizeof list) {
       at += (size_t)snprintf(list + at, sizeof list - at, "%s%" PRId64 "/%d", listed ? " " : "",
@@ -706,6 +708,7 @@ static void describe_loss(fetch *f, int rc, fsh_error *err) {
       listed++;
     }
   }
+  job->gone = gone;
   pthread_mutex_unlock(&r->mu);
   if (listed < lost)
     snprintf(list + at, sizeof list - at, " and %" PRId64 " more", lost - listed);

@@ -48,6 +48,7 @@ typedef struct fr_slot {
   uint64_t checksum;
   fr_item *head, *tail; /* remote: batches fetched, not yet consumed */
   bool done;            /* remote: every batch of it queued */
+  bool lost;            /* remote: its job failed and counts it lost (describe_loss) */
 } fr_slot;
 
 /* A job's state in the pool (under the pool's mutex). */
@@ -61,6 +62,7 @@ typedef struct fr_job {
   bool hurried;  /* the consumer asked the pool to hurry it (consumer only) */
   int rc;
   fsh_error err;
+  bool gone; /* failed: the worker is unreachable, hung or broke off (with rc) */
   fsh_flight_reader *rd; /* while streaming, for cancel */
   /* the pool's (under its mutex) */
   struct fr_reader *owner;

@@ -681,7 +681,8 @@ static int action_task(fsh_shuffle_worker *w, const fsh_flight_action *a,
 
 /* "task-wait" body: the task id (u64 LE). Answers at once, one result: a
  * status byte 0 (still running) or 1 (done) followed, when done, by the
- * task's answer; a failed task's error is the action's error. */
+ * task's answer; a failed task's error is the action's error, or (it
+ * reported outputs lost) status 2 and its failure (shuffle.h). */
 static int action_task_wait(fsh_shuffle_worker *w, const fsh_flight_action *a,
                             fsh_flight_result_list *out, fsh_error *err) {
   if (a->body.size != 8)
@@ -690,13 +691,14 @@ static int action_task_wait(fsh_shuffle_worker *w, const fsh_flight_action *a,
   uint64_t id = 0;
   for (int i = 0; i < 8; i++) id |= (uint64_t)a->body.data[i] << (8 * i);
   bool done;
-  fsh_buffer *answer = NULL;
-  FSH_RETURN_NOT_OK(fsh_worker_tasks_poll(w->tasks, id, &done, &answer, err));
+  fsh_buffer *answer = NULL, *failure = NULL;
+  FSH_RETURN_NOT_OK(fsh_worker_tasks_poll_failure(w->tasks, id, &done, &answer, &failure, err));
+  if (failure) answer = failure; /* status 2: failed, with the outputs it found lost */
   int64_t n = done && answer ? answer->size : 0;
   uint8_t *msg = fsh_malloc((size_t)n + 1);
   int rc = msg ? 0 : fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
   if (msg) {
-    msg[0] = done ? 1 : 0;
+    msg[0] = failure ? 2 : done ? 1 : 0;
     if (n) memcpy(msg + 1, answer->data, (size_t)n);
     if (fsh_flight_result_list_push(out, msg, n + 1) != 0)
       rc = fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);

@@ -50,9 +50,14 @@ void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t ta
 bool fsh_worker_task_cancelled(void);
 /* Never blocks. Running: *done false, 0. Finished: *done true and the
  * task's answer (moved) or its error; the task is then forgotten. ENOENT
- * for an id it does not know. */
+ * for an id it does not know. With failure != NULL, a failed task that
+ * reported map outputs lost answers 0 and *failure instead (its error and
+ * those outputs, shuffle.h fsh_task_failure_decode). */
 FSH_NODISCARD int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done,
                                         fsh_buffer **answer, fsh_error *err);
+FSH_NODISCARD int fsh_worker_tasks_poll_failure(fsh_worker_tasks *t, uint64_t id, bool *done,
+                                                fsh_buffer **answer, fsh_buffer **failure,
+                                                fsh_error *err);
 
 /* The built-in "merge-outputs" task kind (worker_merge.c): decode gives
  * its state over the worker's store. */

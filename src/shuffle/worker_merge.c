@@ -14,8 +14,9 @@
  * (a slice of a memory image, one read of a spill file; block by block
  * past 64 MiB) -- merging 1000-partition outputs copies a million tiny
  * blocks, where a read and a buffer per block cost more than the copy.
- * Also the "merge-outputs" task kind the worker runs (body and answer in
- * shuffle.h). */
+ * A part missing or unreadable is reported lost to the task
+ * (fsh_worker_task_report_lost). Also the "merge-outputs" task kind the
+ * worker runs (body and answer in shuffle.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -134,11 +135,20 @@ static void part_src_reset(part_src *p) {
 
 /* Opens part i (checking it agrees with part 0: shuffle, partitions,
  * compression, schema) and reads its index and data. */
+/* Part i is missing from the store or unreadable (rc): reported to the
+ * task (when the merge runs as one) so that the scheduler recomputes that
+ * map instead of losing this worker. Returns rc. */
+static int part_lost(const fsh_merge_task *t, int32_t i, int rc) {
+  if (rc == ENOENT || rc == EIO)
+    fsh_worker_task_report_lost(NULL, t->shuffle_id, t->part_maps[i], t->part_attempts[i], false);
+  return rc;
+}
+
 static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *parts, int32_t i,
                      const char *what, fsh_error *err) {
   part_src *x = &parts[i];
   int rc = fsh_store_open(s, t->shuffle_id, t->part_maps[i], t->part_attempts[i], &x->f, err);
-  if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+  if (rc != 0) return part_lost(t, i, fsh_error_prefix(err, rc, "%s: part %d: ", what, i));
   const fsh_map_file_info *a = fsh_map_file_get_info(parts[0].f);
   const fsh_map_file_info *b = fsh_map_file_get_info(x->f);
   if (b->n_partitions != a->n_partitions || b->compression != a->compression)
@@ -155,7 +165,7 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
   if (!(x->ents = fsh_calloc((size_t)b->n_partitions, sizeof *x->ents)))
     return fsh_error_set(err, ENOMEM, "%s: out of memory", what);
   rc = fsh_map_file_get_partitions(x->f, x->ents, &x->blocks, err);
-  if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+  if (rc != 0) return part_lost(t, i, fsh_error_prefix(err, rc, "%s: part %d: ", what, i));
   x->base = b->schema_length;
   int64_t len = b->data_end - b->schema_length;
   if (len > 0 && len <= (test_hooks.whole_max > 0 ? test_hooks.whole_max : MERGE_WHOLE_MAX)) {
@@ -164,7 +174,7 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
     if (rc == 0 && x->data->size != len)
       rc = fsh_error_set(err, EIO, "%s: part %d: %s: %lld of %lld bytes read", what, i,
                          in->name, (long long)x->data->size, (long long)len);
-    if (rc != 0) return fsh_error_prefix(err, rc, "%s: part %d: ", what, i);
+    if (rc != 0) return part_lost(t, i, fsh_error_prefix(err, rc, "%s: part %d: ", what, i));
   } else if (len > 0 && test_hooks.by_block) {
     (*test_hooks.by_block)++;
   }
@@ -173,9 +183,9 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
 
 /* Copies partition p of every part into w, block by block, each verified
  * against its checksum first. */
-static int copy_partition(fsh_store_writer *w, part_src *parts, int32_t n, int32_t p,
-                          fsh_error *err) {
-  for (int32_t i = 0; i < n; i++) {
+static int copy_partition(fsh_store_writer *w, const fsh_merge_task *t, part_src *parts,
+                          int32_t p, fsh_error *err) {
+  for (int32_t i = 0; i < t->n_parts; i++) {
     const fsh_map_file_partition *e = &parts[i].ents[p];
     for (int64_t k = 0; k < e->n_blocks; k++) {
       const fsh_map_file_block *b = &e->blocks[k];
@@ -185,6 +195,7 @@ static int copy_partition(fsh_store_writer *w, part_src *parts, int32_t n, int32
         at = parts[i].data->data + (b->offset - parts[i].base);
         if (XXH3_64bits(at, (size_t)b->length) != b->checksum) {
           const fsh_map_file_info *fi = fsh_map_file_get_info(parts[i].f);
+          part_lost(t, i, EIO);
           return fsh_error_set(err, EIO, "shuffle %" PRIu64 " map %" PRId64 " attempt %d "
                                "partition %d: checksum mismatch in block %lld (offset %lld, "
                                "%lld bytes) of %s: the stored map output is corrupt",
@@ -193,7 +204,8 @@ static int copy_partition(fsh_store_writer *w, part_src *parts, int32_t n, int32
                                fsh_map_file_input(parts[i].f)->name);
         }
       } else {
-        FSH_RETURN_NOT_OK(fsh_map_file_read_block(parts[i].f, e, k, &one, err));
+        int rc = fsh_map_file_read_block(parts[i].f, e, k, &one, err);
+        if (rc != 0) return part_lost(t, i, rc);
         at = one->data;
       }
       int rc = fsh_store_writer_write_block(w, p, at, b->length, b->rows, b->checksum, err);
@@ -228,7 +240,7 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
     for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {
       if (cancel && atomic_load(cancel))
         rc = fsh_error_set(err, ECANCELED, "cancelled");
-      if (rc == 0) rc = copy_partition(w, parts, t->n_parts, p, err);
+      if (rc == 0) rc = copy_partition(w, t, parts, p, err);
     }
     if (rc != 0 && rc != ENOMEM && w) rc = fsh_error_prefix(err, rc, "%s: ", what);
   }

@@ -8,7 +8,9 @@
  * actions only start a task and answer its id at once; "task-wait" answers
  * at once too: running, or the task's result (or its error). A tagged task
  * (the "task" action) reports its end through a hook on its own thread;
- * once delivered it is only kept until a later start (or free) joins it. */
+ * once delivered it is only kept until a later start (or free) joins it.
+ * A task also collects the map outputs its readers found lost
+ * (fsh_worker_task_report_lost, on its thread), for that hook. */
 #include "shuffle/worker_internal.h"
 
 #include <errno.h>
@@ -32,6 +34,8 @@ typedef struct worker_task {
   void *done_ctx;
   bool delivered; /* done_fn took the outcome: nobody polls it */
   atomic_bool cancelled; /* fsh_worker_tasks_cancel asked it to stop */
+  fsh_lost_output *lost; /* [n_lost] owned: what it reported lost (its thread only) */
+  int64_t n_lost, cap_lost;
   struct worker_task *next;
   struct fsh_worker_tasks *owner;
 } worker_task;
@@ -53,6 +57,8 @@ int fsh_worker_tasks_new(fsh_worker_tasks **out) {
 
 static void task_free(worker_task *k) {
   if (k->free_arg) k->free_arg(k->arg);
+  for (int64_t i = 0; i < k->n_lost; i++) fsh_free(k->lost[i].uri);
+  fsh_free(k->lost);
   fsh_buffer_unref(k->answer);
   fsh_free(k->tag);
   fsh_free(k);
@@ -79,6 +85,38 @@ bool fsh_worker_task_cancelled(void) {
 
 const atomic_bool *fsh_worker_task_cancel_flag(void) {
   return current_task ? &current_task->cancelled : NULL;
+}
+
+void fsh_worker_task_report_lost(const char *uri, uint64_t shuffle_id, int64_t map_id,
+                                 int32_t attempt, bool unreachable) {
+  worker_task *k = current_task;
+  if (!k) return;
+  if (!uri) uri = "";
+  for (int64_t i = 0; i < k->n_lost; i++) {
+    fsh_lost_output *x = &k->lost[i];
+    if (x->shuffle_id == shuffle_id && x->map_id == map_id && x->attempt == attempt &&
+        strcmp(x->uri, uri) == 0) {
+      x->unreachable |= unreachable;
+      return;
+    }
+  }
+  if (k->n_lost == FSH_WORKER_TASK_MAX_LOST) return;
+  if (k->n_lost == k->cap_lost) {
+    int64_t cap = k->cap_lost ? 2 * k->cap_lost : 8;
+    fsh_lost_output *l = fsh_realloc(k->lost, (size_t)cap * sizeof *l);
+    if (!l) return;
+    k->lost = l;
+    k->cap_lost = cap;
+  }
+  char *u = fsh_strdup(uri);
+  if (!u) return;
+  k->lost[k->n_lost++] = (fsh_lost_output){.uri = u, .shuffle_id = shuffle_id, .map_id = map_id,
+                                           .attempt = attempt, .unreachable = unreachable};
+}
+
+int64_t fsh_worker_task_lost(const fsh_lost_output **out) {
+  *out = current_task ? current_task->lost : NULL;
+  return current_task ? current_task->n_lost : 0;
 }
 
 void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t tag_size,
@@ -180,10 +218,112 @@ int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_task_fn fn, vo
   return 0;
 }
 
+#define FAILURE_MAGIC "FSTF"
+#define FAILURE_MAX_MESSAGE 4096
+
+/* A failed task's error and lost outputs as the "task-wait" failure body
+ * (shuffle.h); NULL out of memory. */
+static fsh_buffer *failure_encode(int rc, const fsh_error *e, const fsh_lost_output *lost,
+                                  int64_t n) {
+  const char *msg = e->message;
+  size_t ml = strnlen(msg, sizeof e->message < FAILURE_MAX_MESSAGE ? sizeof e->message
+                                                                   : FAILURE_MAX_MESSAGE);
+  int64_t size = 16 + (int64_t)ml + 4;
+  for (int64_t i = 0; i < n; i++) size += 28 + (int64_t)strlen(lost[i].uri);
+  fsh_buffer *b = fsh_buffer_new(size, true);
+  if (!b) return NULL;
+  uint8_t *p = b->data;
+  memcpy(p, FAILURE_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put32(p + 8, (uint32_t)rc);
+  fsh_le_put32(p + 12, (uint32_t)ml);
+  memcpy(p + 16, msg, ml);
+  p += 16 + ml;
+  fsh_le_put32(p, (uint32_t)n);
+  p += 4;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t ul = (uint32_t)strlen(lost[i].uri);
+    fsh_le_put64(p, lost[i].shuffle_id);
+    fsh_le_put64(p + 8, (uint64_t)lost[i].map_id);
+    fsh_le_put32(p + 16, (uint32_t)lost[i].attempt);
+    p[20] = lost[i].unreachable ? 1 : 0;
+    fsh_le_put32(p + 24, ul);
+    memcpy(p + 28, lost[i].uri, ul);
+    p += 28 + ul;
+  }
+  return b;
+}
+
+void fsh_lost_outputs_free(fsh_lost_output *lost, int64_t n) {
+  for (int64_t i = 0; lost && i < n; i++) fsh_free(lost[i].uri);
+  fsh_free(lost);
+}
+
+int fsh_task_failure_decode(const uint8_t *data, int64_t size, const char *self_uri,
+                            int *rc, fsh_error *message, fsh_lost_output **lost,
+                            int64_t *n_lost, fsh_error *err) {
+  *lost = NULL;
+  *n_lost = 0;
+  const uint8_t *p = data, *end = data + size;
+  if (size < 20 || memcmp(p, FAILURE_MAGIC, 4) != 0 || p[4] != 1)
+    return fsh_error_set(err, EINVAL, "task failure: not a failure body (%lld bytes)",
+                         (long long)size);
+  uint32_t ml = fsh_le_get32(p + 12);
+  if (ml > FAILURE_MAX_MESSAGE || (int64_t)ml > size - 20)
+    return fsh_error_set(err, EINVAL, "task failure: a message of %u bytes in %lld", ml,
+                         (long long)size);
+  *rc = (int)fsh_le_get32(p + 8);
+  fsh_error_set(message, *rc, "%.*s", (int)ml, (const char *)p + 16);
+  p += 16 + ml;
+  uint32_t n = fsh_le_get32(p);
+  p += 4;
+  if (n > FSH_WORKER_TASK_MAX_LOST || (int64_t)n * 28 > end - p)
+    return fsh_error_set(err, EINVAL, "task failure: %u lost outputs in %lld bytes", n,
+                         (long long)(end - p));
+  fsh_lost_output *l = n ? fsh_calloc(n, sizeof *l) : NULL;
+  if (n && !l) return fsh_error_set(err, ENOMEM, "task failure: out of memory");
+  int r = 0;
+  for (uint32_t i = 0; r == 0 && i < n; i++) {
+    uint32_t ul = end - p >= 28 ? fsh_le_get32(p + 24) : 0;
+    if (end - p < 28 || (int64_t)ul > end - p - 28 || ul > 4096) {
+      r = fsh_error_set(err, EINVAL, "task failure: lost output %u is cut off", i);
+      break;
+    }
+    const char *u = ul ? (const char *)p + 28 : self_uri ? self_uri : "";
+    size_t len = ul ? ul : strlen(u);
+    if (!(l[i].uri = fsh_malloc(len + 1))) {
+      r = fsh_error_set(err, ENOMEM, "task failure: out of memory");
+      break;
+    }
+    memcpy(l[i].uri, u, len);
+    l[i].uri[len] = '\0';
+    l[i].shuffle_id = fsh_le_get64(p);
+    l[i].map_id = (int64_t)fsh_le_get64(p + 8);
+    l[i].attempt = (int32_t)fsh_le_get32(p + 16);
+    l[i].unreachable = p[20] != 0;
+    p += 28 + ul;
+  }
+  if (r == 0 && p != end) r = fsh_error_set(err, EINVAL, "task failure: %lld bytes left over",
+                                            (long long)(end - p));
+  if (r != 0) {
+    fsh_lost_outputs_free(l, n);
+    return r;
+  }
+  *lost = l;
+  *n_lost = n;
+  return 0;
+}
+
 int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done, fsh_buffer **answer,
                           fsh_error *err) {
+  return fsh_worker_tasks_poll_failure(t, id, done, answer, NULL, err);
+}
+
+int fsh_worker_tasks_poll_failure(fsh_worker_tasks *t, uint64_t id, bool *done,
+                                  fsh_buffer **answer, fsh_buffer **failure, fsh_error *err) {
   *done = false;
   *answer = NULL;
+  if (failure) *failure = NULL;
   pthread_mutex_lock(&t->mu);
   worker_task **at = &t->head;
   while (*at && ((*at)->id != id || (*at)->delivered)) at = &(*at)->next;
@@ -205,6 +345,9 @@ int fsh_worker_tasks_poll(fsh_worker_tasks *t, uint64_t id, bool *done, fsh_buff
   if (rc == 0) {
     *answer = k->answer;
     k->answer = NULL;
+  } else if (failure && k->n_lost > 0 &&
+             (*failure = failure_encode(rc, &k->err, k->lost, k->n_lost)) != NULL) {
+    rc = 0; /* the failure is the answer (out of memory: the plain error) */
   } else if (err) {
     *err = k->err;
   }

@@ -1,7 +1,8 @@
 /* jobs_fixture.h -- what the driver's job tests share (test_jobs.c,
  * test_merge_jobs.c): an in-process driver and N_WORKERS in-process
  * workers joined by the heartbeat, whose task-done hook can hold back the
- * reduces, play dead or drop a map's output; the synthetic job JOB; the
+ * reduces, play dead, drop a map's or a merged output, scramble the error
+ * texts, and records what failed tasks reported lost; the synthetic job JOB; the
  * reference (the same map tasks through the memory backend) and the check
  * of a job's partitions against it. */
 #ifndef FSH_TEST_JOBS_FIXTURE_H
@@ -46,7 +47,36 @@ typedef struct done_hook {
   atomic_int held;       /* reduces held back right now (hold_reduces) */
   atomic_bool gone;      /* the worker "died": its tasks' ends are never reported */
   fsh_shuffle_store *store; /* its worker's */
+  const char *uri;          /* its worker's */
 } done_hook;
+
+/* What failed tasks reported lost (fsh_worker_task_lost, read by the hook
+ * on the task's thread: what goes into TaskDone.lost), in order. */
+typedef struct seen_loss {
+  char reporter[80]; /* the worker whose task reported it */
+  char uri[80];      /* the worker that held it ("" in the report: the reporter) */
+  uint64_t shuffle_id;
+  int64_t map_id;
+  int32_t attempt;
+  bool unreachable;
+  bool merge; /* reported by a merge (a part), not a task */
+} seen_loss;
+#define MAX_SEEN_LOSSES 256
+static seen_loss seen_losses[MAX_SEEN_LOSSES];
+static atomic_int n_seen_losses;
+
+/* While set, every failed task's error text becomes "scrambled by the
+ * test": the driver must act on TaskDone.lost alone. */
+static atomic_bool scramble_errors;
+
+/* When set, the first merge that succeeds has its merged output dropped
+ * from its worker's store just before its end is reported (once): the
+ * driver publishes a merged output its live worker no longer holds. The
+ * output and the worker go into dropped_merged_*. */
+static atomic_bool drop_merged;
+static int64_t dropped_merged_map = -1;
+static int32_t dropped_merged_attempt = -1;
+static char dropped_merged_at[80];
 
 /* >= 0: the map task of that id has its output dropped from its worker's
  * store just before its end is reported (once): the driver holds an
@@ -64,17 +94,24 @@ static atomic_bool fail_map_hold;
  * placed. */
 static atomic_bool hold_reduces;
 
+/* While set, the same for the first attempts (0) of the stage-2 tasks
+ * only: their re-runs end as usual. */
+static atomic_bool hold_first_reduces;
+
 static inline bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
                            const char *error, const uint8_t *answer, int64_t answer_size) {
   done_hook *h = ctx;
-  if (atomic_load(&hold_reduces)) {
+  if (atomic_load(&hold_reduces) || atomic_load(&hold_first_reduces)) {
     Flightshuffle__Sched__TaskRef *ref =
         flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
     bool reduce = ref && ref->stage_id == 2;
+    bool first = reduce && ref->attempt == 0;
     if (ref) flightshuffle__sched__task_ref__free_unpacked(ref, NULL);
-    if (reduce) atomic_fetch_add(&h->held, 1);
+    bool held = reduce && (atomic_load(&hold_reduces) || (first && atomic_load(&hold_first_reduces)));
+    if (held) atomic_fetch_add(&h->held, 1);
     while (reduce && atomic_load(&hold_reduces)) sleep_ms(5);
-    if (reduce) atomic_fetch_sub(&h->held, 1);
+    while (first && atomic_load(&hold_first_reduces)) sleep_ms(5);
+    if (held) atomic_fetch_sub(&h->held, 1);
   }
   if (atomic_load(&h->gone)) return false;
   if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
@@ -82,6 +119,33 @@ static inline bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_siz
   Flightshuffle__Sched__TaskRef *ref =
       flightshuffle__sched__task_ref__unpack(NULL, (size_t)tag_size, tag);
   if (ref) map = ref->stage_id == 1 && ref->merge == 0;
+  const fsh_lost_output *lost = NULL;
+  int64_t n_lost = rc != 0 ? fsh_worker_task_lost(&lost) : 0;
+  for (int64_t i = 0; i < n_lost; i++) {
+    int at = atomic_fetch_add(&n_seen_losses, 1);
+    if (at >= MAX_SEEN_LOSSES) break;
+    seen_loss *x = &seen_losses[at];
+    snprintf(x->reporter, sizeof x->reporter, "%s", h->uri);
+    snprintf(x->uri, sizeof x->uri, "%s", lost[i].uri[0] ? lost[i].uri : h->uri);
+    x->shuffle_id = lost[i].shuffle_id;
+    x->map_id = lost[i].map_id;
+    x->attempt = lost[i].attempt;
+    x->unreachable = lost[i].unreachable;
+    x->merge = ref && ref->merge != 0;
+  }
+  if (rc != 0 && atomic_load(&scramble_errors)) error = "scrambled by the test";
+  bool dm = true;
+  if (ref && ref->merge && rc == 0 && atomic_compare_exchange_strong(&drop_merged, &dm, false)) {
+    fsh_map_output o = {0};
+    fsh_error e;
+    if (fsh_shuffle_put_result_decode(answer, answer_size, &o, &e) == 0) {
+      CHECK(fsh_store_drop(h->store, o.shuffle_id, o.map_id, o.attempt));
+      dropped_merged_map = o.map_id;
+      dropped_merged_attempt = o.attempt;
+      snprintf(dropped_merged_at, sizeof dropped_merged_at, "%s", h->uri);
+    }
+    fsh_map_output_reset(&o);
+  }
   int want = map && rc == 0 ? atomic_load(&drop_map) : -1;
   if (want >= 0 && ref->task == want && atomic_compare_exchange_strong(&drop_map, &want, -1)) {
     fsh_map_task_result r;
@@ -127,6 +191,7 @@ static inline void start_workers(cluster *c) {
     CHECK_OK(fsh_shuffle_worker_start(&o, &c->w[i], &err));
     if (!c->w[i]) continue;
     c->hook[i].store = fsh_shuffle_worker_store(c->w[i]);
+    c->hook[i].uri = fsh_shuffle_worker_uri(c->w[i]);
     fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]), false);
     fsh_sched_heartbeat_options ho = {.driver_uri = fsh_sched_driver_uri(c->d),
                                       .worker_uri = fsh_shuffle_worker_uri(c->w[i]),

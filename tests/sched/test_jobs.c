@@ -213,13 +213,17 @@ static void lost_worker_recomputes_its_maps(void) {
 /* One map output is dropped from its (live) worker's store just before its
  * end is reported: the reduces reading it -- on that very worker (a local
  * read) or elsewhere (over Flight) -- report exactly that output lost by a
- * worker that answered; the driver recomputes exactly that map, retries
- * them, leaves every worker alive, and the result is the reference's.
- * Run for several maps (the reduces land on the holder or not): *local /
- * *remote count the runs where a local / remote reader reported it; and
- * once incremental. */
-static void live_worker_output_lost_once(int32_t map, bool incremental, int *local,
-                                         int *remote) {
+ * worker that answered, in TaskDone.lost (recorded by the hook: the holder,
+ * the shuffle, the map and attempt, not unreachable); the driver
+ * recomputes exactly that map, retries the reduces (those that read it and
+ * had not failed yet at once), leaves every worker alive, and the result is
+ * the reference's. With scramble, every failed task's error text is
+ * replaced: the driver acts on TaskDone.lost alone (text parsing would
+ * count failures and end the job, or lose the worker). Run for several
+ * maps (the reduces land on the holder or not): *local / *remote count the
+ * runs where a local / remote reader reported it; and once incremental. */
+static void live_worker_output_lost_once(int32_t map, bool incremental, bool scramble,
+                                         int *local, int *remote) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 3000, true);
@@ -228,9 +232,12 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, int *loc
   j.reduces = 6;
   j.rows = 6 * 5000;
   j.incremental = incremental;
+  atomic_store(&n_seen_losses, 0);
+  atomic_store(&scramble_errors, scramble);
   atomic_store(&drop_map, map);
   uint64_t id = submit(&c, &j);
   CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 30000, &err));
+  atomic_store(&scramble_errors, false);
   CHECK_EQ_INT(atomic_load(&drop_map), -1);
   atomic_store(&drop_map, -1);
   fsh_sched_job_status s;
@@ -246,16 +253,34 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, int *loc
                   strstr(s.recomputed[0].reason, "reported missing"), "%s",
               s.recomputed[0].reason);
   }
-  char want[64];
+  /* the structured reports: exactly that output, at the worker that held it */
+  int n = atomic_load(&n_seen_losses);
+  CHECK(n >= 1 && n <= MAX_SEEN_LOSSES);
+  const char *holder = n >= 1 ? seen_losses[0].uri : "";
+  uint64_t shuffle = n >= 1 ? seen_losses[0].shuffle_id : 0; /* the driver's (job, stage) id */
+  CHECK(shuffle != 0);
+  for (int i = 0; i < n && i < MAX_SEEN_LOSSES; i++) {
+    const seen_loss *x = &seen_losses[i];
+    CHECK_MSG(x->map_id == map && x->attempt == 0 && x->shuffle_id == shuffle && !x->unreachable &&
+                  !x->merge && strcmp(x->uri, holder) == 0,
+              "reported lost by %s: %s shuffle %llu map %lld attempt %d%s", x->reporter, x->uri,
+              (unsigned long long)x->shuffle_id, (long long)x->map_id, x->attempt,
+              x->unreachable ? " (unreachable)" : "");
+    if (strcmp(x->reporter, x->uri) == 0) ++*local;
+    else ++*remote;
+  }
+  /* the retried reduces: a reader that reported it (its text, or the
+   * scrambled one), or one retried at once because it reads it */
+  char want[64], at_once[160];
   snprintf(want, sizeof want, "lost map outputs [map/attempt %d/0] (", map);
+  snprintf(at_once, sizeof at_once, "(stage 1) map %d attempt 0 on live worker %s", map, holder);
   int named = 0;
   for (int32_t i = 0; i < s.n_retried; i++) {
     const char *r = s.retried[i].reason;
-    CHECK_MSG(s.retried[i].stage_id == 2 && strstr(r, want), "retried: stage %u task %d: %s",
-              s.retried[i].stage_id, s.retried[i].task, r);
-    named++;
-    if (strstr(r, "reader's own store")) ++*local;
-    else if (strstr(r, "NOT_FOUND")) ++*remote;
+    bool reported = strstr(r, scramble ? "scrambled by the test" : want) != NULL;
+    CHECK_MSG(s.retried[i].stage_id == 2 && (reported || strstr(r, at_once)),
+              "retried: stage %u task %d: %s", s.retried[i].stage_id, s.retried[i].task, r);
+    named += reported;
   }
   CHECK(named >= 1);
   fsh_sched_job_status_reset(&s);
@@ -270,11 +295,11 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, int *loc
 static void live_worker_output_lost(void) {
   int local = 0, remote = 0;
   for (int32_t m = 0; m < 6 && !(local && remote); m++)
-    live_worker_output_lost_once(m, false, &local, &remote);
+    live_worker_output_lost_once(m, false, true, &local, &remote);
   int any = 0;
-  live_worker_output_lost_once(2, true, &any, &any); /* reduces started before the loss */
-  fprintf(stderr, "  reported lost by a local reader %d time(s), a remote one %d\n", local,
-          remote);
+  live_worker_output_lost_once(2, true, false, &any, &any); /* reduces started before the loss */
+  fprintf(stderr, "  reported lost (TaskDone.lost) by a local reader %d time(s), a remote one "
+          "%d\n", local, remote);
   CHECK_MSG(local >= 1 && remote >= 1, "local %d, remote %d", local, remote);
 }
 
@@ -860,6 +885,110 @@ static void incremental_many_reducers_per_worker(void) {
   stop_cluster(&c);
 }
 
+/* The summary of a job that succeeds while attempts of it still run: every
+ * first reduce attempt is held in its worker's task-done hook (the worker
+ * runs it still); a worker running one is declared dead (it is alive), so
+ * its maps are recomputed and every reduce -- each reads one of its
+ * outputs -- is retried; the re-runs end and the job succeeds while the
+ * first attempts are still held (orphans, their cancels sent). The summary
+ * then says: succeeded, verified, every task done, none running; the
+ * victim's maps recomputed; each reduce's first attempt retried with the
+ * reason; the text form too. Once the orphans are let go, their late ends
+ * change nothing (the job is over), nothing hangs, nothing leaks. */
+static void succeeded_with_attempts_running(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 60000, true);
+  wait_alive(&c, N_WORKERS);
+  fsh_sched_shuffle_job j = JOB;
+  atomic_store(&hold_first_reduces, true);
+  uint64_t id = submit(&c, &j);
+  int held = 0;
+  for (int t = 0; t < 4000 && held < j.reduces; t++) {
+    held = 0;
+    for (int i = 0; i < N_WORKERS; i++) held += atomic_load(&c.hook[i].held);
+    if (held < j.reduces) sleep_ms(5);
+  }
+  CHECK_EQ_INT(held, j.reduces);
+  int victim = -1;
+  for (int i = 0; i < N_WORKERS && victim < 0; i++)
+    if (atomic_load(&c.hook[i].held) > 0) victim = i;
+  CHECK(victim >= 0);
+  const char *vuri = victim >= 0 ? fsh_shuffle_worker_uri(c.w[victim]) : "";
+  fsh_shuffle_store_stats vs = {0};
+  if (victim >= 0) fsh_shuffle_store_get_stats(c.hook[victim].store, &vs);
+  if (victim >= 0)
+    CHECK_OK(fsh_sched_driver_declare_dead(c.d, vuri, "declared by the test", &err));
+  /* the re-runs end: the job succeeds, the first attempts still held */
+  fsh_sched_job_status s = {0};
+  int state = FSH_SCHED_JOB_RUNNING;
+  for (int t = 0; t < 3000 && state == FSH_SCHED_JOB_RUNNING; t++) {
+    fsh_sched_job_status_reset(&s);
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+    state = s.state;
+    if (state == FSH_SCHED_JOB_RUNNING) sleep_ms(10);
+  }
+  held = 0;
+  for (int i = 0; i < N_WORKERS; i++) held += atomic_load(&c.hook[i].held);
+  CHECK_MSG(held == j.reduces, "%d first attempts still held at the end, of %d", held,
+            j.reduces);
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  CHECK_EQ_INT(s.n_stages, 2);
+  for (int32_t x = 0; x < s.n_stages; x++) {
+    CHECK_EQ_INT(s.stages[x].tasks_done, s.stages[x].tasks_total);
+    CHECK_EQ_INT(s.stages[x].tasks_running, 0);
+  }
+  /* recomputed: the victim's maps (as many as it held), for that reason */
+  CHECK(s.n_recomputed >= 1 && s.n_recomputed <= vs.map_outputs);
+  for (int32_t i = 0; i < s.n_recomputed; i++)
+    CHECK(s.recomputed[i].stage_id == 1 && strstr(s.recomputed[i].reason, vuri) &&
+          strstr(s.recomputed[i].reason, "declared by the test"));
+  /* every reduce's first attempt retried, naming the victim */
+  int first_retried = 0;
+  for (int32_t i = 0; i < s.n_retried; i++) {
+    const fsh_sched_task_event *e = &s.retried[i];
+    CHECK_MSG(e->stage_id == 2 && e->attempt == 0 && strstr(e->reason, vuri), "retried: stage "
+              "%u task %d attempt %d: %s", e->stage_id, e->task, e->attempt, e->reason);
+    first_retried++;
+  }
+  CHECK_EQ_INT(first_retried, j.reduces);
+  int32_t retried = s.n_retried, recomputed = s.n_recomputed, ignored = s.n_ignored;
+  /* the text form */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  CHECK(f != NULL);
+  if (f) {
+    fsh_sched_job_status_print(&s, f);
+    fclose(f);
+  }
+  char want[64];
+  snprintf(want, sizeof want, "5/5 done, 0 running");
+  CHECK_MSG(text && strstr(text, ": succeeded after ") && strstr(text, want) &&
+                strstr(text, "verified yes") && strstr(text, "  retried: 5\n") &&
+                strstr(text, "declared by the test"), "%s", text ? text : "");
+  free(text);
+  fsh_sched_job_status_reset(&s);
+  /* the orphans let go: their late ends change nothing */
+  atomic_store(&hold_first_reduces, false);
+  for (int t = 0; t < 2000 && held > 0; t++) {
+    held = 0;
+    for (int i = 0; i < N_WORKERS; i++) held += atomic_load(&c.hook[i].held);
+    if (held) sleep_ms(5);
+  }
+  CHECK_EQ_INT(held, 0);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_EQ_INT(s.state, FSH_SCHED_JOB_SUCCEEDED);
+  CHECK(s.verified);
+  CHECK_EQ_INT(s.n_retried, retried);
+  CHECK_EQ_INT(s.n_recomputed, recomputed);
+  CHECK_EQ_INT(s.n_ignored, ignored);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"job_completes", job_completes},
@@ -876,6 +1005,7 @@ int main(int argc, char **argv) {
       {"finished_jobs_are_freed", finished_jobs_are_freed},
       {"superseded_attempt_cancelled", superseded_attempt_cancelled},
       {"dead_worker_running_reduce_noticed", dead_worker_running_reduce_noticed},
+      {"succeeded_with_attempts_running", succeeded_with_attempts_running},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }

@@ -4,18 +4,21 @@
  * of a crashed run removed at start (and nothing else), a corrupted spill
  * file detected on read over Flight and in-process (EIO naming worker, map
  * output and partition), a map output missing from a live worker's store
- * (local and remote readers name it as lost), an output finished after
+ * (local and remote readers name it as lost, and report it to their
+ * worker task), an output finished after
  * its shuffle's release dropped, a peer that is gone (an error naming it), a spill
  * directory that vanished (a clean task error), a DoGet over map outputs
  * of different schemas refused, and the ticket codec. */
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <flightshuffle/flight.h>
 
 #include "ipc/sample_batches.h"
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
+#include "shuffle/worker_internal.h" /* fsh_worker_tasks: reads run as worker tasks */
 
 static fsh_shuffle_worker *start_worker(const char *const *dirs, int n_dirs, int64_t limit) {
   fsh_error err = {{0}};
@@ -296,10 +299,63 @@ static void corruption_detected(void) {
   stu_rmdir(dir);
 }
 
+/* A read of a partition run as a worker task (worker_tasks.c), keeping
+ * what the reader reported lost to the task (fsh_worker_task_lost). */
+typedef struct task_read {
+  fsh_shuffle_backend *b;
+  const fsh_shuffle_spec *spec;
+  int32_t part;
+  const fsh_map_output *outs;
+  int64_t n;
+  int rc;
+  fsh_error err;
+  int64_t n_lost;
+  fsh_lost_output lost[4];
+  char uris[4][100];
+} task_read;
+
+static int task_read_run(void *arg, fsh_buffer **answer, fsh_error *err) {
+  (void)answer, (void)err;
+  task_read *x = arg;
+  x->rc = stu_read_rc(x->b, x->spec, x->part, x->outs, x->n, NULL, &x->err);
+  const fsh_lost_output *l = NULL;
+  x->n_lost = fsh_worker_task_lost(&l);
+  for (int64_t i = 0; i < x->n_lost && i < 4; i++) {
+    x->lost[i] = l[i];
+    snprintf(x->uris[i], sizeof x->uris[i], "%s", l[i].uri);
+    x->lost[i].uri = x->uris[i];
+  }
+  return 0;
+}
+
+static void read_in_task(task_read *x) {
+  fsh_error err = {{0}};
+  fsh_worker_tasks *t = NULL;
+  CHECK_OK(fsh_worker_tasks_new(&t));
+  if (!t) return;
+  uint64_t id = 0;
+  CHECK_OK(fsh_worker_tasks_start(t, task_read_run, x, NULL, &id, &err));
+  bool done = false;
+  for (int i = 0; i < 3000 && !done; i++) {
+    fsh_buffer *a = NULL;
+    CHECK_OK(fsh_worker_tasks_poll(t, id, &done, &a, &err));
+    fsh_buffer_unref(a);
+    if (!done) {
+      struct timespec ts = {0, 10 * 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  CHECK(done);
+  fsh_worker_tasks_free(t);
+}
+
 /* One map output dropped from a live worker's store: a reader on that very
  * worker (local read) and one elsewhere (over Flight) both fail naming the
- * worker and exactly that output in the parseable "lost map outputs" form
- * the scheduler recomputes from; the outputs still held read unharmed. */
+ * worker and exactly that output in the "lost map outputs" form (for
+ * humans); run in a worker task, each reports exactly that output at that
+ * worker, not unreachable, to the task (what TaskDone.lost carries to the
+ * scheduler); outside a task nothing is recorded; the outputs still held
+ * read unharmed. */
 static void local_output_missing(void) {
   fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
   if (!w) return;
@@ -320,6 +376,23 @@ static void local_output_missing(void) {
             "local: rc %d: %s", rc, err.message);
   rc = stu_read_rc(remote, &p.spec, 1, outs, 3, NULL, &err);
   CHECK_MSG(rc != 0 && strstr(err.message, want), "over Flight: rc %d: %s", rc, err.message);
+  const fsh_lost_output *none = NULL;
+  CHECK_EQ_INT(fsh_worker_task_lost(&none), 0); /* not a task's thread */
+  /* the same reads as worker tasks: the structured report */
+  for (int k = 0; k < 2; k++) {
+    task_read x = {.b = k ? remote : local, .spec = &p.spec, .part = k, .outs = outs, .n = 3};
+    read_in_task(&x);
+    CHECK_MSG(x.rc != 0 && strstr(x.err.message, want), "%s: rc %d: %s", k ? "remote" : "local",
+              x.rc, x.err.message);
+    CHECK_EQ_INT(x.n_lost, 1);
+    if (x.n_lost == 1)
+      CHECK_MSG(strcmp(x.lost[0].uri, uri) == 0 && x.lost[0].shuffle_id == 23 &&
+                    x.lost[0].map_id == 1 && x.lost[0].attempt == 0 && !x.lost[0].unreachable,
+                "%s: reported %s shuffle %llu map %lld attempt %d%s", k ? "remote" : "local",
+                x.lost[0].uri, (unsigned long long)x.lost[0].shuffle_id,
+                (long long)x.lost[0].map_id, x.lost[0].attempt,
+                x.lost[0].unreachable ? " unreachable" : "");
+  }
   /* the outputs still held read (only map 0 and map 2, both ways) */
   fsh_map_output kept[2] = {outs[0], outs[2]};
   int64_t rows_local = 0, rows_remote = 0;
@@ -396,7 +469,8 @@ static void released_while_writing(void) {
   stu_rmdir(dir);
 }
 
-/* Two workers; one stops: reading from it fails naming it; the other's
+/* Two workers; one stops: reading from it fails naming it (in a worker
+ * task: its output reported lost, the worker unreachable); the other's
  * map outputs still read. */
 static void peer_gone(void) {
   fsh_shuffle_worker *w0 = start_worker(NULL, 0, 1 << 30), *w1 = start_worker(NULL, 0, 1 << 30);
@@ -416,6 +490,16 @@ static void peer_gone(void) {
   fsh_map_output src[2] = {p.maps[0].out, p.maps[1].out};
   int rc = stu_read_rc(remote, &p.spec, 0, src, 2, NULL, &err);
   CHECK_MSG(rc != 0 && strstr(err.message, gone), "rc %d: %s", rc, err.message);
+  /* run as a worker task: the gone peer's output reported, unreachable */
+  task_read x = {.b = remote, .spec = &p.spec, .part = 0, .outs = src, .n = 2};
+  read_in_task(&x);
+  CHECK(x.rc != 0);
+  CHECK_EQ_INT(x.n_lost, 1);
+  if (x.n_lost == 1)
+    CHECK_MSG(strcmp(x.lost[0].uri, gone) == 0 && x.lost[0].map_id == 1 &&
+                  x.lost[0].attempt == p.maps[1].out.attempt && x.lost[0].unreachable,
+              "reported %s map %lld attempt %d%s", x.lost[0].uri, (long long)x.lost[0].map_id,
+              x.lost[0].attempt, x.lost[0].unreachable ? " unreachable" : "");
   int only0[] = {0};
   stu_check_partition(remote, &p, 1, only0, 1, "flight remote");
   CHECK_OK(fsh_shuffle_release(remote, 12, &err)); /* w0 only among the peers given */
