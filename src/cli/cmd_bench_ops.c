@@ -38,6 +38,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +71,7 @@ typedef struct ops_opts {
   bool run_plan[2]; /* sort, join_group_by */
   ops_corrupt corrupt;
   int64_t runs, workers, partitions, threads, memory_limit;
+  int64_t sort_partitions; /* 0: partitions */
   int64_t operator_memory; /* > 0: also the spilling runs */
   const char *spill_dir;   /* theirs (a temporary directory) */
 } ops_opts;
@@ -355,7 +359,8 @@ static int usage_ops(void) {
   fprintf(stderr,
           "usage: flightshuffle bench ops [--sort-rows N | --sort-bytes BYTES] [--left-rows N]\n"
           "           [--right-rows N] [--plans sort,join_group_by] [--runs K] [--workers N]\n"
-          "           [--partitions P] [--threads T] [--memory-limit BYTES] [--spill-dir DIR]\n"
+          "           [--partitions P] [--sort-partitions P] [--threads T]\n"
+          "           [--memory-limit BYTES] [--spill-dir DIR]\n"
           "           [--direct-reads on|off] [--operator-memory BYTES]\n"
           "           [--corrupt none|order|drop|duplicate|change]\n"
           "  a distributed sort of the synthetic table and a partitioned hash join +\n"
@@ -372,8 +377,10 @@ static int usage_ops(void) {
           "  --operator-memory also runs both on\n"
           "  the memory backend with spilling operators bounded to BYTES, beside the\n"
           "  unbounded run (time ratio).\n"
-          "  full size on a 2-core / 24 GiB machine:\n"
-          "    --sort-bytes 4G --left-rows 100000000 --right-rows 10000000 --runs 3\n");
+          "  full size on a 2-core / 24 GiB machine (--sort-partitions 32: 8 concurrent\n"
+          "  local sorts of 4 GiB / 8 would need ~12 GB):\n"
+          "    --sort-bytes 4G --sort-partitions 32 --left-rows 100000000\n"
+          "    --right-rows 10000000 --runs 3\n");
   return 2;
 }
 
@@ -408,6 +415,8 @@ int cmd_bench_ops(int argc, char **argv) {
     else if (strcmp(a, "--workers") == 0 || strcmp(a, "--flight-workers") == 0)
       ok = ok && cli_parse_int(v, 1, LOCAL_MAX_WORKERS, &o.workers);
     else if (strcmp(a, "--partitions") == 0) ok = ok && cli_parse_int(v, 1, 4096, &o.partitions);
+    else if (strcmp(a, "--sort-partitions") == 0)
+      ok = ok && cli_parse_int(v, 1, 4096, &o.sort_partitions);
     else if (strcmp(a, "--threads") == 0) ok = ok && cli_parse_int(v, 1, 64, &o.threads);
     else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
     else if (strcmp(a, "--spill-dir") == 0) cluster_spill = v;
@@ -422,7 +431,7 @@ int cmd_bench_ops(int argc, char **argv) {
     i++;
   }
   char sort_json[2048], sort_scan[1024], join_json[4096], join_scans[1024];
-  int P = (int)o.partitions;
+  int P = (int)o.partitions, SP = o.sort_partitions > 0 ? (int)o.sort_partitions : P;
   if (o.sort_bytes > 0) {
     /* the synthetic rows' bytes from the first 2^20 of them (the same seed) */
     enum { PROBE_ROWS = 1 << 20 };
@@ -441,7 +450,7 @@ int cmd_bench_ops(int argc, char **argv) {
   snprintf(sort_scan, sizeof sort_scan,
            "{\"partitions\": %d, \"nodes\": [{\"op\": \"scan\", \"generate\": \"synthetic\", "
            "\"rows\": %" PRId64 ", \"batch_rows\": 8192, \"partitions\": %d, \"seed\": 7}",
-           P, o.sort_rows, P);
+           SP, o.sort_rows, SP);
   snprintf(sort_json, sizeof sort_json, "%s, {\"op\": \"sort\", \"keys\": [\"key\"]}]}",
            sort_scan);
   strcat(sort_scan, "]}");
@@ -550,10 +559,11 @@ int cmd_bench_ops(int argc, char **argv) {
     goto done;
   }
 
-  printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions; "
+  printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions "
+         "(the sort: %d); "
          "memory: in this process, %" PRId64 " map thread(s); fs and flight: a local cluster "
          "of %d worker processes (driver %s, direct reads %s)\n",
-         o.runs, P, o.threads, c.n, fsh_sched_driver_uri(c.driver),
+         o.runs, P, SP, o.threads, c.n, fsh_sched_driver_uri(c.driver),
          no_direct_reads ? "off" : "on");
   for (int i = 0; i < c.n; i++)
     printf("  worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
@@ -687,6 +697,11 @@ int cmd_bench_ops(int argc, char **argv) {
             status = cli_fail(1, "bench ops: %s spilling on memory: %s", names[w], err.message);
         }
         fsh_plan_result_reset(&kept);
+#ifdef __GLIBC__
+        /* give the freed heap of an in-process run back before the cluster's
+         * runs (a 4 GiB sort leaves GBs in malloc's arenas otherwise) */
+        if (k == 0) malloc_trim(0);
+#endif
       }
     }
     if (rc) break;

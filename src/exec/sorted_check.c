@@ -74,9 +74,8 @@ void fsh_sorted_check_free(fsh_sorted_check *c) {
   fsh_free(c);
 }
 
-/* The first row of b[from, n) whose keys sort before the previous row's
- * (row from - 1 of b, or prev's last row when from is 0 and prev is set),
- * or -1. */
+/* The first row of b whose keys sort before the previous row's (row i - 1
+ * of b, or for row 0 prev's last row when prev has rows), or -1. */
 static int first_disorder(const fsh_sorted_check *c, const fsh_batch *prev, const fsh_batch *b,
                           int64_t *row, fsh_error *err) {
   *row = -1;
@@ -89,8 +88,20 @@ static int first_disorder(const fsh_sorted_check *c, const fsh_batch *prev, cons
         fsh_row_keys_compare(pk, prev->length - 1, rk, 0) > 0)
       *row = 0;
   }
-  for (int64_t i = 1; rc == 0 && *row < 0 && i < b->length; i++)
-    if (fsh_row_keys_compare(rk, i - 1, rk, i) > 0) *row = i;
+  const fsh_field *f = &b->schema->fields[c->key_cols[0]];
+  const fsh_array *a = b->columns[c->key_cols[0]];
+  if (rc == 0 && *row < 0 && c->n_keys == 1 && f->type == FSH_TYPE_INT64 && !f->dictionary &&
+      (!a->buffers[0] || a->null_count == 0)) {
+    /* one plain int64 key without nulls (a sort's usual case): the values
+     * directly */
+    const int64_t *v = (const int64_t *)(const void *)a->buffers[1]->data + a->offset;
+    bool desc = c->order[0].descending;
+    for (int64_t i = 1; *row < 0 && i < b->length; i++)
+      if (desc ? v[i - 1] < v[i] : v[i - 1] > v[i]) *row = i;
+  } else {
+    for (int64_t i = 1; rc == 0 && *row < 0 && i < b->length; i++)
+      if (fsh_row_keys_compare(rk, i - 1, rk, i) > 0) *row = i;
+  }
   fsh_row_keys_free(rk);
   fsh_row_keys_free(pk);
   return rc;
