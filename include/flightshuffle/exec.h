@@ -821,6 +821,16 @@ typedef enum fsh_plan_order { FSH_PLAN_ORDER_NONE = 0, FSH_PLAN_ORDER_EXACT, FSH
 fsh_plan_order fsh_plan_output_order(const fsh_plan *p, int32_t *n_keys, const int32_t **key_cols,
                                      bool *rows_determined);
 
+/* A consumer of a result as it streams (fsh_plan_run_options.sink,
+ * fsh_plan_job_result_stream), so that a large result need not be held:
+ * called with every non-empty batch of partition `partition`, partitions
+ * in order, batches in order (b borrowed: the sink takes a reference to
+ * keep it); and with b NULL when partition `partition` begins -- again
+ * when its read is retried (fsh_plan_job_result_stream), after which
+ * whatever the sink was given of that partition before is void. A
+ * non-zero return (an errno code, err set) ends the run with it. */
+typedef int (*fsh_plan_sink)(void *arg, int32_t partition, fsh_batch *b, fsh_error *err);
+
 typedef struct fsh_plan_run_options {
   fsh_shuffle_backend *backend; /* NULL: a memory backend of the run's own */
   bool reference;               /* one partition, no exchange */
@@ -858,6 +868,11 @@ typedef struct fsh_plan_run_options {
   int64_t operator_memory;
   const char *const *spill_dirs;
   int n_spill_dirs;
+  /* Streaming the result: when sink is set, the result's batches go to it
+   * (fsh_plan_sink) instead of into out->batches, which stays empty;
+   * out->rows and out->partition_batches still count them. */
+  fsh_plan_sink sink;
+  void *sink_arg;
 } fsh_plan_run_options;
 
 typedef struct fsh_plan_result {
@@ -1037,6 +1052,50 @@ FSH_NODISCARD int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_option
 FSH_NODISCARD int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s,
                                       fsh_shuffle_backend *b, fsh_plan_result *out,
                                       fsh_error *err);
+/* The same, each partition's batches given to sink (fsh_plan_sink; a
+ * partition whose read failed part way is read again, after sink(arg,
+ * part, NULL) says so) instead of held; *rows (may be NULL): the rows
+ * given. Nothing is kept here. */
+FSH_NODISCARD int fsh_plan_job_result_stream(const fsh_plan *p, const fsh_sched_job_status *s,
+                                             fsh_shuffle_backend *b, fsh_plan_sink sink,
+                                             void *sink_arg, int64_t *rows, fsh_error *err);
+
+/* ---- checking a streamed result -------------------------------------------
+ *
+ * fsh_plan_batch_checksum: adds the order-independent row checksum of b's
+ * rows to *sum -- per row a hash of its values (every column), summed mod
+ * 2^64; what plan-fragment tasks report per partition (the definition is
+ * atop plan_checksum.c). A changed, dropped or duplicated row changes it;
+ * row order and batching do not. On error *sum is unchanged. */
+FSH_NODISCARD int fsh_plan_batch_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err);
+
+/* fsh_sorted_check: the properties that make a stream of batches a sort of
+ * an input, checked as it streams, without holding it: its row count and
+ * fsh_plan_batch_checksum (compared by the caller with the input's: equal
+ * means the same multiset of rows) and that the key columns never
+ * decrease (fsh_row_keys_compare under `order`) from one row to the next
+ * across the whole stream -- within a batch, across batches and across
+ * partitions. fsh_sorted_check_sink is an fsh_plan_sink (arg: the check):
+ * a partition that begins again (b NULL for a partition already begun)
+ * rolls the check back to where that partition began. */
+typedef struct fsh_sorted_check fsh_sorted_check;
+/* key_cols[0, n_keys) of schema (borrowed, copied), order NULL: ascending,
+ * nulls last. EINVAL for a key out of range. */
+FSH_NODISCARD int fsh_sorted_check_new(const fsh_schema *schema, const int32_t *key_cols,
+                                       int n_keys, const fsh_sort_key *order,
+                                       fsh_sorted_check **out, fsh_error *err);
+void fsh_sorted_check_free(fsh_sorted_check *c); /* NULL accepted */
+int fsh_sorted_check_sink(void *check, int32_t partition, fsh_batch *b, fsh_error *err);
+typedef struct fsh_sorted_check_result {
+  int64_t rows;
+  uint64_t checksum;
+  int64_t batches;
+  /* the first row (0-based, in the whole stream) whose keys sort before
+   * the previous row's, its partition; -1 when the stream is in order */
+  int64_t disorder_row;
+  int32_t disorder_partition;
+} fsh_sorted_check_result;
+void fsh_sorted_check_get(const fsh_sorted_check *c, fsh_sorted_check_result *out);
 
 
 #ifdef __cplusplus

@@ -179,10 +179,12 @@ void cli_local_reap(cli_local *c);
  * releases the result shuffle. *s: the job's final status when it was
  * taken (also on failure; the caller resets it), *secs: submit to the
  * job's end. 0; else an errno code + err ("the job failed: ...") and *res
- * empty. */
+ * empty. With sink set the result streams into it instead
+ * (fsh_plan_job_result_stream): *res holds only its rows. */
 int cli_plan_cluster_job(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
-                         bool progress, fsh_sched_job_status *s, fsh_plan_result *res,
-                         double *secs, fsh_error *err);
+                         bool progress, fsh_plan_sink sink, void *sink_arg,
+                         fsh_sched_job_status *s, fsh_plan_result *res, double *secs,
+                         fsh_error *err);
 
 /* Prints "flightshuffle: <message>" to stderr; returns status. */
 int cli_fail(int status, const char *fmt, ...) FSH_PRINTF(2, 3);

@@ -291,8 +291,9 @@ static int print_summary(const fsh_plan *p, const char *path, const char *backen
  * or the fs directory (each partition checked against its tasks' row
  * checksums), then the result shuffle released. */
 int cli_plan_cluster_job(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
-                         bool progress, fsh_sched_job_status *s, fsh_plan_result *res,
-                         double *secs, fsh_error *err) {
+                         bool progress, fsh_plan_sink sink, void *sink_arg,
+                         fsh_sched_job_status *s, fsh_plan_result *res, double *secs,
+                         fsh_error *err) {
   memset(s, 0, sizeof *s);
   memset(res, 0, sizeof *res);
   *secs = 0;
@@ -330,7 +331,9 @@ int cli_plan_cluster_job(cli_local *c, const fsh_plan *p, const fsh_buffer *plan
   fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = n_peers};
   if (rc == 0)
     rc = fs ? fsh_shuffle_fs_new(c->fs_dir, &b, err) : fsh_shuffle_flight_new(&fo, &b, err);
-  if (rc == 0) rc = fsh_plan_job_result(p, s, b, res, err);
+  if (rc == 0)
+    rc = sink ? fsh_plan_job_result_stream(p, s, b, sink, sink_arg, &res->rows, err)
+              : fsh_plan_job_result(p, s, b, res, err);
   fsh_error rerr;
   int rel = 0;
   if (b && s->n_result > 0 && (rel = fsh_shuffle_release(b, s->result[0].shuffle_id, &rerr)) != 0 &&
@@ -380,7 +383,7 @@ static int run_on_cluster(const fsh_plan *p, const cluster_run *r) {
   fsh_sched_job_status s;
   fsh_plan_result res;
   double secs = 0;
-  rc = cli_plan_cluster_job(&c, p, plan, fs, true, &s, &res, &secs, &err);
+  rc = cli_plan_cluster_job(&c, p, plan, fs, true, NULL, NULL, &s, &res, &secs, &err);
   fsh_buffer_unref(plan);
   if (rc == 130) {
     fprintf(stderr, "flightshuffle: run: %s, stopping the cluster\n",

@@ -211,3 +211,8 @@ int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
   if (!rc) *sum += s;
   return rc;
 }
+
+int fsh_plan_batch_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
+  if (!b || !sum) return fsh_error_set(err, EINVAL, "row checksum: NULL argument");
+  return plan_row_checksum(b, sum, err);
+}

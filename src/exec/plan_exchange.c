@@ -227,8 +227,8 @@ static int run_group(run_ctx *c, const plan_node *x, const xdest *d, xshared *sh
     }
     for (;;) {
       fsh_batch *b = NULL;
-      if (sh->holds) {
-        if (k < sh->h.n[i]) b = fsh_batch_ref(sh->h.batches[i][k++]);
+      if (sh->holds) { /* moved out: map i's rows are not held past their writing */
+        if (k < sh->h.n[i]) b = sh->h.batches[i][k], sh->h.batches[i][k++] = NULL;
       } else if ((rc = st.get_next(&st, &b, err)) != 0) {
         break;
       }

@@ -475,6 +475,9 @@ static int op_next_inner(ostate *s, fsh_batch **out, fsh_error *err) {
       FSH_RETURN_NOT_OK(drain(s, &s->in, err));
       if (!s->n_held) return 0;
       FSH_RETURN_NOT_OK(fsh_concat(s->held, s->n_held, &b, err));
+      /* the input is in b now: not held twice while it is sorted */
+      for (int64_t i = 0; i < s->n_held; i++) fsh_batch_unref(s->held[i]);
+      s->n_held = 0;
       rc = fsh_sort_batch(b, n->keys, n->n_keys, n->sort_order, out, err);
       fsh_batch_unref(b);
       return rc;

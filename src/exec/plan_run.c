@@ -58,6 +58,29 @@ static int spill_summary(run_ctx *c, fsh_error *err) {
   return 0;
 }
 
+int plan_collect_sink(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
+  plan_collect *col = arg;
+  fsh_plan_result *out = col->out;
+  if (!b) { /* (re)starts: drop what the partition had */
+    for (; out->partition_batches[part] > 0; out->partition_batches[part]--) {
+      fsh_batch *x = out->batches[--out->n_batches];
+      out->rows -= x->length;
+      fsh_batch_unref(x);
+    }
+    return 0;
+  }
+  if (out->n_batches == col->cap) {
+    int64_t nc = col->cap ? col->cap * 2 : 16;
+    fsh_batch **v = fsh_realloc(out->batches, (size_t)nc * sizeof *v);
+    if (!v) return fsh_error_set(err, ENOMEM, "out of memory");
+    out->batches = v, col->cap = nc;
+  }
+  out->batches[out->n_batches++] = fsh_batch_ref(b);
+  out->partition_batches[part]++;
+  out->rows += b->length;
+  return 0;
+}
+
 void fsh_plan_result_reset(fsh_plan_result *r) {
   if (!r) return;
   fsh_free(r->spill_summary);
@@ -103,34 +126,25 @@ int fsh_plan_run(const fsh_plan *p, const fsh_plan_run_options *o, fsh_plan_resu
   if (c.op_memory > 0) c.node_spill = fsh_calloc((size_t)p->n_nodes, sizeof *c.node_spill);
   if (!c.x || (c.op_memory > 0 && !c.node_spill)) rc = fsh_error_set(err, ENOMEM, "out of memory");
   const plan_node *root = p->nodes[p->n_nodes - 1];
-  int64_t cap = 0;
   int32_t np = plan_parts_of(&c, root);
   out->n_partitions = np;
   if (!rc && !(out->partition_batches = fsh_calloc((size_t)np, sizeof *out->partition_batches)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
+  plan_collect col = {.out = out};
+  fsh_plan_sink sink = o->sink ? o->sink : plan_collect_sink;
+  void *sink_arg = o->sink ? o->sink_arg : &col;
   for (int32_t part = 0; part < np && !rc; part++) {
     fsh_batch_stream st;
     if ((rc = plan_open_stream(&c, root->id, part, &st, err)) != 0) break;
-    for (;;) {
+    rc = sink(sink_arg, part, NULL, err);
+    while (!rc) {
       fsh_batch *b = NULL;
       if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
-      if (b->length == 0) {
-        fsh_batch_unref(b);
-        continue;
+      if (b->length > 0 && (rc = sink(sink_arg, part, b, err)) == 0 && o->sink) {
+        out->partition_batches[part]++;
+        out->rows += b->length;
       }
-      if (out->n_batches == cap) {
-        int64_t nc = cap ? cap * 2 : 16;
-        fsh_batch **v = fsh_realloc(out->batches, (size_t)nc * sizeof *v);
-        if (!v) {
-          fsh_batch_unref(b);
-          rc = fsh_error_set(err, ENOMEM, "out of memory");
-          break;
-        }
-        out->batches = v, cap = nc;
-      }
-      out->batches[out->n_batches++] = b;
-      out->partition_batches[part]++;
-      out->rows += b->length;
+      fsh_batch_unref(b);
     }
     st.release(&st);
   }

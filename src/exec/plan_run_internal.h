@@ -114,6 +114,15 @@ int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t
  * row's values (every column), summed mod 2^64; the definition is atop
  * plan_checksum.c. On error *sum is unchanged. */
 int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err);
+/* The fsh_plan_sink that collects a result into out (its batches,
+ * rows, partition_batches[n_partitions], allocated by the caller; a
+ * partition that begins again loses what it had). cap: out->batches'
+ * capacity. */
+typedef struct plan_collect {
+  fsh_plan_result *out;
+  int64_t cap;
+} plan_collect;
+int plan_collect_sink(void *arg, int32_t part, fsh_batch *b, fsh_error *err);
 /* Releases exchange xs's shuffle on every backend. */
 int plan_release_shuffle(run_ctx *c, const xstate *xs, fsh_error *err);
 

@@ -141,13 +141,13 @@ int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buff
   return rc;
 }
 
-/* Reads result partition `part` of s into out (its batches appended),
- * checked against what its tasks wrote. On error out is as it was. */
+/* Reads result partition `part` of s into sink (sink(part, NULL) first),
+ * checked against what its tasks wrote; *rows: the rows given. */
 static int read_result_partition(const plan_node *root, const fsh_sched_job_status *s,
-                                 fsh_shuffle_backend *b, int32_t part, int64_t *cap,
-                                 fsh_plan_result *out, fsh_error *err) {
+                                 fsh_shuffle_backend *b, int32_t part, fsh_plan_sink sink,
+                                 void *sink_arg, int64_t *rows, fsh_error *err) {
   const fsh_reduce_task *t = &s->result[part];
-  int64_t n0 = out->n_batches, rows0 = out->rows;
+  *rows = 0;
   fsh_map_output *ms = NULL;
   FSH_RETURN_NOT_OK(fsh_reduce_task_map_outputs(t, &ms, err));
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = t->n_partitions,
@@ -158,43 +158,23 @@ static int read_result_partition(const plan_node *root, const fsh_sched_job_stat
     fsh_free(ms);
     return rc;
   }
-  int64_t rows = 0;
   uint64_t sum = 0;
-  for (;;) {
+  rc = sink(sink_arg, part, NULL, err);
+  while (!rc) {
     fsh_batch *x = NULL;
     if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
-    rows += x->length;
-    if ((rc = plan_row_checksum(x, &sum, err)) != 0 || x->length == 0) {
-      fsh_batch_unref(x);
-      if (rc) break;
-      continue;
-    }
-    if (out->n_batches == *cap) {
-      int64_t nc = *cap ? *cap * 2 : 16;
-      fsh_batch **v = fsh_realloc(out->batches, (size_t)nc * sizeof *v);
-      if (!v) {
-        fsh_batch_unref(x);
-        rc = fsh_error_set(err, ENOMEM, "out of memory");
-        break;
-      }
-      out->batches = v, *cap = nc;
-    }
-    out->batches[out->n_batches++] = x;
-    out->rows += x->length;
+    *rows += x->length;
+    if ((rc = plan_row_checksum(x, &sum, err)) == 0 && x->length > 0)
+      rc = sink(sink_arg, part, x, err);
+    fsh_batch_unref(x);
   }
   st.release(&st);
   fsh_free(ms);
-  if (rc == 0 && (rows != s->result_rows[part] || sum != s->result_checksums[part]))
+  if (rc == 0 && (*rows != s->result_rows[part] || sum != s->result_checksums[part]))
     rc = fsh_error_set(err, EIO, "partition %d: %" PRId64 " rows read (row checksum %016"
                        PRIx64 "), its tasks wrote %" PRId64 " (%016" PRIx64 ")", (int)part,
-                       rows, sum, s->result_rows[part], s->result_checksums[part]);
-  if (rc) {
-    while (out->n_batches > n0) fsh_batch_unref(out->batches[--out->n_batches]);
-    out->rows = rows0;
-    return rc;
-  }
-  out->partition_batches[part] = out->n_batches - n0;
-  return 0;
+                       *rows, sum, s->result_rows[part], s->result_checksums[part]);
+  return rc;
 }
 
 /* A result partition's read is tried this many times, 200 ms apart: the
@@ -203,31 +183,46 @@ static int read_result_partition(const plan_node *root, const fsh_sched_job_stat
  * worker that is really gone fails every attempt and the error stands. */
 #define RESULT_READ_ATTEMPTS 3
 
-int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s, fsh_shuffle_backend *b,
-                        fsh_plan_result *out, fsh_error *err) {
-  memset(out, 0, sizeof *out);
+int fsh_plan_job_result_stream(const fsh_plan *p, const fsh_sched_job_status *s,
+                               fsh_shuffle_backend *b, fsh_plan_sink sink, void *sink_arg,
+                               int64_t *rows, fsh_error *err) {
+  if (rows) *rows = 0;
   const plan_node *root = p->nodes[p->n_nodes - 1];
   int32_t np = root->n_partitions;
   if (s->state != FSH_SCHED_JOB_SUCCEEDED || s->n_result != np)
     return fsh_error_set(err, EINVAL, "plan job %" PRIu64 ": %s with %d result partitions; the "
                          "plan has %d", s->job_id, fsh_sched_job_state_name(s->state),
                          s->n_result, (int)np);
-  out->n_partitions = np;
-  int64_t cap = 0;
   int rc = 0;
-  if (!(out->partition_batches = fsh_calloc((size_t)np, sizeof *out->partition_batches)))
-    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  int64_t total = 0;
   for (int32_t part = 0; rc == 0 && part < np; part++) {
+    int64_t n = 0;
     for (int attempt = 1;; attempt++) {
-      rc = read_result_partition(root, s, b, part, &cap, out, err);
+      rc = read_result_partition(root, s, b, part, sink, sink_arg, &n, err);
       if (rc == 0 || rc == ENOMEM || attempt == RESULT_READ_ATTEMPTS) break;
       struct timespec ts = {0, 200 * 1000000L};
       nanosleep(&ts, NULL);
     }
+    total += n;
   }
+  if (rc) return fsh_error_prefix(err, rc, "plan job %" PRIu64 ": reading the result: ", s->job_id);
+  if (rows) *rows = total;
+  return 0;
+}
+
+int fsh_plan_job_result(const fsh_plan *p, const fsh_sched_job_status *s, fsh_shuffle_backend *b,
+                        fsh_plan_result *out, fsh_error *err) {
+  memset(out, 0, sizeof *out);
+  const plan_node *root = p->nodes[p->n_nodes - 1];
+  int32_t np = root->n_partitions;
+  out->n_partitions = np;
+  if (!(out->partition_batches = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *out->partition_batches)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  plan_collect col = {.out = out};
+  int rc = fsh_plan_job_result_stream(p, s, b, plan_collect_sink, &col, NULL, err);
   if (rc) {
     fsh_plan_result_reset(out);
-    return fsh_error_prefix(err, rc, "plan job %" PRIu64 ": reading the result: ", s->job_id);
+    return rc;
   }
   out->schema = fsh_schema_ref(root->schema);
   return 0;

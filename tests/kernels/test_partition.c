@@ -158,6 +158,10 @@ static fsh_batch *project(fsh_batch *b, const int32_t *cols, int n) {
   return p;
 }
 
+/* check_range's boundaries: only rows whose "i" is valid (the int64 fast
+ * path of fsh_partition_range takes boundaries without nulls). */
+static bool g_valid_bounds;
+
 /* Partition with keys/order, `nb` boundaries sampled from the data and
  * sorted by the reference; compare every row with the reference count. */
 static void check_range(fsh_batch *data, const int32_t *keys, const int *ref_keys, int n_keys,
@@ -169,7 +173,10 @@ static void check_range(fsh_batch *data, const int32_t *keys, const int *ref_key
   g_nkeys = n_keys;
   uint64_t st = seed;
   int64_t sample[512];
-  for (int k = 0; k < nb; k++) sample[k] = (int64_t)(kh_rand(&st) % ROWS);
+  for (int k = 0; k < nb; k++) {
+    sample[k] = (int64_t)(kh_rand(&st) % ROWS);
+    if (g_valid_bounds && !R.iv[sample[k]]) k--; /* boundaries of valid "i" values only */
+  }
   qsort(sample, (size_t)nb, sizeof sample[0], qsort_cmp);
   fsh_batch *proj = project(data, bound_cols, n_keys), *bounds = NULL;
   CHECK_OK(fsh_take(proj, sample, nb, &bounds, &err));
@@ -184,6 +191,27 @@ static void check_range(fsh_batch *data, const int32_t *keys, const int *ref_key
   }
   fsh_batch_unref(bounds);
   fsh_batch_unref(proj);
+}
+
+/* The single plain int64 key (fsh_partition_range's direct path): rows
+ * with nulls, INT64_MIN / MAX and duplicates; boundaries without nulls,
+ * few (counted) and many (binary search), every order; and the same key
+ * with boundaries holding nulls (the general path) -- all against the
+ * reference. */
+static void test_range_int64_key(void) {
+  fsh_batch *data = make_data(43);
+  fsh_sort_key orders[4] = {{false, false}, {true, false}, {false, true}, {true, true}};
+  int32_t k1[] = {0};
+  int r1[] = {0};
+  const int counts[] = {1, 2, 7, 64, 65, 200, 511};
+  for (int o = 0; o < 4; o++)
+    for (int c = 0; c < 7; c++) {
+      g_valid_bounds = true;
+      check_range(data, k1, r1, 1, &orders[o], counts[c], k1, 100 + (uint64_t)(o * 7 + c));
+      g_valid_bounds = false;
+      check_range(data, k1, r1, 1, &orders[o], counts[c], k1, 200 + (uint64_t)(o * 7 + c));
+    }
+  fsh_batch_unref(data);
 }
 
 static void test_range_against_reference(void) {
@@ -295,5 +323,6 @@ static void test_range_types_and_errors(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_hash_partitions), TEST(test_random_partitions),
-              TEST(test_range_against_reference), TEST(test_range_types_and_errors),
+              TEST(test_range_against_reference), TEST(test_range_int64_key),
+              TEST(test_range_types_and_errors),
               TEST(test_row_keys_against_reference))

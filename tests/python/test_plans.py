@@ -8,6 +8,7 @@ the operator and the column; with --operator-memory the sorts, aggregates
 and joins spill to --operator-spill-dir, still verify, and leave it empty."""
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -330,9 +331,13 @@ def test_bench_ops_small():
             assert float(res[f"{w}_flight_vs_{base}"]) > 0
     # every run of a plan printed the same checksum (the memory backend's)
     for w in ["sort", "join_group_by"]:
-        sums = {l.split("checksum=")[1] for l in r.stdout.splitlines()
+        sums = {l.split("checksum=")[1].split()[0] for l in r.stdout.splitlines()
                 if l.strip().startswith("run ") and f" {w} " in l}
         assert len(sums) == 1, sums
+        if w == "sort":  # the input's (the sort's stream is checked against it), in order
+            assert sums == set(re.findall(r"input checksum=([0-9a-f]{16})", r.stdout)), r.stdout
+            assert all("  in order (" in l for l in r.stdout.splitlines()
+                       if l.strip().startswith("run ") and " sort " in l), r.stdout
         rows = sum(1 for l in r.stdout.splitlines() if l.strip().startswith("run ") and f" {w} " in l)
         assert rows == 2 * 3
 
