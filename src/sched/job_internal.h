@@ -253,6 +253,10 @@ void fsh_job_merge_forget(jstage *st, int32_t t);
 /* The published merge of that id (its merged output current: tasks[0, n)
  * its parts), or NULL. */
 const jmerge *fsh_job_merge_published(const jstage *st, int32_t id);
+/* Done map t of st, whose output is gone: pending again, recomputed for
+ * `reason` (job_lineage.c). mu held. */
+void fsh_job_map_recompute(fsh_sched_driver *d, const sched_job *j, jstage *st, int32_t t,
+                           const char *reason);
 /* A live worker at uri answered a consumer that output (map_id, attempt) of
  * producer stage s is not held there or is unreadable: exactly that output
  * is lost (the metadata forgets it, the map task is pending again with the

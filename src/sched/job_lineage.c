@@ -98,6 +98,22 @@ void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t wid, const char *u
   pthread_cond_broadcast(&d->sched_cv);
 }
 
+/* Done map t of st, whose output is gone: pending again, to be recomputed
+ * for `reason` (kept for the summary, logged). mu held. */
+void fsh_job_map_recompute(fsh_sched_driver *d, const sched_job *j, jstage *st, int32_t t,
+                           const char *reason) {
+  jtask *k = &st->tasks[t];
+  fsh_free(k->lost);
+  k->lost = fsh_strdup(reason);
+  k->state = T_PENDING;
+  k->recompute = true;
+  k->wtask = 0;
+  st->n_done--;
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %d: %s\n", j->id,
+            st->id, t, reason);
+}
+
 /* Loses the current output of done task t of st (its metadata entry; the
  * map pending again, recomputed for `reason`), marking in hit the
  * partitions where it had rows. mu held. */
@@ -111,15 +127,7 @@ static void lose_one(fsh_sched_driver *d, sched_job *j, jstage *st, int32_t t, b
   if (fsh_shuffle_meta_lose_output(st->meta, t, k->attempt, &gone, &e) != 0 && d->log)
     fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %s\n", j->id, st->id,
             e.message);
-  fsh_free(k->lost);
-  k->lost = fsh_strdup(reason);
-  k->state = T_PENDING;
-  k->recompute = true;
-  k->wtask = 0;
-  st->n_done--;
-  if (d->log)
-    fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %d: %s\n", j->id,
-            st->id, t, reason);
+  fsh_job_map_recompute(d, j, st, t, reason);
 }
 
 bool fsh_job_output_lost(fsh_sched_driver *d, sched_job *j, int s, int64_t map_id,

@@ -346,15 +346,7 @@ static void parts_lost(fsh_sched_driver *d, sched_job *j, jstage *st, const jmer
                "merged, was reported missing or unreadable by merge %d (%.400s)", x->attempt,
                w->uri, m->id, why);
       drop_held(st, k);
-      fsh_free(k->lost);
-      k->lost = fsh_strdup(reason);
-      k->state = T_PENDING;
-      k->recompute = true;
-      k->wtask = 0;
-      st->n_done--;
-      if (d->log)
-        fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u map %d: %s\n", j->id,
-                st->id, m->tasks[p], reason);
+      fsh_job_map_recompute(d, j, st, m->tasks[p], reason);
     }
   }
 }
