@@ -150,13 +150,7 @@ static int action_deregister(fsh_sched_driver *d, const fsh_flight_action *a,
       rc = fsh_error_set(err, ENOENT, "driver %s: deregister: no alive worker %" PRIu64 " (%s)",
                          d->uri, id, m->uri ? m->uri : "");
     } else {
-      driver_worker *w = &d->workers[i];
-      w->state = FSH_SCHED_WORKER_DEAD;
-      w->lost_handled = true;
-      if (d->log)
-        fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s deregistered (shutting "
-                "down)\n", w->id, w->uri);
-      fsh_sched_jobs_worker_lost(d, w->id, w->uri, "it deregistered (shutting down)");
+      fsh_sched_worker_dead(d, &d->workers[i], "deregistered", "it deregistered (shutting down)");
     }
     pthread_mutex_unlock(&d->mu);
   }
@@ -274,14 +268,9 @@ static void *checker_main(void *arg) {
     for (int64_t i = 0; i < d->n; i++) {
       driver_worker *w = &d->workers[i];
       if (w->state == FSH_SCHED_WORKER_ALIVE && now - w->last_ms > d->timeout_ms) {
-        w->state = FSH_SCHED_WORKER_DEAD;
         char why[96];
         snprintf(why, sizeof why, "no heartbeat for %" PRId64 " ms", now - w->last_ms);
-        if (d->log)
-          fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s dead (%s)\n", w->id,
-                  w->uri, why);
-        w->lost_handled = true;
-        fsh_sched_jobs_worker_lost(d, w->id, w->uri, why);
+        fsh_sched_worker_dead(d, w, "dead", why);
       }
     }
     fsh_sched_wait_ms(&d->cv, &d->mu, &d->stop, period);
@@ -367,6 +356,16 @@ int fsh_sched_driver_start(const fsh_sched_driver_options *opts, fsh_sched_drive
   return 0;
 }
 
+void fsh_sched_worker_dead(fsh_sched_driver *d, driver_worker *w, const char *how,
+                           const char *why) {
+  w->state = FSH_SCHED_WORKER_DEAD;
+  w->lost_handled = true;
+  if (d->log)
+    fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s %s (%s)\n", w->id, w->uri, how,
+            why);
+  fsh_sched_jobs_worker_lost(d, w->id, w->uri, why);
+}
+
 const char *fsh_sched_driver_uri(const fsh_sched_driver *d) { return d->uri; }
 
 int fsh_sched_driver_declare_dead(fsh_sched_driver *d, const char *uri, const char *why,
@@ -380,13 +379,7 @@ int fsh_sched_driver_declare_dead(fsh_sched_driver *d, const char *uri, const ch
     pthread_mutex_unlock(&d->mu);
     return fsh_error_set(err, ENOENT, "driver %s: no alive worker %s", d->uri, uri);
   }
-  driver_worker *w = &d->workers[i];
-  w->state = FSH_SCHED_WORKER_DEAD;
-  w->lost_handled = true;
-  if (d->log)
-    fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (%s)\n", w->id,
-            w->uri, why);
-  fsh_sched_jobs_worker_lost(d, w->id, w->uri, why);
+  fsh_sched_worker_dead(d, &d->workers[i], "declared dead", why);
   pthread_mutex_unlock(&d->mu);
   return 0;
 }

@@ -23,13 +23,7 @@ static int input_of(const sched_job *j, int s, uint64_t sid) {
 static void fetch_failed_worker(fsh_sched_driver *d, const char *uri) {
   for (int64_t i = 0; i < d->n; i++)
     if (d->workers[i].state == FSH_SCHED_WORKER_ALIVE && strcmp(d->workers[i].uri, uri) == 0) {
-      driver_worker *x = &d->workers[i];
-      x->state = FSH_SCHED_WORKER_DEAD;
-      x->lost_handled = true;
-      if (d->log)
-        fprintf(stderr, "flightshuffle: driver: worker %" PRIu64 " %s declared dead (a fetch "
-                "from it failed)\n", x->id, x->uri);
-      fsh_sched_jobs_worker_lost(d, x->id, x->uri, "a fetch from it failed");
+      fsh_sched_worker_dead(d, &d->workers[i], "declared dead", "a fetch from it failed");
       return;
     }
 }

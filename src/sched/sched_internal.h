@@ -94,6 +94,11 @@ FSH_NODISCARD int fsh_sched_action_map_outputs(fsh_sched_driver *d, const fsh_fl
                                               fsh_flight_result_list *out, fsh_error *err);
 FSH_NODISCARD int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
                                               fsh_flight_result_list *out, fsh_error *err);
+/* Alive worker w is dead from now on: logged ("worker <id> <uri> <how>
+ * (<why>)"), and its running attempts and held outputs are lost for `why`
+ * (fsh_sched_jobs_worker_lost). driver.c. mu held. */
+void fsh_sched_worker_dead(fsh_sched_driver *d, driver_worker *w, const char *how,
+                           const char *why);
 /* A worker is gone (dead or restarted): its running attempts and the map
  * outputs it held are lost. mu held. */
 void fsh_sched_jobs_worker_lost(fsh_sched_driver *d, uint64_t worker_id, const char *uri,
