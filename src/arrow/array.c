@@ -30,8 +30,12 @@ void fsh_array_unref(fsh_array *a) {
   if (!a || atomic_fetch_sub_explicit(&a->refcount, 1, memory_order_acq_rel) != 1) return;
   for (int i = 0; i < FSH_MAX_BUFFERS; i++) fsh_buffer_unref(a->buffers[i]);
   for (int64_t i = 0; i < a->n_children; i++) fsh_array_unref(a->children[i]);
-  fsh_free(a->children);
   fsh_array_unref(a->dictionary);
+  if (a->pack) { /* node and children slots are the pack's (pack.c) */
+    fsh_pack_unref(a->pack);
+    return;
+  }
+  fsh_free(a->children);
   fsh_free(a);
 }
 

@@ -27,8 +27,12 @@ fsh_batch *fsh_batch_ref(fsh_batch *b) {
 void fsh_batch_unref(fsh_batch *b) {
   if (!b || atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) != 1) return;
   for (int64_t i = 0; i < b->n_columns; i++) fsh_array_unref(b->columns[i]);
-  fsh_free(b->columns);
   fsh_schema_unref(b->schema);
+  if (b->pack) { /* node and column slots are the pack's (pack.c) */
+    fsh_pack_unref(b->pack);
+    return;
+  }
+  fsh_free(b->columns);
   fsh_free(b);
 }
 
