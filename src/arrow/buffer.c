@@ -95,9 +95,17 @@ fsh_buffer *fsh_buffer_ref(fsh_buffer *b) {
   return b;
 }
 
+void fsh_buffer_drop_in(fsh_buffer *b, fsh_pack *p, long *n) {
+  if (b && p && b->pack == p && b->parent == fsh_pack_root(p)) {
+    if (fsh_last_ref(&b->refcount)) (*n)++; /* nothing else to release: the root is p's */
+    return;
+  }
+  fsh_buffer_unref(b);
+}
+
 void fsh_buffer_unref(fsh_buffer *b) {
   while (b) {
-    if (atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (!fsh_last_ref(&b->refcount)) return;
     fsh_buffer *parent = b->parent;
     if (b->pack) { /* a view carved from a pack (pack.c) */
       fsh_pack *p = b->pack;

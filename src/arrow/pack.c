@@ -30,11 +30,16 @@ fsh_pack *fsh_pack_new(size_t bytes, fsh_buffer *root) {
   return p;
 }
 
-void fsh_pack_unref(fsh_pack *p) {
-  if (!p || atomic_fetch_sub_explicit(&p->refcount, 1, memory_order_acq_rel) != 1) return;
+void fsh_pack_release_n(fsh_pack *p, long n) {
+  if (!p || n <= 0) return;
+  if (atomic_load_explicit(&p->refcount, memory_order_acquire) != n &&
+      atomic_fetch_sub_explicit(&p->refcount, n, memory_order_acq_rel) != n)
+    return;
   fsh_buffer_unref(p->root);
   fsh_free(p);
 }
+
+void fsh_pack_unref(fsh_pack *p) { fsh_pack_release_n(p, 1); }
 
 fsh_buffer *fsh_pack_root(const fsh_pack *p) { return p->root; }
 
