@@ -101,6 +101,7 @@ typedef struct fsh_buffer {
   struct fsh_buffer *parent;
   void (*release)(void *ctx); /* foreign memory */
   void *release_ctx;
+  struct fsh_pack *pack; /* non-NULL: the header lives in a pack (below) */
 } fsh_buffer;
 
 /* New owned buffer of `size` bytes (capacity rounded up to 64, padding
@@ -274,6 +275,7 @@ typedef struct fsh_array {
   int64_t n_children;
   struct fsh_array **children;
   struct fsh_array *dictionary;
+  struct fsh_pack *pack; /* non-NULL: node and children slots live in a pack */
 } fsh_array;
 
 /* New empty array with n_buffers NULL buffers and n_children NULL children
@@ -318,6 +320,7 @@ typedef struct fsh_batch {
   int64_t length;
   int64_t n_columns; /* == schema->n_fields */
   fsh_array **columns;
+  struct fsh_pack *pack; /* non-NULL: node and column slots live in a pack */
 } fsh_batch;
 
 /* New batch referencing schema; columns NULL, to be filled by the caller. */
@@ -327,6 +330,40 @@ void fsh_batch_unref(fsh_batch *b); /* NULL accepted */
 FSH_NODISCARD fsh_batch *fsh_batch_slice(fsh_batch *b, int64_t offset, int64_t length);
 FSH_NODISCARD int fsh_batch_validate(const fsh_batch *b, bool check_utf8, fsh_error *err);
 bool fsh_batch_equals(const fsh_batch *a, const fsh_batch *b, fsh_error *diff);
+
+/* ---- packs: objects built together in one allocation ------------------- */
+
+/* A pack is one allocation that several refcounted objects built together
+ * are carved from -- a decoded batch, its arrays and their buffer headers --
+ * instead of an allocation each. Nothing changes for their users: every
+ * object keeps its own refcount, and references to one of them (a column,
+ * a buffer) may outlive the others; the pack's memory is freed when the
+ * last object carved from it (and its builder's reference) is gone.
+ *
+ * A pack may hold one reference on a root buffer (the message body a
+ * decoded batch slices): views of it carved from the pack borrow that
+ * reference instead of taking one each.
+ *
+ * Carving is for the builder alone, before any object of the pack is
+ * shared with another thread. The *_in calls fall back to a plain
+ * allocation when p is NULL or full, so a pack sized too small only costs
+ * allocations. */
+typedef struct fsh_pack fsh_pack;
+
+/* New pack of `bytes` bytes of room (see fsh_pack_*_bytes), holding a
+ * reference on root (NULL: none). One reference for the builder: drop it
+ * with fsh_pack_unref once done carving. NULL on ENOMEM. */
+FSH_NODISCARD fsh_pack *fsh_pack_new(size_t bytes, fsh_buffer *root);
+void fsh_pack_unref(fsh_pack *p); /* NULL accepted */
+/* Room one object takes in a pack. */
+size_t fsh_pack_batch_bytes(int64_t n_columns);
+size_t fsh_pack_array_bytes(int64_t n_children);
+size_t fsh_pack_buffer_bytes(void);
+/* fsh_batch_new, fsh_array_new and fsh_buffer_slice carving from p. */
+FSH_NODISCARD fsh_batch *fsh_batch_new_in(fsh_pack *p, fsh_schema *schema, int64_t length);
+FSH_NODISCARD fsh_array *fsh_array_new_in(fsh_pack *p, int32_t n_buffers, int64_t n_children);
+FSH_NODISCARD fsh_buffer *fsh_buffer_slice_in(fsh_pack *p, fsh_buffer *parent, int64_t offset,
+                                              int64_t size);
 
 /* ---- the Arrow C Data Interface ---------------------------------------- */
 

@@ -148,6 +148,16 @@ FSH_NODISCARD int fsh_ipc_peek_message(const fsh_buffer *metadata, fsh_ipc_messa
  * The body buffer is referenced, not copied, when uncompressed. */
 FSH_NODISCARD int fsh_ipc_decode_message(fsh_ipc_decoder *d, fsh_buffer *metadata,
                                          fsh_buffer *body, fsh_batch **batch, fsh_error *err);
+/* Decodes the framed message at buf[off, off + avail) -- FFFFFFFF, its
+ * int32 metadata length, the Message flatbuffer, the body -- as
+ * fsh_ipc_decode_message would decode that metadata and body, without a
+ * buffer of either: a stored block's messages are decoded where they lie
+ * (the batch's buffers are views of buf). *framed: the bytes the message
+ * takes (8 + metadata + body), within avail. EINVAL when the framing or
+ * the body does not fit in avail. */
+FSH_NODISCARD int fsh_ipc_decode_framed(fsh_ipc_decoder *d, fsh_buffer *buf, int64_t off,
+                                        int64_t avail, int64_t *framed, fsh_batch **batch,
+                                        fsh_error *err);
 fsh_schema *fsh_ipc_decoder_schema(const fsh_ipc_decoder *d); /* borrowed; NULL before */
 /* Decodes a Schema flatbuffer table held standalone (the File footer's, or
  * Flight's GetSchema bytes which are an encapsulated Schema message). */

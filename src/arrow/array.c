@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "arrow/pack_internal.h"
+
 fsh_array *fsh_array_new(int32_t n_buffers, int64_t n_children) {
   if (n_buffers < 0 || n_buffers > FSH_MAX_BUFFERS || n_children < 0) return NULL;
   fsh_array *a = fsh_calloc(1, sizeof *a);
@@ -26,13 +28,33 @@ fsh_array *fsh_array_ref(fsh_array *a) {
   return a;
 }
 
-void fsh_array_unref(fsh_array *a) {
-  if (!a || atomic_fetch_sub_explicit(&a->refcount, 1, memory_order_acq_rel) != 1) return;
-  for (int i = 0; i < FSH_MAX_BUFFERS; i++) fsh_buffer_unref(a->buffers[i]);
-  for (int64_t i = 0; i < a->n_children; i++) fsh_array_unref(a->children[i]);
-  fsh_free(a->children);
+/* Releases what the dead array a holds, then a itself: a node of pack p
+ * is counted in *n (see fsh_array_drop_in), of another pack drops its
+ * reference, else is freed. */
+static void array_release(fsh_array *a, fsh_pack *p, long *n) {
+  for (int i = 0; i < FSH_MAX_BUFFERS; i++) fsh_buffer_drop_in(a->buffers[i], p, n);
+  for (int64_t i = 0; i < a->n_children; i++) fsh_array_drop_in(a->children[i], p, n);
   fsh_array_unref(a->dictionary);
-  fsh_free(a);
+  if (a->pack && a->pack == p) {
+    (*n)++;
+  } else if (a->pack) { /* node and children slots are the pack's (pack.c) */
+    fsh_pack_unref(a->pack);
+  } else {
+    fsh_free(a->children);
+    fsh_free(a);
+  }
+}
+
+void fsh_array_drop_in(fsh_array *a, fsh_pack *p, long *n) {
+  if (a && fsh_last_ref(&a->refcount)) array_release(a, p, n);
+}
+
+void fsh_array_unref(fsh_array *a) {
+  if (!a || !fsh_last_ref(&a->refcount)) return;
+  fsh_pack *p = a->pack; /* the pack's objects that die with a: one release */
+  long n = 0;
+  array_release(a, p, &n);
+  fsh_pack_release_n(p, n);
 }
 
 /* A slice is a new array node sharing every buffer, child and dictionary;

@@ -1,6 +1,8 @@
 /* batch.c -- record batches: a schema reference and one array per field. */
 #include <flightshuffle/arrow.h>
 
+#include "arrow/pack_internal.h"
+
 fsh_batch *fsh_batch_new(fsh_schema *schema, int64_t length) {
   if (!schema || length < 0) return NULL;
   fsh_batch *b = fsh_calloc(1, sizeof *b);
@@ -25,10 +27,18 @@ fsh_batch *fsh_batch_ref(fsh_batch *b) {
 }
 
 void fsh_batch_unref(fsh_batch *b) {
-  if (!b || atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) != 1) return;
-  for (int64_t i = 0; i < b->n_columns; i++) fsh_array_unref(b->columns[i]);
-  fsh_free(b->columns);
+  if (!b || !fsh_last_ref(&b->refcount)) return;
+  /* the objects of b's pack that die with it (a decoded batch's arrays
+   * and views, unless shared on) drop their pack references at once */
+  fsh_pack *p = b->pack;
+  long n = 0;
+  for (int64_t i = 0; i < b->n_columns; i++) fsh_array_drop_in(b->columns[i], p, &n);
   fsh_schema_unref(b->schema);
+  if (p) { /* node and column slots are the pack's (pack.c) */
+    fsh_pack_release_n(p, n + 1);
+    return;
+  }
+  fsh_free(b->columns);
   fsh_free(b);
 }
 

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "arrow/pack_internal.h"
+
 static fsh_buffer *buffer_header(void) {
   fsh_buffer *b = fsh_calloc(1, sizeof *b);
   if (b) atomic_init(&b->refcount, 1);
@@ -31,7 +33,7 @@ fsh_buffer *fsh_buffer_new(int64_t size, bool zeroed) {
 }
 
 int fsh_buffer_resize(fsh_buffer *b, int64_t size, fsh_error *err) {
-  if (b->parent || b->release)
+  if (b->parent || b->release || b->pack)
     return fsh_error_set(err, EINVAL, "cannot resize a view or a wrapped buffer");
   if (size < 0 || size > INT64_MAX / 4)
     return fsh_error_set(err, EINVAL, "negative or too large buffer size %lld", (long long)size);
@@ -93,10 +95,25 @@ fsh_buffer *fsh_buffer_ref(fsh_buffer *b) {
   return b;
 }
 
+void fsh_buffer_drop_in(fsh_buffer *b, fsh_pack *p, long *n) {
+  if (b && p && b->pack == p && b->parent == fsh_pack_root(p)) {
+    if (fsh_last_ref(&b->refcount)) (*n)++; /* nothing else to release: the root is p's */
+    return;
+  }
+  fsh_buffer_unref(b);
+}
+
 void fsh_buffer_unref(fsh_buffer *b) {
   while (b) {
-    if (atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (!fsh_last_ref(&b->refcount)) return;
     fsh_buffer *parent = b->parent;
+    if (b->pack) { /* a view carved from a pack (pack.c) */
+      fsh_pack *p = b->pack;
+      if (parent == fsh_pack_root(p)) parent = NULL; /* the pack's reference */
+      fsh_pack_unref(p);
+      b = parent;
+      continue;
+    }
     if (b->release)
       b->release(b->release_ctx);
     else if (!parent && b->capacity > 0) /* owned memory (borrowed wraps have capacity 0) */

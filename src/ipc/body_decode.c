@@ -69,8 +69,9 @@ static int body_range(fsh_ipc_body_ctx *c, int64_t off, int64_t len, fsh_buffer 
     if (!*out) return fsh_error_set(err, ENOMEM, "out of memory");
     return 0;
   }
-  const uint8_t *p = c->body->data + off;
-  *out = ((uintptr_t)p % 8 == 0) ? fsh_buffer_slice(c->body, off, len) : fsh_buffer_copy(p, len);
+  const uint8_t *p = c->body->data + c->body_off + off;
+  *out = ((uintptr_t)p % 8 == 0) ? fsh_buffer_slice_in(c->pack, c->body, c->body_off + off, len)
+                                 : fsh_buffer_copy(p, len);
   if (!*out) return fsh_error_set(err, ENOMEM, "out of memory slicing the body");
   return 0;
 }
@@ -89,14 +90,15 @@ static int decompress_range(fsh_ipc_body_ctx *c, int64_t idx, int64_t off, int64
   if (len == 0) return body_range(c, off, 0, out, err);
   if (len < 8) return berr(c, err, EINVAL, "compressed buffer %lld is %lld bytes, shorter than "
                            "its length prefix", (long long)idx, (long long)len);
-  int64_t raw = fsh_fb_load_i64(c->body->data + off);
+  int64_t raw = fsh_fb_load_i64(c->body->data + c->body_off + off);
   if (raw == -1) return body_range(c, off + 8, len - 8, out, err);
   if (raw < 0 || !plausible_ratio(c->h->compression, len - 8, raw))
     return berr(c, err, EINVAL, "compressed buffer %lld claims %lld uncompressed bytes from %lld",
                 (long long)idx, (long long)raw, (long long)(len - 8));
   fsh_buffer *buf = fsh_buffer_new(raw, false);
   if (!buf) return berr(c, err, ENOMEM, "out of memory for %lld bytes", (long long)raw);
-  int rc = fsh_codec_decompress(c->h->compression, c->body->data + off + 8, len - 8, buf->data,
+  int rc = fsh_codec_decompress(c->h->compression, c->body->data + c->body_off + off + 8, len - 8,
+                                buf->data,
                                 raw, err);
   if (rc != 0) {
     fsh_buffer_unref(buf);
@@ -240,7 +242,8 @@ static int load_array(fsh_ipc_body_ctx *c, const fsh_field *f, fsh_array **out, 
       return berr(c, err, EINVAL, "dictionary id %lld has no dictionary batch before it",
                   (long long)f->dictionary->id);
   }
-  fsh_array *a = fsh_array_new(fsh_type_n_buffers(f->type), f->dictionary ? 0 : f->n_children);
+  fsh_array *a =
+      fsh_array_new_in(c->pack, fsh_type_n_buffers(f->type), f->dictionary ? 0 : f->n_children);
   if (!a) return berr(c, err, ENOMEM, "out of memory");
   a->length = n.length;
   a->null_count = n.null_count;
@@ -256,9 +259,10 @@ static int load_array(fsh_ipc_body_ctx *c, const fsh_field *f, fsh_array **out, 
 
 int fsh_ipc_body_decode(fsh_ipc_body_ctx *c, const fsh_field *fields, int64_t n, fsh_array **out,
                         fsh_error *err) {
-  if (c->body_length > 0 && (!c->body || c->body->size < c->body_length))
+  if (c->body_length > 0 && (!c->body || c->body->size - c->body_off < c->body_length))
     return fsh_error_set(err, EINVAL, "body is %lld bytes, the header says %lld",
-                         c->body ? (long long)c->body->size : 0LL, (long long)c->body_length);
+                         c->body ? (long long)(c->body->size - c->body_off) : 0LL,
+                         (long long)c->body_length);
   for (int64_t i = 0; i < n; i++) out[i] = NULL;
   int rc = 0;
   for (int64_t i = 0; rc == 0 && i < n; i++) {

@@ -74,8 +74,14 @@ static int push_segment(fsh_ipc_body *body, fsh_buffer *seg, fsh_error *err) {
 static int push_padding(fsh_ipc_body *body, fsh_error *err) {
   int64_t pad = fsh_round_up(body->length, FSH_IPC_ALIGN) - body->length;
   if (pad == 0) return 0;
-  fsh_buffer *z = fsh_buffer_slice(body->zeros, 0, pad);
-  if (!z) return fsh_error_set(err, ENOMEM, "IPC body: out of memory");
+  fsh_buffer *z;
+  if (body->pads && body->pads[pad]) {
+    z = fsh_buffer_ref(body->pads[pad]);
+  } else {
+    z = fsh_buffer_slice(body->zeros, 0, pad);
+    if (!z) return fsh_error_set(err, ENOMEM, "IPC body: out of memory");
+    if (body->pads) body->pads[pad] = fsh_buffer_ref(z);
+  }
   return push_segment(body, z, err);
 }
 

@@ -18,6 +18,8 @@ struct fsh_ipc_decoder {
   int64_t n_dicts;
   int64_t index; /* of the next message, for errors */
   bool file_mode;
+  bool unpacked;     /* fsh_ipc_decoder_set_packed(false) */
+  size_t pack_bytes; /* a record batch's pack (the schema's layout) */
 };
 
 int fsh_ipc_decoder_new(fsh_ipc_decoder **out, fsh_error *err) {
@@ -44,6 +46,17 @@ void fsh_ipc_decoder_free(fsh_ipc_decoder *d) {
 fsh_schema *fsh_ipc_decoder_schema(const fsh_ipc_decoder *d) { return d->schema; }
 void fsh_ipc_decoder_set_file_mode(fsh_ipc_decoder *d, bool file_mode) { d->file_mode = file_mode; }
 void fsh_ipc_decoder_set_index(fsh_ipc_decoder *d, int64_t index) { d->index = index; }
+void fsh_ipc_decoder_set_packed(fsh_ipc_decoder *d, bool packed) { d->unpacked = !packed; }
+
+/* Room for the array of f and its children (buffer views included; the
+ * values of a dictionary are not part of a record batch). */
+static size_t pack_bytes_of(const fsh_field *f) {
+  int64_t n_children = f->dictionary ? 0 : f->n_children;
+  size_t n = fsh_pack_array_bytes(n_children) +
+             (size_t)fsh_type_n_buffers(f->type) * fsh_pack_buffer_bytes();
+  for (int64_t i = 0; i < n_children; i++) n += pack_bytes_of(&f->children[i]);
+  return n;
+}
 
 static dict_slot *find_slot(const fsh_ipc_decoder *d, int64_t id) {
   for (int64_t i = 0; i < d->n_dicts; i++)
@@ -91,6 +104,8 @@ int fsh_ipc_decoder_set_schema(fsh_ipc_decoder *d, fsh_schema *schema, fsh_error
     return rc;
   }
   d->schema = fsh_schema_ref(schema);
+  d->pack_bytes = fsh_pack_batch_bytes(schema->n_fields);
+  for (int64_t i = 0; i < schema->n_fields; i++) d->pack_bytes += pack_bytes_of(&schema->fields[i]);
   return 0;
 }
 
@@ -104,31 +119,51 @@ int fsh_ipc_peek_message(const fsh_buffer *metadata, fsh_ipc_message_type *type,
   return 0;
 }
 
+/* A message's body: `buf` from `off` on (buf may be NULL without a body). */
+typedef struct body_at {
+  fsh_buffer *buf;
+  int64_t off;
+} body_at;
+
 static void body_ctx_init(fsh_ipc_body_ctx *c, fsh_ipc_decoder *d, const fsh_ipc_msg *m,
-                          const fsh_ipc_batch_header *h, fsh_buffer *body) {
+                          const fsh_ipc_batch_header *h, body_at body) {
   memset(c, 0, sizeof *c);
   c->h = h;
-  c->body = body;
+  c->body = body.buf;
+  c->body_off = body.off;
   c->body_length = m->body_length;
   c->version = m->version;
   c->find_dict = find_dict;
   c->find_ctx = d;
 }
 
-static int decode_record_batch(fsh_ipc_decoder *d, const fsh_ipc_msg *m, fsh_buffer *body,
+/* A record batch, its arrays and their views of the body carved from one
+ * pack (unless unpacked): one allocation instead of one per object. */
+static int decode_record_batch(fsh_ipc_decoder *d, const fsh_ipc_msg *m, body_at body,
                                fsh_batch **out, fsh_error *err) {
   fsh_ipc_batch_header h;
   fsh_ipc_body_ctx c;
   FSH_RETURN_NOT_OK(fsh_ipc_batch_header_parse(&m->header, &h, err));
-  fsh_batch *b = fsh_batch_new(d->schema, h.length);
-  if (!b) return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_pack *pack = NULL;
+  if (!d->unpacked) {
+    fsh_buffer *root = body.buf && body.buf->parent ? body.buf->parent : body.buf;
+    if (!(pack = fsh_pack_new(d->pack_bytes, root)))
+      return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  fsh_batch *b = fsh_batch_new_in(pack, d->schema, h.length);
+  if (!b) {
+    fsh_pack_unref(pack);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
   body_ctx_init(&c, d, m, &h, body);
+  c.pack = pack;
   int rc = fsh_ipc_body_decode(&c, d->schema->fields, d->schema->n_fields, b->columns, err);
   for (int64_t i = 0; rc == 0 && i < b->n_columns; i++)
     if (b->columns[i]->length != h.length)
       rc = fsh_error_set(err, EINVAL, "column '%s' has length %lld, the batch %lld",
                          d->schema->fields[i].name, (long long)b->columns[i]->length,
                          (long long)h.length);
+  fsh_pack_unref(pack); /* the builder's reference: the objects hold theirs */
   if (rc != 0) {
     fsh_batch_unref(b);
     return rc;
@@ -139,7 +174,7 @@ static int decode_record_batch(fsh_ipc_decoder *d, const fsh_ipc_msg *m, fsh_buf
 
 /* Applies a dictionary batch: replacement, or delta (appended after both
  * parts are validated, since concatenation follows their offsets). */
-static int decode_dictionary(fsh_ipc_decoder *d, const fsh_ipc_msg *m, fsh_buffer *body,
+static int decode_dictionary(fsh_ipc_decoder *d, const fsh_ipc_msg *m, body_at body,
                              fsh_error *err) {
   fsh_ipc_dict_header h;
   fsh_ipc_body_ctx c;
@@ -192,19 +227,26 @@ static const char *type_name(fsh_ipc_message_type t) {
   }
 }
 
-int fsh_ipc_decode_message(fsh_ipc_decoder *d, fsh_buffer *metadata, fsh_buffer *body,
-                           fsh_batch **batch, fsh_error *err) {
+/* Decodes the message whose metadata flatbuffer is meta[0, meta_size)
+ * (NULL: none) and whose body is body.buf from body.off on, at most
+ * body_max bytes of it (the rest of buf when body_max < 0). *body_length:
+ * the message's (when its metadata parsed). */
+static int decode(fsh_ipc_decoder *d, const uint8_t *meta, int64_t meta_size, body_at body,
+                  int64_t body_max, int64_t *body_length, fsh_batch **batch, fsh_error *err) {
   fsh_ipc_msg m;
   int64_t index = d->index++;
   *batch = NULL;
-  int rc = metadata ? fsh_ipc_msg_parse(metadata->data, metadata->size, &m, err)
-                    : fsh_error_set(err, EINVAL, "no message metadata");
+  int rc = meta ? fsh_ipc_msg_parse(meta, meta_size, &m, err)
+                : fsh_error_set(err, EINVAL, "no message metadata");
   if (rc != 0) return fsh_error_prefix(err, rc, "message %lld: ", (long long)index);
+  *body_length = m.body_length;
+  int64_t have = body.buf ? body.buf->size - body.off : 0;
+  if (body_max >= 0 && have > body_max) have = body_max;
   if (m.type != FSH_IPC_SCHEMA && !d->schema)
     rc = fsh_error_set(err, EINVAL, "%s before the schema", type_name(m.type));
-  else if (m.body_length > 0 && (!body || body->size < m.body_length))
-    rc = fsh_error_set(err, EINVAL, "body is %lld bytes, the header says %lld",
-                       body ? (long long)body->size : 0LL, (long long)m.body_length);
+  else if (m.body_length > 0 && (!body.buf || have < m.body_length))
+    rc = fsh_error_set(err, EINVAL, "body is %lld bytes, the header says %lld", (long long)have,
+                       (long long)m.body_length);
   else if (m.type == FSH_IPC_SCHEMA)
     rc = decode_schema(d, &m, err);
   else if (m.type == FSH_IPC_DICTIONARY_BATCH)
@@ -213,6 +255,32 @@ int fsh_ipc_decode_message(fsh_ipc_decoder *d, fsh_buffer *metadata, fsh_buffer 
     rc = decode_record_batch(d, &m, body, batch, err);
   if (rc != 0)
     return fsh_error_prefix(err, rc, "message %lld (%s): ", (long long)index, type_name(m.type));
+  return 0;
+}
+
+int fsh_ipc_decode_message(fsh_ipc_decoder *d, fsh_buffer *metadata, fsh_buffer *body,
+                           fsh_batch **batch, fsh_error *err) {
+  int64_t body_length;
+  return decode(d, metadata ? metadata->data : NULL, metadata ? metadata->size : 0,
+                (body_at){body, 0}, -1, &body_length, batch, err);
+}
+
+int fsh_ipc_decode_framed(fsh_ipc_decoder *d, fsh_buffer *buf, int64_t off, int64_t avail,
+                          int64_t *framed, fsh_batch **batch, fsh_error *err) {
+  *batch = NULL;
+  *framed = 0;
+  if (!buf || off < 0 || avail < 0 || off > buf->size - avail)
+    return fsh_error_set(err, EINVAL, "message %lld: [%lld, +%lld) is not within the buffer",
+                         (long long)d->index, (long long)off, (long long)avail);
+  const uint8_t *p = buf->data + off;
+  int64_t len = avail >= 8 ? (int64_t)(uint32_t)fsh_fb_load_i32(p + 4) : -1;
+  if (len <= 0 || (uint32_t)fsh_fb_load_i32(p) != FSH_IPC_CONTINUATION || len > avail - 8)
+    return fsh_error_set(err, EINVAL, "message %lld: bad framing (%lld bytes, metadata length "
+                         "%lld)", (long long)d->index, (long long)avail, (long long)len);
+  int64_t body_length = 0;
+  FSH_RETURN_NOT_OK(decode(d, p + 8, len, (body_at){buf, off + 8 + len}, avail - 8 - len,
+                           &body_length, batch, err));
+  *framed = 8 + len + body_length;
   return 0;
 }
 

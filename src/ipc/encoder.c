@@ -35,6 +35,13 @@ struct fsh_ipc_encoder {
   fsh_fbb fbb;
   dict_state *dicts;
   int64_t n_dicts;
+  /* kept between messages (a map task encodes one per partition): the
+   * body's node and buffer arrays, and a padding view per size */
+  fsh_ipc_node *nodes;
+  int64_t cap_nodes;
+  fsh_ipc_range *buffers;
+  int64_t cap_buffers;
+  fsh_buffer *pads[FSH_IPC_ALIGN];
 };
 
 void fsh_ipc_write_options_init(fsh_ipc_write_options *o) {
@@ -112,6 +119,9 @@ void fsh_ipc_encoder_free(fsh_ipc_encoder *e) {
   }
   fsh_free(e->dicts);
   fsh_fbb_reset(&e->fbb);
+  fsh_free(e->nodes);
+  fsh_free(e->buffers);
+  for (int i = 0; i < FSH_IPC_ALIGN; i++) fsh_buffer_unref(e->pads[i]);
   fsh_buffer_unref(e->zeros);
   fsh_schema_unref(e->schema);
   fsh_free(e);
@@ -153,7 +163,12 @@ static int encode_one(fsh_ipc_encoder *e, fsh_ipc_message_type type, int64_t dic
   }
   fsh_ipc_body body = {.compression = e->opts.compression,
                        .level = e->opts.compression_level,
-                       .zeros = e->zeros};
+                       .zeros = e->zeros,
+                       .pads = e->pads,
+                       .nodes = e->nodes,
+                       .cap_nodes = e->cap_nodes,
+                       .buffers = e->buffers,
+                       .cap_buffers = e->cap_buffers};
   int rc = 0;
   for (int64_t i = 0; i < n_cols && rc == 0; i++) {
     fsh_array *a = arrays[i];
@@ -180,6 +195,13 @@ static int encode_one(fsh_ipc_encoder *e, fsh_ipc_message_type type, int64_t dic
       header = fsh_ipc_build_dictionary_batch(b, dict_id, rb, delta);
     rc = fsh_ipc_finish_message(b, type, header, body.length, &md, err);
   }
+  /* the node and buffer arrays go back to the encoder, for the next one */
+  e->nodes = body.nodes;
+  e->cap_nodes = body.cap_nodes;
+  e->buffers = body.buffers;
+  e->cap_buffers = body.cap_buffers;
+  body.nodes = NULL;
+  body.buffers = NULL;
   if (rc) {
     fsh_ipc_body_reset(&body);
     return rc;
@@ -304,14 +326,16 @@ int fsh_ipc_encode_batch(fsh_ipc_encoder *e, fsh_batch *batch, fsh_ipc_payload *
       rc = visit_dicts(e, &s->fields[i], batch->columns[i], &l, 0, err);
   }
   if (rc == 0) {
-    const fsh_field **fields = fsh_malloc(sizeof(fsh_field *) * (size_t)(s->n_fields + 1));
+    const fsh_field *few[16];
+    const fsh_field **fields =
+        s->n_fields <= 16 ? few : fsh_malloc(sizeof(fsh_field *) * (size_t)s->n_fields);
     if (!fields) {
       rc = fsh_error_set(err, ENOMEM, "IPC encoder: out of memory");
     } else {
       for (int64_t i = 0; i < s->n_fields; i++) fields[i] = &s->fields[i];
       rc = encode_one(e, FSH_IPC_RECORD_BATCH, -1, false, s->n_fields, fields, batch->columns,
                       batch->length, &l, err);
-      fsh_free(fields);
+      if (fields != few) fsh_free(fields);
     }
   }
   /* commit or roll back the dictionary state */

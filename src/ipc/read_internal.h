@@ -59,7 +59,9 @@ FSH_NODISCARD int fsh_ipc_dict_header_parse(const fsh_fb_table *db, fsh_ipc_dict
 typedef struct fsh_ipc_body_ctx {
   const fsh_ipc_batch_header *h;
   fsh_buffer *body; /* may be NULL when body_length is 0 */
+  int64_t body_off; /* where the body starts in `body` (a framed message's) */
   int64_t body_length;
+  fsh_pack *pack; /* arrays and buffer views are carved from it (NULL: none) */
   int16_t version;
   int64_t node_i, buf_i;
   /* Returns the current dictionary for id (borrowed) or NULL. */
@@ -86,6 +88,9 @@ FSH_NODISCARD int fsh_ipc_concat(const fsh_field *f, const fsh_array *a, const f
  * replacement). The message index names messages in errors. */
 void fsh_ipc_decoder_set_file_mode(fsh_ipc_decoder *d, bool file_mode);
 void fsh_ipc_decoder_set_index(fsh_ipc_decoder *d, int64_t index);
+/* Whether record batches are decoded into one pack each (arrow.h; the
+ * default) or with an allocation per object (benchmarks compare). */
+void fsh_ipc_decoder_set_packed(fsh_ipc_decoder *d, bool packed);
 /* Takes a reference on schema as the decoder's schema (file footer). */
 FSH_NODISCARD int fsh_ipc_decoder_set_schema(fsh_ipc_decoder *d, fsh_schema *schema,
                                              fsh_error *err);

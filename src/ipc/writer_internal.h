@@ -59,6 +59,10 @@ typedef struct fsh_ipc_body {
   fsh_compression compression;
   int32_t level;
   fsh_buffer *zeros; /* borrowed: >= 64 zero bytes for padding */
+  /* NULL, or FSH_IPC_ALIGN slots (the encoder's) where a view of zeros of
+   * each padding size is kept once made and referenced by every padding
+   * segment of that size */
+  fsh_buffer **pads;
   fsh_ipc_node *nodes;
   int64_t n_nodes, cap_nodes;
   fsh_ipc_range *buffers;

@@ -40,7 +40,6 @@ typedef struct fetch {
   int64_t cur_slot;        /* slot index of the map output being received, -1 none */
   fsh_block_header h;      /* its current block */
   bool in_block;
-  bool block_checked;      /* the block's checksum was verified whole (bundle) */
   int64_t acc;             /* framed bytes of the block received */
   int64_t next_index;      /* next block index expected */
   int64_t part_rows;
@@ -55,6 +54,10 @@ typedef struct fetch {
   int64_t pend_bytes;
   char prefix[512]; /* "flight shuffle S partition P: worker URI" */
 } fetch;
+
+/* In a pending item's slot field: the slot is done once this batch is
+ * queued (slot indices are far below it). */
+#define DONE_AFTER ((int64_t)1 << 62)
 
 static void drop_pending(fetch *f) {
   for (fr_item *it = f->pend_head, *next; it; it = next) {
@@ -89,10 +92,11 @@ static int flush(fetch *f, fsh_error *err) {
   bool wake = false;
   while (f->pend_head && !r->closing) {
     fr_item *it = f->pend_head;
-    fr_slot *sl = &r->slots[it->slot];
+    int64_t slot = it->slot & ~DONE_AFTER;
+    fr_slot *sl = &r->slots[slot];
     if (it->batch) {
       while (!r->closing && r->in_flight > 0 && r->in_flight + it->bytes > r->max_in_flight &&
-             (it->slot > r->cur || sl->head != NULL)) {
+             (slot > r->cur || sl->head != NULL)) {
         if (wake && r->waiting) pthread_cond_broadcast(&r->cv);
         wake = false;
         if (!fr_pool_waiting_for_room(fb_pool(r->st), 1)) break; /* admitted over the limit */
@@ -104,9 +108,11 @@ static int flush(fetch *f, fsh_error *err) {
     f->pend_head = it->next;
     if (!f->pend_head) f->pend_tail = NULL;
     f->pend_bytes -= it->bytes;
-    if (it->slot == r->cur) wake = true;
+    if (slot == r->cur) wake = true;
     if (it->batch) {
+      if (it->slot & DONE_AFTER) sl->done = true;
       it->next = NULL;
+      it->slot = slot;
       if (sl->tail) sl->tail->next = it;
       else sl->head = it;
       sl->tail = it;
@@ -146,7 +152,15 @@ static int enqueue(fetch *f, int64_t s, fsh_batch *batch, fsh_error *err) {
   return f->pend_bytes >= PENDING_FLUSH_BYTES ? flush(f, err) : 0;
 }
 
-static int mark_done(fetch *f, int64_t s, fsh_error *err) { return enqueue(f, s, NULL, err); }
+/* Slot s is done: the last pending batch, when it is s's, carries the mark
+ * (DONE_AFTER in its slot field) instead of an item of its own. */
+static int mark_done(fetch *f, int64_t s, fsh_error *err) {
+  if (f->pend_tail && f->pend_tail->batch && f->pend_tail->slot == s) {
+    f->pend_tail->slot |= DONE_AFTER;
+    return 0;
+  }
+  return enqueue(f, s, NULL, err);
+}
 
 /* Slot s got nothing from the peer: fine if its metadata says it is
  * empty (or there is none to say otherwise). */
@@ -205,43 +219,35 @@ static int start_block(fetch *f, const fsh_block_header *h, fsh_error *err) {
   f->h = *h;
   f->in_block = true;
   f->acc = 0;
-  f->block_checked = false;
   XXH3_64bits_reset(&f->block_hash);
   return 0;
 }
 
-/* The block is complete: verify, decode, queue. */
-static int end_block(fetch *f, fsh_error *err) {
-  fsh_block_header *h = &f->h;
-  f->in_block = false;
-  if (!f->block_checked && XXH3_64bits_digest(&f->block_hash) != h->checksum)
-    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
-                         "mismatch in block %" PRId64 " (%" PRId64 " bytes)%s: the stored map "
-                         "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
-                         h->attempt, h->partition, h->index, h->length, f->via);
-  int64_t rows = 0;
-  int rc = 0;
-  for (int64_t i = 0; rc == 0 && i < f->n_msgs; i++) {
-    fsh_batch *b = NULL;
-    rc = fsh_ipc_decode_message(f->dec, f->msgs[i].metadata, f->msgs[i].body, &b, err);
-    if (rc == 0 && b) rc = fsh_batch_validate(b, false, err);
-    if (rc != 0) {
-      fsh_batch_unref(b);
-      if (rc != ENOMEM)
-        rc = fsh_error_prefix(err, rc, "%s: map %" PRId64 " attempt %d block %" PRId64 ": ",
-                              f->prefix, h->map_id, h->attempt, h->index);
-      break;
-    }
-    if (!b) continue;
-    rows += b->length;
-    if (b->length == 0) {
-      fsh_batch_unref(b);
-      continue;
-    }
-    rc = enqueue(f, f->cur_slot, b, err);
+/* A decoded message of the current block (rc: its decoding's): validated
+ * and queued on the current slot, its rows added to *rows. */
+static int take_batch(fetch *f, int rc, fsh_batch *b, int64_t *rows, fsh_error *err) {
+  const fsh_block_header *h = &f->h;
+  if (rc == 0 && b) rc = fsh_batch_validate(b, false, err);
+  if (rc != 0) {
+    fsh_batch_unref(b);
+    if (rc != ENOMEM)
+      rc = fsh_error_prefix(err, rc, "%s: map %" PRId64 " attempt %d block %" PRId64 ": ",
+                            f->prefix, h->map_id, h->attempt, h->index);
+    return rc;
   }
-  drop_msgs(f);
-  if (rc != 0) return rc;
+  if (!b) return 0;
+  *rows += b->length;
+  if (b->length == 0) {
+    fsh_batch_unref(b);
+    return 0;
+  }
+  return enqueue(f, f->cur_slot, b, err);
+}
+
+/* The current block's messages are decoded and queued (`rows` rows):
+ * check its row count, and at the end of the partition its checksum. */
+static int block_done(fetch *f, int64_t rows, fsh_error *err) {
+  const fsh_block_header *h = &f->h;
   if (rows != h->rows)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d block %" PRId64 ": %" PRId64
                          " rows decoded, the header says %" PRId64, f->prefix, h->map_id,
@@ -259,6 +265,27 @@ static int end_block(fetch *f, fsh_error *err) {
   int64_t done = f->cur_slot;
   f->cur_slot = -1;
   return mark_done(f, done, err);
+}
+
+/* A block that came message by message is complete: verify, decode, queue. */
+static int end_block(fetch *f, fsh_error *err) {
+  fsh_block_header *h = &f->h;
+  f->in_block = false;
+  if (XXH3_64bits_digest(&f->block_hash) != h->checksum)
+    return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
+                         "mismatch in block %" PRId64 " (%" PRId64 " bytes)%s: the stored map "
+                         "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
+                         h->attempt, h->partition, h->index, h->length, f->via);
+  int64_t rows = 0;
+  int rc = 0;
+  for (int64_t i = 0; rc == 0 && i < f->n_msgs; i++) {
+    fsh_batch *b = NULL;
+    rc = fsh_ipc_decode_message(f->dec, f->msgs[i].metadata, f->msgs[i].body, &b, err);
+    rc = take_batch(f, rc, b, &rows, err);
+  }
+  drop_msgs(f);
+  if (rc != 0) return rc;
+  return block_done(f, rows, err);
 }
 
 static int push_msg(fetch *f, fsh_flight_message *m, fsh_error *err) {
@@ -280,11 +307,11 @@ static int bad_bundle(fetch *f, int64_t at, const char *why, fsh_error *err) {
 }
 
 /* One whole block (header h; its framed bytes b[at, at + h->length)):
- * checked against the header's checksum (one pass; end_block does not
- * hash it again) before anything in it is parsed, fed to the partition
- * hash when its partition has more blocks than one, then split into its
- * framed messages (slices of b) and decoded like a block that came
- * message by message. A bundled block of a DoGet, or one read directly. */
+ * checked against the header's checksum (one pass) before anything in it
+ * is parsed, fed to the partition hash when its partition has more blocks
+ * than one, then its framed messages decoded where they lie (the batches'
+ * buffers are views of b: no buffer per message), validated and queued.
+ * A bundled block of a DoGet, or one read directly. */
 static int feed_block(fetch *f, const fsh_block_header *h, fsh_buffer *b, int64_t at,
                       fsh_error *err) {
   FSH_RETURN_NOT_OK(start_block(f, h, err));
@@ -296,30 +323,22 @@ static int feed_block(fetch *f, const fsh_block_header *h, fsh_buffer *b, int64_
                          "mismatch in block %" PRId64 " (%" PRId64 " bytes)%s: the stored map "
                          "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
                          h->attempt, h->partition, h->index, h->length, f->via);
-  f->block_checked = true;
   if (h->n_blocks > 1) XXH3_64bits_update(&f->part_hash, blk, (size_t)h->length);
-  for (int64_t pos = 0; pos < h->length;) {
-    int64_t left = h->length - pos;
-    int64_t len = left >= 8 ? (int64_t)fsh_le_get32(blk + pos + 4) : -1;
-    if (len <= 0 || fsh_le_get32(blk + pos) != 0xFFFFFFFFu || len % 8 || len > left - 8)
-      return bad_bundle(f, at + pos, "bad message framing", err);
-    fsh_flight_message m = {0};
-    fsh_ipc_message_type type = FSH_IPC_NONE;
-    int64_t body = 0;
-    int rc = (m.metadata = fsh_buffer_slice(b, at + pos + 8, len)) ? 0 : ENOMEM;
-    if (rc == 0) rc = fsh_ipc_peek_message(m.metadata, &type, &body, err);
-    if (rc == 0 && (body < 0 || body % 8 || body > left - 8 - len))
-      rc = bad_bundle(f, at + pos, "a message body past its block", err);
-    if (rc == 0 && body > 0 && !(m.body = fsh_buffer_slice(b, at + pos + 8 + len, body)))
-      rc = ENOMEM;
-    if (rc == 0) rc = push_msg(f, &m, err);
-    fsh_flight_message_reset(&m);
-    if (rc == ENOMEM) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
-    if (rc != 0) return rc;
-    pos += 8 + len + body;
-  }
+  f->in_block = false;
   f->acc = h->length;
-  return end_block(f, err);
+  int64_t rows = 0;
+  for (int64_t pos = 0; pos < h->length;) {
+    int64_t framed = 0;
+    fsh_batch *batch = NULL;
+    int rc = fsh_ipc_decode_framed(f->dec, b, at + pos, h->length - pos, &framed, &batch, err);
+    if (rc == 0 && framed % 8) {
+      fsh_batch_unref(batch);
+      return bad_bundle(f, at + pos, "a message not padded to 8 bytes", err);
+    }
+    FSH_RETURN_NOT_OK(take_batch(f, rc, batch, &rows, err));
+    pos += framed;
+  }
+  return block_done(f, rows, err);
 }
 
 /* A bundle of whole blocks (layout in shuffle_internal.h), each fed to
