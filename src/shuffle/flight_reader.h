@@ -88,6 +88,9 @@ typedef struct fr_reader {
   /* the local source being read */
   fsh_map_file *file;
   fsh_map_file_cursor *cursor;
+  fsh_buffer *schema_msg; /* a local source's schema message found equal to
+                             `schema` (reference): later local sources with
+                             the same bytes skip the field-by-field compare */
   int failed;
 } fr_reader;
 
