@@ -74,6 +74,7 @@ typedef struct part_buf {
   uint64_t single_sum;   /* partition's (the same bytes), hashed once */
   fsh_map_file_block *blocks;
   int64_t n_blocks, cap_blocks;
+  bool finished;         /* finish_partition: nothing more may come */
 } part_buf;
 
 struct fsh_map_file_writer {
@@ -101,6 +102,7 @@ struct fsh_map_file_writer {
   fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
                                dictionaries (then it holds no state); else
                                NULL: a fresh encoder per block */
+  bool any_finished;        /* some partition was finished early */
   int failed;               /* error code once a block write failed */
   char failure[sizeof(fsh_error)]; /* and its message */
   char what[96];            /* "shuffle 7 map 3 attempt 0" */
@@ -305,6 +307,9 @@ int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
     return fsh_error_set(err, EINVAL, "%s: a stored block of %lld bytes, %lld rows for partition "
                          "%d of %d", w->what, (long long)len, (long long)rows, partition,
                          w->n_partitions);
+  if (w->parts[partition].finished)
+    return fsh_error_set(err, EINVAL, "%s: a stored block for partition %d, already finished",
+                         w->what, partition);
   FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
   part_buf *p = &w->parts[partition];
   if (p->n_blocks == p->cap_blocks) {
@@ -397,6 +402,9 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
     return fsh_error_set(err, EINVAL, "%s: write to partition %d of %d", w->what, partition,
                          w->n_partitions);
   part_buf *p = &w->parts[partition];
+  if (p->finished)
+    return fsh_error_set(err, EINVAL, "%s: write to partition %d, already finished", w->what,
+                         partition);
   /* rows in the builder came first: written out before (a batch may not
    * wait behind them: the builder's memory is reused) */
   if (p->built > 0) FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
@@ -422,6 +430,8 @@ int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
                                    const int32_t *partition_of_row, fsh_error *err) {
   if (w->failed)
     return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (w->any_finished) /* rows may go to any partition: not after a finish */
+    return fsh_error_set(err, EINVAL, "%s: rows written after a partition was finished", w->what);
   if (!w->pb) {
     if (!fsh_partition_builder_supports(w->schema))
       return fsh_error_set(err, ENOTSUP, "%s: the schema has a column the partition builders do "
@@ -443,6 +453,18 @@ int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
     for (int32_t i = 0; i < w->n_partitions; i++)
       FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
   return 0;
+}
+
+int fsh_map_file_writer_finish_partition(fsh_map_file_writer *w, int32_t partition,
+                                         fsh_error *err) {
+  if (w->failed)
+    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (partition < 0 || partition >= w->n_partitions)
+    return fsh_error_set(err, EINVAL, "%s: finish partition %d of %d", w->what, partition,
+                         w->n_partitions);
+  w->any_finished = true;
+  w->parts[partition].finished = true;
+  return flush_partition(w, partition, true, err);
 }
 
 int64_t fsh_map_file_writer_builder_bytes(const fsh_map_file_writer *w) {

@@ -135,6 +135,13 @@ FSH_NODISCARD int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_outp
 FSH_NODISCARD int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
                                                   const uint8_t *data, int64_t len, int64_t rows,
                                                   uint64_t checksum, fsh_error *err);
+/* Writes partition's buffered batches as its last block (hashed once when
+ * it is the partition's only block): later writes to it are EINVAL, and
+ * so is write_rows after any finish. Lets a writer fed one partition at a
+ * time (the pre-shuffle merge's re-encoding) hold one partition's batches
+ * at a time. Errors fail the writer as write's do. */
+FSH_NODISCARD int fsh_map_file_writer_finish_partition(fsh_map_file_writer *w, int32_t partition,
+                                                       fsh_error *err);
 /* Discards everything (the output is aborted); frees w. NULL accepted. */
 void fsh_map_file_writer_abort(fsh_map_file_writer *w);
 
@@ -265,6 +272,9 @@ FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
 FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,
                                          fsh_error *err);
 void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
+/* fsh_map_file_writer_finish_partition through a store writer. */
+FSH_NODISCARD int fsh_store_writer_finish_partition(fsh_store_writer *w, int32_t partition,
+                                                    fsh_error *err);
 /* fsh_map_file_writer_write_block through a store writer. */
 FSH_NODISCARD int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition,
                                                const uint8_t *data, int64_t len, int64_t rows,

@@ -1002,6 +1002,10 @@ int fsh_store_writer_write(fsh_store_writer *w, int32_t partition, fsh_batch *ba
   return fsh_map_file_writer_write(w->mw, partition, batch, err);
 }
 
+int fsh_store_writer_finish_partition(fsh_store_writer *w, int32_t partition, fsh_error *err) {
+  return fsh_map_file_writer_finish_partition(w->mw, partition, err);
+}
+
 int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const uint8_t *data,
                                  int64_t len, int64_t rows, uint64_t checksum, fsh_error *err) {
   return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, checksum, err);
