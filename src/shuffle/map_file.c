@@ -1023,16 +1023,29 @@ struct fsh_map_file_cursor {
   XXH3_state_t *hash; /* over the partition's blocks; NULL for a partition
                          of one block or none, whose checksum is by
                          definition its block's (or the empty input's) */
+  fsh_ipc_decoder *dec; /* f's, or the caller's (borrowed) */
   bool done;
 };
 
-int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cursor **out,
-                             fsh_error *err) {
+int fsh_map_file_decoder_new(const fsh_map_file *f, fsh_ipc_decoder **out, fsh_error *err) {
+  return head_decoder(f->head, out, err);
+}
+
+bool fsh_map_file_has_dictionaries(const fsh_map_file *f) {
+  const fsh_schema *sc = f->head->schema;
+  for (int64_t i = 0; i < sc->n_fields; i++)
+    if (has_dictionaries(&sc->fields[i], 0)) return true;
+  return false;
+}
+
+int fsh_map_file_cursor_open_with(fsh_map_file *f, int32_t partition, fsh_ipc_decoder *dec,
+                                  fsh_map_file_cursor **out, fsh_error *err) {
   fsh_map_file_cursor *c = fsh_calloc(1, sizeof *c);
   if (!c) return fsh_error_set(err, ENOMEM, "out of memory");
   c->f = f;
   int rc = 0;
-  if (!f->dec) rc = head_decoder(f->head, &f->dec, err);
+  if (!dec && !f->dec) rc = head_decoder(f->head, &f->dec, err);
+  c->dec = dec ? dec : f->dec;
   if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &c->part, err);
   if (rc == 0 && c->part.n_blocks > 1 && !(c->hash = hash_state_new()))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
@@ -1042,6 +1055,11 @@ int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cu
   }
   *out = c;
   return 0;
+}
+
+int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cursor **out,
+                             fsh_error *err) {
+  return fsh_map_file_cursor_open_with(f, partition, NULL, out, err);
 }
 
 const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_cursor *c) {
@@ -1072,7 +1090,7 @@ static int next_message(fsh_map_file_cursor *c, fsh_batch **batch, fsh_error *er
     rc = bad_message(c, abs, type == FSH_IPC_SCHEMA ? "a schema inside a block" : "body past the block", err);
   if (rc == 0 && body_len > 0 && !(body = fsh_buffer_slice(b, at + 8 + len, body_len)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
-  if (rc == 0) rc = fsh_ipc_decode_message(c->f->dec, meta, body, batch, err);
+  if (rc == 0) rc = fsh_ipc_decode_message(c->dec, meta, body, batch, err);
   fsh_buffer_unref(meta);
   fsh_buffer_unref(body);
   if (rc != 0) return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "%s partition %d: %s: ", c->f->what, c->part.partition, c->f->in->name);

@@ -236,6 +236,20 @@ FSH_NODISCARD int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_pa
 typedef struct fsh_map_file_cursor fsh_map_file_cursor;
 FSH_NODISCARD int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition,
                                            fsh_map_file_cursor **out, fsh_error *err);
+/* fsh_map_file_cursor_open decoding with dec (borrowed; NULL: f's own,
+ * made from its schema on first use) instead of f's own decoder: a
+ * reader of many map outputs with the same schema message and no
+ * dictionaries (so that a decoder holds no state between blocks) decodes
+ * the schema once, not once per map output. dec must outlive the cursor
+ * and serve one cursor at a time. */
+FSH_NODISCARD int fsh_map_file_cursor_open_with(fsh_map_file *f, int32_t partition,
+                                                fsh_ipc_decoder *dec,
+                                                fsh_map_file_cursor **out, fsh_error *err);
+/* A new decoder holding f's verified schema (for cursor_open_with). */
+FSH_NODISCARD int fsh_map_file_decoder_new(const fsh_map_file *f, fsh_ipc_decoder **out,
+                                           fsh_error *err);
+/* Whether f's schema has a dictionary-encoded field (at any depth). */
+bool fsh_map_file_has_dictionaries(const fsh_map_file *f);
 /* The partition's verified entry (borrowed). */
 const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_cursor *c);
 /* Next batch (new reference), or *out = NULL at the end. */
