@@ -680,7 +680,69 @@ static void test_write_rows_refused(void) {
   fsh_batch_unref(all);
 }
 
-FSH_TEST_MAIN(TEST(test_write_rows_same_bytes), TEST(test_write_rows_refused),
+/* finish_partition writes a partition's buffered batches as its last
+ * block (one block here: its checksum is the partition's), before close;
+ * later writes to it, and write_rows after any finish, are EINVAL; the
+ * other partitions go on; the file reads back the rows written. */
+static void test_finish_partition(void) {
+  fsh_error err = {{0}};
+  fsh_batch *a = stu_synthetic(0, 40), *b = stu_synthetic(40, 30);
+  fsh_shuffle_spec spec = {.shuffle_id = 4, .n_partitions = 3, .schema = a->schema};
+  fsh_buffer *bytes = NULL;
+  fsh_output *out = NULL;
+  fsh_map_file_writer *w = NULL;
+  CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
+  CHECK_OK(fsh_map_file_writer_open(out, &spec, 1, 0, NULL, &w, &err));
+  if (!w) return;
+  CHECK_OK(fsh_map_file_writer_write(w, 1, a, &err));
+  CHECK_OK(fsh_map_file_writer_write(w, 1, b, &err));
+  CHECK_OK(fsh_map_file_writer_finish_partition(w, 1, &err));
+  CHECK_EQ_INT(fsh_map_file_writer_write(w, 1, a, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "partition 1"), "%s", err.message);
+  int32_t part[40] = {0};
+  CHECK_EQ_INT(fsh_map_file_writer_write_rows(w, a, part, &err), EINVAL);
+  CHECK_EQ_INT(fsh_map_file_writer_finish_partition(w, 3, &err), EINVAL);
+  CHECK_OK(fsh_map_file_writer_write(w, 2, b, &err));
+  fsh_map_output meta = {0};
+  CHECK_OK(fsh_map_file_writer_close(w, &meta, &err));
+  int rc = 0;
+  fsh_map_file *f = open_buffer(bytes, &rc, &err);
+  CHECK_OK(rc);
+  for (int32_t q = 0; f && q < 3; q++) {
+    fsh_map_file_partition e = {0};
+    CHECK_OK(fsh_map_file_get_partition(f, q, &e, &err));
+    CHECK_EQ_INT(e.rows, q == 0 ? 0 : q == 1 ? 70 : 30);
+    CHECK_EQ_INT(meta.rows[q], e.rows);
+    CHECK_EQ_INT(e.n_blocks, q == 0 ? 0 : 1);
+    if (e.n_blocks == 1) {
+      CHECK(e.checksum == e.blocks[0].checksum && meta.checksums[q] == e.checksum);
+      CHECK(XXH3_64bits(bytes->data + e.blocks[0].offset, (size_t)e.blocks[0].length) ==
+            e.checksum);
+    }
+    fsh_map_file_partition_reset(&e);
+    fsh_batch **got = NULL;
+    int64_t n = 0;
+    CHECK_OK(read_partition(f, q, &got, &n, &err));
+    fsh_batch *want[2] = {a, b};
+    fsh_batch *cat = NULL, *cat_got = NULL;
+    if (q == 1) CHECK_OK(fsh_concat(want, 2, &cat, &err));
+    if (n > 0) CHECK_OK(fsh_concat(got, n, &cat_got, &err));
+    if (q == 1) CHECK(cat && cat_got && fsh_batch_equals(cat, cat_got, NULL));
+    if (q == 2) CHECK(cat_got && fsh_batch_equals(b, cat_got, NULL));
+    if (q == 0) CHECK_EQ_INT(n, 0);
+    fsh_batch_unref(cat);
+    fsh_batch_unref(cat_got);
+    for (int64_t i = 0; i < n; i++) fsh_batch_unref(got[i]);
+    free(got);
+  }
+  fsh_map_file_close(f);
+  fsh_map_output_reset(&meta);
+  fsh_buffer_unref(bytes);
+  fsh_batch_unref(a);
+  fsh_batch_unref(b);
+}
+
+FSH_TEST_MAIN(TEST(test_finish_partition), TEST(test_write_rows_same_bytes), TEST(test_write_rows_refused),
               TEST(test_blocks_and_ranges), TEST(test_small_blocks_staged), TEST(test_buffer_budget),
               TEST(test_plain_stream_reader), TEST(test_disk_full),
               TEST(test_every_byte_flipped), TEST(test_open_with_head),
