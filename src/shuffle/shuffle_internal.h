@@ -194,6 +194,8 @@ fsh_buffer *fsh_map_file_schema_message(const fsh_map_file *f);
 /* The input (borrowed): with the ranges below, a server sends stored
  * bytes without decoding them. */
 fsh_input *fsh_map_file_input(const fsh_map_file *f);
+/* The name of its bytes (a path, an image's name) for messages. */
+const char *fsh_map_file_name(const fsh_map_file *f);
 
 /* The verified part of an opened file -- trailer, header, end-of-stream
  * marker, schema -- that every open of the same bytes checks anew. A
@@ -211,6 +213,15 @@ void fsh_map_file_head_unref(fsh_map_file_head *h);              /* NULL accepte
  * and blocks are read and verified exactly as after fsh_map_file_open. */
 FSH_NODISCARD int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h,
                                          fsh_map_file **out, fsh_error *err);
+
+/* fsh_map_file_open_head on a whole file held in memory (a store's memory
+ * image; a reference is taken) without an fsh_input: no allocation but the
+ * map file itself; the index and blocks are read in place (slices).
+ * fsh_map_file_input makes the input on first use (NULL if out of
+ * memory). A different size than h's: EIO naming the image. */
+FSH_NODISCARD int fsh_map_file_open_image(fsh_buffer *image, const char *name,
+                                          fsh_map_file_head *h, fsh_map_file **out,
+                                          fsh_error *err);
 
 /* Reads and verifies the index entry of `partition` and its blocks: the
  * raw bytes of the partition are the blocks' (offset, length) ranges, in

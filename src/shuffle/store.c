@@ -1177,6 +1177,12 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
                          shuffle_id, map_id, attempt);
   int rc;
   fsh_input *in = NULL;
+  if (image && head) { /* verified before: the image itself, no input */
+    rc = fsh_map_file_open_image(image, name, head, out, err);
+    fsh_buffer_unref(image);
+    fsh_map_file_head_unref(head);
+    return rc;
+  }
   if (image) {
     rc = fsh_input_from_buffer_named(image, name, &in, err);
     fsh_buffer_unref(image);

@@ -169,7 +169,8 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
   int64_t len = b->data_end - b->schema_length;
   if (len > 0 && len <= (test_hooks.whole_max > 0 ? test_hooks.whole_max : MERGE_WHOLE_MAX)) {
     fsh_input *in = fsh_map_file_input(x->f);
-    rc = in->read_at(in, x->base, len, &x->data, err);
+    rc = in ? in->read_at(in, x->base, len, &x->data, err)
+            : fsh_error_set(err, ENOMEM, "out of memory");
     if (rc == 0 && x->data->size != len)
       rc = fsh_error_set(err, EIO, "%s: part %d: %s: %lld of %lld bytes read", what, i,
                          in->name, (long long)x->data->size, (long long)len);
@@ -197,7 +198,7 @@ static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fs
                          "%lld bytes) of %s: the stored map output is corrupt",
                          fi->shuffle_id, fi->map_id, fi->attempt, e->partition, (long long)k,
                          (long long)b->offset, (long long)b->length,
-                         fsh_map_file_input(x->f)->name);
+                         fsh_map_file_name(x->f));
   }
   if (!(*out = fsh_buffer_slice(x->data, b->offset - x->base, b->length)))
     return fsh_error_set(err, ENOMEM, "out of memory");
@@ -247,12 +248,12 @@ static int reencode_block(fsh_store_writer *w, fsh_ipc_decoder *dec, part_src *x
   if (rc == 0 && why)
     return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
                          "%d: block %lld of %s, message at %lld: %s", fi->shuffle_id, fi->map_id,
-                         fi->attempt, e->partition, (long long)k, fsh_map_file_input(x->f)->name,
+                         fi->attempt, e->partition, (long long)k, fsh_map_file_name(x->f),
                          (long long)at, why);
   if (rc != 0 && rc != ENOMEM)
     return fsh_error_prefix(err, rc, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
                             "%d: block %lld of %s: ", fi->shuffle_id, fi->map_id, fi->attempt,
-                            e->partition, (long long)k, fsh_map_file_input(x->f)->name);
+                            e->partition, (long long)k, fsh_map_file_name(x->f));
   return rc;
 }
 

@@ -426,7 +426,7 @@ static void test_every_byte_flipped(void) {
  * trailer, the header and the schema, which it does not read again (data
  * read through it is still never wrong); the head outlives the file and
  * bytes it came from; another size is refused. */
-static void test_open_with_head(void) {
+static void open_with_head(bool image) {
   fsh_error err;
   stu_plan p;
   plan_synthetic(&p, 3, 120, 10);
@@ -449,8 +449,12 @@ static void test_open_with_head(void) {
     if (at >= 0) b->data[at] ^= 0x5A;
     fsh_input *in = NULL;
     fsh_map_file *f = NULL;
-    CHECK_OK(fsh_input_from_buffer(b, &in, &err));
-    CHECK_OK(fsh_map_file_open_head(in, h, &f, &err));
+    if (image) {
+      CHECK_OK(fsh_map_file_open_image(b, "an image", h, &f, &err));
+    } else {
+      CHECK_OK(fsh_input_from_buffer(b, &in, &err));
+      CHECK_OK(fsh_map_file_open_head(in, h, &f, &err));
+    }
     if (at < 0 && f) { /* unchanged bytes: what a full open gives */
       const fsh_map_file_info *i = fsh_map_file_get_info(f);
       CHECK(i->file_size == info0.file_size && i->n_partitions == 3 && i->map_id == 9 &&
@@ -499,8 +503,12 @@ static void test_open_with_head(void) {
   memcpy(longer->data, good->data, (size_t)good->size);
   fsh_input *in = NULL;
   fsh_map_file *f = NULL;
-  CHECK_OK(fsh_input_from_buffer(longer, &in, &err));
-  rc = fsh_map_file_open_head(in, h, &f, &err);
+  if (image) {
+    rc = fsh_map_file_open_image(longer, "a longer image", h, &f, &err);
+  } else {
+    CHECK_OK(fsh_input_from_buffer(longer, &in, &err));
+    rc = fsh_map_file_open_head(in, h, &f, &err);
+  }
   CHECK_MSG(rc == EIO && !f && strstr(err.message, "changed size"), "%d %s", rc, err.message);
   fsh_buffer_unref(longer);
   fsh_map_file_head_unref(h);
@@ -509,6 +517,11 @@ static void test_open_with_head(void) {
   fsh_map_output_reset(&meta);
   stu_plan_free(&p);
 }
+
+static void test_open_with_head(void) { open_with_head(false); }
+/* the same through fsh_map_file_open_image (a store's memory images:
+ * the index read in place, no input) */
+static void test_open_image(void) { open_with_head(true); }
 
 /* Files too small, or with a plausible trailer over garbage. */
 static void test_malformed_files(void) {
@@ -745,5 +758,5 @@ static void test_finish_partition(void) {
 FSH_TEST_MAIN(TEST(test_finish_partition), TEST(test_write_rows_same_bytes), TEST(test_write_rows_refused),
               TEST(test_blocks_and_ranges), TEST(test_small_blocks_staged), TEST(test_buffer_budget),
               TEST(test_plain_stream_reader), TEST(test_disk_full),
-              TEST(test_every_byte_flipped), TEST(test_open_with_head),
+              TEST(test_every_byte_flipped), TEST(test_open_with_head), TEST(test_open_image),
               TEST(test_malformed_files))
