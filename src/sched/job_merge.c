@@ -373,7 +373,9 @@ void fsh_job_merge_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_t 
     rc = fsh_error_set(&e, EPROTO, "the answer is of map %" PRId64 " attempt %d of shuffle %"
                        PRIu64 " with %d partitions", out.map_id, out.attempt, out.shuffle_id,
                        out.n_partitions);
-  /* the parts' totals must add up to the merged output's */
+  /* the parts' rows must add up to the merged output's; its bytes are
+   * theirs when the blocks were copied, else (small blocks re-encoded into
+   * larger ones, worker_merge.c) others, but none only where they had none */
   for (int32_t p = 0; rc == 0 && p < st->n_parts; p++) {
     int64_t rows = 0, bytes = 0;
     for (int32_t i = 0; i < m->n; i++) {
@@ -381,7 +383,7 @@ void fsh_job_merge_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_t 
       rows += h->rows[p];
       bytes += h->bytes[p];
     }
-    if (rows != out.rows[p] || bytes != out.bytes[p])
+    if (rows != out.rows[p] || (bytes == 0) != (out.bytes[p] == 0))
       rc = fsh_error_set(&e, EPROTO, "partition %d: the merged output has %" PRId64 " rows, %"
                          PRId64 " bytes; its parts %" PRId64 ", %" PRId64, p, out.rows[p],
                          out.bytes[p], rows, bytes);

@@ -206,8 +206,16 @@ static void close_local(fr_reader *r) {
   r->file = NULL;
 }
 
+/* Whether two verified schema messages are the same bytes (a, the
+ * reader's remembered one, may be NULL: not yet known). */
+static bool same_schema_bytes(const fsh_buffer *a, const fsh_buffer *b) {
+  return a && a->size == b->size && memcmp(a->data, b->data, (size_t)a->size) == 0;
+}
+
 /* Opens slot s's map output in the local store, checking it is the one
- * the driver recorded. */
+ * the driver recorded (partitions; schema: the stored schema message's
+ * bytes against the first local source found equal to the shuffle's, else
+ * field by field). */
 static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   fsh_shuffle_store *store = fsh_shuffle_worker_store(r->st->local);
   int rc = fsh_store_open(store, r->shuffle_id, s->map_id, s->attempt, &r->file, err);
@@ -217,11 +225,22 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
     rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d has "
                        "%d partitions, the shuffle %d", r->shuffle_id, s->map_id, s->attempt,
                        i->n_partitions, r->n_partitions);
-  else if (rc == 0 && !fsh_schema_equals(fsh_map_file_schema(r->file), r->schema, false, &diff))
-    rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d: "
-                       "schema differs from the shuffle's: %s", r->shuffle_id, s->map_id,
-                       s->attempt, diff.message);
-  if (rc == 0) rc = fsh_map_file_cursor_open(r->file, r->partition, &r->cursor, err);
+  bool same = rc == 0 && same_schema_bytes(r->schema_msg, fsh_map_file_schema_message(r->file));
+  if (rc == 0 && !same) {
+    if (!fsh_schema_equals(fsh_map_file_schema(r->file), r->schema, false, &diff)) {
+      rc = fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 ": map %" PRId64 " attempt %d: "
+                         "schema differs from the shuffle's: %s", r->shuffle_id, s->map_id,
+                         s->attempt, diff.message);
+    } else if (!r->schema_msg) { /* the bytes every later source will likely have */
+      r->schema_msg = fsh_buffer_ref(fsh_map_file_schema_message(r->file));
+      same = true;
+      if (!fsh_map_file_has_dictionaries(r->file))
+        rc = fsh_map_file_decoder_new(r->file, &r->dec, err);
+    }
+  }
+  if (rc == 0)
+    rc = fsh_map_file_cursor_open_with(r->file, r->partition, same ? r->dec : NULL, &r->cursor,
+                                       err);
   if (rc == 0 && s->has_meta) {
     const fsh_map_file_partition *p = fsh_map_file_cursor_partition(r->cursor);
     if (p->rows != s->rows || p->bytes != s->bytes || p->checksum != s->checksum)
@@ -343,6 +362,8 @@ static void fr_free(fr_reader *r) {
   }
   fsh_free(r->jobs);
   fsh_free(r->slots);
+  fsh_buffer_unref(r->schema_msg);
+  fsh_ipc_decoder_free(r->dec);
   pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
   fsh_free(r);

@@ -90,6 +90,12 @@ typedef struct fr_reader {
   /* the local source being read */
   fsh_map_file *file;
   fsh_map_file_cursor *cursor;
+  fsh_buffer *schema_msg; /* a local source's schema message found equal to
+                             `schema` (reference): later local sources with
+                             the same bytes skip the field-by-field compare */
+  fsh_ipc_decoder *dec;   /* holding that schema, shared by the cursors of the
+                             sources with those bytes (NULL: none yet, or the
+                             schema has dictionaries: each file decodes) */
   int failed;
 } fr_reader;
 

@@ -37,6 +37,7 @@ XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t len);
 
 #include <flightshuffle/kernels.h>
 
+#include "ipc/read_internal.h" /* fsh_input_from_buffer_named */
 #include "shuffle/shuffle_internal.h"
 
 /* ---- little-endian fields ---------------------------------------------- */
@@ -74,6 +75,7 @@ typedef struct part_buf {
   uint64_t single_sum;   /* partition's (the same bytes), hashed once */
   fsh_map_file_block *blocks;
   int64_t n_blocks, cap_blocks;
+  bool finished;         /* finish_partition: nothing more may come */
 } part_buf;
 
 struct fsh_map_file_writer {
@@ -101,6 +103,7 @@ struct fsh_map_file_writer {
   fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
                                dictionaries (then it holds no state); else
                                NULL: a fresh encoder per block */
+  bool any_finished;        /* some partition was finished early */
   int failed;               /* error code once a block write failed */
   char failure[sizeof(fsh_error)]; /* and its message */
   char what[96];            /* "shuffle 7 map 3 attempt 0" */
@@ -305,6 +308,9 @@ int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
     return fsh_error_set(err, EINVAL, "%s: a stored block of %lld bytes, %lld rows for partition "
                          "%d of %d", w->what, (long long)len, (long long)rows, partition,
                          w->n_partitions);
+  if (w->parts[partition].finished)
+    return fsh_error_set(err, EINVAL, "%s: a stored block for partition %d, already finished",
+                         w->what, partition);
   FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
   part_buf *p = &w->parts[partition];
   if (p->n_blocks == p->cap_blocks) {
@@ -397,6 +403,9 @@ int fsh_map_file_writer_write(fsh_map_file_writer *w, int32_t partition, fsh_bat
     return fsh_error_set(err, EINVAL, "%s: write to partition %d of %d", w->what, partition,
                          w->n_partitions);
   part_buf *p = &w->parts[partition];
+  if (p->finished)
+    return fsh_error_set(err, EINVAL, "%s: write to partition %d, already finished", w->what,
+                         partition);
   /* rows in the builder came first: written out before (a batch may not
    * wait behind them: the builder's memory is reused) */
   if (p->built > 0) FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
@@ -422,6 +431,8 @@ int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
                                    const int32_t *partition_of_row, fsh_error *err) {
   if (w->failed)
     return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (w->any_finished) /* rows may go to any partition: not after a finish */
+    return fsh_error_set(err, EINVAL, "%s: rows written after a partition was finished", w->what);
   if (!w->pb) {
     if (!fsh_partition_builder_supports(w->schema))
       return fsh_error_set(err, ENOTSUP, "%s: the schema has a column the partition builders do "
@@ -443,6 +454,18 @@ int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
     for (int32_t i = 0; i < w->n_partitions; i++)
       FSH_RETURN_NOT_OK(flush_partition(w, i, false, err));
   return 0;
+}
+
+int fsh_map_file_writer_finish_partition(fsh_map_file_writer *w, int32_t partition,
+                                         fsh_error *err) {
+  if (w->failed)
+    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
+  if (partition < 0 || partition >= w->n_partitions)
+    return fsh_error_set(err, EINVAL, "%s: finish partition %d of %d", w->what, partition,
+                         w->n_partitions);
+  w->any_finished = true;
+  w->parts[partition].finished = true;
+  return flush_partition(w, partition, true, err);
 }
 
 int64_t fsh_map_file_writer_builder_bytes(const fsh_map_file_writer *w) {
@@ -593,7 +616,9 @@ struct fsh_map_file_head {
 };
 
 struct fsh_map_file {
-  fsh_input *in;
+  fsh_input *in;           /* NULL for an image until fsh_map_file_input */
+  fsh_buffer *image;       /* open_image: the whole file in memory (reference) */
+  char image_name[128];    /* and its name (messages) */
   fsh_map_file_info info;
   uint64_t schema_hash;
   fsh_map_file_head *head; /* the verified schema */
@@ -624,6 +649,24 @@ static int read_exact_at(fsh_input *in, int64_t offset, int64_t n, fsh_buffer **
                          (long long)offset, (long long)got, (long long)n);
   }
   *out = b;
+  return 0;
+}
+
+/* The file's name for messages. */
+static const char *fname(const fsh_map_file *f) {
+  return f->in ? f->in->name : f->image_name;
+}
+
+/* read_exact_at on f's bytes: a slice of its image, or a read. */
+static int file_read_at(fsh_map_file *f, int64_t offset, int64_t n, fsh_buffer **out,
+                        fsh_error *err) {
+  if (!f->image) return read_exact_at(f->in, offset, n, out, err);
+  if (offset < 0 || n < 0 || offset > f->image->size - n)
+    return fsh_error_set(err, EIO, "%s: short read at offset %lld (%lld bytes past its %lld)",
+                         f->image_name, (long long)offset, (long long)n,
+                         (long long)f->image->size);
+  if (!(*out = fsh_buffer_slice(f->image, offset, n)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
   return 0;
 }
 
@@ -776,6 +819,7 @@ void fsh_map_file_close(fsh_map_file *f) {
   fsh_ipc_decoder_free(f->dec);
   fsh_map_file_head_unref(f->head);
   if (f->in) f->in->close(f->in);
+  fsh_buffer_unref(f->image);
   fsh_free(f);
 }
 
@@ -822,7 +866,37 @@ int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h, fsh_map_file **o
 fsh_buffer *fsh_map_file_schema_message(const fsh_map_file *f) { return f->head->schema_meta; }
 const fsh_map_file_info *fsh_map_file_get_info(const fsh_map_file *f) { return &f->info; }
 fsh_schema *fsh_map_file_schema(const fsh_map_file *f) { return f->head->schema; }
-fsh_input *fsh_map_file_input(const fsh_map_file *f) { return f->in; }
+fsh_input *fsh_map_file_input(const fsh_map_file *f) {
+  fsh_map_file *m = (fsh_map_file *)f; /* the input is made on first use */
+  if (!m->in && m->image) {
+    fsh_error e;
+    if (fsh_input_from_buffer_named(m->image, m->image_name, &m->in, &e) != 0) m->in = NULL;
+  }
+  return m->in;
+}
+
+const char *fsh_map_file_name(const fsh_map_file *f) { return fname(f); }
+
+int fsh_map_file_open_image(fsh_buffer *image, const char *name, fsh_map_file_head *h,
+                            fsh_map_file **out, fsh_error *err) {
+  if (image->size != h->info.file_size)
+    return fsh_error_set(err, EIO, "%s: shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32
+                         ": the stored map output changed size (%" PRId64 " bytes, %" PRId64
+                         " when it was verified)", name, h->info.shuffle_id, h->info.map_id,
+                         h->info.attempt, image->size, h->info.file_size);
+  fsh_map_file *f = fsh_calloc(1, sizeof *f);
+  if (!f) return fsh_error_set(err, ENOMEM, "opening %s: out of memory", name);
+  f->image = fsh_buffer_ref(image);
+  size_t n = strlen(name);
+  if (n >= sizeof f->image_name) n = sizeof f->image_name - 1;
+  memcpy(f->image_name, name, n);
+  f->info = h->info;
+  f->schema_hash = h->schema_hash;
+  f->head = fsh_map_file_head_ref(h);
+  memcpy(f->what, h->what, sizeof f->what);
+  *out = f;
+  return 0;
+}
 
 void fsh_map_file_partition_reset(fsh_map_file_partition *p) {
   fsh_free(p->blocks);
@@ -844,7 +918,7 @@ static int check_partition(fsh_map_file *f, const fsh_map_file_partition *p, int
       return fsh_error_set(err, EINVAL,
                            "%s: not a valid map-output file: %s partition %d block %lld: offset "
                            "%lld length %lld rows %lld outside the data [%lld, %lld)",
-                           f->in->name, f->what, p->partition, (long long)k, (long long)b->offset,
+                           fname(f), f->what, p->partition, (long long)k, (long long)b->offset,
                            (long long)b->length, (long long)b->rows,
                            (long long)i->schema_length, (long long)i->data_end);
     rows += b->rows;
@@ -856,7 +930,7 @@ bad:
   return fsh_error_set(err, EINVAL,
                        "%s: not a valid map-output file: %s partition %d: entry (rows %lld, bytes "
                        "%lld, first block %lld, %lld blocks) inconsistent with its blocks",
-                       f->in->name, f->what, p->partition, (long long)p->rows,
+                       fname(f), f->what, p->partition, (long long)p->rows,
                        (long long)p->bytes, (long long)first, (long long)p->n_blocks);
 }
 
@@ -864,56 +938,66 @@ int fsh_map_file_get_partition(fsh_map_file *f, int32_t partition, fsh_map_file_
                                fsh_error *err) {
   const fsh_map_file_info *i = &f->info;
   if (partition < 0 || partition >= i->n_partitions)
-    return fsh_error_set(err, EINVAL, "%s (%s): partition %d of %d", f->what, f->in->name,
+    return fsh_error_set(err, EINVAL, "%s (%s): partition %d of %d", f->what, fname(f),
                          partition, i->n_partitions);
   int64_t index_off = i->data_end + 8;
   int64_t entry_off = index_off + FSH_MAP_FILE_HEADER_BYTES +
                       (int64_t)FSH_MAP_FILE_ENTRY_BYTES * partition;
   int64_t blocks_off = index_off + FSH_MAP_FILE_HEADER_BYTES +
                        (int64_t)FSH_MAP_FILE_ENTRY_BYTES * i->n_partitions;
-  fsh_buffer *e = NULL, *bl = NULL;
-  FSH_RETURN_NOT_OK(read_exact_at(f->in, entry_off, FSH_MAP_FILE_ENTRY_BYTES, &e, err));
+  /* an image's index is read in place (its bounds: checked at its first
+   * open, the image's size since); a file's is read */
+  fsh_buffer *eb = NULL, *bb = NULL;
+  const uint8_t *e = NULL, *bl = NULL;
+  if (f->image) e = f->image->data + entry_off;
+  else FSH_RETURN_NOT_OK(read_exact_at(f->in, entry_off, FSH_MAP_FILE_ENTRY_BYTES, &eb, err));
+  if (eb) e = eb->data;
   fsh_map_file_partition p = {.partition = partition};
-  p.rows = get_i64(e->data);
-  p.bytes = get_i64(e->data + 8);
-  p.checksum = get_u64(e->data + 16);
-  int64_t first = get_i64(e->data + 24);
-  p.n_blocks = get_i64(e->data + 32);
+  p.rows = get_i64(e);
+  p.bytes = get_i64(e + 8);
+  p.checksum = get_u64(e + 16);
+  int64_t first = get_i64(e + 24);
+  p.n_blocks = get_i64(e + 32);
+  int64_t bl_len = 0;
   int rc = 0;
   if (first < 0 || p.n_blocks < 0 || first > i->n_blocks || p.n_blocks > i->n_blocks - first)
     rc = check_partition(f, &p, first, err); /* reports the bad entry */
-  if (rc == 0 && p.n_blocks > 0)
-    rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first,
-                       FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks, &bl, err);
+  else
+    bl_len = FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks; /* in the index: no overflow */
+  if (rc == 0 && p.n_blocks > 0 && f->image)
+    bl = f->image->data + blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first;
+  else if (rc == 0 && p.n_blocks > 0)
+    rc = read_exact_at(f->in, blocks_off + FSH_MAP_FILE_BLOCK_BYTES * first, bl_len, &bb, err);
+  if (bb) bl = bb->data;
   if (rc == 0) {
     uint64_t h;
-    if (!bl || bl->size <= 8 * FSH_MAP_FILE_BLOCK_BYTES) { /* one call over a copy */
+    if (!bl || bl_len <= 8 * FSH_MAP_FILE_BLOCK_BYTES) { /* one call over a copy */
       uint8_t tmp[40 + 8 * FSH_MAP_FILE_BLOCK_BYTES];
-      memcpy(tmp, e->data, 40);
-      if (bl) memcpy(tmp + 40, bl->data, (size_t)bl->size);
-      h = XXH3_64bits(tmp, 40 + (bl ? (size_t)bl->size : 0));
+      memcpy(tmp, e, 40);
+      if (bl) memcpy(tmp + 40, bl, (size_t)bl_len);
+      h = XXH3_64bits(tmp, 40 + (bl ? (size_t)bl_len : 0));
     } else {
       XXH3_state_t s; /* on the stack: its type carries its alignment */
       XXH3_64bits_reset(&s);
-      XXH3_64bits_update(&s, e->data, 40);
-      XXH3_64bits_update(&s, bl->data, (size_t)bl->size);
+      XXH3_64bits_update(&s, e, 40);
+      XXH3_64bits_update(&s, bl, (size_t)bl_len);
       h = XXH3_64bits_digest(&s);
     }
-    if (h != get_u64(e->data + 40))
+    if (h != get_u64(e + 40))
       rc = fsh_error_set(err, EINVAL,
                          "%s: not a valid map-output file: %s partition %d: index entry "
                          "checksum mismatch",
-                         f->in->name, f->what, partition);
+                         fname(f), f->what, partition);
   }
   if (rc == 0 && p.n_blocks > 0 && !(p.blocks = fsh_malloc(sizeof *p.blocks * (size_t)p.n_blocks)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
   for (int64_t k = 0; rc == 0 && k < p.n_blocks; k++) {
-    const uint8_t *b = bl->data + FSH_MAP_FILE_BLOCK_BYTES * k;
+    const uint8_t *b = bl + FSH_MAP_FILE_BLOCK_BYTES * k;
     p.blocks[k] = (fsh_map_file_block){get_i64(b), get_i64(b + 8), get_i64(b + 16), get_u64(b + 24)};
   }
   if (rc == 0) rc = check_partition(f, &p, first, err);
-  fsh_buffer_unref(e);
-  fsh_buffer_unref(bl);
+  fsh_buffer_unref(eb);
+  fsh_buffer_unref(bb);
   if (rc != 0) {
     fsh_map_file_partition_reset(&p);
     return rc;
@@ -929,8 +1013,8 @@ int fsh_map_file_get_partitions(fsh_map_file *f, fsh_map_file_partition *out,
   int64_t entries_off = i->data_end + 8 + FSH_MAP_FILE_HEADER_BYTES;
   int64_t blocks_len = FSH_MAP_FILE_BLOCK_BYTES * i->n_blocks;
   fsh_buffer *ix = NULL;
-  FSH_RETURN_NOT_OK(read_exact_at(f->in, entries_off, FSH_MAP_FILE_ENTRY_BYTES * np + blocks_len,
-                                  &ix, err));
+  FSH_RETURN_NOT_OK(file_read_at(f, entries_off, FSH_MAP_FILE_ENTRY_BYTES * np + blocks_len,
+                                 &ix, err));
   const uint8_t *ents = ix->data, *bls = ix->data + FSH_MAP_FILE_ENTRY_BYTES * np;
   fsh_map_file_block *all = fsh_malloc(sizeof *all * (size_t)(i->n_blocks ? i->n_blocks : 1));
   int rc = all ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
@@ -956,7 +1040,7 @@ int fsh_map_file_get_partitions(fsh_map_file *f, fsh_map_file_partition *out,
                        (size_t)(FSH_MAP_FILE_BLOCK_BYTES * p.n_blocks));
     if (XXH3_64bits_digest(&s) != get_u64(e + 40)) {
       rc = fsh_error_set(err, EINVAL, "%s: not a valid map-output file: %s partition %d: index "
-                         "entry checksum mismatch", f->in->name, f->what, (int)pi);
+                         "entry checksum mismatch", fname(f), f->what, (int)pi);
       break;
     }
     p.blocks = all + first;
@@ -975,7 +1059,7 @@ int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p, in
                             fsh_buffer **out, fsh_error *err) {
   const fsh_map_file_block *b = &p->blocks[i];
   fsh_buffer *buf = NULL;
-  int rc = read_exact_at(f->in, b->offset, b->length, &buf, err);
+  int rc = file_read_at(f, b->offset, b->length, &buf, err);
   if (rc != 0)
     return fsh_error_prefix(err, rc, "%s partition %d block %lld: ", f->what, p->partition,
                             (long long)i);
@@ -985,7 +1069,7 @@ int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p, in
                          "%s partition %d: checksum mismatch in block %lld (offset %lld, %lld "
                          "bytes) of %s: the stored map output is corrupt",
                          f->what, p->partition, (long long)i, (long long)b->offset,
-                         (long long)b->length, f->in->name);
+                         (long long)b->length, fname(f));
   }
   *out = buf;
   return 0;
@@ -1001,16 +1085,29 @@ struct fsh_map_file_cursor {
   XXH3_state_t *hash; /* over the partition's blocks; NULL for a partition
                          of one block or none, whose checksum is by
                          definition its block's (or the empty input's) */
+  fsh_ipc_decoder *dec; /* f's, or the caller's (borrowed) */
   bool done;
 };
 
-int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cursor **out,
-                             fsh_error *err) {
+int fsh_map_file_decoder_new(const fsh_map_file *f, fsh_ipc_decoder **out, fsh_error *err) {
+  return head_decoder(f->head, out, err);
+}
+
+bool fsh_map_file_has_dictionaries(const fsh_map_file *f) {
+  const fsh_schema *sc = f->head->schema;
+  for (int64_t i = 0; i < sc->n_fields; i++)
+    if (has_dictionaries(&sc->fields[i], 0)) return true;
+  return false;
+}
+
+int fsh_map_file_cursor_open_with(fsh_map_file *f, int32_t partition, fsh_ipc_decoder *dec,
+                                  fsh_map_file_cursor **out, fsh_error *err) {
   fsh_map_file_cursor *c = fsh_calloc(1, sizeof *c);
   if (!c) return fsh_error_set(err, ENOMEM, "out of memory");
   c->f = f;
   int rc = 0;
-  if (!f->dec) rc = head_decoder(f->head, &f->dec, err);
+  if (!dec && !f->dec) rc = head_decoder(f->head, &f->dec, err);
+  c->dec = dec ? dec : f->dec;
   if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &c->part, err);
   if (rc == 0 && c->part.n_blocks > 1 && !(c->hash = hash_state_new()))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
@@ -1022,6 +1119,11 @@ int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cu
   return 0;
 }
 
+int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition, fsh_map_file_cursor **out,
+                             fsh_error *err) {
+  return fsh_map_file_cursor_open_with(f, partition, NULL, out, err);
+}
+
 const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_cursor *c) {
   return &c->part;
 }
@@ -1029,7 +1131,7 @@ const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_c
 static int bad_message(fsh_map_file_cursor *c, int64_t at, const char *why, fsh_error *err) {
   return fsh_error_set(err, EINVAL, "%s partition %d: block %lld of %s: message at offset %lld: %s",
                        c->f->what, c->part.partition, (long long)(c->next_block - 1),
-                       c->f->in->name, (long long)at, why);
+                       fname(c->f), (long long)at, why);
 }
 
 /* Decodes the next message of the current block; *batch NULL for a
@@ -1050,10 +1152,10 @@ static int next_message(fsh_map_file_cursor *c, fsh_batch **batch, fsh_error *er
     rc = bad_message(c, abs, type == FSH_IPC_SCHEMA ? "a schema inside a block" : "body past the block", err);
   if (rc == 0 && body_len > 0 && !(body = fsh_buffer_slice(b, at + 8 + len, body_len)))
     rc = fsh_error_set(err, ENOMEM, "out of memory");
-  if (rc == 0) rc = fsh_ipc_decode_message(c->f->dec, meta, body, batch, err);
+  if (rc == 0) rc = fsh_ipc_decode_message(c->dec, meta, body, batch, err);
   fsh_buffer_unref(meta);
   fsh_buffer_unref(body);
-  if (rc != 0) return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "%s partition %d: %s: ", c->f->what, c->part.partition, c->f->in->name);
+  if (rc != 0) return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "%s partition %d: %s: ", c->f->what, c->part.partition, fname(c->f));
   c->pos = at + 8 + len + body_len;
   return 0;
 }
@@ -1076,7 +1178,7 @@ int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out, fsh_error 
       if (c->block_rows != b->rows)
         return fsh_error_set(err, EINVAL, "%s partition %d: block %lld of %s holds %lld rows, its "
                              "index entry says %lld", c->f->what, c->part.partition,
-                             (long long)(c->next_block - 1), c->f->in->name,
+                             (long long)(c->next_block - 1), fname(c->f),
                              (long long)c->block_rows, (long long)b->rows);
       fsh_buffer_unref(c->block);
       c->block = NULL;
@@ -1089,7 +1191,7 @@ int fsh_map_file_cursor_next(fsh_map_file_cursor *c, fsh_batch **out, fsh_error 
       if (sum != c->part.checksum)
         return fsh_error_set(err, EIO, "%s partition %d: the partition checksum of %s does not "
                              "match its blocks: the stored map output is corrupt",
-                             c->f->what, c->part.partition, c->f->in->name);
+                             c->f->what, c->part.partition, fname(c->f));
       c->done = true;
       break;
     }

@@ -135,6 +135,13 @@ FSH_NODISCARD int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_outp
 FSH_NODISCARD int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
                                                   const uint8_t *data, int64_t len, int64_t rows,
                                                   uint64_t checksum, fsh_error *err);
+/* Writes partition's buffered batches as its last block (hashed once when
+ * it is the partition's only block): later writes to it are EINVAL, and
+ * so is write_rows after any finish. Lets a writer fed one partition at a
+ * time (the pre-shuffle merge's re-encoding) hold one partition's batches
+ * at a time. Errors fail the writer as write's do. */
+FSH_NODISCARD int fsh_map_file_writer_finish_partition(fsh_map_file_writer *w, int32_t partition,
+                                                       fsh_error *err);
 /* Discards everything (the output is aborted); frees w. NULL accepted. */
 void fsh_map_file_writer_abort(fsh_map_file_writer *w);
 
@@ -187,6 +194,8 @@ fsh_buffer *fsh_map_file_schema_message(const fsh_map_file *f);
 /* The input (borrowed): with the ranges below, a server sends stored
  * bytes without decoding them. */
 fsh_input *fsh_map_file_input(const fsh_map_file *f);
+/* The name of its bytes (a path, an image's name) for messages. */
+const char *fsh_map_file_name(const fsh_map_file *f);
 
 /* The verified part of an opened file -- trailer, header, end-of-stream
  * marker, schema -- that every open of the same bytes checks anew. A
@@ -204,6 +213,15 @@ void fsh_map_file_head_unref(fsh_map_file_head *h);              /* NULL accepte
  * and blocks are read and verified exactly as after fsh_map_file_open. */
 FSH_NODISCARD int fsh_map_file_open_head(fsh_input *in, fsh_map_file_head *h,
                                          fsh_map_file **out, fsh_error *err);
+
+/* fsh_map_file_open_head on a whole file held in memory (a store's memory
+ * image; a reference is taken) without an fsh_input: no allocation but the
+ * map file itself; the index and blocks are read in place (slices).
+ * fsh_map_file_input makes the input on first use (NULL if out of
+ * memory). A different size than h's: EIO naming the image. */
+FSH_NODISCARD int fsh_map_file_open_image(fsh_buffer *image, const char *name,
+                                          fsh_map_file_head *h, fsh_map_file **out,
+                                          fsh_error *err);
 
 /* Reads and verifies the index entry of `partition` and its blocks: the
  * raw bytes of the partition are the blocks' (offset, length) ranges, in
@@ -229,6 +247,20 @@ FSH_NODISCARD int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_pa
 typedef struct fsh_map_file_cursor fsh_map_file_cursor;
 FSH_NODISCARD int fsh_map_file_cursor_open(fsh_map_file *f, int32_t partition,
                                            fsh_map_file_cursor **out, fsh_error *err);
+/* fsh_map_file_cursor_open decoding with dec (borrowed; NULL: f's own,
+ * made from its schema on first use) instead of f's own decoder: a
+ * reader of many map outputs with the same schema message and no
+ * dictionaries (so that a decoder holds no state between blocks) decodes
+ * the schema once, not once per map output. dec must outlive the cursor
+ * and serve one cursor at a time. */
+FSH_NODISCARD int fsh_map_file_cursor_open_with(fsh_map_file *f, int32_t partition,
+                                                fsh_ipc_decoder *dec,
+                                                fsh_map_file_cursor **out, fsh_error *err);
+/* A new decoder holding f's verified schema (for cursor_open_with). */
+FSH_NODISCARD int fsh_map_file_decoder_new(const fsh_map_file *f, fsh_ipc_decoder **out,
+                                           fsh_error *err);
+/* Whether f's schema has a dictionary-encoded field (at any depth). */
+bool fsh_map_file_has_dictionaries(const fsh_map_file *f);
 /* The partition's verified entry (borrowed). */
 const fsh_map_file_partition *fsh_map_file_cursor_partition(const fsh_map_file_cursor *c);
 /* Next batch (new reference), or *out = NULL at the end. */
@@ -265,6 +297,9 @@ FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
 FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,
                                          fsh_error *err);
 void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
+/* fsh_map_file_writer_finish_partition through a store writer. */
+FSH_NODISCARD int fsh_store_writer_finish_partition(fsh_store_writer *w, int32_t partition,
+                                                    fsh_error *err);
 /* fsh_map_file_writer_write_block through a store writer. */
 FSH_NODISCARD int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition,
                                                const uint8_t *data, int64_t len, int64_t rows,

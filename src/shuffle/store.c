@@ -1002,6 +1002,10 @@ int fsh_store_writer_write(fsh_store_writer *w, int32_t partition, fsh_batch *ba
   return fsh_map_file_writer_write(w->mw, partition, batch, err);
 }
 
+int fsh_store_writer_finish_partition(fsh_store_writer *w, int32_t partition, fsh_error *err) {
+  return fsh_map_file_writer_finish_partition(w->mw, partition, err);
+}
+
 int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const uint8_t *data,
                                  int64_t len, int64_t rows, uint64_t checksum, fsh_error *err) {
   return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, checksum, err);
@@ -1173,6 +1177,12 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
                          shuffle_id, map_id, attempt);
   int rc;
   fsh_input *in = NULL;
+  if (image && head) { /* verified before: the image itself, no input */
+    rc = fsh_map_file_open_image(image, name, head, out, err);
+    fsh_buffer_unref(image);
+    fsh_map_file_head_unref(head);
+    return rc;
+  }
   if (image) {
     rc = fsh_input_from_buffer_named(image, name, &in, err);
     fsh_buffer_unref(image);

@@ -77,6 +77,8 @@ typedef struct fsh_merge_test_hooks {
   void (*parts_open)(void *ctx, const fsh_merge_task *t);
   void *ctx;
   int64_t *by_block; /* if set: += 1 for every part read block by block (not atomic) */
+  int64_t small_block; /* blocks averaging fewer bytes are re-encoded (0: 64 KiB);
+                          < 0: never (every block copied as stored) */
 } fsh_merge_test_hooks;
 void fsh_merge_set_test_hooks(const fsh_merge_test_hooks *h);
 

@@ -1,11 +1,20 @@
 /* worker_merge.c -- the pre-shuffle merge on a worker's store: several map
  * outputs of one shuffle held by this worker become ONE map output whose
- * partition p is the concatenation of the parts' partition p blocks (in
- * the order of the parts), copied as stored, never decoded. Every block
- * is verified against its own checksum as it is read and keeps it (the
- * same bytes); the merged partition's rows and bytes are the sums of the
- * parts', its checksum the xxh3 of the concatenated blocks (computed as
- * they are written). The merged output is written through a store writer
+ * partition p holds the parts' partition p rows, in the order of the parts
+ * (and within a part in stored order). Every block is verified against
+ * its own checksum as it is read. A partition whose blocks are large
+ * (average >= 64 KiB) is the concatenation of the parts' blocks copied as
+ * stored, never decoded: its rows and bytes are the sums of the parts',
+ * its checksum the xxh3 of the concatenated blocks. A partition of small
+ * blocks (1000 partitions of a 512 KiB map task: ~500-byte blocks, half
+ * of it IPC metadata and framing) is re-encoded instead: its blocks are
+ * decoded and their batches written again through the writer, which
+ * concatenates them into blocks of up to 4 MiB (compressed again with the
+ * shuffle's codec) -- the same rows in the same order, far fewer blocks
+ * and bytes for every later reader to fetch, hash and decode; its rows
+ * are the parts' sum, bytes and checksum those of the new blocks. Schemas
+ * with dictionaries are always copied (a block carries its dictionaries).
+ * The merged output is written through a store writer
  * like any map output (memory budget, spill), published under its own
  * (map id, attempt), and only then are the parts dropped (when asked) --
  * unless a part is gone by then (its shuffle released during the merge):
@@ -133,8 +142,6 @@ static void part_src_reset(part_src *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* Opens part i (checking it agrees with part 0: shuffle, partitions,
- * compression, schema) and reads its index and data. */
 /* Part i is missing from the store or unreadable (rc): reported to the
  * task (when the merge runs as one) so that the scheduler recomputes that
  * map instead of losing this worker. Returns rc. */
@@ -144,6 +151,8 @@ static int part_lost(const fsh_merge_task *t, int32_t i, int rc) {
   return rc;
 }
 
+/* Opens part i (checking it agrees with part 0: shuffle, partitions,
+ * compression, schema) and reads its index and data. */
 static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *parts, int32_t i,
                      const char *what, fsh_error *err) {
   part_src *x = &parts[i];
@@ -170,7 +179,8 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
   int64_t len = b->data_end - b->schema_length;
   if (len > 0 && len <= (test_hooks.whole_max > 0 ? test_hooks.whole_max : MERGE_WHOLE_MAX)) {
     fsh_input *in = fsh_map_file_input(x->f);
-    rc = in->read_at(in, x->base, len, &x->data, err);
+    rc = in ? in->read_at(in, x->base, len, &x->data, err)
+            : fsh_error_set(err, ENOMEM, "out of memory");
     if (rc == 0 && x->data->size != len)
       rc = fsh_error_set(err, EIO, "%s: part %d: %s: %lld of %lld bytes read", what, i,
                          in->name, (long long)x->data->size, (long long)len);
@@ -181,38 +191,135 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
   return 0;
 }
 
-/* Copies partition p of every part into w, block by block, each verified
- * against its checksum first. */
-static int copy_partition(fsh_store_writer *w, const fsh_merge_task *t, part_src *parts,
-                          int32_t p, fsh_error *err) {
-  for (int32_t i = 0; i < t->n_parts; i++) {
+/* A partition's blocks are re-encoded when they average fewer bytes. */
+#define MERGE_SMALL_BLOCK ((int64_t)64 << 10)
+
+/* Block k of part i's partition e, verified against its checksum: a new
+ * reference (a slice of the part's data, or the block read alone). */
+static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fsh_buffer **out,
+                     fsh_error *err) {
+  const fsh_map_file_block *b = &e->blocks[k];
+  if (!x->data) return fsh_map_file_read_block(x->f, e, k, out, err);
+  const uint8_t *at = x->data->data + (b->offset - x->base);
+  if (XXH3_64bits(at, (size_t)b->length) != b->checksum) {
+    const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
+    return fsh_error_set(err, EIO, "shuffle %" PRIu64 " map %" PRId64 " attempt %d "
+                         "partition %d: checksum mismatch in block %lld (offset %lld, "
+                         "%lld bytes) of %s: the stored map output is corrupt",
+                         fi->shuffle_id, fi->map_id, fi->attempt, e->partition, (long long)k,
+                         (long long)b->offset, (long long)b->length,
+                         fsh_map_file_name(x->f));
+  }
+  if (!(*out = fsh_buffer_slice(x->data, b->offset - x->base, b->length)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  return 0;
+}
+
+/* Decodes the framed IPC messages of verified block k of part x's
+ * partition e with dec and writes its record batches to partition e of w;
+ * the block's rows must be its index entry's. */
+static int reencode_block(fsh_store_writer *w, fsh_ipc_decoder *dec, part_src *x,
+                          const fsh_map_file_partition *e, int64_t k, fsh_buffer *blk,
+                          fsh_error *err) {
+  int64_t at = 0, rows = 0;
+  int rc = 0;
+  const char *why = NULL;
+  while (rc == 0 && at < blk->size) {
+    int64_t left = blk->size - at;
+    uint32_t len = left >= 8 ? fsh_le_get32(blk->data + at + 4) : 0;
+    if (left < 8 || fsh_le_get32(blk->data + at) != 0xFFFFFFFFu || len == 0 || len % 8 ||
+        len > left - 8) {
+      why = "bad framing";
+      break;
+    }
+    fsh_buffer *meta = fsh_buffer_slice(blk, at + 8, len), *body = NULL;
+    fsh_ipc_message_type type = FSH_IPC_NONE;
+    int64_t body_len = 0;
+    if (!meta) rc = fsh_error_set(err, ENOMEM, "out of memory");
+    if (rc == 0) rc = fsh_ipc_peek_message(meta, &type, &body_len, err);
+    if (rc == 0 && (type == FSH_IPC_SCHEMA || body_len > left - 8 - (int64_t)len))
+      why = type == FSH_IPC_SCHEMA ? "a schema inside a block" : "body past the block";
+    if (rc == 0 && !why && body_len > 0 && !(body = fsh_buffer_slice(blk, at + 8 + len, body_len)))
+      rc = fsh_error_set(err, ENOMEM, "out of memory");
+    fsh_batch *batch = NULL;
+    if (rc == 0 && !why) rc = fsh_ipc_decode_message(dec, meta, body, &batch, err);
+    fsh_buffer_unref(meta);
+    fsh_buffer_unref(body);
+    if (rc == 0 && batch) {
+      rows += batch->length;
+      rc = fsh_store_writer_write(w, e->partition, batch, err);
+    }
+    fsh_batch_unref(batch);
+    if (why) break;
+    at += 8 + (int64_t)len + body_len;
+  }
+  if (rc == 0 && !why && rows != e->blocks[k].rows) why = "its rows differ from its index entry's";
+  const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
+  if (rc == 0 && why)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
+                         "%d: block %lld of %s, message at %lld: %s", fi->shuffle_id, fi->map_id,
+                         fi->attempt, e->partition, (long long)k, fsh_map_file_name(x->f),
+                         (long long)at, why);
+  if (rc != 0 && rc != ENOMEM)
+    return fsh_error_prefix(err, rc, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
+                            "%d: block %lld of %s: ", fi->shuffle_id, fi->map_id, fi->attempt,
+                            e->partition, (long long)k, fsh_map_file_name(x->f));
+  return rc;
+}
+
+/* Writes partition p of every part into w, block by block, each verified
+ * against its checksum first: copied as stored, or (dec != NULL and the
+ * blocks average under `small` bytes) decoded and written again as batches,
+ * the partition then finished (its buffered batches written as blocks). */
+static int merge_partition(fsh_store_writer *w, fsh_ipc_decoder *dec, int64_t small,
+                           const fsh_merge_task *t, part_src *parts, int32_t p, fsh_error *err) {
+  int32_t n = t->n_parts;
+  int64_t blocks = 0, bytes = 0;
+  for (int32_t i = 0; i < n; i++) blocks += parts[i].ents[p].n_blocks, bytes += parts[i].ents[p].bytes;
+  bool reencode = dec && blocks > 1 && bytes < small * blocks;
+  for (int32_t i = 0; i < n; i++) {
     const fsh_map_file_partition *e = &parts[i].ents[p];
     for (int64_t k = 0; k < e->n_blocks; k++) {
+      fsh_buffer *blk = NULL;
+      int grc = get_block(&parts[i], e, k, &blk, err);
+      if (grc != 0) return part_lost(t, i, grc);
       const fsh_map_file_block *b = &e->blocks[k];
-      fsh_buffer *one = NULL;
-      const uint8_t *at;
-      if (parts[i].data) {
-        at = parts[i].data->data + (b->offset - parts[i].base);
-        if (XXH3_64bits(at, (size_t)b->length) != b->checksum) {
-          const fsh_map_file_info *fi = fsh_map_file_get_info(parts[i].f);
-          part_lost(t, i, EIO);
-          return fsh_error_set(err, EIO, "shuffle %" PRIu64 " map %" PRId64 " attempt %d "
-                               "partition %d: checksum mismatch in block %lld (offset %lld, "
-                               "%lld bytes) of %s: the stored map output is corrupt",
-                               fi->shuffle_id, fi->map_id, fi->attempt, p, (long long)k,
-                               (long long)b->offset, (long long)b->length,
-                               fsh_map_file_input(parts[i].f)->name);
-        }
-      } else {
-        int rc = fsh_map_file_read_block(parts[i].f, e, k, &one, err);
-        if (rc != 0) return part_lost(t, i, rc);
-        at = one->data;
-      }
-      int rc = fsh_store_writer_write_block(w, p, at, b->length, b->rows, b->checksum, err);
-      fsh_buffer_unref(one);
+      int rc = reencode ? reencode_block(w, dec, &parts[i], e, k, blk, err)
+                        : fsh_store_writer_write_block(w, p, blk->data, b->length, b->rows,
+                                                       b->checksum, err);
+      fsh_buffer_unref(blk);
       if (rc != 0) return rc;
     }
   }
+  return reencode ? fsh_store_writer_finish_partition(w, p, err) : 0;
+}
+
+static bool field_has_dictionary(const fsh_field *f, int depth) {
+  if (f->dictionary || depth > 64) return true;
+  for (int64_t i = 0; i < f->n_children; i++)
+    if (field_has_dictionary(&f->children[i], depth + 1)) return true;
+  return false;
+}
+
+/* A decoder holding part 0's schema, for re-encoding small blocks; *out
+ * NULL (blocks always copied) when the schema has dictionaries or the
+ * tests turned re-encoding off. */
+static int merge_decoder(fsh_map_file *f, fsh_ipc_decoder **out, fsh_error *err) {
+  *out = NULL;
+  fsh_schema *schema = fsh_map_file_schema(f);
+  if (test_hooks.small_block < 0) return 0;
+  for (int64_t i = 0; i < schema->n_fields; i++)
+    if (field_has_dictionary(&schema->fields[i], 0)) return 0;
+  fsh_ipc_decoder *d = NULL;
+  fsh_batch *none = NULL;
+  int rc = fsh_ipc_decoder_new(&d, err);
+  if (rc == 0) rc = fsh_ipc_decode_message(d, fsh_map_file_schema_message(f), NULL, &none, err);
+  fsh_batch_unref(none);
+  if (rc != 0) {
+    fsh_ipc_decoder_free(d);
+    return rc;
+  }
+  *out = d;
   return 0;
 }
 
@@ -235,13 +342,17 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
     fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = info->n_partitions,
                              .schema = fsh_map_file_schema(parts[0].f),
                              .compression = info->compression};
+    fsh_ipc_decoder *dec = NULL;
+    int64_t small = test_hooks.small_block > 0 ? test_hooks.small_block : MERGE_SMALL_BLOCK;
     rc = fsh_store_writer_open(s, &spec, t->map_id, t->attempt, &w, err);
+    if (rc == 0) rc = merge_decoder(parts[0].f, &dec, err);
     const atomic_bool *cancel = fsh_worker_task_cancel_flag();
     for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {
       if (cancel && atomic_load(cancel))
         rc = fsh_error_set(err, ECANCELED, "cancelled");
-      if (rc == 0) rc = copy_partition(w, t, parts, p, err);
+      if (rc == 0) rc = merge_partition(w, dec, small, t, parts, p, err);
     }
+    fsh_ipc_decoder_free(dec);
     if (rc != 0 && rc != ENOMEM && w) rc = fsh_error_prefix(err, rc, "%s: ", what);
   }
   for (int32_t i = 0; i < t->n_parts; i++) part_src_reset(&parts[i]);

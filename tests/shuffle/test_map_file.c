@@ -426,7 +426,7 @@ static void test_every_byte_flipped(void) {
  * trailer, the header and the schema, which it does not read again (data
  * read through it is still never wrong); the head outlives the file and
  * bytes it came from; another size is refused. */
-static void test_open_with_head(void) {
+static void open_with_head(bool image) {
   fsh_error err;
   stu_plan p;
   plan_synthetic(&p, 3, 120, 10);
@@ -449,8 +449,12 @@ static void test_open_with_head(void) {
     if (at >= 0) b->data[at] ^= 0x5A;
     fsh_input *in = NULL;
     fsh_map_file *f = NULL;
-    CHECK_OK(fsh_input_from_buffer(b, &in, &err));
-    CHECK_OK(fsh_map_file_open_head(in, h, &f, &err));
+    if (image) {
+      CHECK_OK(fsh_map_file_open_image(b, "an image", h, &f, &err));
+    } else {
+      CHECK_OK(fsh_input_from_buffer(b, &in, &err));
+      CHECK_OK(fsh_map_file_open_head(in, h, &f, &err));
+    }
     if (at < 0 && f) { /* unchanged bytes: what a full open gives */
       const fsh_map_file_info *i = fsh_map_file_get_info(f);
       CHECK(i->file_size == info0.file_size && i->n_partitions == 3 && i->map_id == 9 &&
@@ -499,8 +503,12 @@ static void test_open_with_head(void) {
   memcpy(longer->data, good->data, (size_t)good->size);
   fsh_input *in = NULL;
   fsh_map_file *f = NULL;
-  CHECK_OK(fsh_input_from_buffer(longer, &in, &err));
-  rc = fsh_map_file_open_head(in, h, &f, &err);
+  if (image) {
+    rc = fsh_map_file_open_image(longer, "a longer image", h, &f, &err);
+  } else {
+    CHECK_OK(fsh_input_from_buffer(longer, &in, &err));
+    rc = fsh_map_file_open_head(in, h, &f, &err);
+  }
   CHECK_MSG(rc == EIO && !f && strstr(err.message, "changed size"), "%d %s", rc, err.message);
   fsh_buffer_unref(longer);
   fsh_map_file_head_unref(h);
@@ -509,6 +517,11 @@ static void test_open_with_head(void) {
   fsh_map_output_reset(&meta);
   stu_plan_free(&p);
 }
+
+static void test_open_with_head(void) { open_with_head(false); }
+/* the same through fsh_map_file_open_image (a store's memory images:
+ * the index read in place, no input) */
+static void test_open_image(void) { open_with_head(true); }
 
 /* Files too small, or with a plausible trailer over garbage. */
 static void test_malformed_files(void) {
@@ -680,8 +693,70 @@ static void test_write_rows_refused(void) {
   fsh_batch_unref(all);
 }
 
-FSH_TEST_MAIN(TEST(test_write_rows_same_bytes), TEST(test_write_rows_refused),
+/* finish_partition writes a partition's buffered batches as its last
+ * block (one block here: its checksum is the partition's), before close;
+ * later writes to it, and write_rows after any finish, are EINVAL; the
+ * other partitions go on; the file reads back the rows written. */
+static void test_finish_partition(void) {
+  fsh_error err = {{0}};
+  fsh_batch *a = stu_synthetic(0, 40), *b = stu_synthetic(40, 30);
+  fsh_shuffle_spec spec = {.shuffle_id = 4, .n_partitions = 3, .schema = a->schema};
+  fsh_buffer *bytes = NULL;
+  fsh_output *out = NULL;
+  fsh_map_file_writer *w = NULL;
+  CHECK_OK(fsh_output_to_memory(NULL, &bytes, &out, &err));
+  CHECK_OK(fsh_map_file_writer_open(out, &spec, 1, 0, NULL, &w, &err));
+  if (!w) return;
+  CHECK_OK(fsh_map_file_writer_write(w, 1, a, &err));
+  CHECK_OK(fsh_map_file_writer_write(w, 1, b, &err));
+  CHECK_OK(fsh_map_file_writer_finish_partition(w, 1, &err));
+  CHECK_EQ_INT(fsh_map_file_writer_write(w, 1, a, &err), EINVAL);
+  CHECK_MSG(strstr(err.message, "partition 1"), "%s", err.message);
+  int32_t part[40] = {0};
+  CHECK_EQ_INT(fsh_map_file_writer_write_rows(w, a, part, &err), EINVAL);
+  CHECK_EQ_INT(fsh_map_file_writer_finish_partition(w, 3, &err), EINVAL);
+  CHECK_OK(fsh_map_file_writer_write(w, 2, b, &err));
+  fsh_map_output meta = {0};
+  CHECK_OK(fsh_map_file_writer_close(w, &meta, &err));
+  int rc = 0;
+  fsh_map_file *f = open_buffer(bytes, &rc, &err);
+  CHECK_OK(rc);
+  for (int32_t q = 0; f && q < 3; q++) {
+    fsh_map_file_partition e = {0};
+    CHECK_OK(fsh_map_file_get_partition(f, q, &e, &err));
+    CHECK_EQ_INT(e.rows, q == 0 ? 0 : q == 1 ? 70 : 30);
+    CHECK_EQ_INT(meta.rows[q], e.rows);
+    CHECK_EQ_INT(e.n_blocks, q == 0 ? 0 : 1);
+    if (e.n_blocks == 1) {
+      CHECK(e.checksum == e.blocks[0].checksum && meta.checksums[q] == e.checksum);
+      CHECK(XXH3_64bits(bytes->data + e.blocks[0].offset, (size_t)e.blocks[0].length) ==
+            e.checksum);
+    }
+    fsh_map_file_partition_reset(&e);
+    fsh_batch **got = NULL;
+    int64_t n = 0;
+    CHECK_OK(read_partition(f, q, &got, &n, &err));
+    fsh_batch *want[2] = {a, b};
+    fsh_batch *cat = NULL, *cat_got = NULL;
+    if (q == 1) CHECK_OK(fsh_concat(want, 2, &cat, &err));
+    if (n > 0) CHECK_OK(fsh_concat(got, n, &cat_got, &err));
+    if (q == 1) CHECK(cat && cat_got && fsh_batch_equals(cat, cat_got, NULL));
+    if (q == 2) CHECK(cat_got && fsh_batch_equals(b, cat_got, NULL));
+    if (q == 0) CHECK_EQ_INT(n, 0);
+    fsh_batch_unref(cat);
+    fsh_batch_unref(cat_got);
+    for (int64_t i = 0; i < n; i++) fsh_batch_unref(got[i]);
+    free(got);
+  }
+  fsh_map_file_close(f);
+  fsh_map_output_reset(&meta);
+  fsh_buffer_unref(bytes);
+  fsh_batch_unref(a);
+  fsh_batch_unref(b);
+}
+
+FSH_TEST_MAIN(TEST(test_finish_partition), TEST(test_write_rows_same_bytes), TEST(test_write_rows_refused),
               TEST(test_blocks_and_ranges), TEST(test_small_blocks_staged), TEST(test_buffer_budget),
               TEST(test_plain_stream_reader), TEST(test_disk_full),
-              TEST(test_every_byte_flipped), TEST(test_open_with_head),
+              TEST(test_every_byte_flipped), TEST(test_open_with_head), TEST(test_open_image),
               TEST(test_malformed_files))

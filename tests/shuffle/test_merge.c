@@ -1,9 +1,14 @@
 /* test_merge.c -- the pre-shuffle merge on a store (worker_merge.c):
- * several map outputs become one whose partitions are the parts' blocks,
- * byte for byte. Checked against an independent reading of the parts:
- * per partition the blocks' bytes in order (so the stored-bytes checksum
- * is the xxh3 of their concatenation), rows and bytes that add up, and
- * the decoded rows' row checksums (fsh_task_row_checksums) that add up.
+ * several map outputs become one whose partitions hold the parts' rows in
+ * part order. Checked against an independent reading of the parts, in
+ * both of the merge's ways: blocks copied as stored (re-encoding turned
+ * off by the test hook; the blocks' bytes in order, byte for byte, so the
+ * stored-bytes checksum is the xxh3 of their concatenation, and bytes add
+ * up) and small blocks re-encoded (the default for these 4 KiB blocks:
+ * each partition of several blocks becomes one block, fewer bytes; the
+ * checksum is the xxh3 of the new blocks). Either way rows add up, and
+ * the decoded rows are the same rows in the same order (each row's hash,
+ * fsh_task_row_checksums, in sequence) -- so their row checksums too.
  * Also: one part, empty partitions, a corrupt part (the merge fails,
  * nothing is published, the parts stay), a missing part, the body. */
 #define XXH_INLINE_ALL
@@ -45,6 +50,7 @@ typedef struct seen {
   uint8_t *cat;
   int64_t len, blocks, rows;
   uint64_t row_sum;
+  uint64_t *row_h; /* [rows]: each row's hash, in the order read */
 } seen;
 
 static void read_partition(fsh_shuffle_store *s, int64_t map, int32_t attempt, int32_t p,
@@ -71,8 +77,15 @@ static void read_partition(fsh_shuffle_store *s, int64_t map, int32_t attempt, i
   for (;;) {
     fsh_batch *b = NULL;
     if (!c || fsh_map_file_cursor_next(c, &b, &err) != 0 || !b) break;
-    acc->rows += b->length;
     fsh_task_row_checksums(b, NULL, &acc->row_sum);
+    /* row i alone in "partition" i: its own hash */
+    int32_t *ids = STU_OK(malloc(sizeof *ids * (size_t)(b->length + 1)));
+    for (int64_t i = 0; i < b->length; i++) ids[i] = (int32_t)i;
+    acc->row_h = STU_OK(realloc(acc->row_h, sizeof *acc->row_h * (size_t)(acc->rows + b->length + 1)));
+    memset(acc->row_h + acc->rows, 0, sizeof *acc->row_h * (size_t)b->length);
+    fsh_task_row_checksums(b, ids, acc->row_h + acc->rows);
+    free(ids);
+    acc->rows += b->length;
     fsh_batch_unref(b);
   }
   fsh_map_file_cursor_free(c);
@@ -89,8 +102,15 @@ static fsh_shuffle_store *new_store(const char *dir, int64_t limit) {
 }
 
 /* Merges n parts with the given rows per partition and checks the merged
- * output against the parts read independently. */
-static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh_compression comp) {
+ * output against the parts read independently. hooks: the merge's test
+ * hooks (NULL: none) but for small_block, set by `reencode`. */
+static void merge_and_check_with(int n, const int64_t (*rows)[NP], int64_t limit,
+                                 fsh_compression comp, bool reencode,
+                                 const fsh_merge_test_hooks *hooks) {
+  fsh_merge_test_hooks h = {0};
+  if (hooks) h = *hooks;
+  h.small_block = reencode ? 0 : -1;
+  fsh_merge_set_test_hooks(&h);
   char *dir = stu_mkdtemp("merge");
   fsh_shuffle_store *s = new_store(dir, limit);
   fsh_error err = {{0}};
@@ -110,15 +130,17 @@ static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh
                       .n_parts = n, .part_maps = maps, .part_attempts = attempts};
   fsh_map_output m = {0};
   CHECK_OK(fsh_shuffle_store_merge(s, &t, &m, &err));
+  fsh_merge_set_test_hooks(NULL);
   CHECK_EQ_INT(m.n_partitions, NP);
   CHECK(m.map_id == 0 && m.attempt == 5 && m.shuffle_id == SHUFFLE);
   for (int32_t p = 0; m.rows && p < NP; p++) {
     int64_t r = 0, b = 0;
     for (int i = 0; i < n; i++) r += parts[i].rows[p], b += parts[i].bytes[p];
     CHECK_EQ_INT(m.rows[p], r);
-    CHECK_EQ_INT(m.bytes[p], b);
     CHECK_EQ_INT(want[p].rows, r);
     CHECK_EQ_INT(want[p].len, b);
+    if (reencode && want[p].blocks > 1) continue; /* new blocks: checked below */
+    CHECK_EQ_INT(m.bytes[p], b);
     CHECK(m.checksums[p] == XXH3_64bits(want[p].cat, (size_t)want[p].len));
     if (n == 1) CHECK(m.checksums[p] == parts[0].checksums[p]);
   }
@@ -128,19 +150,39 @@ static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh
   fsh_shuffle_store_stats st;
   fsh_shuffle_store_get_stats(s, &st);
   CHECK_EQ_INT(st.map_outputs, 1);
-  /* its blocks are the parts' bytes, in order; its rows decode to the
-   * same row checksums */
+  /* copied: its blocks are the parts' bytes, in order. Re-encoded (a
+   * partition of several small blocks): one block now (the rows are far
+   * under 4 MiB), fewer bytes when uncompressed, the output's bytes and
+   * checksum those of the new block. Either way its rows decode to the
+   * parts' rows in part order. */
   for (int32_t p = 0; p < NP; p++) {
     seen got = {0};
     read_partition(s, 0, 5, p, &got);
-    CHECK_EQ_INT(got.len, want[p].len);
-    CHECK_EQ_INT(got.blocks, want[p].blocks);
+    if (reencode && want[p].blocks > 1) {
+      CHECK_EQ_INT(got.blocks, 1);
+      if (comp == FSH_COMPRESSION_NONE)
+        CHECK_MSG(got.len < want[p].len, "partition %d: %lld bytes re-encoded, %lld copied", p,
+                  (long long)got.len, (long long)want[p].len);
+      if (m.rows) {
+        CHECK_EQ_INT(m.bytes[p], got.len);
+        CHECK(m.checksums[p] == XXH3_64bits(got.cat, (size_t)got.len));
+      }
+    } else {
+      CHECK_EQ_INT(got.len, want[p].len);
+      CHECK_EQ_INT(got.blocks, want[p].blocks);
+      CHECK(got.len == want[p].len && (got.len == 0 || memcmp(got.cat, want[p].cat,
+                                                               (size_t)got.len) == 0));
+    }
     CHECK_EQ_INT(got.rows, want[p].rows);
     CHECK(got.row_sum == want[p].row_sum);
-    CHECK(got.len == want[p].len && (got.len == 0 || memcmp(got.cat, want[p].cat,
-                                                             (size_t)got.len) == 0));
+    CHECK_MSG(got.rows == want[p].rows &&
+                  (got.rows == 0 || memcmp(got.row_h, want[p].row_h,
+                                           sizeof *got.row_h * (size_t)got.rows) == 0),
+              "partition %d: the merged rows are not the parts' rows in order", p);
     free(got.cat);
+    free(got.row_h);
     free(want[p].cat);
+    free(want[p].row_h);
   }
   fsh_map_output_reset(&m);
   for (int i = 0; i < n; i++) fsh_map_output_reset(&parts[i]);
@@ -152,22 +194,37 @@ static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh
 static const int64_t k_rows[4][NP] = {
     {500, 0, 31, 1000, 7}, {0, 0, 260, 3, 1}, {1200, 0, 0, 90, 400}, {1, 0, 2, 3, 4}};
 
+/* re-encoding (the default for these 4 KiB blocks) */
+static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh_compression comp) {
+  merge_and_check_with(n, rows, limit, comp, true, NULL);
+}
+
 static void merge_adds_up_memory(void) { merge_and_check(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE); }
 static void merge_adds_up_spilled(void) { merge_and_check(3, k_rows, 0, FSH_COMPRESSION_LZ4_FRAME); }
 static void merge_of_one_part(void) { merge_and_check(1, k_rows + 2, 1 << 30, FSH_COMPRESSION_ZSTD); }
+/* blocks copied as stored, byte for byte */
+static void merge_copies_memory(void) {
+  merge_and_check_with(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE, false, NULL);
+}
+static void merge_copies_spilled(void) {
+  merge_and_check_with(3, k_rows, 0, FSH_COMPRESSION_LZ4_FRAME, false, NULL);
+}
+static void merge_copies_one_part(void) {
+  merge_and_check_with(1, k_rows + 2, 1 << 30, FSH_COMPRESSION_ZSTD, false, NULL);
+}
 /* Parts read block by block (the fallback for parts over 64 MiB, forced
  * with a 1-byte limit): the same merged output, memory or spilled; every
  * non-empty part went that way. */
-static void merge_by_block(int64_t limit, fsh_compression comp, int64_t want_parts) {
+static void merge_by_block(int64_t limit, fsh_compression comp, bool reencode,
+                           int64_t want_parts) {
   int64_t by_block = 0;
   fsh_merge_test_hooks h = {.whole_max = 1, .by_block = &by_block};
-  fsh_merge_set_test_hooks(&h);
-  merge_and_check(4, k_rows, limit, comp);
-  fsh_merge_set_test_hooks(NULL);
+  merge_and_check_with(4, k_rows, limit, comp, reencode, &h);
   CHECK_EQ_INT(by_block, want_parts);
 }
-static void merge_by_block_memory(void) { merge_by_block(1 << 30, FSH_COMPRESSION_NONE, 4); }
-static void merge_by_block_spilled(void) { merge_by_block(0, FSH_COMPRESSION_ZSTD, 4); }
+static void merge_by_block_memory(void) { merge_by_block(1 << 30, FSH_COMPRESSION_NONE, true, 4); }
+static void merge_by_block_spilled(void) { merge_by_block(0, FSH_COMPRESSION_ZSTD, true, 4); }
+static void merge_by_block_copies(void) { merge_by_block(0, FSH_COMPRESSION_NONE, false, 4); }
 
 /* The shuffle is released while a merge copies its parts (the hook runs
  * once they are open): the merge fails ECANCELED naming the release, and
@@ -367,6 +424,10 @@ int main(int argc, char **argv) {
       {"merge_adds_up_memory", merge_adds_up_memory},
       {"merge_adds_up_spilled", merge_adds_up_spilled},
       {"merge_of_one_part", merge_of_one_part},
+      {"merge_copies_memory", merge_copies_memory},
+      {"merge_copies_spilled", merge_copies_spilled},
+      {"merge_copies_one_part", merge_copies_one_part},
+      {"merge_by_block_copies", merge_by_block_copies},
       {"merge_of_empty_parts", merge_of_empty_parts},
       {"merge_detects_corrupt_part", merge_detects_corrupt_part},
       {"merge_detects_corrupt_part_by_block", merge_detects_corrupt_part_by_block},
