@@ -261,8 +261,9 @@ static int stage_labels(const fsh_plan *p, char labels[OPS_MAX_STAGES][32], fsh_
  * flight): wall seconds from submit to the result read, CPU seconds of
  * this process and the workers, the result's checksum and rows, whether
  * the driver verified every partition read, and the job's stages
- * ("label seconds/task-seconds/MB, ...": labels from stage_labels) into
- * stages. With ss the result streams into it as in run_once. */
+ * ("label seconds/task-seconds/MB, ...": labels from stage_labels; then
+ * a line of the bytes spilled) into stages. With ss the result streams
+ * into it as in run_once. */
 static int run_cluster(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, bool fs,
                        char labels[OPS_MAX_STAGES][32], sort_sink *ss, double *secs, double *cpu,
                        uint64_t *sum, int64_t *rows, bool *verified, char *stages,
@@ -282,6 +283,9 @@ static int run_cluster(cli_local *c, const fsh_plan *p, const fsh_buffer *plan, 
     n += (size_t)snprintf(stages + n, stages_size - n, "%s%s %.2fs/%.2fs/%.0fMB",
                           i ? ", " : "", labels[i < OPS_MAX_STAGES ? i : OPS_MAX_STAGES - 1],
                           s.stages[i].seconds, s.stages[i].task_seconds, (double)s.stages[i].bytes / 1e6);
+  if (!rc && n < stages_size) /* a budget too small for the data shows here */
+    snprintf(stages + n, stages_size - n, "\n      spilled %.0fMB (shuffle files), %.0fMB (operators)",
+             (double)s.bytes_spilled / 1e6, (double)s.operator_spilled_bytes / 1e6);
   fsh_sched_job_status_reset(&s);
   if (!rc && !ss) rc = result_sum(&r, sum, err);
   *rows = r.rows;

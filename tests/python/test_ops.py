@@ -213,6 +213,9 @@ def test_bench_ops_on_a_cluster(tmp_path, direct_reads):
     assert sum(1 for s in stages if re.fullmatch(
         r"join: hash \S+MB, join: hash \S+MB, aggregate: hash \S+MB, aggregate: result \S+MB",
         s)) == 4, stages
+    # and what each cluster run spilled (shuffle files, operators)
+    assert len(re.findall(r"^      spilled \d+MB \(shuffle files\), \d+MB \(operators\)$", out,
+                          re.M)) == 2 * 2 * 2, out
     time.sleep(0.2)
     assert all(_gone(p) for p in pids), "a worker outlived the bench"
     assert list(spill.iterdir()) == []
