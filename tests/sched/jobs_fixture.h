@@ -209,6 +209,15 @@ static inline void start_cluster(cluster *c, int64_t timeout_ms, bool with_worke
   if (with_workers) start_workers(c);
 }
 
+/* Every worker of c is still alive at the driver (none was declared dead). */
+static inline void check_all_alive(cluster *c) {
+  fsh_error err;
+  fsh_sched_worker_list l;
+  CHECK_OK(fsh_sched_driver_workers(c->d, &l, &err));
+  CHECK_EQ_INT(fsh_sched_worker_list_alive(&l), N_WORKERS);
+  fsh_sched_worker_list_reset(&l);
+}
+
 static inline void stop_cluster(cluster *c) {
   for (int i = 0; i < N_WORKERS; i++) fsh_sched_heartbeat_stop(c->h[i]);
   for (int i = 0; i < N_WORKERS; i++) fsh_shuffle_worker_stop(c->w[i], 1000);

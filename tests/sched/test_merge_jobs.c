@@ -96,10 +96,7 @@ static void failed_merge_publishes_its_parts(void) {
     CHECK_EQ_INT(s.recomputed[0].task, 0);
   }
   fsh_sched_job_status_reset(&s);
-  fsh_sched_worker_list l;
-  CHECK_OK(fsh_sched_driver_workers(c.d, &l, &err));
-  CHECK_EQ_INT(fsh_sched_worker_list_alive(&l), N_WORKERS);
-  fsh_sched_worker_list_reset(&l);
+  check_all_alive(&c); /* no worker was declared dead */
   stop_cluster(&c);
 }
 
@@ -190,10 +187,7 @@ static void lost_merged_output(bool incremental) {
   }
   CHECK(s.merges >= 2); /* the lost one, and the re-run parts' merges */
   fsh_sched_job_status_reset(&s);
-  fsh_sched_worker_list l;
-  CHECK_OK(fsh_sched_driver_workers(c.d, &l, &err));
-  CHECK_EQ_INT(fsh_sched_worker_list_alive(&l), N_WORKERS);
-  fsh_sched_worker_list_reset(&l);
+  check_all_alive(&c); /* no worker was declared dead */
   stop_cluster(&c);
 }
 static void lost_merged_output_recomputes_its_parts(void) { lost_merged_output(false); }
