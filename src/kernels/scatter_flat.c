@@ -99,7 +99,11 @@ static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **ar
  * would reload them every row), a row's bytes copied 32 at a time
  * unconditionally while its 32 bytes stay inside the source buffer (no
  * branch on the random length; rows past that limit -- only the last few
- * -- take the exact copy). */
+ * -- take the exact copy), and the destination's next line prefetched a
+ * few rows ahead (bench_map, 64 partitions: the store stage ~+10% CPU
+ * throughput). */
+#define PREFETCH_ROWS 16
+
 static inline __attribute__((always_inline)) void push_binary_w(
     const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst, uint8_t **data_dst,
     int64_t *pos) {
@@ -112,6 +116,12 @@ static inline __attribute__((always_inline)) void push_binary_w(
   for (int64_t i = 0; i < n; i++) {
     int64_t e = kern_read_offset(offs, i + 1, w), len = e - s;
     int32_t p = part[i];
+    if (i + PREFETCH_ROWS < n) { /* the line after the write position of a row's partition
+                                  * PREFETCH_ROWS rows ahead: the 64 destinations' lines are
+                                  * more streams than the hardware prefetcher follows */
+      int32_t q = part[i + PREFETCH_ROWS];
+      __builtin_prefetch((const void *)((uintptr_t)data_dst[q] + (uintptr_t)pos[q] + 64), 1);
+    }
     int64_t at = pos[p];
     uint8_t *d = data_dst[p] + at;
     if (len <= 32 && s <= fast_end) { /* 32 spare bytes at the end of each destination */
