@@ -269,15 +269,21 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
     col->bits.size = fsh_bytes_for_bits(end);
   }
   if (!src_nulls) return 0;
+  /* the null rows, found 64 at a time (a column with few nulls costs
+   * little more than a pass over its bitmap) */
   const uint8_t *src = a->buffers[0]->data;
-  for (int64_t i = 0; i < sp->n; i++) {
-    int64_t at = a->offset + i;
-    if ((src[at >> 3] >> (at & 7)) & 1u) continue;
-    int32_t p = sp->part[i];
-    pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
-    int64_t k = pb->rows[p] + sp->slot[i];
-    col->bits.p[k >> 3] &= (uint8_t)~(1u << (k & 7));
-    col->nulls++;
+  for (int64_t i = 0; i < sp->n; i += 64) {
+    int64_t n = sp->n - i < 64 ? sp->n - i : 64;
+    uint64_t null_bits = ~fsh_kern_load_bits(src, a->offset + i, n);
+    if (n < 64) null_bits &= ((uint64_t)1 << n) - 1;
+    for (; null_bits; null_bits &= null_bits - 1) {
+      int64_t r = i + __builtin_ctzll(null_bits);
+      int32_t p = sp->part[r];
+      pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
+      int64_t k = pb->rows[p] + sp->slot[r];
+      col->bits.p[k >> 3] &= (uint8_t)~(1u << (k & 7));
+      col->nulls++;
+    }
   }
   return 0;
 }
@@ -300,11 +306,13 @@ static int append_fixed(fsh_partition_builder *pb, const scatter_plan *sp, int64
     fsh_kern_push_fixed(sp, src, a->offset, bits / 8, pb->dst);
     return 0;
   }
-  for (int64_t i = 0; i < sp->n; i++) { /* bool values: the set bits */
-    int64_t at = a->offset + i;
-    if (!((src[at >> 3] >> (at & 7)) & 1u)) continue;
-    int64_t k = pb->rows[sp->part[i]] + sp->slot[i];
-    pb->dst[sp->part[i]][k >> 3] |= (uint8_t)(1u << (k & 7));
+  for (int64_t i = 0; i < sp->n; i += 64) { /* bool values: the set bits, 64 rows at a time */
+    int64_t n = sp->n - i < 64 ? sp->n - i : 64;
+    for (uint64_t set = fsh_kern_load_bits(src, a->offset + i, n); set; set &= set - 1) {
+      int64_t r = i + __builtin_ctzll(set);
+      int64_t k = pb->rows[sp->part[r]] + sp->slot[r];
+      pb->dst[sp->part[r]][k >> 3] |= (uint8_t)(1u << (k & 7));
+    }
   }
   return 0;
 }

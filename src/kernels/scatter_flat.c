@@ -53,26 +53,6 @@ static void push_bits(const scatter_plan *sp, const uint8_t *src, int64_t off, u
   }
 }
 
-/* The n <= 64 bits of a bitmap from bit `at`, in the low bits (the others
- * zero); reads only the bytes those bits are in. */
-static inline uint64_t load_bits(const uint8_t *bits, int64_t at, int64_t n) {
-  const uint8_t *p = bits + (at >> 3);
-  int sh = (int)(at & 7);
-  int64_t n_bytes = (sh + n + 7) >> 3; /* <= 9 */
-  uint64_t v = 0;
-  if (n_bytes >= 8) {
-    memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-  } else {
-    for (int64_t k = 0; k < n_bytes; k++) v |= (uint64_t)p[k] << (8 * k);
-  }
-  v >>= sh;
-  if (n_bytes > 8) v |= (uint64_t)p[8] << (64 - sh);
-  return n < 64 ? v & (((uint64_t)1 << n) - 1) : v;
-}
-
 /* Validity: destination bitmaps start all valid (padding bits zero), then
  * the null rows -- found 64 at a time, so a column with few nulls costs
  * little more than a pass over its bitmap -- clear their bit; exact null
@@ -93,7 +73,7 @@ static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **ar
   const uint8_t *src = a->buffers[0]->data;
   for (int64_t i = 0; i < sp->n; i += 64) {
     int64_t k = sp->n - i < 64 ? sp->n - i : 64;
-    uint64_t null_bits = ~load_bits(src, a->offset + i, k);
+    uint64_t null_bits = ~fsh_kern_load_bits(src, a->offset + i, k);
     if (k < 64) null_bits &= ((uint64_t)1 << k) - 1;
     for (; null_bits; null_bits &= null_bits - 1) {
       int64_t r = i + __builtin_ctzll(null_bits);
@@ -113,28 +93,52 @@ static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **ar
   return 0;
 }
 
+/* One pass over the rows: the source offsets read once each (a row's start
+ * is the previous row's end), the plan's arrays and the loop bound held in
+ * locals (the byte stores could alias them otherwise, and the compiler
+ * would reload them every row), a row's bytes copied 32 at a time
+ * unconditionally while its 32 bytes stay inside the source buffer (no
+ * branch on the random length; rows past that limit -- only the last few
+ * -- take the exact copy), and the destination's next line prefetched a
+ * few rows ahead (bench_map, 64 partitions: the store stage ~+10% CPU
+ * throughput). */
+#define PREFETCH_ROWS 16
+
 static inline __attribute__((always_inline)) void push_binary_w(
     const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst, uint8_t **data_dst,
     int64_t *pos) {
-  const uint8_t *offs = kern_buf(a, 1), *data = kern_buf(a, 2);
-  int64_t data_size = a->buffers[2] ? a->buffers[2]->size : 0, off = a->offset;
-  for (int64_t i = 0; i < sp->n; i++) {
-    int32_t p = sp->part[i];
-    int64_t s = kern_read_offset(offs, off + i, w), len = kern_read_offset(offs, off + i + 1, w) - s;
-    uint8_t *d = data_dst[p] + pos[p];
-    if (len <= 32 && s + 32 <= data_size) { /* 32 spare bytes at the end of each destination */
-      memcpy(d, data + s, 32); /* unconditionally: no branch on the random length */
+  const int32_t *restrict part = sp->part, *restrict slot = sp->slot;
+  const int64_t n = sp->n;
+  const uint8_t *offs = kern_buf(a, 1) + (int64_t)w * a->offset, *data = kern_buf(a, 2);
+  int64_t data_size = a->buffers[2] ? a->buffers[2]->size : 0;
+  int64_t fast_end = data_size - 32; /* rows starting at or before this copy 32 bytes */
+  int64_t s = kern_read_offset(offs, 0, w);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t e = kern_read_offset(offs, i + 1, w), len = e - s;
+    int32_t p = part[i];
+    if (i + PREFETCH_ROWS < n) { /* the line after the write position of a row's partition
+                                  * PREFETCH_ROWS rows ahead: the 64 destinations' lines are
+                                  * more streams than the hardware prefetcher follows */
+      int32_t q = part[i + PREFETCH_ROWS];
+      __builtin_prefetch((const void *)((uintptr_t)data_dst[q] + (uintptr_t)pos[q] + 64), 1);
+    }
+    int64_t at = pos[p];
+    uint8_t *d = data_dst[p] + at;
+    if (len <= 32 && s <= fast_end) { /* 32 spare bytes at the end of each destination */
+      memcpy(d, data + s, 32);
     } else if (len > 0) {
       memcpy(d, data + s, (size_t)len);
     }
-    pos[p] += len;
-    int64_t k = (int64_t)sp->slot[i] + 1;
+    at += len;
+    pos[p] = at;
+    int64_t k = (int64_t)slot[i] + 1;
     if (w == 4) {
-      int32_t o = (int32_t)pos[p];
+      int32_t o = (int32_t)at;
       memcpy(offs_dst[p] + 4 * k, &o, 4);
     } else {
-      memcpy(offs_dst[p] + 8 * k, &pos[p], 8);
+      memcpy(offs_dst[p] + 8 * k, &at, 8);
     }
+    s = e;
   }
 }
 

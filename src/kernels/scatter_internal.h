@@ -4,6 +4,8 @@
 #ifndef FSH_KERNELS_SCATTER_INTERNAL_H
 #define FSH_KERNELS_SCATTER_INTERNAL_H
 
+#include <string.h>
+
 #include <flightshuffle/kernels.h>
 
 typedef struct scatter_plan {
@@ -38,5 +40,25 @@ void fsh_kern_push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off
                          uint8_t **dst);
 void fsh_kern_push_binary(const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst,
                           uint8_t **data_dst, int64_t *pos);
+
+/* The n <= 64 bits of a bitmap from bit `at`, in the low bits (the others
+ * zero); reads only the bytes those bits are in. */
+static inline uint64_t fsh_kern_load_bits(const uint8_t *bits, int64_t at, int64_t n) {
+  const uint8_t *p = bits + (at >> 3);
+  int sh = (int)(at & 7);
+  int64_t n_bytes = (sh + n + 7) >> 3; /* <= 9 */
+  uint64_t v = 0;
+  if (n_bytes >= 8) {
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+  } else {
+    for (int64_t k = 0; k < n_bytes; k++) v |= (uint64_t)p[k] << (8 * k);
+  }
+  v >>= sh;
+  if (n_bytes > 8) v |= (uint64_t)p[8] << (64 - sh);
+  return n < 64 ? v & (((uint64_t)1 << n) - 1) : v;
+}
 
 #endif

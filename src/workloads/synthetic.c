@@ -57,21 +57,77 @@ static fsh_buffer *make_validity(uint64_t seed, int64_t first_row, int64_t rows,
   return v;
 }
 
+/* The per-row loops of the key and value columns, in two builds: the
+ * default one and one for CPUs with AVX-512 (F + DQ: 8 lanes of 64-bit
+ * multiplies and int64 -> double conversions, so mix() vectorizes). Both
+ * compute the same exact integers (the doubles are exact: 53-bit
+ * integers scaled by a power of two), so the table does not depend on the
+ * CPU. Chosen once per process. */
+/* r % 23 without a 64-bit division: 2^11 = 89 * 23 + 1, so r is congruent
+ * to the sum of its 11-bit digits (< 6 * 2048), whose remainder is a
+ * 32-bit one (vectorizable). The default name length's span (avg 12). */
+static inline int32_t mod23(uint64_t r) {
+  uint32_t t = (uint32_t)(r & 2047) + (uint32_t)((r >> 11) & 2047) + (uint32_t)((r >> 22) & 2047) +
+               (uint32_t)((r >> 33) & 2047) + (uint32_t)((r >> 44) & 2047) + (uint32_t)(r >> 55);
+  return (int32_t)(t % 23);
+}
+
+#define GEN_LOOPS(SUFFIX, ATTR)                                                            \
+  ATTR static void keys_##SUFFIX(int64_t *restrict keys, uint64_t base, int64_t rows) {    \
+    for (int64_t i = 0; i < rows; i++) keys[i] = (int64_t)mix(base + (uint64_t)i);         \
+  }                                                                                        \
+  ATTR static void vals_##SUFFIX(double *restrict vals, uint64_t base, int64_t rows) {     \
+    for (int64_t i = 0; i < rows; i++)                                                     \
+      vals[i] = (double)(int64_t)(mix(base + (uint64_t)i) >> 11) / 9007199254740992.0;    \
+  }                                                                                        \
+  ATTR static void lens_##SUFFIX(int32_t *restrict lens, uint64_t base, int64_t rows,      \
+                                 uint64_t span) {                                          \
+    if (span == 23) {                                                                      \
+      for (int64_t i = 0; i < rows; i++) lens[i] = 1 + mod23(mix(base + (uint64_t)i));     \
+    } else {                                                                               \
+      for (int64_t i = 0; i < rows; i++) lens[i] = 1 + (int32_t)(mix(base + (uint64_t)i) % span); \
+    }                                                                                      \
+  }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GEN_AVX512 1
+GEN_LOOPS(avx512, __attribute__((target("avx512f,avx512dq"))))
+#endif
+GEN_LOOPS(plain, )
+
+typedef struct gen_loops {
+  void (*keys)(int64_t *restrict, uint64_t, int64_t);
+  void (*vals)(double *restrict, uint64_t, int64_t);
+  void (*lens)(int32_t *restrict, uint64_t, int64_t, uint64_t);
+} gen_loops;
+
+static gen_loops g_loops = {keys_plain, vals_plain, lens_plain};
+static pthread_once_t g_loops_once = PTHREAD_ONCE_INIT;
+
+static void loops_init(void) {
+#ifdef GEN_AVX512
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
+    g_loops = (gen_loops){keys_avx512, vals_avx512, lens_avx512};
+#endif
+}
+
 static int fill_key(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
   if (!(a->buffers[1] = fsh_buffer_new(rows * 8, false))) return ENOMEM;
   int64_t *keys = (int64_t *)a->buffers[1]->data;
-  for (int64_t i = 0; i < rows; i++) {
-    uint64_t r = mix(o->seed * 3 + (uint64_t)(first + i));
-    keys[i] = o->key_range > 0 ? (int64_t)(r % (uint64_t)o->key_range) : (int64_t)r;
+  if (o->key_range <= 0) {
+    pthread_once(&g_loops_once, loops_init);
+    g_loops.keys(keys, o->seed * 3 + (uint64_t)first, rows);
+    return 0;
   }
+  for (int64_t i = 0; i < rows; i++)
+    keys[i] = (int64_t)(mix(o->seed * 3 + (uint64_t)(first + i)) % (uint64_t)o->key_range);
   return 0;
 }
 
 static int fill_value(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
   if (!(a->buffers[1] = fsh_buffer_new(rows * 8, false))) return ENOMEM;
-  double *vals = (double *)a->buffers[1]->data;
-  for (int64_t i = 0; i < rows; i++)
-    vals[i] = (double)(mix(o->seed * 5 + (uint64_t)(first + i)) >> 11) / 9007199254740992.0;
+  pthread_once(&g_loops_once, loops_init);
+  g_loops.vals((double *)a->buffers[1]->data, o->seed * 5 + (uint64_t)first, rows);
   if (o->with_nulls && !(a->buffers[0] = make_validity(o->seed * 7, first, rows, &a->null_count)))
     return ENOMEM;
   return 0;
@@ -154,11 +210,13 @@ static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first
   if (!(a->buffers[1] = fsh_buffer_new((rows + 1) * 4, false))) return ENOMEM;
   int32_t *offsets = (int32_t *)a->buffers[1]->data;
   offsets[0] = 0;
+  pthread_once(&g_loops_once, loops_init); /* the lengths 1 .. span, then their running sum */
+  g_loops.lens(offsets + 1, o->seed * 11 + (uint64_t)first, rows, span);
+  int64_t at = 0;
   for (int64_t i = 0; i < rows; i++) {
-    uint64_t r = mix(o->seed * 11 + (uint64_t)(first + i));
-    int64_t len = 1 + (int64_t)(span == 23 ? r % 23 : r % span); /* 23: the default's, fast */
-    if ((int64_t)offsets[i] + len > INT32_MAX) return EOVERFLOW;
-    offsets[i + 1] = offsets[i] + (int32_t)len;
+    at += offsets[i + 1];
+    if (at > INT32_MAX) return EOVERFLOW;
+    offsets[i + 1] = (int32_t)at;
   }
   int64_t total = offsets[rows];
   int rc = total <= POOL_WINDOW ? fill_name_pool(a, o, first, total)

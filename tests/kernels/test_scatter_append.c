@@ -4,7 +4,8 @@
  * against the reference: each taken batch equals take() of the input rows
  * the partition received since its last take, in order. Also: the
  * builder's memory reused across takes, byte counts, unsupported schemas,
- * bad ids, allocation failures. */
+ * bad ids, allocation failures; dense and patterned null masks, bool
+ * values and short strings at the end of an exact-size source. */
 #include "kernels/kernel_helpers.h"
 
 #include <errno.h>
@@ -156,5 +157,120 @@ static void test_builder_alloc_failures(void) {
   fsh_batch_unref(b);
 }
 
+/* A hand-made batch of n rows (int64, bool, utf8, large_binary, all
+ * nullable) whose null masks change pattern every 64 rows (none null, all
+ * null, every third, random), whose bool values are random, and whose
+ * strings are 0..70 bytes (short ones last). The utf8 bytes sit in an
+ * exact-size allocation with nothing after it (ASan: a copy reading past
+ * the source's end is caught). */
+static void free_exact(void *p) { fsh_free(p); }
+
+static fsh_batch *dense_bits_batch(int64_t n, uint64_t seed) {
+  fsh_schema *s = SBH_OK(fsh_schema_new(4));
+  CHECK_EQ_INT(fsh_field_init(&s->fields[0], "i", FSH_TYPE_INT64, true), 0);
+  CHECK_EQ_INT(fsh_field_init(&s->fields[1], "b", FSH_TYPE_BOOL, true), 0);
+  CHECK_EQ_INT(fsh_field_init(&s->fields[2], "s", FSH_TYPE_STRING, true), 0);
+  CHECK_EQ_INT(fsh_field_init(&s->fields[3], "lb", FSH_TYPE_LARGE_BINARY, true), 0);
+  fsh_batch *b = SBH_OK(fsh_batch_new(s, n));
+  fsh_schema_unref(s);
+  uint64_t st = seed;
+  int64_t lens[4096], total = 0;
+  CHECK(n <= 4096);
+  for (int64_t i = 0; i < n; i++) {
+    lens[i] = i >= n - 40 ? (int64_t)(kh_rand(&st) % 9) : (int64_t)(kh_rand(&st) % 71);
+    total += lens[i];
+  }
+  for (int c = 0; c < 4; c++) {
+    fsh_array *a = b->columns[c] = SBH_OK(fsh_array_new(c >= 2 ? 3 : 2, 0));
+    a->length = n;
+    fsh_buffer *v = a->buffers[0] = SBH_OK(fsh_buffer_new(fsh_bytes_for_bits(n), true));
+    for (int64_t i = 0; i < n; i++) {
+      int pat = (int)((i / 64 + c) % 4);
+      bool null = pat == 1 || (pat == 2 && i % 3 == 0) || (pat == 3 && kh_rand(&st) % 2 == 0);
+      fsh_bit_set(v->data, i, !null);
+      a->null_count += null;
+    }
+    if (c == 0) {
+      a->buffers[1] = SBH_OK(fsh_buffer_new(8 * n, false));
+      for (int64_t i = 0; i < n; i++) ((int64_t *)a->buffers[1]->data)[i] = (int64_t)kh_rand(&st);
+    } else if (c == 1) {
+      a->buffers[1] = SBH_OK(fsh_buffer_new(fsh_bytes_for_bits(n), true));
+      for (int64_t i = 0; i < n; i++) fsh_bit_set(a->buffers[1]->data, i, kh_rand(&st) % 2);
+    } else {
+      int w = c == 2 ? 4 : 8;
+      a->buffers[1] = SBH_OK(fsh_buffer_new(w * (n + 1), false));
+      uint8_t *chars = SBH_OK(fsh_malloc((size_t)total));
+      int64_t at = 0;
+      for (int64_t i = 0; i <= n; i++) {
+        if (w == 4) ((int32_t *)a->buffers[1]->data)[i] = (int32_t)at;
+        else ((int64_t *)a->buffers[1]->data)[i] = at;
+        for (int64_t k = 0; i < n && k < lens[i]; k++) chars[at + k] = (uint8_t)('a' + kh_rand(&st) % 26);
+        if (i < n) at += lens[i];
+      }
+      a->buffers[2] = SBH_OK(fsh_buffer_wrap(chars, total, free_exact, chars));
+    }
+  }
+  return b;
+}
+
+/* Bitmaps of a taken batch: no bit set past its length (the builder keeps
+ * the bytes past a bitmap's bits zero; the map file stores them). */
+static void check_bitmap_tails(const fsh_batch *got) {
+  for (int64_t c = 0; c < got->n_columns; c++) {
+    const fsh_array *a = got->columns[c];
+    for (int k = 0; k < 2; k++) {
+      bool bitmap = k == 0 || got->schema->fields[c].type == FSH_TYPE_BOOL;
+      const fsh_buffer *buf = a->buffers[k];
+      if (!bitmap || !buf) continue;
+      for (int64_t i = a->length; i < 8 * buf->size; i++)
+        CHECK_MSG(!fsh_bit_get(buf->data, i), "column %lld buffer %d: bit %lld set past %lld rows",
+                  (long long)c, k, (long long)i, (long long)a->length);
+    }
+  }
+}
+
+/* The 64-rows-at-a-time null and bool passes and the binary copies near
+ * the source's end: slices at offsets 0, 5 and 63 of the dense batch,
+ * appended in uneven pieces into 1, 7 and 64 partitions, each partition
+ * compared with take() of its rows. */
+static void test_builder_dense_bits(void) {
+  fsh_error err;
+  static const int64_t offs[3] = {0, 5, 63};
+  static const int32_t n_ps[3] = {1, 7, 64};
+  for (int t = 0; t < 9; t++) {
+    fsh_batch *whole = dense_bits_batch(1500, 100 + (uint64_t)t);
+    fsh_batch *b = SBH_OK(fsh_batch_slice(whole, offs[t % 3], 1500 - offs[t % 3] - 3));
+    int32_t n_p = n_ps[t / 3];
+    fsh_partition_builder *pb = NULL;
+    CHECK_OK(fsh_partition_builder_new(b->schema, n_p, &pb, &err));
+    int32_t part[1500];
+    int64_t *idx = SBH_OK(fsh_malloc(sizeof *idx * 1500));
+    uint64_t st = 7 + (uint64_t)t;
+    for (int64_t i = 0; i < b->length; i++) part[i] = (int32_t)(kh_rand(&st) % (uint64_t)n_p);
+    int64_t cuts[4] = {0, 1, 130, b->length}; /* pieces of 1, 129 and the rest */
+    for (int k = 0; k < 3 && pb; k++) {
+      fsh_batch *piece = SBH_OK(fsh_batch_slice(b, cuts[k], cuts[k + 1] - cuts[k]));
+      CHECK_OK(fsh_partition_builder_append(pb, piece, part + cuts[k], &err));
+      fsh_batch_unref(piece);
+    }
+    for (int32_t p = 0; pb && p < n_p; p++) {
+      int64_t n = 0;
+      for (int64_t i = 0; i < b->length; i++)
+        if (part[i] == p) idx[n++] = i;
+      fsh_batch *got = NULL;
+      CHECK_OK(fsh_partition_builder_take(pb, p, &got, &err));
+      char what[64];
+      snprintf(what, sizeof what, "dense bits %d, partition %d", t, p);
+      kh_check_equals_take(b, idx, n, got, what);
+      if (got) check_bitmap_tails(got);
+      fsh_batch_unref(got);
+    }
+    fsh_partition_builder_free(pb);
+    fsh_free(idx);
+    fsh_batch_unref(b);
+    fsh_batch_unref(whole);
+  }
+}
+
 FSH_TEST_MAIN(TEST(test_builder_rounds), TEST(test_builder_errors),
-              TEST(test_builder_alloc_failures))
+              TEST(test_builder_alloc_failures), TEST(test_builder_dense_bits))
