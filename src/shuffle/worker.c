@@ -42,6 +42,7 @@ struct fsh_shuffle_worker {
     pthread_cond_t cv;  /* a release, or stop */
     pthread_t thread;
     bool started, stop, trim_wanted;
+    int64_t busy_ns;    /* when it last saw a task run, or a release */
   } keeper;
   char uri[320];
 };
@@ -161,16 +162,19 @@ static int do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *fi
  *
  * So one thread per worker: after a release, once no task runs on the
  * worker, it calls malloc_trim(0) (glibc; at most once per TRIM_MIN_MS in
- * the process: it walks every arena); and every KEEPER_TICK_MS it asks the
+ * the process: it walks every arena); every KEEPER_TICK_MS it asks the
  * store to empty a pool that went unused for its idle time
- * (fsh_store_pool_drain_idle, 3 s), then -- the same back-to-back reuse
- * gone stale -- drops the builders' cache and trims again. Back-to-back
+ * (fsh_store_pool_drain_idle, 3 s), and once no task ran and nothing was
+ * released for IDLE_MS it drops the builders' cache (the same back-to-back
+ * reuse gone stale; also on a worker whose pool stays empty: everything
+ * spilled, or private images), trimming again after either. Back-to-back
  * shuffles keep both caches (their writers take from the pool within the
  * idle time); an idle worker holds neither. Never under the store's lock:
  * the store is only asked through its thread-safe calls. */
 #define KEEPER_TICK_MS 1000 /* nothing pending */
 #define KEEPER_RETRY_MS 250 /* a trim waits for the tasks to end */
 #define TRIM_MIN_MS 1000
+#define IDLE_MS 3000 /* no task, no release: the builders' cache goes */
 
 static atomic_llong g_last_trim_ns; /* process-wide: malloc_trim is */
 
@@ -202,9 +206,15 @@ static void *keeper_main(void *arg) {
     int64_t due = -1;
     bool drained = fsh_store_pool_drain_idle(w->store, &due) > 0;
     bool idle = fsh_worker_tasks_running(w->tasks) == 0;
-    if (drained && idle) fsh_partition_builder_cache_drop();
+    int64_t now = keeper_now_ns();
     pthread_mutex_lock(&k->mu);
-    if (drained) k->trim_wanted = true;
+    if (!idle) k->busy_ns = now;
+    bool stale = idle && now - k->busy_ns >= (int64_t)IDLE_MS * 1000000;
+    pthread_mutex_unlock(&k->mu);
+    bool dropped = stale && fsh_partition_builder_cache_bytes() > 0;
+    if (dropped) fsh_partition_builder_cache_drop();
+    pthread_mutex_lock(&k->mu);
+    if (drained || dropped) k->trim_wanted = true;
     if (k->trim_wanted && idle) {
       pthread_mutex_unlock(&k->mu);
       bool done = heap_trim();
@@ -237,6 +247,7 @@ static int keeper_start(fsh_shuffle_worker *w) {
     pthread_cond_destroy(&k->cv);
     return ENOMEM;
   }
+  k->busy_ns = keeper_now_ns();
   if (pthread_create(&k->thread, NULL, keeper_main, w) != 0) {
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
@@ -265,6 +276,7 @@ static void keeper_released(fsh_shuffle_worker *w) {
   if (!k->started) return;
   pthread_mutex_lock(&k->mu);
   k->trim_wanted = true;
+  k->busy_ns = keeper_now_ns();
   pthread_cond_signal(&k->cv);
   pthread_mutex_unlock(&k->mu);
 }

@@ -16,7 +16,8 @@
  *  - an idle pool is emptied (fsh_store_pool_drain_idle): not before its
  *    idle time, then every memfd closed and its charge given back (budget
  *    0); a writer arriving within the idle time still reuses a memfd; and
- *    a worker's keeper thread (worker.c) does it by itself, in time. */
+ *    a worker's keeper thread (worker.c) does it by itself, in time, and
+ *    drops the idle partition builders' cache. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <flightshuffle/kernels.h>
 #include <flightshuffle/workloads.h>
 
 #include "shuffle/flight_reader.h"
@@ -418,6 +420,7 @@ static void worker_drains_idle_pool(void) {
   CHECK_EQ_INT(pool(f.s).pooled, 1);
   write_output(&f, 2, 62, 20000);
   CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
   release(&f, 2);
   CHECK_EQ_INT(pool(f.s).pooled, 1);
   /* then idle: gone within the idle time plus the keeper's tick (1 s) */
@@ -433,6 +436,12 @@ static void worker_drains_idle_pool(void) {
             (long long)took, (long long)p.pooled, (long long)p.pooled_bytes,
             (long long)p.budget_used, (long long)p.idle_drains);
   CHECK_MSG(took >= 1400, "drained after %lld ms, before its idle time", (long long)took);
+  /* the map writers' idle partition builders (kernels.h) go too, once no
+   * task ran and nothing was released for 3 s */
+  t0 = ms_now();
+  while (fsh_partition_builder_cache_bytes() > 0 && ms_now() - t0 < 6000) sleep_ms(50);
+  CHECK_MSG(fsh_partition_builder_cache_bytes() == 0, "the builders' cache holds %lld bytes",
+            (long long)fsh_partition_builder_cache_bytes());
   fsh_shuffle_worker_stop(w, 0);
   fsh_schema_unref(f.schema);
   CHECK_EQ_INT(stu_count_files(dir), 0);
