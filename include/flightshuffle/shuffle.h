@@ -221,8 +221,11 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    reader on the same host, which then reads them without a DoGet (the
  *    flight backend below; answer format in src/shuffle/shuffle_internal.h);
  *    "stats": one result, a line of text
- *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N"
- *    (the store's fsh_shuffle_store_stats). A malformed body is
+ *    "map_outputs=N memory_bytes=N spilled_outputs=N spilled_bytes=N
+ *    pooled_memfds=N pooled_bytes=N" (the store's fsh_shuffle_store_stats,
+ *    then the released memory images' memfds its pool keeps for reuse and
+ *    their bytes: charged to the budget, not in memory_bytes; emptied
+ *    after ~3 s unused). A malformed body is
  *    INVALID_ARGUMENT naming what is wrong; a task that fails answers its
  *    error prefixed with the task ("map task 3 attempt 0 of shuffle 1 on
  *    worker grpc://...: ...");

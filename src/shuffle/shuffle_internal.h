@@ -362,13 +362,22 @@ static inline void fsh_image_id_encode(uint8_t out[FSH_IMAGE_ID_BYTES], uint64_t
                                        int64_t size);
 /* The store's pool of released memfds kept for reuse: how many, their
  * bytes (charged to the budget, not counted in memory_bytes), how many
- * images reused one so far, and all the budget charged (pool included). */
+ * images reused one so far, all the budget charged (pool included), and
+ * how many times it was emptied for being idle. */
 typedef struct fsh_store_pool_stats {
-  int64_t pooled, pooled_bytes, reused, budget_used;
+  int64_t pooled, pooled_bytes, reused, budget_used, idle_drains;
 } fsh_store_pool_stats;
 void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out);
 /* Closes every pooled memfd (its charge given back). */
 void fsh_store_pool_drain(fsh_shuffle_store *s);
+/* Closes every pooled memfd (its charge given back) when no memfd went in
+ * or out of the pool for the store's pool idle time (default 3 s): the
+ * bytes given back (0: nothing done). *due_ms: in how many ms the pool
+ * would be idle that long if nothing happens meanwhile (0 now), or -1
+ * when it is empty. Thread-safe; closes the memfds outside its locks. */
+int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms);
+/* Sets the pool idle time (ms; 0: drained at the next call above). */
+void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms);
 
 /* This host's identity for same-host checks: the boot id, the host name
  * and this process's pid and mount namespaces, one line (static storage;

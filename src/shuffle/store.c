@@ -60,7 +60,13 @@
  * pool is bounded (POOL_MAX memfds, a quarter of the memory limit), its
  * bytes are charged to the budget (not reported in memory_bytes: it holds
  * no map output), and a writer whose growth the budget refuses empties it
- * before anything else; images evicted under pressure are not pooled. */
+ * before anything else; images evicted under pressure are not pooled.
+ * An idle pool is emptied too: once no memfd went in or out for
+ * POOL_IDLE_MS (fsh_store_set_pool_idle_ms), fsh_store_pool_drain_idle --
+ * which the worker's keeper thread calls (worker.c) -- closes them all, so
+ * that an idle worker holds no pooled pages, while back-to-back shuffles
+ * still reuse them (a release fills the pool, the next shuffle's writers
+ * take from it within the window). */
 #define _GNU_SOURCE /* memfd_create */
 #include <dirent.h>
 #include <errno.h>
@@ -104,6 +110,7 @@ typedef struct entry {
 
 #define RELEASED_MAX 1024
 #define POOL_MAX 64
+#define POOL_IDLE_MS 3000 /* a pool unused that long is emptied (the worker asks) */
 
 /* Released memfds kept for reuse (see the top). Its own object with a
  * reference count: an image's last reference may go after its store. */
@@ -115,6 +122,9 @@ typedef struct image_pool {
   struct { int fd; int64_t bytes; } img[POOL_MAX];
   int64_t bytes, max_bytes; /* charged; at most */
   int64_t reused;
+  int64_t last_use_ns; /* the last put or take (CLOCK_MONOTONIC) */
+  int64_t idle_ms;     /* fsh_store_pool_drain_idle empties it after that long unused */
+  int64_t idle_drains; /* times it did */
 } image_pool;
 
 struct fsh_shuffle_store {
@@ -598,6 +608,12 @@ static void image_fd_close(int fd) {
 
 /* ---- the pool of released memfds (see the top) ------------------------ */
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void pool_unref(image_pool *p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
   for (int i = 0; i < p->n; i++) image_fd_close(p->img[i].fd);
@@ -647,6 +663,7 @@ static bool pool_put(image_pool *p, int fd, int64_t size) {
     p->img[p->n].fd = fd;
     p->img[p->n++].bytes = bytes;
     p->bytes += bytes;
+    p->last_use_ns = mono_ns();
   }
   pthread_mutex_unlock(&p->mu);
   return ok;
@@ -663,6 +680,7 @@ static bool pool_take(image_pool *p, int *fd, int64_t *bytes) {
     *bytes = p->img[p->n].bytes;
     p->bytes -= *bytes;
     p->reused++;
+    p->last_use_ns = mono_ns();
   }
   pthread_mutex_unlock(&p->mu);
   return ok;
@@ -685,10 +703,39 @@ static int64_t pool_drain(image_pool *p) {
 
 void fsh_store_pool_drain(fsh_shuffle_store *s) { (void)pool_drain(s->pool); }
 
+int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
+  image_pool *p = s->pool;
+  int fds[POOL_MAX], n = 0;
+  int64_t bytes = 0;
+  pthread_mutex_lock(&p->mu);
+  int64_t unused_ms = (mono_ns() - p->last_use_ns) / 1000000;
+  *due_ms = p->n == 0 ? -1 : unused_ms >= p->idle_ms ? 0 : p->idle_ms - unused_ms;
+  if (p->n > 0 && unused_ms >= p->idle_ms) { /* checked and taken under one lock:
+                                                a writer's take meanwhile is not lost */
+    n = p->n;
+    bytes = p->bytes;
+    for (int i = 0; i < n; i++) fds[i] = p->img[i].fd;
+    p->n = 0;
+    p->bytes = 0;
+    p->idle_drains++;
+    if (p->s) uncharge(p->s, bytes);
+    *due_ms = -1;
+  }
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < n; i++) image_fd_close(fds[i]); /* not under the lock */
+  return bytes;
+}
+
+void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms) {
+  pthread_mutex_lock(&s->pool->mu);
+  s->pool->idle_ms = ms < 0 ? 0 : ms;
+  pthread_mutex_unlock(&s->pool->mu);
+}
+
 void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out) {
   pthread_mutex_lock(&s->pool->mu);
   *out = (fsh_store_pool_stats){s->pool->n, s->pool->bytes, s->pool->reused,
-                                atomic_load(&s->used)};
+                                atomic_load(&s->used), s->pool->idle_drains};
   pthread_mutex_unlock(&s->pool->mu);
 }
 
@@ -1503,6 +1550,7 @@ int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_sto
   atomic_init(&s->pool->refs, 1);
   s->pool->s = s;
   s->pool->max_bytes = opts->memory_limit / 4;
+  s->pool->idle_ms = POOL_IDLE_MS;
   s->n_buckets = 64;
   s->buckets = fsh_calloc((size_t)s->n_buckets, sizeof *s->buckets);
   snprintf(s->name, sizeof s->name, "%s", opts->name ? opts->name : "store");

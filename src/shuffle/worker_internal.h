@@ -45,6 +45,8 @@ FSH_NODISCARD int fsh_worker_tasks_start_tagged(fsh_worker_tasks *t, fsh_worker_
  * between batches and ends with ECANCELED. *n: how many were asked. */
 void fsh_worker_tasks_cancel(fsh_worker_tasks *t, const uint8_t *tag, int64_t tag_size,
                              int64_t *n);
+/* How many tasks are running now (started, not finished). */
+int64_t fsh_worker_tasks_running(fsh_worker_tasks *t);
 /* On a task's thread: whether its task was asked to stop (false on any
  * other thread, e.g. a task run outside a worker). */
 bool fsh_worker_task_cancelled(void);

@@ -154,6 +154,14 @@ static void *task_main(void *p) {
   return NULL;
 }
 
+int64_t fsh_worker_tasks_running(fsh_worker_tasks *t) {
+  int64_t n = 0;
+  pthread_mutex_lock(&t->mu);
+  for (worker_task *k = t->head; k; k = k->next) n += !k->done;
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}
+
 /* Unlinks the finished, delivered tasks; mu held. Returns them as a list. */
 static worker_task *take_delivered(fsh_worker_tasks *t) {
   worker_task *gone = NULL;

@@ -213,7 +213,8 @@ def test_worker_refuses_bad_task_bodies(tmp_path):
             list(client.do_action(flight.Action("map-synthetic", bytes(body))))
         assert "without --fs-dir" in str(e.value)
         stats = list(client.do_action(flight.Action("stats", b"")))[0].body.to_pybytes()
-        assert re.match(rb"map_outputs=0 memory_bytes=0 spilled_outputs=0 spilled_bytes=0$",
+        assert re.match(rb"map_outputs=0 memory_bytes=0 spilled_outputs=0 spilled_bytes=0 "
+                        rb"pooled_memfds=0 pooled_bytes=0$",
                         stats), stats
         client.close()
     finally:

@@ -12,10 +12,16 @@
  *    open (fr_direct_open), the fresh answer accepted, its bytes the
  *    image's;
  *  - under a small budget a pooled memfd does not stop a large output from
- *    being written (it spills), and nothing stays charged. */
+ *    being written (it spills), and nothing stays charged;
+ *  - an idle pool is emptied (fsh_store_pool_drain_idle): not before its
+ *    idle time, then every memfd closed and its charge given back (budget
+ *    0); a writer arriving within the idle time still reuses a memfd; and
+ *    a worker's keeper thread (worker.c) does it by itself, in time, and
+ *    drops the idle partition builders' cache. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +29,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <flightshuffle/kernels.h>
 #include <flightshuffle/workloads.h>
 
 #include "shuffle/flight_reader.h"
@@ -318,5 +325,128 @@ static void spill_with_pool(void) {
   close_store(&f);
 }
 
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0) {}
+}
+
+static int64_t ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The number of this process's memfds named like the store's images. */
+static int image_memfds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++) {
+    char path[64], link[128];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t len = readlink(path, link, sizeof link - 1);
+    if (len <= 0) continue;
+    link[len] = '\0';
+    n += strstr(link, "memfd:fsh-image") != NULL;
+  }
+  return n;
+}
+
+/* An idle pool: kept while used within the idle time, emptied after it
+ * (every memfd closed, the budget back to 0); a writer arriving within
+ * the idle time reuses. */
+static void idle_pool_drained(void) {
+  fixture f = open_store((int64_t)64 << 20);
+  int before = image_memfds();
+  int64_t due = 0;
+  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
+  CHECK_EQ_INT(due, -1); /* empty */
+  fsh_store_set_pool_idle_ms(f.s, 400);
+  write_output(&f, 1, 51, 20000);
+  release(&f, 1);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.pooled, 1);
+  CHECK(p.budget_used > 0);
+  /* within the idle time: kept */
+  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
+  CHECK_MSG(due > 0 && due <= 400, "due in %lld ms", (long long)due);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  /* a writer within the idle time takes it */
+  sleep_ms(100);
+  write_output(&f, 2, 52, 20000);
+  p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 1);
+  CHECK_EQ_INT(p.pooled, 0);
+  release(&f, 2);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(image_memfds(), before + 1);
+  /* the put restarted the idle time */
+  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
+  CHECK_MSG(due > 300, "due in %lld ms after a put", (long long)due);
+  sleep_ms(due + 20);
+  int64_t pooled_bytes = pool(f.s).pooled_bytes;
+  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), pooled_bytes);
+  CHECK_EQ_INT(due, -1);
+  p = pool(f.s);
+  CHECK_MSG(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0 && p.idle_drains == 1,
+            "after idle: %lld pooled, %lld bytes, budget %lld, %lld idle drains",
+            (long long)p.pooled, (long long)p.pooled_bytes, (long long)p.budget_used,
+            (long long)p.idle_drains);
+  CHECK_EQ_INT(image_memfds(), before); /* closed */
+  /* the next writer starts a fresh memfd and nothing is wrong with it */
+  write_output(&f, 3, 53, 20000);
+  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(count_rows(&f, 3), 20000);
+  release(&f, 3);
+  fsh_store_pool_drain(f.s);
+  close_store(&f);
+}
+
+/* A worker empties its idle pool by itself (its keeper thread), and keeps
+ * it for a writer that comes within the idle time. */
+static void worker_drains_idle_pool(void) {
+  char *dir = stu_mkdtemp("poolw");
+  const char *dirs[1] = {dir};
+  fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = dirs, .n_spill_dirs = 1,
+                                  .memory_limit = (int64_t)64 << 20};
+  fsh_shuffle_worker *w = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  if (!w) return;
+  fixture f = {.dir = dir, .s = fsh_shuffle_worker_store(w), .schema = STU_OK(fsh_synthetic_schema())};
+  fsh_store_set_pool_idle_ms(f.s, 1500);
+  write_output(&f, 1, 61, 20000);
+  release(&f, 1);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  sleep_ms(300); /* within the idle time: the next writer reuses */
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  write_output(&f, 2, 62, 20000);
+  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
+  release(&f, 2);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  /* then idle: gone within the idle time plus the keeper's tick (1 s) */
+  int64_t t0 = ms_now();
+  fsh_store_pool_stats p = pool(f.s);
+  while (p.pooled > 0 && ms_now() - t0 < 6000) {
+    sleep_ms(50);
+    p = pool(f.s);
+  }
+  int64_t took = ms_now() - t0;
+  CHECK_MSG(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0 && p.idle_drains == 1,
+            "after %lld ms: %lld pooled, %lld bytes, budget %lld, %lld idle drains",
+            (long long)took, (long long)p.pooled, (long long)p.pooled_bytes,
+            (long long)p.budget_used, (long long)p.idle_drains);
+  CHECK_MSG(took >= 1400, "drained after %lld ms, before its idle time", (long long)took);
+  /* the map writers' idle partition builders (kernels.h) go too, once no
+   * task ran and nothing was released for 3 s */
+  t0 = ms_now();
+  while (fsh_partition_builder_cache_bytes() > 0 && ms_now() - t0 < 6000) sleep_ms(50);
+  CHECK_MSG(fsh_partition_builder_cache_bytes() == 0, "the builders' cache holds %lld bytes",
+            (long long)fsh_partition_builder_cache_bytes());
+  fsh_shuffle_worker_stop(w, 0);
+  fsh_schema_unref(f.schema);
+  CHECK_EQ_INT(stu_count_files(dir), 0);
+  stu_rmdir(dir);
+}
+
 FSH_TEST_MAIN(TEST(reuse_happens), TEST(held_image_not_reused), TEST(stale_answer_refused),
-              TEST(spill_with_pool))
+              TEST(spill_with_pool), TEST(idle_pool_drained), TEST(worker_drains_idle_pool))
