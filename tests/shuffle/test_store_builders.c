@@ -15,30 +15,9 @@
 
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
+#include "shuffle/store_fixture.h"
 
 enum { PARTS = 64, ROWS = 65536, BATCHES = 4 };
-
-typedef struct fixture {
-  char *dir;
-  fsh_shuffle_store *s;
-  fsh_schema *schema;
-} fixture;
-
-static fixture open_store(int64_t limit) {
-  fixture f = {.dir = stu_mkdtemp("builders")};
-  const char *dirs[1] = {f.dir};
-  fsh_shuffle_store_options o = {.spill_dirs = dirs, .n_spill_dirs = 1, .memory_limit = limit};
-  fsh_error err = {{0}};
-  CHECK_OK(fsh_shuffle_store_new(&o, &f.s, &err));
-  f.schema = STU_OK(fsh_synthetic_schema());
-  return f;
-}
-
-static void close_store(fixture *f) {
-  fsh_shuffle_store_free(f->s);
-  fsh_schema_unref(f->schema);
-  stu_rmdir(f->dir);
-}
 
 static int64_t charged(fsh_shuffle_store *s) {
   fsh_shuffle_store_stats st;
@@ -98,7 +77,7 @@ static int64_t write_map(fixture *f, int64_t map_id, bool abort_it) {
 }
 
 static void charged_while_writing(void) {
-  fixture f = open_store((int64_t)1 << 30);
+  fixture f = open_store("builders", (int64_t)1 << 30);
   fsh_partition_builder_cache_drop();
   write_map(&f, 0, true);
   write_map(&f, 1, false);
@@ -110,7 +89,7 @@ static void charged_while_writing(void) {
 
 static void idle_builders_dropped_under_pressure(void) {
   /* room for the images of two maps, not for a map's builders beside them */
-  fixture f = open_store((int64_t)12 << 20);
+  fixture f = open_store("builders", (int64_t)12 << 20);
   fsh_partition_builder_cache_drop();
   int64_t rows = write_map(&f, 0, false);
   int64_t idle = fsh_partition_builder_cache_bytes();

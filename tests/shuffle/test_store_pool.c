@@ -35,31 +35,9 @@
 #include "shuffle/flight_reader.h"
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
+#include "shuffle/store_fixture.h"
 
 enum { PARTS = 4 };
-
-typedef struct fixture {
-  char *dir;
-  fsh_shuffle_store *s;
-  fsh_schema *schema;
-} fixture;
-
-static fixture open_store(int64_t limit) {
-  fixture f = {.dir = stu_mkdtemp("pool")};
-  const char *dirs[1] = {f.dir};
-  fsh_shuffle_store_options o = {.spill_dirs = dirs, .n_spill_dirs = 1, .memory_limit = limit};
-  fsh_error err = {{0}};
-  CHECK_OK(fsh_shuffle_store_new(&o, &f.s, &err));
-  f.schema = STU_OK(fsh_synthetic_schema());
-  return f;
-}
-
-static void close_store(fixture *f) {
-  fsh_shuffle_store_free(f->s);
-  fsh_schema_unref(f->schema);
-  CHECK_EQ_INT(stu_count_files(f->dir), 0);
-  stu_rmdir(f->dir);
-}
 
 static fsh_store_pool_stats pool(fsh_shuffle_store *s) {
   fsh_store_pool_stats p;
@@ -143,7 +121,7 @@ static void check_budget(fixture *f, const char *when) {
 }
 
 static void reuse_happens(void) {
-  fixture f = open_store((int64_t)64 << 20);
+  fixture f = open_store("pool", (int64_t)64 << 20);
   write_output(&f, 1, 11, 20000);
   fsh_store_location a = locate(&f, 1);
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_MEMFD);
@@ -195,7 +173,7 @@ static void reuse_happens(void) {
  * the old ones. */
 static void held_image_not_reused(void) {
   for (int only_mapped = 0; only_mapped < 2; only_mapped++) {
-    fixture f = open_store((int64_t)64 << 20);
+    fixture f = open_store("pool", (int64_t)64 << 20);
     write_output(&f, 1, 21, 20000);
     fsh_store_location a = locate(&f, 1);
     char path[64];
@@ -257,7 +235,7 @@ static void answer_for(fixture *f, uint64_t shuffle, fr_direct *d) {
  * is refused; the new one opens the image. An answer for another map
  * output than asked is refused too. */
 static void stale_answer_refused(void) {
-  fixture f = open_store((int64_t)64 << 20);
+  fixture f = open_store("pool", (int64_t)64 << 20);
   write_output(&f, 5, 31, 20000);
   fr_direct old;
   answer_for(&f, 5, &old);
@@ -307,7 +285,7 @@ static void stale_answer_refused(void) {
  * when its output outgrows the budget; afterwards only the pool (or
  * nothing) is charged and the spilled output reads back whole. */
 static void spill_with_pool(void) {
-  fixture f = open_store((int64_t)4 << 20); /* pool: at most 1 MiB */
+  fixture f = open_store("pool", (int64_t)4 << 20); /* pool: at most 1 MiB */
   write_output(&f, 1, 41, 3000);            /* ~150 KB image */
   release(&f, 1);
   CHECK_EQ_INT(pool(f.s).pooled, 1);
@@ -354,7 +332,7 @@ static int image_memfds(void) {
  * (every memfd closed, the budget back to 0); a writer arriving within
  * the idle time reuses. */
 static void idle_pool_drained(void) {
-  fixture f = open_store((int64_t)64 << 20);
+  fixture f = open_store("pool", (int64_t)64 << 20);
   int before = image_memfds();
   int64_t due = 0;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);

@@ -1,0 +1,36 @@
+/* store_fixture.h -- a worker store over a fresh temporary spill
+ * directory with a memory limit, and the synthetic schema, for the store
+ * tests (test_store_pool, test_store_builders). close_store frees the
+ * store and checks it left no file behind. */
+#ifndef FSH_TESTS_SHUFFLE_STORE_FIXTURE_H
+#define FSH_TESTS_SHUFFLE_STORE_FIXTURE_H
+
+#include <flightshuffle/workloads.h>
+
+#include "shuffle/shuffle_internal.h"
+#include "shuffle/shuffle_testutil.h"
+
+typedef struct fixture {
+  char *dir;
+  fsh_shuffle_store *s;
+  fsh_schema *schema;
+} fixture;
+
+static inline fixture open_store(const char *tag, int64_t limit) {
+  fixture f = {.dir = stu_mkdtemp(tag)};
+  const char *dirs[1] = {f.dir};
+  fsh_shuffle_store_options o = {.spill_dirs = dirs, .n_spill_dirs = 1, .memory_limit = limit};
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_new(&o, &f.s, &err));
+  f.schema = STU_OK(fsh_synthetic_schema());
+  return f;
+}
+
+static inline void close_store(fixture *f) {
+  fsh_shuffle_store_free(f->s);
+  fsh_schema_unref(f->schema);
+  CHECK_EQ_INT(stu_count_files(f->dir), 0);
+  stu_rmdir(f->dir);
+}
+
+#endif
