@@ -1,7 +1,30 @@
-"""jobs.py -- what the real-process runtime tests share: running
-`flightshuffle job shuffle` against a driver and parsing what it prints."""
+"""jobs.py -- what the real-process runtime tests share: reading a
+`flightshuffle local` cluster's start-up lines, running `flightshuffle job
+shuffle` against a driver and parsing what it prints."""
 import re
 import subprocess
+import time
+
+
+def read_cluster_ready(proc, n_workers, timeout=60):
+    """Reads `flightshuffle local`'s stdout (proc) up to its "cluster
+    ready: N workers" line. Returns (driver uri, [(worker uri, pid)]);
+    fails (with stderr, when the process ended) otherwise."""
+    lines = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if line.startswith("cluster ready"):
+            break
+    assert lines and lines[-1] == f"cluster ready: {n_workers} workers", (
+        lines, proc.stderr.read() if proc.stderr and proc.poll() is not None else "")
+    driver = lines[0].split()[1]
+    ws = [(l.split()[2], int(l.split()[4])) for l in lines if l.startswith("worker ")]
+    assert len(ws) == n_workers, lines
+    return driver, ws
 
 
 def run_job(cli, driver, job_args, on_progress=None, extra=()):

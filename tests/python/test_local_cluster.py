@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
+from jobs import read_cluster_ready
+
 CLI = Path(os.environ.get("FSH_CLI") or Path(os.environ["FSH_LIB"]).parent / "flightshuffle")
 
 pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
@@ -116,20 +118,7 @@ def start_local(tmp_path, *extra):
     proc = subprocess.Popen([str(CLI), "local", "--workers", "3", "--spill-dir", str(spill),
                              "--heartbeat-timeout-ms", "1500", *map(str, extra)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        if line.startswith("cluster ready"):
-            break
-    assert lines and lines[-1] == "cluster ready: 3 workers", (lines, proc.stderr.read()
-                                                               if proc.poll() is not None else "")
-    driver = lines[0].split()[1]
-    ws = [(l.split()[2], int(l.split()[4])) for l in lines if l.startswith("worker ")]
-    assert len(ws) == 3
+    driver, ws = read_cluster_ready(proc, 3)
     return proc, spill, driver, ws
 
 

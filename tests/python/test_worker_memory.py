@@ -19,6 +19,8 @@ from pathlib import Path
 import pyarrow.flight as flight
 import pytest
 
+from jobs import read_cluster_ready
+
 CLI = Path(os.environ.get("FSH_CLI") or Path(os.environ["FSH_LIB"]).parent / "flightshuffle")
 
 pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
@@ -63,18 +65,7 @@ def test_idle_worker_gives_memory_back(tmp_path):
                              "--memory-limit", "4G"],
                             stdout=subprocess.PIPE, stderr=log, text=True)
     try:
-        lines = []
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if line.startswith("cluster ready"):
-                break
-        assert lines and lines[-1] == "cluster ready: 2 workers", lines
-        driver = lines[0].split()[1]
-        ws = [(l.split()[2], int(l.split()[4])) for l in lines if l.startswith("worker ")]
+        driver, ws = read_cluster_ready(proc, 2)
         base = {pid: status_bytes(pid, "VmRSS") for _, pid in ws}
 
         job = subprocess.run([str(CLI), "job", "shuffle", "--driver", driver, "--maps", "16",
