@@ -216,42 +216,27 @@ static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fs
 }
 
 /* Decodes the framed IPC messages of verified block k of part x's
- * partition e with dec and writes its record batches to partition e of w;
- * the block's rows must be its index entry's. */
+ * partition e with dec (fsh_ipc_decode_framed: where they lie in blk) and
+ * writes its record batches to partition e of w; the block's rows must be
+ * its index entry's. */
 static int reencode_block(fsh_store_writer *w, fsh_ipc_decoder *dec, part_src *x,
                           const fsh_map_file_partition *e, int64_t k, fsh_buffer *blk,
                           fsh_error *err) {
   int64_t at = 0, rows = 0;
   int rc = 0;
   const char *why = NULL;
-  while (rc == 0 && at < blk->size) {
-    int64_t left = blk->size - at;
-    uint32_t len = left >= 8 ? fsh_le_get32(blk->data + at + 4) : 0;
-    if (left < 8 || fsh_le_get32(blk->data + at) != 0xFFFFFFFFu || len == 0 || len % 8 ||
-        len > left - 8) {
-      why = "bad framing";
-      break;
-    }
-    fsh_buffer *meta = fsh_buffer_slice(blk, at + 8, len), *body = NULL;
-    fsh_ipc_message_type type = FSH_IPC_NONE;
-    int64_t body_len = 0;
-    if (!meta) rc = fsh_error_set(err, ENOMEM, "out of memory");
-    if (rc == 0) rc = fsh_ipc_peek_message(meta, &type, &body_len, err);
-    if (rc == 0 && (type == FSH_IPC_SCHEMA || body_len > left - 8 - (int64_t)len))
-      why = type == FSH_IPC_SCHEMA ? "a schema inside a block" : "body past the block";
-    if (rc == 0 && !why && body_len > 0 && !(body = fsh_buffer_slice(blk, at + 8 + len, body_len)))
-      rc = fsh_error_set(err, ENOMEM, "out of memory");
+  while (rc == 0 && !why && at < blk->size) {
+    int64_t framed = 0;
     fsh_batch *batch = NULL;
-    if (rc == 0 && !why) rc = fsh_ipc_decode_message(dec, meta, body, &batch, err);
-    fsh_buffer_unref(meta);
-    fsh_buffer_unref(body);
-    if (rc == 0 && batch) {
+    rc = fsh_ipc_decode_framed(dec, blk, at, blk->size - at, &framed, &batch, err);
+    if (rc == 0 && !batch) why = "a message without rows (schema or dictionary) inside a block";
+    else if (rc == 0 && framed % 8) why = "a message not padded to 8 bytes";
+    if (rc == 0 && !why) {
       rows += batch->length;
       rc = fsh_store_writer_write(w, e->partition, batch, err);
     }
     fsh_batch_unref(batch);
-    if (why) break;
-    at += 8 + (int64_t)len + body_len;
+    if (rc == 0 && !why) at += framed;
   }
   if (rc == 0 && !why && rows != e->blocks[k].rows) why = "its rows differ from its index entry's";
   const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
