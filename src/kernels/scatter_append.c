@@ -274,9 +274,8 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
   const uint8_t *src = a->buffers[0]->data;
   for (int64_t i = 0; i < sp->n; i += 64) {
     int64_t n = sp->n - i < 64 ? sp->n - i : 64;
-    uint64_t null_bits = ~fsh_kern_load_bits(src, a->offset + i, n);
-    if (n < 64) null_bits &= ((uint64_t)1 << n) - 1;
-    for (; null_bits; null_bits &= null_bits - 1) {
+    for (uint64_t null_bits = fsh_kern_load_nulls(src, a->offset + i, n); null_bits;
+         null_bits &= null_bits - 1) {
       int64_t r = i + __builtin_ctzll(null_bits);
       int32_t p = sp->part[r];
       pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];

@@ -73,9 +73,8 @@ static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **ar
   const uint8_t *src = a->buffers[0]->data;
   for (int64_t i = 0; i < sp->n; i += 64) {
     int64_t k = sp->n - i < 64 ? sp->n - i : 64;
-    uint64_t null_bits = ~fsh_kern_load_bits(src, a->offset + i, k);
-    if (k < 64) null_bits &= ((uint64_t)1 << k) - 1;
-    for (; null_bits; null_bits &= null_bits - 1) {
+    for (uint64_t null_bits = fsh_kern_load_nulls(src, a->offset + i, k); null_bits;
+         null_bits &= null_bits - 1) {
       int64_t r = i + __builtin_ctzll(null_bits);
       int32_t p = sp->part[r], s = sp->slot[r];
       dst[p][s >> 3] &= (uint8_t)~(1u << (s & 7));

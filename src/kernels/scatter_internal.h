@@ -61,4 +61,11 @@ static inline uint64_t fsh_kern_load_bits(const uint8_t *bits, int64_t at, int64
   return n < 64 ? v & (((uint64_t)1 << n) - 1) : v;
 }
 
+/* The null rows among the n <= 64 rows from bit `at` of a validity
+ * bitmap: bit j set when row at + j is null (no bit past n). */
+static inline uint64_t fsh_kern_load_nulls(const uint8_t *bits, int64_t at, int64_t n) {
+  uint64_t nulls = ~fsh_kern_load_bits(bits, at, n);
+  return n < 64 ? nulls & (((uint64_t)1 << n) - 1) : nulls;
+}
+
 #endif
