@@ -209,6 +209,18 @@ static inline void start_cluster(cluster *c, int64_t timeout_ms, bool with_worke
   if (with_workers) start_workers(c);
 }
 
+/* The job's summary recomputed exactly one task: task t of stage `stage`,
+ * its reason containing `why` and `why2` (each unless NULL). */
+static inline void check_only_recomputed(const fsh_sched_job_status *s, uint32_t stage,
+                                         int64_t t, const char *why, const char *why2) {
+  CHECK_EQ_INT(s->n_recomputed, 1);
+  if (s->n_recomputed != 1) return;
+  CHECK_EQ_INT(s->recomputed[0].stage_id, stage);
+  CHECK_EQ_INT(s->recomputed[0].task, t);
+  const char *r = s->recomputed[0].reason;
+  CHECK_MSG((!why || strstr(r, why)) && (!why2 || strstr(r, why2)), "%s", r);
+}
+
 /* Every worker of c is still alive at the driver (none was declared dead). */
 static inline void check_all_alive(cluster *c) {
   fsh_error err;

@@ -245,14 +245,7 @@ static void live_worker_output_lost_once(int32_t map, bool incremental, bool scr
   CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
   check_job(&j, &s);
   /* exactly that map recomputed, for that reason */
-  CHECK_EQ_INT(s.n_recomputed, 1);
-  if (s.n_recomputed == 1) {
-    CHECK_EQ_INT(s.recomputed[0].stage_id, 1);
-    CHECK_EQ_INT(s.recomputed[0].task, map);
-    CHECK_MSG(strstr(s.recomputed[0].reason, "on live worker") &&
-                  strstr(s.recomputed[0].reason, "reported missing"), "%s",
-              s.recomputed[0].reason);
-  }
+  check_only_recomputed(&s, 1, map, "on live worker", "reported missing");
   /* the structured reports: exactly that output, at the worker that held it */
   int n = atomic_load(&n_seen_losses);
   CHECK(n >= 1 && n <= MAX_SEEN_LOSSES);
