@@ -707,10 +707,42 @@ static void ticket_codec(void) {
   b->data[5] = 2; /* an unknown flag */
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
   b->data[5] = 0;
-  b->data[4] = 2;
+  b->data[4] = 3;
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
-  CHECK_MSG(strstr(err.message, "version 2"), "%s", err.message);
+  CHECK_MSG(strstr(err.message, "version 3"), "%s", err.message);
+  b->data[4] = 2; /* a version 1 body read as version 2: its run count is a map id's bytes */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
   fsh_buffer_unref(b);
+  /* a run of partitions: version 2; a run of one is still version 1 */
+  t.n_partitions_read = 1;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &b, &err));
+  CHECK(b && b->size == FSH_TICKET_HEADER_BYTES + 3 * FSH_TICKET_SOURCE_BYTES && b->data[4] == 1);
+  fsh_buffer_unref(b);
+  t.n_partitions_read = 63;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &b, &err));
+  if (!b) return;
+  CHECK_EQ_INT(b->size, FSH_TICKET_V2_HEADER_BYTES + 3 * FSH_TICKET_SOURCE_BYTES);
+  CHECK_EQ_INT(b->data[4], 2);
+  CHECK_OK(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err));
+  CHECK(d.partition == 42 && d.n_partitions_read == 63 && d.n_sources == 3 &&
+        d.sources[2].map_id == INT64_MAX && d.sources[2].attempt == 5);
+  fsh_shuffle_ticket_reset(&d);
+  fsh_le_put32(b->data + 24, 0); /* a run of none */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_le_put32(b->data + 24, (uint32_t)INT32_MAX); /* past INT32_MAX */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_le_put32(b->data + 24, 63);
+  fsh_le_put32(b->data + 28, 1); /* reserved */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_le_put32(b->data + 28, 0);
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, FSH_TICKET_HEADER_BYTES + 4, &d, &err), EINVAL);
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size - 16, &d, &err), EINVAL);
+  fsh_buffer_unref(b);
+  t.partition = INT32_MAX - 10;
+  t.n_partitions_read = 12;
+  b = NULL;
+  CHECK_EQ_INT(fsh_shuffle_ticket_encode(&t, &b, &err), EINVAL);
+  CHECK(b == NULL);
   fsh_block_header h = {.map_id = 3, .attempt = 1, .partition = 9, .index = 2, .n_blocks = 4,
                         .length = 4096, .rows = 100, .checksum = 0xdeadbeef,
                         .part_checksum = 1, .part_rows = 400, .part_bytes = 16384}, g;
