@@ -547,6 +547,36 @@ CONFORMANCE(range_damaged_and_lost_sources) {
   fsh_batch_unref(x);
 }
 
+/* Allocation failures anywhere in open_range_reader / get_next: clean
+ * ENOMEM, no leak (LSan); then the run reads whole. */
+CONFORMANCE(range_allocation_failures) {
+  (void)dir;
+  fsh_batch *all = stu_synthetic(9, 300);
+  stu_plan p;
+  stu_plan_init(&p, 240, 5, all->schema, 2);
+  p.spec.target_block_bytes = 2000;
+  for (int m = 0; m < 2; m++) stu_add_split(&p.maps[m], all, 5, 7, true, (uint64_t)m);
+  fsh_error err;
+  for (int m = 0; m < 2; m++) CHECK_OK(stu_run_map(b, &p.spec, &p.maps[m], &err));
+  fsh_map_output src[2] = {p.maps[0].out, p.maps[1].out};
+  int rfail = 0;
+  for (int64_t nth = 1; nth < 100000; nth++) {
+    fsh_alloc_fail_after(nth, nth % 2 == 1);
+    int rc = stu_read_range_rc(b, &p.spec, 1, 3, src, 2, NULL, &err);
+    fsh_alloc_fail_after(0, false);
+    if (rc == 0) break;
+    rfail++;
+    CHECK_MSG(rc == ENOMEM, "%s: range nth %lld: rc %d: %s", bn, (long long)nth, rc,
+              err.message);
+    if (rc != ENOMEM) break;
+  }
+  CHECK(rfail > 0);
+  stu_check_range(b, &p, 1, 3, NULL, 0, bn);
+  release(b, 240);
+  stu_plan_free(&p);
+  fsh_batch_unref(all);
+}
+
 /* Map tasks and readers on several threads at once. */
 typedef struct worker {
   fsh_shuffle_backend *b;
@@ -643,7 +673,7 @@ CONFORMANCE(allocation_failures) {
 
 #ifdef CONFORMANCE_RANGE
 FSH_TEST_MAIN(TEST(range_reads), TEST(range_many_partitions), TEST(range_bad_ranges),
-              TEST(range_damaged_and_lost_sources))
+              TEST(range_damaged_and_lost_sources), TEST(range_allocation_failures))
 #else
 FSH_TEST_MAIN(TEST(synthetic_rows), TEST(every_type_every_compression),
               TEST(changing_dictionaries), TEST(empty_map_task), TEST(all_inputs_empty),
