@@ -547,9 +547,11 @@ static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
 }
 
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
- * file at path) and feeds them like a DoGet's. */
+ * file at path) and feeds them like a DoGet's: from span (the file's bytes
+ * [span_lo, span_lo + span->size), read once for all the source's
+ * partitions of a run) where it holds them, else mapped or read here. */
 static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd,
-                       const char *path, fsh_error *err) {
+                       const char *path, fsh_buffer *span, int64_t span_lo, fsh_error *err) {
   fr_reader *r = f->r;
   char via[4300];
   snprintf(via, sizeof via, " (read directly from %s)", path);
@@ -574,7 +576,10 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     if (off < lo) lo = off;
     if (off + len > hi) hi = off + len;
   }
-  fsh_buffer *map = src->bytes >= DIRECT_MAP_MIN && hi > lo ? map_range(fd, lo, hi) : NULL;
+  if (span && (lo < span_lo || hi > span_lo + span->size)) span = NULL; /* (not from the answer) */
+  fsh_buffer *map = span ? fsh_buffer_ref(span)
+                    : src->bytes >= DIRECT_MAP_MIN && hi > lo ? map_range(fd, lo, hi) : NULL;
+  if (span) lo = span_lo;
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
     fsh_block_header h = {.map_id = sl->map_id, .attempt = sl->attempt,
@@ -620,6 +625,43 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     atomic_fetch_add(&fb_stats_of(r->st)->direct_bytes, src->bytes);
   }
   return rc;
+}
+
+/* The bytes of fd that the blocks of locate entries [k, k + g) (one
+ * source's partitions of a run) span, *lo their first offset: mapped when
+ * they hold at least DIRECT_MAP_MIN bytes, else read with one pread when
+ * the span is not much more than the blocks (a map output's partitions
+ * lie in order, so a run's blocks are mostly contiguous). NULL: none
+ * (each partition reads its own; also on ENOMEM or a failed read, which
+ * the per-partition reads then report). */
+static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, int64_t *lo) {
+  int64_t a = INT64_MAX, b = 0, sum = 0;
+  for (int64_t i = k; i < k + g; i++) {
+    const fsh_locate_source *src = &d->a.sources[i];
+    for (int64_t j = 0; j < src->n_blocks; j++) {
+      const uint8_t *q = src->blocks + 32 * j;
+      int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
+      if (off < 0 || len <= 0 || len > src->size || off > src->size - len) return NULL;
+      if (off < a) a = off;
+      if (off + len > b) b = off + len;
+      sum += len;
+    }
+  }
+  if (b <= a) return NULL;
+  *lo = a;
+  if (sum >= DIRECT_MAP_MIN) return map_range(fd, a, b);
+  if (b - a > 2 * sum + ((int64_t)64 << 10)) return NULL;
+  fsh_buffer *buf = fsh_buffer_new(b - a, false);
+  for (int64_t got = 0; buf && got < b - a;) {
+    ssize_t n = pread(fd, buf->data + got, (size_t)(b - a - got), a + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      fsh_buffer_unref(buf);
+      return NULL;
+    }
+    got += n;
+  }
+  return buf;
 }
 
 /* Whether locate entries [k, k + g) (one source's partitions of the run)
@@ -682,8 +724,11 @@ static int run_slots(fetch *f, fsh_error *err) {
       int fd = same_file(&d, k, g) ? fr_direct_open(&d, k, path, sizeof path) : -1;
       if (fd >= 0) { /* one open for all the source's partitions of the run */
         rc = direct_decoder(f, &d, err);
+        int64_t lo = 0;
+        fsh_buffer *span = g > 1 ? read_span(fd, &d, k, g, &lo) : NULL;
         for (int64_t kk = k; rc == 0 && kk < k + g; kk++)
-          rc = direct_slot(f, kk, &d.a.sources[kk], fd, path, err);
+          rc = direct_slot(f, kk, &d.a.sources[kk], fd, path, span, lo, err);
+        fsh_buffer_unref(span);
         close(fd);
         k += g;
         continue;
