@@ -6,7 +6,7 @@
  * (PROFILE_1000.md) against per-(source, run).
  *
  *   build/bench_range [--maps M] [--partitions P] [--ranges R] [--bytes N]
- *                     [--runs K] [--paths local,direct,doget]
+ *                     [--runs K] [--paths local,direct,doget] [--range-only]
  *
  * Defaults: 1000 maps x 1000 partitions, 16 runs of 62-63 partitions,
  * 256 MiB of synthetic rows, 3 runs. One in-process worker holds every map
@@ -107,6 +107,7 @@ int main(int argc, char **argv) {
   int32_t P = 1000;
   double bytes = 256.0 * (1 << 20);
   const char *paths = "local,direct,doget";
+  bool range_only = false; /* (for profiling the range readers alone) */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--maps") && i + 1 < argc) maps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--partitions") && i + 1 < argc) P = atoi(argv[++i]);
@@ -114,9 +115,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) bytes = atof(argv[++i]);
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--paths") && i + 1 < argc) paths = argv[++i];
+    else if (!strcmp(argv[i], "--range-only")) range_only = true;
     else {
       fprintf(stderr, "usage: bench_range [--maps M] [--partitions P] [--ranges R] "
-              "[--bytes N] [--runs K] [--paths local,direct,doget]\n");
+              "[--bytes N] [--runs K] [--paths local,direct,doget] [--range-only]\n");
       return 2;
     }
   }
@@ -201,7 +203,7 @@ int main(int argc, char **argv) {
   for (int pi = 0; pi < 3; pi++) {
     if (!strstr(paths, path_list[pi].name)) continue;
     double med_wall[2] = {0}, med_cpu[2] = {0};
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = range_only ? 1 : 0; mode < 2; mode++) {
       double *wall = calloc((size_t)runs, sizeof *wall), *cpu = calloc((size_t)runs, sizeof *cpu);
       if (!wall || !cpu) die("out of memory", NULL);
       for (int r = 0; r < runs; r++) {

@@ -549,7 +549,8 @@ static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
  * file at path) and feeds them like a DoGet's: from span (the file's bytes
  * [span_lo, span_lo + span->size), read once for all the source's
- * partitions of a run) where it holds them, else mapped or read here. */
+ * partitions of a run) where it holds them, else mapped or read here.
+ * What it queued is delivered (flush) after the source's last slot. */
 static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd,
                        const char *path, fsh_buffer *span, int64_t span_lo, fsh_error *err) {
   fr_reader *r = f->r;
@@ -618,7 +619,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     fsh_buffer_unref(b);
   }
   fsh_buffer_unref(map);
-  if (rc == 0) rc = flush(f, err);
+  if (rc == 0 && (s + 1) % r->count == 0) rc = flush(f, err); /* once per source */
   f->via = "";
   if (rc == 0) {
     if (s % r->count == 0) atomic_fetch_add(&fb_stats_of(r->st)->direct_sources, 1);
