@@ -18,6 +18,7 @@
 #include <flightshuffle/flight.h>
 
 #include "ipc/sample_batches.h"
+#include "shuffle/flight_reader.h" /* a range reader's bytes in flight */
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
 #include "shuffle/worker_internal.h" /* fsh_worker_tasks: reads run as worker tasks */
@@ -414,14 +415,74 @@ static void local_output_missing(void) {
 
 /* A reader-only backend for peers: same-host direct reads of every size
  * (direct), or none (every source with DoGet). */
-static fsh_shuffle_backend *reader_for(const char **peers, int n, bool direct) {
+static fsh_shuffle_backend *reader_limited(const char **peers, int n, bool direct,
+                                           int64_t in_flight) {
   fsh_error err = {{0}};
   fsh_shuffle_backend *b = NULL;
   fsh_shuffle_flight_options o = {.peers = peers, .n_peers = n, .max_parallel_fetches = 2,
-                                  .max_bytes_in_flight = 1 << 20, .timeout_ms = 30000,
+                                  .max_bytes_in_flight = in_flight, .timeout_ms = 30000,
                                   .no_direct_reads = !direct, .direct_min_bytes = -1};
   CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
   return b;
+}
+static fsh_shuffle_backend *reader_for(const char **peers, int n, bool direct) {
+  return reader_limited(peers, n, direct, 1 << 20);
+}
+
+/* A range reader's fetches hold to the bytes-in-flight limit: with a
+ * consumer that has read nothing yet, what its jobs queued (DoGet, and
+ * direct reads) stays within the limit plus one batch (the one admitted
+ * for the source being consumed); then the run reads whole. */
+static void range_bytes_in_flight(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *writer = backend_for(w, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 50, 16, 6, 20000); /* ~6 MB, blocks of 32 KiB */
+  run_maps(writer, &p);
+  fsh_map_output outs[6];
+  int64_t want = 0;
+  for (int m = 0; m < 6; m++) {
+    outs[m] = p.maps[m].out;
+    for (int32_t q = 0; q < 16; q++) want += outs[m].rows[q];
+  }
+  const int64_t limit = 96 << 10;
+  for (int direct = 0; direct < 2; direct++) {
+    fsh_shuffle_backend *b = reader_limited(&uri, 1, direct, limit);
+    fsh_error err = {{0}};
+    fsh_range_stream s = {0};
+    CHECK_OK(fsh_shuffle_open_range_reader(b, &p.spec, 0, 16, outs, 6, &s, &err));
+    if (!s.get_next) {
+      fsh_shuffle_backend_destroy(b);
+      continue;
+    }
+    struct timespec ts = {0, 300 * 1000000};
+    nanosleep(&ts, NULL); /* the fetch jobs fill what they may */
+    fr_reader *r = s.private_data;
+    pthread_mutex_lock(&r->mu);
+    int64_t held = r->in_flight;
+    pthread_mutex_unlock(&r->mu);
+    CHECK_MSG(held > 0 && held <= limit + (64 << 10), "%s: %lld bytes in flight (limit %lld)",
+              direct ? "direct" : "doget", (long long)held, (long long)limit);
+    int64_t rows = 0;
+    for (;;) {
+      fsh_batch *x = NULL;
+      int32_t q = -1;
+      CHECK_OK(s.get_next(&s, &q, &x, &err));
+      if (!x) break;
+      rows += x->length;
+      fsh_batch_unref(x);
+    }
+    CHECK_EQ_INT(rows, want);
+    s.release(&s);
+    fsh_shuffle_backend_destroy(b);
+  }
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_release(writer, 50, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(writer);
+  fsh_shuffle_worker_stop(w, 1000);
 }
 
 /* Range readers open each source once for the whole run: on the writing
@@ -907,4 +968,5 @@ FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(corruption_detected), TEST(local_output_missing),
               TEST(released_while_writing), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec),
-              TEST(range_one_open_per_source), TEST(range_damage_and_loss))
+              TEST(range_one_open_per_source), TEST(range_damage_and_loss),
+              TEST(range_bytes_in_flight))
