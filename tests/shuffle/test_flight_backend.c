@@ -799,6 +799,128 @@ static raw_get raw_do_get(const char *uri, uint64_t id, int32_t q, int n_maps, u
   return g;
 }
 
+/* The worker side of a run (version 2 tickets): a raw DoGet of partitions
+ * [2, 7) of 3 map outputs, plain and bundled, sends each map output's
+ * blocks in ticket order, its partitions in increasing order, each block
+ * header naming its partition with that partition's recorded rows, rows
+ * and checksum, and every non-empty (map output, partition) of the run
+ * exactly; a locate of the run answers one entry per (map output,
+ * partition), the same recorded metadata; a run past the shuffle's
+ * partitions is refused naming it. */
+static void range_do_get_raw(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30);
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *b = backend_for(w, &uri, 1);
+  stu_plan p;
+  make_plan(&p, 70, 8, 3, 4000);
+  run_maps(b, &p);
+  fsh_error err = {{0}};
+  fsh_flight_client *c = NULL;
+  fsh_flight_client_options o = {.uri = uri, .timeout_ms = 10000};
+  CHECK_OK(fsh_flight_client_open(&o, &c, &err));
+  if (!c) return;
+  fsh_ticket_source srcs[3] = {{0, 0}, {1, 0}, {2, 0}};
+  for (int bundle = 0; bundle < 2; bundle++) {
+    fsh_shuffle_ticket t = {.shuffle_id = 70, .partition = 2, .n_partitions_read = 5,
+                            .flags = bundle ? FSH_TICKET_BUNDLE : 0, .n_sources = 3,
+                            .sources = srcs};
+    fsh_buffer *tb = NULL;
+    CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+    fsh_flight_reader *rd = NULL;
+    if (tb) CHECK_OK(fsh_flight_do_get(c, &(fsh_bytes){tb->data, tb->size}, &rd, &err));
+    int64_t last_map = -1, last_q = -1, seen = 0, bad = 0;
+    for (bool done = false; rd && !done;) {
+      fsh_flight_message m;
+      if (fsh_flight_reader_next_raw(rd, &m, &done, &err) != 0) {
+        CHECK_MSG(false, "DoGet: %s", err.message);
+        break;
+      }
+      if (done) break;
+      fsh_block_header hs[512];
+      int nh = 0;
+      if (m.app_metadata && m.app_metadata->size >= FSH_BUNDLE_HEADER_BYTES &&
+          memcmp(m.app_metadata->data, FSH_BUNDLE_MAGIC, 4) == 0) {
+        const uint8_t *q = m.app_metadata->data;
+        int64_t n = fsh_le_get32(q + 8), at = FSH_BUNDLE_HEADER_BYTES;
+        for (int64_t i = 0; i < n && nh < 512 && at + FSH_BLOCK_HEADER_BYTES <= m.app_metadata->size;
+             i++) {
+          CHECK(fsh_block_header_decode(q + at, FSH_BLOCK_HEADER_BYTES, &hs[nh]));
+          at += FSH_BLOCK_HEADER_BYTES + hs[nh++].length;
+        }
+      } else if (m.app_metadata &&
+                 fsh_block_header_decode(m.app_metadata->data, m.app_metadata->size, &hs[0])) {
+        nh = 1;
+      }
+      for (int i = 0; i < nh; i++) {
+        const fsh_block_header *h = &hs[i];
+        const fsh_map_output *mo = h->map_id >= 0 && h->map_id < 3 ? &p.maps[h->map_id].out : NULL;
+        if (!mo || h->partition < 2 || h->partition >= 7 || h->map_id < last_map ||
+            (h->map_id == last_map && h->partition < last_q) ||
+            h->part_rows != mo->rows[h->partition] ||
+            h->part_checksum != mo->checksums[h->partition]) {
+          bad++;
+          continue;
+        }
+        if (h->index == 0) seen++;
+        last_map = h->map_id;
+        last_q = h->partition;
+      }
+      fsh_flight_message_reset(&m);
+    }
+    int64_t want = 0;
+    for (int mm = 0; mm < 3; mm++)
+      for (int32_t q = 2; q < 7; q++) want += p.maps[mm].out.rows[q] > 0;
+    CHECK_MSG(bad == 0 && seen == want, "bundle %d: %lld bad headers, %lld of %lld "
+              "(map output, partition)s", bundle, (long long)bad, (long long)seen,
+              (long long)want);
+    fsh_flight_reader_free(rd);
+    fsh_buffer_unref(tb);
+  }
+  /* locate of the run */
+  fsh_shuffle_ticket t = {.shuffle_id = 70, .partition = 2, .n_partitions_read = 5,
+                          .n_sources = 3, .sources = srcs};
+  fsh_buffer *tb = NULL;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+  fsh_flight_result_list res = {0};
+  if (tb) CHECK_OK(fsh_worker_locate(fsh_shuffle_worker_store(w), tb->data, tb->size, &res, &err));
+  fsh_locate_answer a = {0};
+  if (res.n == 1)
+    CHECK_OK(fsh_locate_answer_decode(res.items[0].data, res.items[0].size, 15, &a, &err));
+  for (int64_t i = 0; a.sources && i < 15; i++) {
+    const fsh_map_output *mo = &p.maps[i / 5].out;
+    int32_t q = 2 + (int32_t)(i % 5);
+    CHECK_MSG(a.sources[i].rows == mo->rows[q] && a.sources[i].checksum == mo->checksums[q] &&
+                  a.sources[i].kind == a.sources[i - i % 5].kind &&
+                  a.sources[i].ino == a.sources[i - i % 5].ino,
+              "locate entry %lld", (long long)i);
+  }
+  fsh_locate_answer_reset(&a);
+  fsh_flight_result_list_reset(&res);
+  fsh_buffer_unref(tb);
+  /* past the shuffle's partitions */
+  t.partition = 6;
+  t.n_partitions_read = 3;
+  tb = NULL;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+  fsh_flight_reader *rd = NULL;
+  int rc = tb ? fsh_flight_do_get(c, &(fsh_bytes){tb->data, tb->size}, &rd, &err) : -1;
+  for (bool done = false; rc == 0 && rd && !done;) {
+    fsh_flight_message m;
+    rc = fsh_flight_reader_next_raw(rd, &m, &done, &err);
+    if (rc == 0) fsh_flight_message_reset(&m);
+  }
+  CHECK_MSG(rc == EINVAL && strstr(err.message, "partitions [6, 9) of 8"), "rc %d: %s", rc,
+            err.message);
+  fsh_flight_reader_free(rd);
+  fsh_buffer_unref(tb);
+  fsh_flight_client_close(c);
+  CHECK_OK(fsh_shuffle_release(b, 70, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(b);
+  fsh_shuffle_worker_stop(w, 1000);
+}
+
 /* Small blocks: with the bundle flag they come gathered (fewer messages,
  * every block exactly once, the stored bytes); without it (what any
  * Flight client gets) one record batch message per block. Our reader,
@@ -969,4 +1091,4 @@ FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(released_while_writing), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec),
               TEST(range_one_open_per_source), TEST(range_damage_and_loss),
-              TEST(range_bytes_in_flight))
+              TEST(range_bytes_in_flight), TEST(range_do_get_raw))
