@@ -1,6 +1,8 @@
 /* flight_backend.c -- the flight shuffle backend (contract in shuffle.h):
  * writers write into the local worker's store (location: its URI);
- * readers yield a partition's batches in source order, reading the local
+ * readers yield a partition's batches in source order (range readers: a
+ * run of partitions, source by source, each source opened once for the
+ * run), reading the local
  * store's map outputs in-process and every other worker's through the
  * fetch jobs of flight_fetch.c (one DoGet per peer, or direct reads of a
  * same-host peer's files: flight_direct.c), run on the backend's

@@ -1,5 +1,7 @@
 /* flight_fetch.c -- the flight reader's fetch side: one DoGet per (reader,
- * peer) carrying every map output wanted from that peer; each block's
+ * peer) carrying every map output wanted from that peer (and, for a range
+ * reader, its whole run of partitions: a version 2 ticket, the blocks
+ * split onto (map output, partition) slots by their headers); each block's
  * messages are hashed as they arrive (framed exactly as stored: FFFFFFFF,
  * metadata length, metadata, body) and checked against the block header's
  * checksum before any of them is decoded; at the end of a map output the
