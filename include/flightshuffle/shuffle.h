@@ -98,6 +98,20 @@ FSH_NODISCARD int fsh_shuffle_write_rows(fsh_shuffle_writer *w, fsh_batch *batch
                                          const int32_t *partition_of_row, int32_t n_partitions,
                                          fsh_batch **parts, fsh_error *err);
 
+/* A stream of (partition, batch) pairs: what a range reader yields.
+ * get_next sets *out NULL at the end (and *partition to -1); release frees
+ * the stream (also before the end). Order: any order between sources;
+ * within one source its partitions in increasing order, a partition's
+ * batches in write order. Batches of one partition from different sources
+ * may come interleaved with other partitions. */
+typedef struct fsh_range_stream {
+  int (*get_next)(struct fsh_range_stream *s, int32_t *partition, fsh_batch **out,
+                  fsh_error *err);
+  void (*release)(struct fsh_range_stream *s);
+  fsh_schema *schema; /* one reference held by the stream */
+  void *private_data;
+} fsh_range_stream;
+
 typedef struct fsh_shuffle_backend fsh_shuffle_backend;
 typedef struct fsh_shuffle_backend_ops {
   const char *name; /* "memory", "fs", "flight" */
@@ -111,6 +125,15 @@ typedef struct fsh_shuffle_backend_ops {
   /* Deletes everything of a shuffle (idempotent). */
   int (*release)(fsh_shuffle_backend *b, uint64_t shuffle_id, fsh_error *err);
   void (*destroy)(fsh_shuffle_backend *b);
+  /* Optional (NULL: not offered; fsh_shuffle_open_range_reader then opens
+   * one open_reader per partition). The run of partitions
+   * [first_partition, first_partition + n_partitions_read) from the given
+   * map outputs, each source opened once for the whole run. Arguments are
+   * checked by the dispatcher. */
+  int (*open_range_reader)(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                           int32_t first_partition, int32_t n_partitions_read,
+                           const fsh_map_output *sources, int64_t n_sources,
+                           struct fsh_range_stream *out, fsh_error *err);
 } fsh_shuffle_backend_ops;
 
 struct fsh_shuffle_backend {
@@ -126,6 +149,21 @@ FSH_NODISCARD int fsh_shuffle_open_reader(fsh_shuffle_backend *b, const fsh_shuf
                                           int32_t partition, const fsh_map_output *sources,
                                           int64_t n_sources, fsh_batch_stream *out,
                                           fsh_error *err);
+/* The partitions [first_partition, first_partition + n_partitions_read)
+ * of the given map outputs as one stream of (partition, batch) pairs
+ * (order: fsh_range_stream). Checks as open_reader does, plus the run
+ * (n_partitions_read >= 1, first + count <= spec->n_partitions). Sources'
+ * rows, bytes and checksums are verified per partition exactly as
+ * open_reader verifies them. Uses the backend's open_range_reader, else
+ * one open_reader per partition, all opened here (the sources need not
+ * outlive this call), read partition-major. With count 1 it reads what
+ * open_reader reads. On error *out is left untouched. */
+FSH_NODISCARD int fsh_shuffle_open_range_reader(fsh_shuffle_backend *b,
+                                                const fsh_shuffle_spec *spec,
+                                                int32_t first_partition,
+                                                int32_t n_partitions_read,
+                                                const fsh_map_output *sources, int64_t n_sources,
+                                                fsh_range_stream *out, fsh_error *err);
 FSH_NODISCARD int fsh_shuffle_release(fsh_shuffle_backend *b, uint64_t shuffle_id,
                                       fsh_error *err);
 void fsh_shuffle_backend_destroy(fsh_shuffle_backend *b); /* NULL accepted */

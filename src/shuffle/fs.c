@@ -6,8 +6,10 @@
  * Locations are the file names, never paths: a reader refuses a location
  * that is not exactly the name this backend gives that (shuffle, map,
  * attempt), so no location can reach outside the directory. A reader opens
- * one file at a time and holds one block in memory; a partition that the
- * map output's metadata says is empty is not opened at all. */
+ * one file at a time (once for its whole run of partitions) and holds one
+ * block in memory; a partition that the map output's metadata says is
+ * empty is not opened at all, nor a file whose partitions of the run all
+ * are. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -138,24 +140,31 @@ static int fs_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
 
 /* ---- reader ------------------------------------------------------------ */
 
+/* A reader of the partitions [first, first + count) of its sources: each
+ * source's file opened once for the run, its partitions read in increasing
+ * order through one cursor at a time. open_reader is the run of one. */
+
 typedef struct fs_source {
   int64_t map_id;
   int32_t attempt;
-  bool has_meta; /* rows/bytes/checksum below come from the map output */
-  int64_t rows, bytes;
-  uint64_t checksum;
+  bool has_meta; /* the reader's rows/bytes/checksums of it come from the map output */
 } fs_source;
 
 typedef struct fs_reader {
   char *dir;
   uint64_t shuffle_id;
-  int32_t n_partitions, partition;
+  int32_t n_partitions, first, count;
+  char what[48];      /* "partition 3", "partitions [3, 5)": for messages */
   fsh_schema *schema; /* the spec's (the stream holds its own reference) */
   fs_source *sources;
   int64_t n_sources, next;
+  int64_t *rows, *bytes; /* [n_sources * count]: source i, partition first + k at i * count + k */
+  uint64_t *checksums;
   fsh_map_file *file;
+  const fs_source *cur_src; /* of file */
+  int32_t q;                /* the next partition of file to open a cursor on */
   fsh_map_file_cursor *cur;
-  const fs_source *cur_src;
+  int32_t cur_q; /* cur's partition */
   char cur_name[NAME_MAX_LEN];
   int failed;
 } fs_reader;
@@ -167,8 +176,14 @@ static void close_current(fs_reader *r) {
   r->file = NULL;
 }
 
-/* Opens source i's file and its partition cursor, checking that the file
- * is the map output the driver recorded. */
+/* Whether source i's metadata says partition q holds nothing. */
+static bool empty_here(const fs_reader *r, int64_t i, int32_t q) {
+  size_t at = (size_t)i * (size_t)r->count + (size_t)(q - r->first);
+  return r->sources[i].has_meta && r->rows[at] == 0 && r->bytes[at] == 0;
+}
+
+/* Opens source src's file, checking that it is the map output the driver
+ * recorded. */
 static int open_source(fs_reader *r, const fs_source *src, fsh_error *err) {
   map_file_name(r->cur_name, r->shuffle_id, src->map_id, src->attempt);
   char *path = fsh_path_join(r->dir, r->cur_name);
@@ -176,9 +191,9 @@ static int open_source(fs_reader *r, const fs_source *src, fsh_error *err) {
   int rc = fsh_map_file_open_path(path, &r->file, err);
   fsh_free(path);
   if (rc == ENOENT)
-    return fsh_error_set(err, ENOENT, "fs shuffle %" PRIu64 " partition %d: map %" PRId64
+    return fsh_error_set(err, ENOENT, "fs shuffle %" PRIu64 " %s: map %" PRId64
                          " attempt %d: map output %s not found in %s (released, or lost)",
-                         r->shuffle_id, r->partition, src->map_id, src->attempt, r->cur_name,
+                         r->shuffle_id, r->what, src->map_id, src->attempt, r->cur_name,
                          r->dir);
   if (rc != 0) return rc;
   const fsh_map_file_info *i = fsh_map_file_get_info(r->file);
@@ -193,38 +208,66 @@ static int open_source(fs_reader *r, const fs_source *src, fsh_error *err) {
   else if (!fsh_schema_equals(fsh_map_file_schema(r->file), r->schema, false, &diff))
     rc = fsh_error_set(err, EINVAL, "fs shuffle %" PRIu64 ": %s: schema differs from the "
                        "shuffle's: %s", r->shuffle_id, r->cur_name, diff.message);
-  if (rc == 0) rc = fsh_map_file_cursor_open(r->file, r->partition, &r->cur, err);
+  if (rc != 0) close_current(r);
+  r->cur_src = src;
+  r->q = r->first;
+  return rc;
+}
+
+/* Opens the open file's cursor on partition q, checking the partition's
+ * index entry against the map output's record of it. */
+static int open_cursor(fs_reader *r, int32_t q, fsh_error *err) {
+  const fs_source *src = r->cur_src;
+  int rc = fsh_map_file_cursor_open(r->file, q, &r->cur, err);
+  size_t at = (size_t)(src - r->sources) * (size_t)r->count + (size_t)(q - r->first);
   if (rc == 0 && src->has_meta) {
     const fsh_map_file_partition *p = fsh_map_file_cursor_partition(r->cur);
-    if (p->rows != src->rows || p->bytes != src->bytes || p->checksum != src->checksum)
+    if (p->rows != r->rows[at] || p->bytes != r->bytes[at] || p->checksum != r->checksums[at])
       rc = fsh_error_set(err, EIO, "fs shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
                          "%d: %s holds %" PRId64 " rows, %" PRId64 " bytes, checksum %016" PRIx64
                          " but the map output recorded %" PRId64 ", %" PRId64 ", %016" PRIx64
                          ": the file was replaced or is corrupt", r->shuffle_id, src->map_id,
-                         src->attempt, r->partition, r->cur_name, p->rows, p->bytes, p->checksum,
-                         src->rows, src->bytes, src->checksum);
+                         src->attempt, q, r->cur_name, p->rows, p->bytes, p->checksum,
+                         r->rows[at], r->bytes[at], r->checksums[at]);
   }
-  if (rc != 0) close_current(r);
+  r->cur_q = q;
   return rc;
 }
 
-static int fs_get_next(fsh_batch_stream *s, fsh_batch **out, fsh_error *err) {
-  fs_reader *r = s->private_data;
+static int fs_range_next(fs_reader *r, int32_t *partition, fsh_batch **out, fsh_error *err) {
   *out = NULL;
+  *partition = -1;
   if (r->failed)
-    return fsh_error_set(err, r->failed, "fs shuffle %" PRIu64 " partition %d: the reader "
-                         "failed earlier", r->shuffle_id, r->partition);
+    return fsh_error_set(err, r->failed, "fs shuffle %" PRIu64 " %s: the reader failed earlier",
+                         r->shuffle_id, r->what);
   int rc = 0;
   for (;;) {
     if (r->cur) {
       rc = fsh_map_file_cursor_next(r->cur, out, err);
-      if (rc != 0 || *out) break;
+      if (rc != 0) break;
+      if (*out) {
+        *partition = r->cur_q;
+        break;
+      }
+      fsh_map_file_cursor_free(r->cur);
+      r->cur = NULL;
+    }
+    if (r->file) {
+      int64_t i = r->cur_src - r->sources;
+      while (r->q < r->first + r->count && empty_here(r, i, r->q)) r->q++;
+      if (r->q < r->first + r->count) {
+        rc = open_cursor(r, r->q++, err);
+        if (rc != 0) break;
+        continue;
+      }
       close_current(r);
     }
     if (r->next == r->n_sources) break;
-    const fs_source *src = &r->sources[r->next++];
-    if (src->has_meta && src->rows == 0 && src->bytes == 0) continue; /* empty here */
-    rc = open_source(r, src, err);
+    int64_t i = r->next++;
+    int32_t q = r->first;
+    while (q < r->first + r->count && empty_here(r, i, q)) q++;
+    if (q == r->first + r->count) continue; /* nothing of the run here */
+    rc = open_source(r, &r->sources[i], err);
     if (rc != 0) break;
   }
   if (rc != 0) {
@@ -234,9 +277,22 @@ static int fs_get_next(fsh_batch_stream *s, fsh_batch **out, fsh_error *err) {
   return rc;
 }
 
+static int fs_get_next(fsh_batch_stream *s, fsh_batch **out, fsh_error *err) {
+  int32_t q;
+  return fs_range_next(s->private_data, &q, out, err);
+}
+
+static int fs_range_get_next(fsh_range_stream *s, int32_t *partition, fsh_batch **out,
+                             fsh_error *err) {
+  return fs_range_next(s->private_data, partition, out, err);
+}
+
 static void fs_reader_free(fs_reader *r) {
   close_current(r);
   fsh_free(r->sources);
+  fsh_free(r->rows);
+  fsh_free(r->bytes);
+  fsh_free(r->checksums);
   fsh_free(r->dir);
   fsh_free(r);
 }
@@ -247,32 +303,50 @@ static void fs_release_stream(fsh_batch_stream *s) {
   memset(s, 0, sizeof *s);
 }
 
-static int fs_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
-                          const fsh_map_output *sources, int64_t n_sources, fsh_batch_stream *out,
-                          fsh_error *err) {
-  fs_state *st = b->state;
+static void fs_release_range(fsh_range_stream *s) {
+  if (s->private_data) fs_reader_free(s->private_data);
+  fsh_schema_unref(s->schema);
+  memset(s, 0, sizeof *s);
+}
+
+/* The reader of [first, first + count) (arguments checked by the
+ * dispatcher; locations checked here). */
+static int fs_reader_new(fs_state *st, const fsh_shuffle_spec *spec, int32_t first, int32_t count,
+                         const fsh_map_output *sources, int64_t n_sources, fs_reader **out,
+                         fsh_error *err) {
+  char what[48];
+  if (count == 1)
+    snprintf(what, sizeof what, "partition %d", first);
+  else
+    snprintf(what, sizeof what, "partitions [%d, %d)", first, first + count);
   char expect[NAME_MAX_LEN];
   for (int64_t i = 0; i < n_sources; i++) {
     map_file_name(expect, spec->shuffle_id, sources[i].map_id, sources[i].attempt);
     if (strcmp(sources[i].location, expect) != 0)
-      return fsh_error_set(err, EINVAL, "fs shuffle %" PRIu64 " partition %d: source %" PRId64
+      return fsh_error_set(err, EINVAL, "fs shuffle %" PRIu64 " %s: source %" PRId64
                            " location '%s' is not this backend's name for map %" PRId64
-                           " attempt %d ('%s'); refused", spec->shuffle_id, partition, i,
+                           " attempt %d ('%s'); refused", spec->shuffle_id, what, i,
                            sources[i].location, sources[i].map_id, sources[i].attempt, expect);
   }
+  size_t n = n_sources > 0 ? (size_t)n_sources : 1, nm = n * (size_t)count;
   fs_reader *r = fsh_calloc(1, sizeof *r);
   if (r) {
     r->dir = fsh_strdup(st->dir);
-    r->sources = fsh_calloc(n_sources > 0 ? (size_t)n_sources : 1, sizeof *r->sources);
+    r->sources = fsh_calloc(n, sizeof *r->sources);
+    r->rows = fsh_calloc(nm, sizeof *r->rows);
+    r->bytes = fsh_calloc(nm, sizeof *r->bytes);
+    r->checksums = fsh_calloc(nm, sizeof *r->checksums);
   }
-  if (!r || !r->dir || !r->sources) {
+  if (!r || !r->dir || !r->sources || !r->rows || !r->bytes || !r->checksums) {
     if (r) fs_reader_free(r);
-    return fsh_error_set(err, ENOMEM, "fs shuffle %" PRIu64 " partition %d: out of memory",
-                         spec->shuffle_id, partition);
+    return fsh_error_set(err, ENOMEM, "fs shuffle %" PRIu64 " %s: out of memory",
+                         spec->shuffle_id, what);
   }
+  memcpy(r->what, what, sizeof what);
   r->shuffle_id = spec->shuffle_id;
   r->n_partitions = spec->n_partitions;
-  r->partition = partition;
+  r->first = first;
+  r->count = count;
   r->schema = spec->schema;
   r->n_sources = n_sources;
   for (int64_t i = 0; i < n_sources; i++) {
@@ -282,12 +356,32 @@ static int fs_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
     d->attempt = m->attempt;
     d->has_meta = m->rows && m->bytes && m->checksums;
     if (d->has_meta) {
-      d->rows = m->rows[partition];
-      d->bytes = m->bytes[partition];
-      d->checksum = m->checksums[partition];
+      size_t at = (size_t)i * (size_t)count;
+      memcpy(r->rows + at, m->rows + first, (size_t)count * sizeof *r->rows);
+      memcpy(r->bytes + at, m->bytes + first, (size_t)count * sizeof *r->bytes);
+      memcpy(r->checksums + at, m->checksums + first, (size_t)count * sizeof *r->checksums);
     }
   }
+  *out = r;
+  return 0;
+}
+
+static int fs_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
+                          const fsh_map_output *sources, int64_t n_sources, fsh_batch_stream *out,
+                          fsh_error *err) {
+  fs_reader *r = NULL;
+  FSH_RETURN_NOT_OK(fs_reader_new(b->state, spec, partition, 1, sources, n_sources, &r, err));
   *out = (fsh_batch_stream){.get_next = fs_get_next, .release = fs_release_stream,
+                            .schema = fsh_schema_ref(spec->schema), .private_data = r};
+  return 0;
+}
+
+static int fs_open_range_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                int32_t first, int32_t count, const fsh_map_output *sources,
+                                int64_t n_sources, fsh_range_stream *out, fsh_error *err) {
+  fs_reader *r = NULL;
+  FSH_RETURN_NOT_OK(fs_reader_new(b->state, spec, first, count, sources, n_sources, &r, err));
+  *out = (fsh_range_stream){.get_next = fs_range_get_next, .release = fs_release_range,
                             .schema = fsh_schema_ref(spec->schema), .private_data = r};
   return 0;
 }
@@ -327,6 +421,7 @@ static const fsh_shuffle_backend_ops k_fs_ops = {
     .open_reader = fs_open_reader,
     .release = fs_release,
     .destroy = fs_destroy,
+    .open_range_reader = fs_open_range_reader,
 };
 
 /* mkdir -p: creates every missing component of path. */

@@ -182,11 +182,13 @@ static int mem_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
 
 /* ---- reader ------------------------------------------------------------ */
 
-static int mem_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
-                           const fsh_map_output *sources, int64_t n_sources, fsh_batch_stream *out,
-                           fsh_error *err) {
-  store *s = b->state;
-  batch_list all = {0};
+/* References to the batches of partitions [first, first + count) of the
+ * sources, source by source, each source's partitions in increasing order:
+ * into all->items, and (when parts is not NULL) each one's partition into
+ * *parts (grown with all). One lookup per source, under one lock. */
+static int collect(store *s, const fsh_shuffle_spec *spec, int32_t first, int32_t count,
+                   const fsh_map_output *sources, int64_t n_sources, batch_list *all,
+                   int32_t **parts, fsh_error *err) {
   int rc = 0;
   pthread_mutex_lock(&s->mu);
   for (int64_t i = 0; rc == 0 && i < n_sources; i++) {
@@ -204,26 +206,56 @@ static int mem_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
                          src->map_id, src->attempt, e->n_partitions, spec->n_partitions);
       break;
     }
-    const batch_list *l = &e->parts[partition];
-    if (all.n + l->n > all.cap) {
-      int64_t cap = all.cap ? all.cap : 16;
-      while (cap < all.n + l->n) cap *= 2;
-      fsh_batch **items = fsh_realloc(all.items, sizeof *items * (size_t)cap);
-      if (!items) {
-        rc = fsh_error_set(err, ENOMEM, "memory shuffle %" PRIu64 " partition %d: out of memory",
-                           spec->shuffle_id, partition);
-        break;
+    for (int32_t q = first; rc == 0 && q < first + count; q++) {
+      const batch_list *l = &e->parts[q];
+      if (all->n + l->n > all->cap) {
+        int64_t cap = all->cap ? all->cap : 16;
+        while (cap < all->n + l->n) cap *= 2;
+        fsh_batch **items = fsh_realloc(all->items, sizeof *items * (size_t)cap);
+        if (items) all->items = items;
+        int32_t *ps = items && parts ? fsh_realloc(*parts, sizeof *ps * (size_t)cap) : NULL;
+        if (ps) *parts = ps;
+        if (!items || (parts && !ps)) {
+          rc = fsh_error_set(err, ENOMEM, "memory shuffle %" PRIu64 " partition %d: out of "
+                             "memory", spec->shuffle_id, q);
+          break;
+        }
+        all->cap = cap;
       }
-      all.items = items;
-      all.cap = cap;
+      for (int64_t k = 0; k < l->n; k++) {
+        if (parts) (*parts)[all->n] = q;
+        all->items[all->n++] = fsh_batch_ref(l->items[k]);
+      }
     }
-    for (int64_t k = 0; k < l->n; k++) all.items[all.n++] = fsh_batch_ref(l->items[k]);
   }
   pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int mem_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
+                           const fsh_map_output *sources, int64_t n_sources, fsh_batch_stream *out,
+                           fsh_error *err) {
+  batch_list all = {0};
+  int rc = collect(b->state, spec, partition, 1, sources, n_sources, &all, NULL, err);
   if (rc == 0) rc = fsh_batch_stream_from_batches(spec->schema, all.items, all.n, out, err);
   for (int64_t i = 0; i < all.n; i++) fsh_batch_unref(all.items[i]);
   fsh_free(all.items);
   return rc;
+}
+
+static int mem_open_range_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                 int32_t first, int32_t count, const fsh_map_output *sources,
+                                 int64_t n_sources, fsh_range_stream *out, fsh_error *err) {
+  batch_list all = {0};
+  int32_t *parts = NULL;
+  int rc = collect(b->state, spec, first, count, sources, n_sources, &all, &parts, err);
+  if (rc != 0) {
+    for (int64_t i = 0; i < all.n; i++) fsh_batch_unref(all.items[i]);
+    fsh_free(all.items);
+    fsh_free(parts);
+    return rc;
+  }
+  return fsh_range_stream_from_pairs(spec->schema, parts, all.items, all.n, out, err);
 }
 
 /* ---- release and lifecycle --------------------------------------------- */
@@ -278,6 +310,7 @@ static const fsh_shuffle_backend_ops k_memory_ops = {
     .open_reader = mem_open_reader,
     .release = mem_release,
     .destroy = mem_destroy,
+    .open_range_reader = mem_open_range_reader,
 };
 
 int fsh_shuffle_memory_new(fsh_shuffle_backend **out, fsh_error *err) {

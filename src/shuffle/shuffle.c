@@ -4,6 +4,7 @@
  * rejects the same mistakes with the same messages). */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <flightshuffle/kernels.h>
@@ -279,6 +280,28 @@ int fsh_shuffle_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec
   return 0;
 }
 
+/* Checks every source against the spec; `what` names the read
+ * ("partition 3", "partitions [3, 5)") in the messages. */
+static int check_sources(const fsh_shuffle_spec *spec, const char *what,
+                         const fsh_map_output *sources, int64_t n_sources, fsh_error *err) {
+  if (n_sources < 0 || (n_sources > 0 && !sources))
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " %s: %" PRId64 " sources given %s",
+                         spec->shuffle_id, what, n_sources, sources ? "" : "as NULL");
+  for (int64_t i = 0; i < n_sources; i++) {
+    const fsh_map_output *s = &sources[i];
+    if (s->shuffle_id != spec->shuffle_id || s->n_partitions != spec->n_partitions)
+      return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " %s: source %" PRId64
+                           " (map %" PRId64 " attempt %d) belongs to shuffle %" PRIu64
+                           " with %d partitions", spec->shuffle_id, what, i, s->map_id,
+                           s->attempt, s->shuffle_id, s->n_partitions);
+    if (!s->location)
+      return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " %s: source %" PRId64
+                           " (map %" PRId64 " attempt %d) has no location", spec->shuffle_id,
+                           what, i, s->map_id, s->attempt);
+  }
+  return 0;
+}
+
 int fsh_shuffle_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
                             int32_t partition, const fsh_map_output *sources, int64_t n_sources,
                             fsh_batch_stream *out, fsh_error *err) {
@@ -287,23 +310,150 @@ int fsh_shuffle_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec
   if (partition < 0 || partition >= spec->n_partitions)
     return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 ": read of partition %d of %d",
                          spec->shuffle_id, partition, spec->n_partitions);
-  if (n_sources < 0 || (n_sources > 0 && !sources))
-    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " partition %d: %" PRId64
-                         " sources given %s", spec->shuffle_id, partition, n_sources,
-                         sources ? "" : "as NULL");
-  for (int64_t i = 0; i < n_sources; i++) {
-    const fsh_map_output *s = &sources[i];
-    if (s->shuffle_id != spec->shuffle_id || s->n_partitions != spec->n_partitions)
-      return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " partition %d: source %" PRId64
-                           " (map %" PRId64 " attempt %d) belongs to shuffle %" PRIu64
-                           " with %d partitions", spec->shuffle_id, partition, i, s->map_id,
-                           s->attempt, s->shuffle_id, s->n_partitions);
-    if (!s->location)
-      return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " partition %d: source %" PRId64
-                           " (map %" PRId64 " attempt %d) has no location", spec->shuffle_id,
-                           partition, i, s->map_id, s->attempt);
-  }
+  char what[48];
+  snprintf(what, sizeof what, "partition %d", partition);
+  FSH_RETURN_NOT_OK(check_sources(spec, what, sources, n_sources, err));
   return b->ops->open_reader(b, spec, partition, sources, n_sources, out, err);
+}
+
+/* ---- range streams ----------------------------------------------------- */
+
+/* The fallback range stream: one open_reader stream per partition of the
+ * run, all opened up front (so the caller's sources need not outlive the
+ * open), drained partition-major; each released once drained. */
+typedef struct per_partition_range {
+  int32_t first, count, cur;
+  fsh_batch_stream *streams; /* [count]; released ones zeroed */
+} per_partition_range;
+
+static void per_partition_free(per_partition_range *r) {
+  for (int32_t i = 0; i < r->count; i++)
+    if (r->streams[i].release) r->streams[i].release(&r->streams[i]);
+  fsh_free(r->streams);
+  fsh_free(r);
+}
+
+static int per_partition_next(fsh_range_stream *s, int32_t *partition, fsh_batch **out,
+                              fsh_error *err) {
+  per_partition_range *r = s->private_data;
+  *out = NULL;
+  *partition = -1;
+  while (r->cur < r->count) {
+    fsh_batch_stream *st = &r->streams[r->cur];
+    FSH_RETURN_NOT_OK(st->get_next(st, out, err));
+    if (*out) {
+      *partition = r->first + r->cur;
+      return 0;
+    }
+    st->release(st);
+    memset(st, 0, sizeof *st);
+    r->cur++;
+  }
+  return 0;
+}
+
+static void per_partition_release(fsh_range_stream *s) {
+  if (s->private_data) per_partition_free(s->private_data);
+  fsh_schema_unref(s->schema);
+  memset(s, 0, sizeof *s);
+}
+
+static int open_per_partition(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                              int32_t first, int32_t count, const fsh_map_output *sources,
+                              int64_t n_sources, fsh_range_stream *out, fsh_error *err) {
+  per_partition_range *r = fsh_calloc(1, sizeof *r);
+  fsh_batch_stream *streams = fsh_calloc((size_t)count, sizeof *streams);
+  if (!r || !streams) {
+    fsh_free(r);
+    fsh_free(streams);
+    return fsh_error_set(err, ENOMEM, "shuffle %" PRIu64 " partitions [%d, %d): out of memory",
+                         spec->shuffle_id, first, first + count);
+  }
+  *r = (per_partition_range){.first = first, .count = count, .streams = streams};
+  for (int32_t i = 0; i < count; i++) {
+    int rc = b->ops->open_reader(b, spec, first + i, sources, n_sources, &streams[i], err);
+    if (rc != 0) {
+      memset(&streams[i], 0, sizeof streams[i]);
+      per_partition_free(r);
+      return rc;
+    }
+  }
+  *out = (fsh_range_stream){.get_next = per_partition_next, .release = per_partition_release,
+                            .schema = fsh_schema_ref(spec->schema), .private_data = r};
+  return 0;
+}
+
+int fsh_shuffle_open_range_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                  int32_t first_partition, int32_t n_partitions_read,
+                                  const fsh_map_output *sources, int64_t n_sources,
+                                  fsh_range_stream *out, fsh_error *err) {
+  if (!b || !out) return fsh_error_set(err, EINVAL, "open_range_reader: NULL backend or output");
+  FSH_RETURN_NOT_OK(check_spec(spec, "open_range_reader", err));
+  if (first_partition < 0 || n_partitions_read < 1 ||
+      (int64_t)first_partition + n_partitions_read > spec->n_partitions)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 ": read of %d partitions from "
+                         "partition %d of %d (need count >= 1 and first + count <= %d)",
+                         spec->shuffle_id, n_partitions_read, first_partition,
+                         spec->n_partitions, spec->n_partitions);
+  char what[64];
+  if (n_partitions_read == 1)
+    snprintf(what, sizeof what, "partition %d", first_partition);
+  else
+    snprintf(what, sizeof what, "partitions [%d, %d)", first_partition,
+             first_partition + n_partitions_read);
+  FSH_RETURN_NOT_OK(check_sources(spec, what, sources, n_sources, err));
+  if (b->ops->open_range_reader)
+    return b->ops->open_range_reader(b, spec, first_partition, n_partitions_read, sources,
+                                     n_sources, out, err);
+  return open_per_partition(b, spec, first_partition, n_partitions_read, sources, n_sources, out,
+                            err);
+}
+
+/* A range stream over pairs[] (each batch's reference moves into it). */
+typedef struct pairs_range {
+  int64_t n, next;
+  int32_t *partitions;
+  fsh_batch **batches;
+} pairs_range;
+
+static void pairs_free(pairs_range *r) {
+  for (int64_t i = r->next; i < r->n; i++) fsh_batch_unref(r->batches[i]);
+  fsh_free(r->partitions);
+  fsh_free(r->batches);
+  fsh_free(r);
+}
+
+static int pairs_next(fsh_range_stream *s, int32_t *partition, fsh_batch **out, fsh_error *err) {
+  (void)err;
+  pairs_range *r = s->private_data;
+  *out = NULL;
+  *partition = -1;
+  if (r->next < r->n) {
+    *partition = r->partitions[r->next];
+    *out = r->batches[r->next++];
+  }
+  return 0;
+}
+
+static void pairs_release(fsh_range_stream *s) {
+  if (s->private_data) pairs_free(s->private_data);
+  fsh_schema_unref(s->schema);
+  memset(s, 0, sizeof *s);
+}
+
+int fsh_range_stream_from_pairs(fsh_schema *schema, int32_t *partitions, fsh_batch **batches,
+                                int64_t n, fsh_range_stream *out, fsh_error *err) {
+  pairs_range *r = fsh_calloc(1, sizeof *r);
+  if (!r) {
+    for (int64_t i = 0; i < n; i++) fsh_batch_unref(batches[i]);
+    fsh_free(partitions);
+    fsh_free(batches);
+    return fsh_error_set(err, ENOMEM, "range stream: out of memory");
+  }
+  *r = (pairs_range){.n = n, .partitions = partitions, .batches = batches};
+  *out = (fsh_range_stream){.get_next = pairs_next, .release = pairs_release,
+                            .schema = fsh_schema_ref(schema), .private_data = r};
+  return 0;
 }
 
 int fsh_shuffle_release(fsh_shuffle_backend *b, uint64_t shuffle_id, fsh_error *err) {

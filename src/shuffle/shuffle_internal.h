@@ -62,6 +62,13 @@
  * unions). The memory backend's bytes and the writer's block sizing. */
 int64_t fsh_shuffle_batch_bytes(const fsh_batch *b);
 
+/* A range stream yielding (partitions[i], batches[i]) for i in [0, n) in
+ * that order. Takes ownership of both arrays (fsh_malloc'd) and of each
+ * batch's reference, also on error (everything released). */
+FSH_NODISCARD int fsh_range_stream_from_pairs(fsh_schema *schema, int32_t *partitions,
+                                              fsh_batch **batches, int64_t n,
+                                              fsh_range_stream *out, fsh_error *err);
+
 /* fsh_task_row_checksums with its hashing path chosen: the fastest up to
  * `want` that the CPU runs (AVX-512, 8 rows at a time; AVX2, 4; scalar);
  * returns the path that ran. Same sums on every path (for the tests and

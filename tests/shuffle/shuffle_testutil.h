@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <flightshuffle/kernels.h>
 #include <flightshuffle/shuffle.h>
 #include <flightshuffle/workloads.h>
 
@@ -118,9 +119,19 @@ static inline void stu_flight_destroy(fsh_shuffle_backend *b) {
   free(f);
   free(b);
 }
+/* A run of partitions is read by the backend of its first partition. */
+static inline int stu_flight_open_range_reader(fsh_shuffle_backend *b,
+                                               const fsh_shuffle_spec *spec, int32_t first,
+                                               int32_t count, const fsh_map_output *sources,
+                                               int64_t n, fsh_range_stream *out,
+                                               fsh_error *err) {
+  stu_flight *f = b->state;
+  fsh_shuffle_backend *inner = f->backends[first % (STU_FLIGHT_WORKERS + 1)];
+  return fsh_shuffle_open_range_reader(inner, spec, first, count, sources, n, out, err);
+}
 static const fsh_shuffle_backend_ops stu_flight_ops = {
     "flight", stu_flight_open_writer, stu_flight_open_reader, stu_flight_release,
-    stu_flight_destroy};
+    stu_flight_destroy, stu_flight_open_range_reader};
 
 /* no_direct: every source of another worker through DoGet, although all
  * the workers run on this host (else the same-host ones are read
@@ -416,6 +427,201 @@ static inline void stu_run_and_check(fsh_shuffle_backend *b, stu_plan *p, const 
   int bad = 0;
   for (int32_t q = 0; q < p->spec.n_partitions && bad < 5; q++)
     bad += !stu_check_partition(b, p, q, NULL, 0, backend);
+}
+
+/* ---- range reads ------------------------------------------------------- */
+
+/* Drains a range stream: batches (references) and their partitions in the
+ * order read. Returns the error. */
+static inline int stu_drain_range(fsh_range_stream *s, fsh_batch ***out, int32_t **parts,
+                                  int64_t *n, fsh_error *err) {
+  *out = NULL;
+  *parts = NULL;
+  *n = 0;
+  int64_t cap = 0;
+  for (;;) {
+    fsh_batch *b = NULL;
+    int32_t q = -2;
+    int rc = s->get_next(s, &q, &b, err);
+    if (rc != 0) return rc;
+    if (!b) return 0;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 16;
+      *out = STU_OK(realloc(*out, sizeof **out * (size_t)cap));
+      *parts = STU_OK(realloc(*parts, sizeof **parts * (size_t)cap));
+    }
+    (*out)[*n] = b;
+    (*parts)[(*n)++] = q;
+  }
+}
+
+/* Opens a range reader and drains it: the error code of either step;
+ * *rows the rows read. */
+static inline int stu_read_range_rc(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                    int32_t first, int32_t count, const fsh_map_output *src,
+                                    int64_t n, int64_t *rows, fsh_error *err) {
+  fsh_range_stream s = {0};
+  int rc = fsh_shuffle_open_range_reader(b, spec, first, count, src, n, &s, err);
+  if (rc != 0) return rc;
+  fsh_batch **got = NULL;
+  int32_t *parts = NULL;
+  int64_t n_got = 0;
+  rc = stu_drain_range(&s, &got, &parts, &n_got, err);
+  s.release(&s);
+  if (rows) {
+    *rows = 0;
+    for (int64_t i = 0; i < n_got; i++) *rows += got[i]->length;
+  }
+  stu_free_batches(got, n_got);
+  free(parts);
+  return rc;
+}
+
+/* An order-independent digest of a set of rows: count, and the sums of two
+ * mixes of each row's hash over all its columns (fsh_hash_columns). */
+typedef struct stu_digest {
+  int64_t rows;
+  uint64_t sum1, sum2;
+} stu_digest;
+
+static inline void stu_digest_add(stu_digest *d, const fsh_batch *b) {
+  if (b->length == 0) return;
+  int32_t *cols = STU_OK(calloc((size_t)b->n_columns, sizeof *cols));
+  for (int32_t i = 0; i < (int32_t)b->n_columns; i++) cols[i] = i;
+  uint64_t *h = STU_OK(calloc((size_t)b->length, sizeof *h));
+  fsh_error err = {{0}};
+  int rc = fsh_hash_columns(b, cols, (int)b->n_columns, 7, h, &err);
+  CHECK_MSG(rc == 0, "hash of rows: %s", err.message);
+  for (int64_t i = 0; i < b->length; i++) {
+    d->sum1 += stu_mix(h[i]);
+    d->sum2 += stu_mix(h[i] ^ 0x5bd1e995u) * (h[i] | 1);
+  }
+  d->rows += b->length;
+  free(h);
+  free(cols);
+}
+
+/* Reads partitions [first, first + count) of maps[idx[0..n)] (all maps when
+ * idx is NULL) with one range reader and checks:
+ *  - every batch is tagged with a partition of the run;
+ *  - per partition, the same multiset of rows as open_reader of that
+ *    partition over the same sources (row digests);
+ *  - source by source (each source alone through a range reader):
+ *    partitions in increasing order, and each partition's rows exactly the
+ *    rows the plan wrote there, in write order.
+ * Returns false (and reports) on any difference or error. */
+static inline bool stu_check_range(fsh_shuffle_backend *b, const stu_plan *p, int32_t first,
+                                   int32_t count, const int *idx, int n, const char *backend) {
+  if (!idx) n = p->n_maps;
+  fsh_map_output *src = STU_OK(calloc((size_t)(n ? n : 1), sizeof *src));
+  for (int i = 0; i < n; i++) src[i] = p->maps[idx ? idx[i] : i].out; /* shallow */
+  stu_digest *got = STU_OK(calloc((size_t)count, sizeof *got));
+  stu_digest *want = STU_OK(calloc((size_t)count, sizeof *want));
+  fsh_error err = {{0}};
+  bool ok = true;
+  /* all sources through one range reader */
+  fsh_range_stream s = {0};
+  fsh_batch **bs = NULL;
+  int32_t *parts = NULL;
+  int64_t nb = 0;
+  int rc = fsh_shuffle_open_range_reader(b, &p->spec, first, count, src, n, &s, &err);
+  if (rc == 0) {
+    ok = s.schema && fsh_schema_equals(s.schema, p->spec.schema, false, NULL);
+    if (!ok) fprintf(stderr, "%s: range [%d, +%d): wrong stream schema\n", backend, first, count);
+    rc = stu_drain_range(&s, &bs, &parts, &nb, &err);
+    s.release(&s);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "%s: range [%d, +%d): read failed (%d): %s\n", backend, first, count, rc,
+            err.message);
+    ok = false;
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    if (parts[i] < first || parts[i] >= first + count) {
+      fprintf(stderr, "%s: range [%d, +%d): batch %lld tagged partition %d\n", backend, first,
+              count, (long long)i, parts[i]);
+      ok = false;
+    } else {
+      stu_digest_add(&got[parts[i] - first], bs[i]);
+    }
+  }
+  stu_free_batches(bs, nb);
+  free(parts);
+  /* the reference: one open_reader per partition */
+  for (int32_t q = first; rc == 0 && q < first + count; q++) {
+    fsh_batch_stream one = {0};
+    fsh_batch **ob = NULL;
+    int64_t no = 0;
+    int orc = fsh_shuffle_open_reader(b, &p->spec, q, src, n, &one, &err);
+    if (orc == 0) {
+      orc = stu_drain(&one, &ob, &no, &err);
+      one.release(&one);
+    }
+    CHECK_MSG(orc == 0, "%s: open_reader %d: %s", backend, q, err.message);
+    for (int64_t i = 0; i < no; i++) stu_digest_add(&want[q - first], ob[i]);
+    stu_free_batches(ob, no);
+    const stu_digest *g = &got[q - first], *w = &want[q - first];
+    if (g->rows != w->rows || g->sum1 != w->sum1 || g->sum2 != w->sum2) {
+      fprintf(stderr, "%s: range [%d, +%d): partition %d: %lld rows read, %lld by open_reader "
+              "(or the rows differ)\n", backend, first, count, q, (long long)g->rows,
+              (long long)w->rows);
+      ok = false;
+    }
+  }
+  /* each source alone: exact rows and order */
+  for (int i = 0; ok && i < n; i++) {
+    const stu_map *m = &p->maps[idx ? idx[i] : i];
+    fsh_range_stream one = {0};
+    rc = fsh_shuffle_open_range_reader(b, &p->spec, first, count, &m->out, 1, &one, &err);
+    if (rc == 0) {
+      rc = stu_drain_range(&one, &bs, &parts, &nb, &err);
+      one.release(&one);
+    }
+    if (rc != 0) {
+      fprintf(stderr, "%s: range [%d, +%d) of map %lld: read failed (%d): %s\n", backend, first,
+              count, (long long)m->map_id, rc, err.message);
+      ok = false;
+      break;
+    }
+    for (int64_t k = 1; k < nb; k++)
+      if (parts[k] < parts[k - 1]) {
+        fprintf(stderr, "%s: range of map %lld: partition %d after %d\n", backend,
+                (long long)m->map_id, parts[k], parts[k - 1]);
+        ok = false;
+        break;
+      }
+    int64_t at = 0;
+    for (int32_t q = first; ok && q < first + count; q++) {
+      int64_t from = at;
+      while (at < nb && parts[at] == q) at++;
+      fsh_batch **wb = NULL;
+      int64_t nw = 0;
+      for (int64_t k = 0; k < m->n_ops; k++)
+        if (m->ops[k].partition == q) {
+          wb = STU_OK(realloc(wb, sizeof *wb * (size_t)(nw + 1)));
+          wb[nw++] = m->ops[k].batch;
+        }
+      char diff[1200];
+      if (!stu_rows_equal(bs + from, at - from, wb, nw, diff, sizeof diff)) {
+        fprintf(stderr, "%s: range of map %lld: partition %d: %s\n", backend,
+                (long long)m->map_id, q, diff);
+        ok = false;
+      }
+      free(wb);
+    }
+    if (ok && at != nb) {
+      fprintf(stderr, "%s: range of map %lld: batches out of the run\n", backend,
+              (long long)m->map_id);
+      ok = false;
+    }
+    stu_free_batches(bs, nb);
+    free(parts);
+  }
+  CHECK(ok);
+  free(got);
+  free(want);
+  free(src);
+  return ok;
 }
 
 /* Opens a reader and drains it: the error code of either step (0 if all
