@@ -162,36 +162,41 @@ int fsh_reduce_task_map_outputs(const fsh_reduce_task *t, fsh_map_output **out,
 /* Reads partitions [t->partition, t->partition + count) of the map
  * outputs ms (t's sources) through b and calls fn(ctx, k, batch) for every
  * batch (borrowed; k: its partition's index in the run) until fn fails.
- * The one place a reduce task opens readers: one open_reader per
- * partition, in order (the range reader, one open per source for the
- * whole run, takes its place where a backend offers it). */
+ * The one place a reduce task opens readers: one range reader for the
+ * whole run (each source opened once for it, where the backend offers
+ * that; shuffle.h fsh_shuffle_open_range_reader), batches of different
+ * partitions possibly interleaved. */
 static int read_run(fsh_shuffle_backend *b, const fsh_reduce_task *t, const fsh_map_output *ms,
                     const fsh_shuffle_spec *spec,
                     int (*fn)(void *ctx, int32_t k, fsh_batch *x, fsh_error *err), void *ctx,
                     fsh_error *err) {
   int32_t c = fsh_reduce_task_count(t);
-  int rc = 0;
-  for (int32_t k = 0; rc == 0 && k < c; k++) {
-    int32_t p = t->partition + k;
-    fsh_batch_stream st;
-    if ((rc = fsh_shuffle_open_reader(b, spec, p, ms, t->n_sources, &st, err)) != 0) break;
-    for (;;) {
-      fsh_batch *x = NULL;
-      if (fsh_worker_task_cancelled()) { /* superseded: the worker was asked to stop it */
-        rc = fsh_error_set(err, ECANCELED, "reduce of partition %d cancelled", p);
-        break;
-      }
-      if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
-      if (x->n_columns != 3)
-        rc = fsh_error_set(err, EINVAL, "partition %d: a batch of %" PRId64 " columns (the "
-                           "synthetic schema has 3)", p, x->n_columns);
-      else
-        rc = fn(ctx, k, x, err);
-      fsh_batch_unref(x);
-      if (rc != 0) break;
+  fsh_range_stream st;
+  int rc = fsh_shuffle_open_range_reader(b, spec, t->partition, c, ms, t->n_sources, &st, err);
+  if (rc != 0) return rc;
+  for (;;) {
+    fsh_batch *x = NULL;
+    int32_t p = -1;
+    if (fsh_worker_task_cancelled()) { /* superseded: the worker was asked to stop it */
+      rc = c > 1 ? fsh_error_set(err, ECANCELED, "reduce of partitions %d .. %d cancelled",
+                                 t->partition, t->partition + c - 1)
+                 : fsh_error_set(err, ECANCELED, "reduce of partition %d cancelled",
+                                 t->partition);
+      break;
     }
-    st.release(&st);
+    if ((rc = st.get_next(&st, &p, &x, err)) != 0 || !x) break;
+    if (p < t->partition || p >= t->partition + c)
+      rc = fsh_error_set(err, EPROTO, "the reader yielded partition %d, outside the run %d .. %d",
+                         p, t->partition, t->partition + c - 1);
+    else if (x->n_columns != 3)
+      rc = fsh_error_set(err, EINVAL, "partition %d: a batch of %" PRId64 " columns (the "
+                         "synthetic schema has 3)", p, x->n_columns);
+    else
+      rc = fn(ctx, p - t->partition, x, err);
+    fsh_batch_unref(x);
+    if (rc != 0) break;
   }
+  st.release(&st);
   return rc;
 }
 
