@@ -113,12 +113,12 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  * A job is a DAG of stages (proto/Sched.proto JobPlan): today the synthetic
  * shuffle's stages, "map-synthetic" (one task per map; its output is a
  * shuffle), "reduce-verify" (one task per partition of the shuffle its
- * input stage writes) and "reduce-then-map" (reads a partition like a
+ * input stage writes, or per run of partitions: coalesced reduces, below) and "reduce-then-map" (reads a partition like a
  * reduce, writes a new shuffle partitioned on another key like a map). The driver runs jobs on a scheduler thread of its
  * own (never on a Flight pool thread):
  *  - placement: a task goes to an alive worker with a free slot
  *    (slots_per_worker); a map to the least loaded one, a reduce to the one
- *    that holds most of its partition's input bytes;
+ *    that holds most of its partitions' input bytes;
  *  - a task is sent as the worker's DoAction "task" (shuffle.h) whose tag
  *    is a TaskRef; the worker pushes DoAction "task-done" (TaskDone) to the
  *    driver the moment it ends; attempts not heard of for a while are
@@ -248,8 +248,9 @@ const char *fsh_sched_job_state_name(fsh_sched_job_state s);
 
 /* The synthetic shuffle as a job: maps x reduces over rows rows of the
  * synthetic table (workloads.h; batches of batch_rows, split evenly over
- * the maps), then one reduce-verify per partition (stages 1, 2); or, with
- * then_reduces, map (1) -> reduce-then-map (2) -> reduce-verify (3). */
+ * the maps), then one reduce-verify per partition -- or per run of
+ * partitions (reduce_task_bytes) -- (stages 1, 2); or, with then_reduces,
+ * map (1) -> reduce-then-map (2) -> reduce-verify (3). */
 typedef struct fsh_sched_shuffle_job {
   const char *name;
   int32_t maps, reduces;

@@ -494,7 +494,8 @@ void fsh_shuffle_flight_get_stats(fsh_shuffle_backend *b, fsh_shuffle_flight_sta
  * of batch_rows rows, the last one cut short), hash-partitions it on the
  * key (fsh_hash_columns seed 0 + fsh_partition_hash), scatters it and
  * writes it through a backend's writer. A reduce task reads one partition
- * of every map output through the backend's reader and consumes it. Both
+ * (or a run of them) of every map output through the backend's reader and
+ * consumes it. Both
  * sides compute an order-independent checksum of the rows (below), so
  * that per partition: sum over maps of the map-side row checksums ==
  * the reduce-side checksum, and the rows likewise. The same functions run
