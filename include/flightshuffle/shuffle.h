@@ -282,8 +282,13 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           u32 0). Never a path: the server looks map outputs up in its
  *           store by (shuffle, map, attempt) only. flags: 0 (the tickets
  *           ListFlights hands out), or 1 = bundles (below; our reader).
+ *           Version 2 names a run of partitions: the same with u8 version
+ *           2 and, before the map outputs, u32 count (>= 1), u32 0: the
+ *           partitions [partition, partition + count), which must lie
+ *           within every named map output's partitions.
  *  DoGet stream: the schema message, then for each named map output (in
- *           ticket order) its stored blocks of the partition, each block's
+ *           ticket order; for a run, each of its partitions in increasing
+ *           order) its stored blocks of the partition, each block's
  *           messages as stored (dictionary batches, record batch). The
  *           first message of each block carries app_metadata (88 bytes):
  *           "FSHB", u8 version 1, 3 zero bytes, i64 map_id, i32 attempt,

@@ -212,10 +212,28 @@ static bool same_schema_bytes(const fsh_buffer *a, const fsh_buffer *b) {
   return a && a->size == b->size && memcmp(a->data, b->data, (size_t)a->size) == 0;
 }
 
-/* Opens slot s's map output in the local store, checking it is the one
- * the driver recorded (partitions; schema: the stored schema message's
- * bytes against the first local source found equal to the shuffle's, else
- * field by field). */
+/* A local source's trouble: reported lost to the task this reader runs in
+ * (this live worker does not hold it as recorded: a scheduler recomputes
+ * that map rather than retrying the task here), in the same words as a
+ * remote fetch's loss (flight_fetch.c describe_loss). */
+static int local_loss(fr_reader *r, const fr_slot *s, int rc, fsh_error *err) {
+  if (rc == 0 || rc == ENOMEM) return rc;
+  fsh_worker_task_report_lost(local_uri(r->st), r->shuffle_id, s->map_id, s->attempt, false);
+  if (err) {
+    char cause[sizeof err->message];
+    snprintf(cause, sizeof cause, "%s", err->message);
+    fsh_error_set(err, rc, "flight shuffle %" PRIu64 " %s: worker %s: lost map outputs "
+                  "[map/attempt %" PRId64 "/%d] (not held or unreadable in the reader's own "
+                  "store): %s", r->shuffle_id, r->what, local_uri(r->st), s->map_id, s->attempt,
+                  cause);
+  }
+  return rc;
+}
+
+/* Opens slot s's map output in the local store (once for all the run's
+ * slots of that source), checking it is the one the driver recorded
+ * (partitions; schema: the stored schema message's bytes against the
+ * first local source found equal to the shuffle's, else field by field). */
 static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
   fsh_shuffle_store *store = fsh_shuffle_worker_store(r->st->local);
   int rc = fsh_store_open(store, r->shuffle_id, s->map_id, s->attempt, &r->file, err);
@@ -238,9 +256,17 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
         rc = fsh_map_file_decoder_new(r->file, &r->dec, err);
     }
   }
-  if (rc == 0)
-    rc = fsh_map_file_cursor_open_with(r->file, r->partition, same ? r->dec : NULL, &r->cursor,
-                                       err);
+  r->file_same = same;
+  if (rc != 0) close_local(r);
+  else atomic_fetch_add(&r->st->stats.local_sources, 1);
+  return local_loss(r, s, rc, err);
+}
+
+/* Opens the cursor of slot s (a partition of the open local file),
+ * checking its index entry against the map output's record of it. */
+static int open_local_cursor(fr_reader *r, const fr_slot *s, fsh_error *err) {
+  int rc = fsh_map_file_cursor_open_with(r->file, s->partition, r->file_same ? r->dec : NULL,
+                                         &r->cursor, err);
   if (rc == 0 && s->has_meta) {
     const fsh_map_file_partition *p = fsh_map_file_cursor_partition(r->cursor);
     if (p->rows != s->rows || p->bytes != s->bytes || p->checksum != s->checksum)
@@ -248,56 +274,53 @@ static int open_local(fr_reader *r, const fr_slot *s, fsh_error *err) {
                          "partition %d: worker %s holds %" PRId64 " rows, %" PRId64 " bytes, "
                          "checksum %016" PRIx64 " but the map output recorded %" PRId64 ", %"
                          PRId64 ", %016" PRIx64, r->shuffle_id, s->map_id, s->attempt,
-                         r->partition, local_uri(r->st), p->rows, p->bytes, p->checksum,
+                         s->partition, local_uri(r->st), p->rows, p->bytes, p->checksum,
                          s->rows, s->bytes, s->checksum);
   }
   if (rc != 0) close_local(r);
-  else atomic_fetch_add(&r->st->stats.local_sources, 1);
-  if (rc != 0 && rc != ENOMEM) /* this (live) worker does not hold it as recorded: a
-                                 * scheduler recomputes that map rather than retrying
-                                 * this task here */
-    fsh_worker_task_report_lost(local_uri(r->st), r->shuffle_id, s->map_id, s->attempt, false);
-  if (rc != 0 && rc != ENOMEM && err) {
-    /* the same words as a remote fetch's loss (flight_fetch.c describe_loss) */
-    char cause[sizeof err->message];
-    snprintf(cause, sizeof cause, "%s", err->message);
-    fsh_error_set(err, rc, "flight shuffle %" PRIu64 " partition %d: worker %s: lost map outputs "
-                  "[map/attempt %" PRId64 "/%d] (not held or unreadable in the reader's own "
-                  "store): %s", r->shuffle_id, r->partition, local_uri(r->st), s->map_id,
-                  s->attempt, cause);
-  }
-  return rc;
+  return local_loss(r, s, rc, err);
 }
 
-static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err) {
-  fr_reader *r = stream->private_data;
+/* The consumer moves past slot r->cur (waking fetch jobs waiting for
+ * room); the local file closes at the end of its source's slots. */
+static void advance(fr_reader *r) {
+  fsh_map_file_cursor_free(r->cursor);
+  r->cursor = NULL;
+  pthread_mutex_lock(&r->mu);
+  r->cur++;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  if (r->cur % r->count == 0) close_local(r);
+}
+
+/* The next (partition, batch) in slot order. */
+static int fr_next(fr_reader *r, int32_t *partition, fsh_batch **out, fsh_error *err) {
   *out = NULL;
+  *partition = -1;
   if (r->failed)
-    return fsh_error_set(err, r->failed, "flight shuffle %" PRIu64 " partition %d: the reader "
-                         "failed earlier", r->shuffle_id, r->partition);
+    return fsh_error_set(err, r->failed, "flight shuffle %" PRIu64 " %s: the reader "
+                         "failed earlier", r->shuffle_id, r->what);
   int rc = 0;
   for (;;) {
     if (r->cursor) {
       rc = fsh_map_file_cursor_next(r->cursor, out, err);
-      if (rc != 0 || *out) break;
-      close_local(r);
-      pthread_mutex_lock(&r->mu);
-      r->cur++;
-      pthread_cond_broadcast(&r->cv);
-      pthread_mutex_unlock(&r->mu);
+      if (rc != 0) break;
+      if (*out) {
+        *partition = r->slots[r->cur].partition;
+        break;
+      }
+      advance(r);
       continue;
     }
     if (r->cur == r->n_slots) break;
     fr_slot *s = &r->slots[r->cur];
     if (s->job < 0) {
       if (s->has_meta && s->rows == 0 && s->bytes == 0) {
-        pthread_mutex_lock(&r->mu);
-        r->cur++;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
+        advance(r);
         continue;
       }
-      if ((rc = open_local(r, s, err)) != 0) break;
+      if (!r->file && (rc = open_local(r, s, err)) != 0) break;
+      if ((rc = open_local_cursor(r, s, err)) != 0) break;
       continue;
     }
     pthread_mutex_lock(&r->mu);
@@ -317,16 +340,20 @@ static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err
       if (!s->head) s->tail = NULL;
       r->in_flight -= it->bytes;
       *out = it->batch;
+      *partition = s->partition;
       fsh_free(it);
     } else if (s->done) {
       r->cur++;
     } else {
       rc = job->rc;
       if (err) *err = job->err;
-      /* what describe_loss counted lost, to the task this reader runs in */
+      /* what describe_loss counted lost, to the task this reader runs in
+       * (a source once, whichever of its slots were lost) */
       for (int64_t i = 0; i < job->n_slots; i++) {
         const fr_slot *x = &r->slots[job->slots[i]];
-        if (x->lost)
+        const fr_slot *prev = i > 0 ? &r->slots[job->slots[i - 1]] : NULL;
+        if (x->lost && !(prev && prev->lost && prev->map_id == x->map_id &&
+                         prev->attempt == x->attempt))
           fsh_worker_task_report_lost(job->uri, r->shuffle_id, x->map_id, x->attempt, job->gone);
       }
     }
@@ -339,6 +366,16 @@ static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err
     r->failed = rc;
   }
   return rc;
+}
+
+static int fr_get_next(fsh_batch_stream *stream, fsh_batch **out, fsh_error *err) {
+  int32_t q;
+  return fr_next(stream->private_data, &q, out, err);
+}
+
+static int fr_range_get_next(fsh_range_stream *stream, int32_t *partition, fsh_batch **out,
+                             fsh_error *err) {
+  return fr_next(stream->private_data, partition, out, err);
 }
 
 static void fr_free(fr_reader *r) {
@@ -375,30 +412,43 @@ static void fr_release(fsh_batch_stream *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* Builds the slots and groups remote ones into one job per location. */
+static void fr_range_release(fsh_range_stream *s) {
+  if (s->private_data) fr_free(s->private_data);
+  fsh_schema_unref(s->schema);
+  memset(s, 0, sizeof *s);
+}
+
+/* Builds the slots (count per source) and groups remote sources into one
+ * job per location; a remote source whose run is all empty (by its
+ * metadata) is not fetched. */
 static int plan(fr_reader *r, const fsh_map_output *sources, int64_t n, fsh_error *err) {
   const char *local = local_uri(r->st);
-  r->slots = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *r->slots);
+  int64_t g = r->count, n_slots = n * g;
+  r->slots = fsh_calloc(n_slots > 0 ? (size_t)n_slots : 1, sizeof *r->slots);
   r->jobs = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *r->jobs);
   int64_t *count = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *count);
   int rc = r->slots && r->jobs && count ? 0 : ENOMEM;
   for (int64_t i = 0; rc == 0 && i < n; i++) {
     const fsh_map_output *m = &sources[i];
-    fr_slot *s = &r->slots[i];
-    s->map_id = m->map_id;
-    s->attempt = m->attempt;
-    s->has_meta = m->rows && m->bytes && m->checksums;
-    if (s->has_meta) {
-      s->rows = m->rows[r->partition];
-      s->bytes = m->bytes[r->partition];
-      s->checksum = m->checksums[r->partition];
+    bool empty = true;
+    for (int64_t k = 0; k < g; k++) {
+      fr_slot *s = &r->slots[i * g + k];
+      s->map_id = m->map_id;
+      s->attempt = m->attempt;
+      s->partition = r->partition + (int32_t)k;
+      s->has_meta = m->rows && m->bytes && m->checksums;
+      if (s->has_meta) {
+        s->rows = m->rows[s->partition];
+        s->bytes = m->bytes[s->partition];
+        s->checksum = m->checksums[s->partition];
+      }
+      s->job = -1;
+      empty = empty && s->has_meta && s->rows == 0 && s->bytes == 0;
     }
-    s->job = -1;
     if (local && strcmp(m->location, local) == 0) continue;
-    if (s->has_meta && s->rows == 0 && s->bytes == 0) {
-      s->done = true; /* nothing to fetch */
-      s->job = -2;
-      continue;
+    if (empty) {
+      for (int64_t k = 0; k < g; k++) r->slots[i * g + k].done = true; /* nothing to fetch */
+      continue; /* (job -1: the consumer skips them, as local ones) */
     }
     int j = 0;
     while (j < r->n_jobs && strcmp(r->jobs[j].uri, m->location) != 0) j++;
@@ -409,40 +459,46 @@ static int plan(fr_reader *r, const fsh_map_output *sources, int64_t n, fsh_erro
       }
       r->n_jobs++;
     }
-    s->job = j;
-    count[j]++;
+    for (int64_t k = 0; k < g; k++) r->slots[i * g + k].job = j;
+    count[j] += g;
   }
   for (int j = 0; rc == 0 && j < r->n_jobs; j++)
     if (!(r->jobs[j].slots = fsh_malloc(sizeof(int64_t) * (size_t)count[j]))) rc = ENOMEM;
-  for (int64_t i = 0; rc == 0 && i < n; i++) {
+  for (int64_t i = 0; rc == 0 && i < n_slots; i++) {
     fr_slot *s = &r->slots[i];
-    if (s->job == -2) s->job = -1; /* empty: the consumer skips it, as a local one */
-    else if (s->job >= 0) r->jobs[s->job].slots[r->jobs[s->job].n_slots++] = i;
+    if (s->job >= 0) r->jobs[s->job].slots[r->jobs[s->job].n_slots++] = i;
   }
   fsh_free(count);
   if (rc != 0)
-    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " partition %d: out of memory",
-                         r->shuffle_id, r->partition);
+    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " %s: out of memory",
+                         r->shuffle_id, r->what);
   return 0;
 }
 
-static int fb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
-                          const fsh_map_output *sources, int64_t n, fsh_batch_stream *out,
-                          fsh_error *err) {
+/* The reader of [first, first + count) (arguments checked by the
+ * dispatcher; locations checked here), its fetch jobs submitted. */
+static int fr_open(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t first,
+                   int32_t count, const fsh_map_output *sources, int64_t n, fr_reader **out,
+                   fsh_error *err) {
   fb_state *st = b->state;
+  char what[48];
+  if (count == 1)
+    snprintf(what, sizeof what, "partition %d", first);
+  else
+    snprintf(what, sizeof what, "partitions [%d, %d)", first, first + count);
   for (int64_t i = 0; i < n; i++) {
     fsh_flight_location loc;
     if ((!st->local || strcmp(sources[i].location, local_uri(st)) != 0) &&
         fsh_flight_location_parse(sources[i].location, &loc, NULL) != 0)
-      return fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 " partition %d: source %" PRId64
+      return fsh_error_set(err, EINVAL, "flight shuffle %" PRIu64 " %s: source %" PRId64
                            " (map %" PRId64 " attempt %d): location '%s' is not a worker URI",
-                           spec->shuffle_id, partition, i, sources[i].map_id,
+                           spec->shuffle_id, what, i, sources[i].map_id,
                            sources[i].attempt, sources[i].location);
   }
   fr_reader *r = fsh_calloc(1, sizeof *r);
   if (!r)
-    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " partition %d: out of memory",
-                         spec->shuffle_id, partition);
+    return fsh_error_set(err, ENOMEM, "flight shuffle %" PRIu64 " %s: out of memory",
+                         spec->shuffle_id, what);
   if (pthread_mutex_init(&r->mu, NULL) != 0) {
     fsh_free(r);
     return fsh_error_set(err, EAGAIN, "flight shuffle: cannot create a mutex");
@@ -454,10 +510,12 @@ static int fb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
   }
   r->st = st;
   r->shuffle_id = spec->shuffle_id;
-  r->partition = partition;
+  r->partition = first;
+  r->count = count;
+  memcpy(r->what, what, sizeof what);
   r->n_partitions = spec->n_partitions;
   r->schema = spec->schema; /* the stream holds the reference */
-  r->n_slots = n;
+  r->n_slots = n * count;
   r->max_in_flight = st->max_in_flight;
   int rc = plan(r, sources, n, err);
   if (rc == 0 && r->n_jobs > 0) rc = fr_pool_submit(st->pool, r, err);
@@ -465,7 +523,26 @@ static int fb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
     fr_free(r);
     return rc;
   }
+  *out = r;
+  return 0;
+}
+
+static int fb_open_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, int32_t partition,
+                          const fsh_map_output *sources, int64_t n, fsh_batch_stream *out,
+                          fsh_error *err) {
+  fr_reader *r = NULL;
+  FSH_RETURN_NOT_OK(fr_open(b, spec, partition, 1, sources, n, &r, err));
   *out = (fsh_batch_stream){.get_next = fr_get_next, .release = fr_release,
+                            .schema = fsh_schema_ref(spec->schema), .private_data = r};
+  return 0;
+}
+
+static int fb_open_range_reader(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec,
+                                int32_t first, int32_t count, const fsh_map_output *sources,
+                                int64_t n, fsh_range_stream *out, fsh_error *err) {
+  fr_reader *r = NULL;
+  FSH_RETURN_NOT_OK(fr_open(b, spec, first, count, sources, n, &r, err));
+  *out = (fsh_range_stream){.get_next = fr_range_get_next, .release = fr_range_release,
                             .schema = fsh_schema_ref(spec->schema), .private_data = r};
   return 0;
 }
@@ -519,6 +596,7 @@ static const fsh_shuffle_backend_ops k_flight_ops = {
     .open_reader = fb_open_reader,
     .release = fb_release,
     .destroy = fb_destroy,
+    .open_range_reader = fb_open_range_reader,
 };
 
 int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_backend **out,

@@ -38,13 +38,16 @@ int fr_direct_locate(fr_reader *r, const fr_job *job, fr_direct *d, bool *ok, fs
   if (same < 0) return 0; /* known to run elsewhere */
   fsh_flight_client *client = NULL;
   FSH_RETURN_NOT_OK(fb_client(r->st, job->uri, &client, err));
+  /* the job's sources (r->count slots each) and the run: one entry comes
+   * back per slot */
+  int64_t g = r->count, n_src = job->n_slots / g;
   fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
-                          .n_sources = job->n_slots};
-  t.sources = fsh_malloc(sizeof *t.sources * (size_t)job->n_slots);
+                          .n_partitions_read = r->count, .n_sources = n_src};
+  t.sources = fsh_malloc(sizeof *t.sources * (size_t)(n_src > 0 ? n_src : 1));
   if (!t.sources) return fsh_error_set(err, ENOMEM, "flight shuffle: out of memory");
-  for (int64_t i = 0; i < job->n_slots; i++)
-    t.sources[i] = (fsh_ticket_source){r->slots[job->slots[i]].map_id,
-                                       r->slots[job->slots[i]].attempt};
+  for (int64_t i = 0; i < n_src; i++)
+    t.sources[i] = (fsh_ticket_source){r->slots[job->slots[i * g]].map_id,
+                                       r->slots[job->slots[i * g]].attempt};
   fsh_buffer *tb = NULL;
   int rc = fsh_shuffle_ticket_encode(&t, &tb, err);
   fsh_shuffle_ticket_reset(&t);

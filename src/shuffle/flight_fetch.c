@@ -168,8 +168,8 @@ static int finish_empty(fetch *f, int64_t s, fsh_error *err) {
   const fr_slot *sl = slot_of(f, s);
   if (sl->has_meta && sl->rows > 0)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: the worker sent no block, "
-                         "but the map output holds %" PRId64 " rows of the partition",
-                         f->prefix, sl->map_id, sl->attempt, sl->rows);
+                         "but the map output holds %" PRId64 " rows of partition %d",
+                         f->prefix, sl->map_id, sl->attempt, sl->rows, sl->partition);
   return mark_done(f, s, err);
 }
 
@@ -181,23 +181,27 @@ static int start_block(fetch *f, const fsh_block_header *h, fsh_error *err) {
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: block %" PRId64 " was cut "
                          "short (%" PRId64 " of %" PRId64 " bytes)", f->prefix, f->h.map_id,
                          f->h.attempt, f->h.index, f->acc, f->h.length);
-  if (h->partition != r->partition || h->length <= 0 || h->rows < 0 || h->n_blocks <= 0 ||
-      h->index < 0 || h->index >= h->n_blocks)
+  if (h->partition < r->partition || h->partition - r->partition >= r->count ||
+      h->length <= 0 || h->rows < 0 || h->n_blocks <= 0 || h->index < 0 ||
+      h->index >= h->n_blocks)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: a malformed block header "
                          "(partition %d, block %" PRId64 " of %" PRId64 ")", f->prefix,
                          h->map_id, h->attempt, h->partition, h->index, h->n_blocks);
-  if (f->cur_slot < 0 || h->map_id != f->h.map_id || h->attempt != f->h.attempt) {
+  if (f->cur_slot < 0 || h->map_id != f->h.map_id || h->attempt != f->h.attempt ||
+      h->partition != f->h.partition) {
     if (f->cur_slot >= 0)
       return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d: only %" PRId64 " of %"
                            PRId64 " blocks arrived", f->prefix, f->h.map_id, f->h.attempt,
                            f->next_index, f->h.n_blocks);
     int64_t k = f->k;
     while (k < f->end && !(slot_of(f, f->job->slots[k])->map_id == h->map_id &&
-                                    slot_of(f, f->job->slots[k])->attempt == h->attempt))
+                           slot_of(f, f->job->slots[k])->attempt == h->attempt &&
+                           slot_of(f, f->job->slots[k])->partition == h->partition))
       k++;
     if (k == f->end)
-      return fsh_error_set(err, EIO, "%s: sent map %" PRId64 " attempt %d, which was not asked "
-                           "for (or came out of order)", f->prefix, h->map_id, h->attempt);
+      return fsh_error_set(err, EIO, "%s: sent map %" PRId64 " attempt %d partition %d, which "
+                           "was not asked for (or came out of order)", f->prefix, h->map_id,
+                           h->attempt, h->partition);
     for (; f->k < k; f->k++) FSH_RETURN_NOT_OK(finish_empty(f, f->job->slots[f->k], err));
     f->cur_slot = f->job->slots[f->k++];
     const fr_slot *sl = slot_of(f, f->cur_slot);
@@ -410,14 +414,17 @@ static int fetch_stream(fetch *f, int64_t k0, int64_t k1, fsh_error *err) {
   f->stream_dec = f->dec = NULL;
   FSH_RETURN_NOT_OK(fsh_ipc_decoder_new(&f->stream_dec, err));
   f->dec = f->stream_dec;
-  atomic_fetch_add(&fb_stats_of(r->st)->fetched_sources, k1 - k0);
+  /* [k0, k1) holds whole sources: r->count slots each, the run's partitions */
+  int64_t g = r->count, n_src = (k1 - k0) / g;
+  atomic_fetch_add(&fb_stats_of(r->st)->fetched_sources, n_src);
   fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
-                          .flags = FSH_TICKET_BUNDLE, .n_sources = k1 - k0};
-  t.sources = fsh_malloc(sizeof *t.sources * (size_t)(k1 - k0));
+                          .n_partitions_read = r->count, .flags = FSH_TICKET_BUNDLE,
+                          .n_sources = n_src};
+  t.sources = fsh_malloc(sizeof *t.sources * (size_t)n_src);
   if (!t.sources) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);
-  for (int64_t i = k0; i < k1; i++)
-    t.sources[i - k0] = (fsh_ticket_source){slot_of(f, job->slots[i])->map_id,
-                                            slot_of(f, job->slots[i])->attempt};
+  for (int64_t i = 0; i < n_src; i++)
+    t.sources[i] = (fsh_ticket_source){slot_of(f, job->slots[k0 + i * g])->map_id,
+                                       slot_of(f, job->slots[k0 + i * g])->attempt};
   fsh_buffer *tb = NULL;
   int rc = fsh_shuffle_ticket_encode(&t, &tb, err);
   fsh_shuffle_ticket_reset(&t);
@@ -571,7 +578,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
     fsh_block_header h = {.map_id = sl->map_id, .attempt = sl->attempt,
-                          .partition = r->partition, .index = i, .n_blocks = src->n_blocks,
+                          .partition = sl->partition, .index = i, .n_blocks = src->n_blocks,
                           .length = (int64_t)fsh_le_get64(q + 8),
                           .rows = (int64_t)fsh_le_get64(q + 16), .checksum = fsh_le_get64(q + 24),
                           .part_checksum = src->checksum, .part_rows = src->rows,
@@ -580,7 +587,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
     if (off < 0 || h.length <= 0 || h.length > src->size || off > src->size - h.length) {
       rc = fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: block %" PRId64
                          " at [%" PRId64 ", +%" PRId64 ") lies outside %s (%" PRId64 " bytes)",
-                         f->prefix, sl->map_id, sl->attempt, r->partition, i, off, h.length,
+                         f->prefix, sl->map_id, sl->attempt, sl->partition, i, off, h.length,
                          path, src->size);
       break;
     }
@@ -599,7 +606,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
       if (n <= 0)
         rc = fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: reading "
                            "block %" PRId64 " of %s: %s", f->prefix, sl->map_id, sl->attempt,
-                           r->partition, i, path, n < 0 ? strerror(errno) : "end of file");
+                           sl->partition, i, path, n < 0 ? strerror(errno) : "end of file");
       else got += n;
     }
     if (rc == 0) rc = feed_block(f, &h, b, 0, err);
@@ -609,13 +616,28 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   if (rc == 0) rc = flush(f, err);
   f->via = "";
   if (rc == 0) {
-    atomic_fetch_add(&fb_stats_of(r->st)->direct_sources, 1);
+    if (s % r->count == 0) atomic_fetch_add(&fb_stats_of(r->st)->direct_sources, 1);
     atomic_fetch_add(&fb_stats_of(r->st)->direct_bytes, src->bytes);
   }
   return rc;
 }
 
-/* The job's slots in ascending order: located ones read directly, runs of
+/* Whether locate entries [k, k + g) (one source's partitions of the run)
+ * all name the same file: they must, coming from one open of it. */
+static bool same_file(const fr_direct *d, int64_t k, int64_t g) {
+  const fsh_locate_source *a = &d->a.sources[k];
+  for (int64_t i = k + 1; i < k + g; i++) {
+    const fsh_locate_source *b = &d->a.sources[i];
+    if (b->kind != a->kind || b->dir_or_fd != a->dir_or_fd || b->dev != a->dev ||
+        b->ino != a->ino || b->size != a->size || b->image_id != a->image_id ||
+        strcmp(b->name, a->name) != 0)
+      return false;
+  }
+  return true;
+}
+
+/* The job's slots in ascending order, a source's slots together: located
+ * sources read directly (one open each), runs of
  * the others with one DoGet each (all of them, in one DoGet, when the
  * worker is on another host, direct reads are off, or its sources average
  * fewer bytes than the backend's minimum). */
@@ -634,7 +656,7 @@ static int run_slots(fetch *f, fsh_error *err) {
     small = sl->has_meta;
     bytes += sl->bytes;
   }
-  if (small && bytes >= min * job->n_slots) small = false;
+  if (small && bytes >= min * (job->n_slots / r->count)) small = false; /* per source */
   if (!small && min > 0) small = fb_small_sources(r->st, job->uri, r->shuffle_id, false);
   if (fb_direct_enabled(r->st) && !small) {
     f->transport = true;
@@ -645,33 +667,37 @@ static int run_slots(fetch *f, fsh_error *err) {
     int64_t located = 0;
     bytes = 0;
     for (int64_t k = 0; k < job->n_slots; k++)
-      if (d.a.sources[k].kind != FSH_STORE_AT_NONE) located++, bytes += d.a.sources[k].bytes;
+      if (d.a.sources[k].kind != FSH_STORE_AT_NONE)
+        located += k % r->count == 0, bytes += d.a.sources[k].bytes;
     if (located > 0 && bytes < min * located) {
       fb_small_sources(r->st, job->uri, r->shuffle_id, true);
       fr_direct_reset(&d);
       direct = false;
     }
   }
+  int64_t g = r->count; /* a source's slots: its partitions of the run */
   for (int64_t k = 0; rc == 0 && k < job->n_slots;) {
     if (direct && d.a.sources[k].kind != FSH_STORE_AT_NONE) {
       char path[4200];
-      int fd = fr_direct_open(&d, k, path, sizeof path);
-      if (fd >= 0) {
+      int fd = same_file(&d, k, g) ? fr_direct_open(&d, k, path, sizeof path) : -1;
+      if (fd >= 0) { /* one open for all the source's partitions of the run */
         rc = direct_decoder(f, &d, err);
-        if (rc == 0) rc = direct_slot(f, k, &d.a.sources[k], fd, path, err);
+        for (int64_t kk = k; rc == 0 && kk < k + g; kk++)
+          rc = direct_slot(f, kk, &d.a.sources[kk], fd, path, err);
         close(fd);
-        k++;
+        k += g;
         continue;
       }
-      d.a.sources[k].kind = FSH_STORE_AT_NONE; /* gone or changed: DoGet says what became of it */
+      /* gone or changed: DoGet says what became of it */
+      for (int64_t kk = k; kk < k + g; kk++) d.a.sources[kk].kind = FSH_STORE_AT_NONE;
       atomic_fetch_add(&fb_stats_of(r->st)->direct_fallbacks, 1);
       if (fd == -2) { /* not ours to open: this peer's are all fetched, from now on too */
         fb_same_host(r->st, job->uri, -1);
-        for (int64_t j = k + 1; j < job->n_slots; j++) d.a.sources[j].kind = FSH_STORE_AT_NONE;
+        for (int64_t j = k + g; j < job->n_slots; j++) d.a.sources[j].kind = FSH_STORE_AT_NONE;
       }
     }
-    int64_t e = k + 1;
-    while (e < job->n_slots && !(direct && d.a.sources[e].kind != FSH_STORE_AT_NONE)) e++;
+    int64_t e = k + g;
+    while (e < job->n_slots && !(direct && d.a.sources[e].kind != FSH_STORE_AT_NONE)) e += g;
     rc = fetch_stream(f, k, e, err);
     k = e;
   }
@@ -708,18 +734,24 @@ static void describe_loss(fetch *f, int rc, fsh_error *err) {
     const char *hit = strstr(err->message, needle);
     size_t nl = strlen(needle);
     if (!sl->done && hit && !(hit[nl] >= '0' && hit[nl] <= '9')) {
-      if (named >= 0) { /* two named: not that simple */
-        named = -1;
+      const fr_slot *was = named >= 0 ? slot_of(f, job->slots[named]) : NULL;
+      if (was && (was->map_id != sl->map_id || was->attempt != sl->attempt)) {
+        named = -1; /* two named: not that simple */
         break;
       }
-      named = i;
+      if (!was) named = i; /* (another partition of the same source: the same one) */
     }
   }
+  const fr_slot *named_sl = named >= 0 ? slot_of(f, job->slots[named]) : NULL;
+  const fr_slot *last = NULL; /* the last listed: a source is listed once */
   for (int64_t i = 0; i < job->n_slots; i++) {
     const fr_slot *sl = slot_of(f, job->slots[i]);
     if (!gone && sl->done) continue;
-    if (named >= 0 && i != named) continue;
+    if (named_sl && (sl->map_id != named_sl->map_id || sl->attempt != named_sl->attempt))
+      continue;
     r->slots[job->slots[i]].lost = true;
+    if (last && last->map_id == sl->map_id && last->attempt == sl->attempt) continue;
+    last = sl;
     lost++;
     if (at + 48 < sizeof list) {
       at += (size_t)snprintf(list + at, sizeof list - at, "%s%" PRId64 "/%d", listed ? " " : "",
@@ -741,7 +773,8 @@ static void describe_loss(fetch *f, int rc, fsh_error *err) {
     fsh_error_set(err, rc, "%s: lost map outputs [map/attempt %s] (%s): fetching %" PRId64
                   " map output(s) (map %" PRId64 " attempt %d first): %s", f->prefix, list,
                   gone ? "the worker is unreachable, hung or broke off the stream: every map "
-                         "output read from it" : "not fully read", job->n_slots, first->map_id,
+                         "output read from it" : "not fully read", job->n_slots / r->count,
+                  first->map_id,
                   first->attempt, cause);
   else
     fsh_error_set(err, rc, "%s: lost map outputs [map/attempt %s] (not fully read): %s",
@@ -752,8 +785,8 @@ void fr_run_job(fr_reader *r, int j) {
   fr_job *job = &r->jobs[j];
   fetch f = {.r = r, .job = job, .cur_slot = -1, .via = ""};
   fsh_error err = {{0}};
-  snprintf(f.prefix, sizeof f.prefix, "flight shuffle %" PRIu64 " partition %d: worker %s",
-           r->shuffle_id, r->partition, job->uri);
+  snprintf(f.prefix, sizeof f.prefix, "flight shuffle %" PRIu64 " %s: worker %s",
+           r->shuffle_id, r->what, job->uri);
   int rc = run_slots(&f, &err);
   if (rc == 0) {
     rc = flush(&f, &err);

@@ -189,8 +189,8 @@ int fr_pool_submit(fr_pool *p, fr_reader *r, fsh_error *err) {
       unlink_job(p, &r->jobs[i]);
       r->jobs[i].qstate = FR_JOB_IDLE;
     }
-    rc = fsh_error_set(err, rc, "flight shuffle %" PRIu64 " partition %d: cannot start a "
-                       "fetch thread%s", r->shuffle_id, r->partition,
+    rc = fsh_error_set(err, rc, "flight shuffle %" PRIu64 " %s: cannot start a "
+                       "fetch thread%s", r->shuffle_id, r->what,
                        rc == ENOMEM ? ": out of memory" : "");
   } else {
     rc = 0; /* (a thread that could not start: those running take the jobs) */

@@ -39,9 +39,13 @@ typedef struct fr_item {
   struct fr_item *next;
 } fr_item;
 
+/* One (map output, partition) to read: a reader of the run [first, first +
+ * count) has count slots per source, source-major (slot i * count + k is
+ * source i's partition first + k); a plain reader is the run of one. */
 typedef struct fr_slot {
   int64_t map_id;
   int32_t attempt;
+  int32_t partition;
   int job; /* index into jobs, or -1: local (in-process) */
   bool has_meta;
   int64_t rows, bytes;
@@ -56,7 +60,7 @@ enum { FR_JOB_IDLE, FR_JOB_QUEUED, FR_JOB_RUNNING, FR_JOB_DONE };
 
 typedef struct fr_job {
   char *uri;
-  int64_t *slots; /* ascending slot indices */
+  int64_t *slots; /* ascending slot indices: whole sources (count slots each) */
   int64_t n_slots;
   bool finished; /* under the reader's mutex, with rc and err */
   bool hurried;  /* the consumer asked the pool to hurry it (consumer only) */
@@ -74,7 +78,9 @@ typedef struct fr_job {
 typedef struct fr_reader {
   struct fb_state *st;
   uint64_t shuffle_id;
-  int32_t partition, n_partitions;
+  int32_t partition, n_partitions; /* partition: the run's first */
+  int32_t count;                   /* the run's partitions (1: open_reader) */
+  char what[48];                   /* "partition 3" or "partitions [3, 5)": messages */
   fsh_schema *schema; /* the spec's (reference) */
   fr_slot *slots;
   int64_t n_slots;
@@ -87,8 +93,9 @@ typedef struct fr_reader {
   bool closing;
   bool waiting; /* the consumer waits on cv for a batch */
   int pool_running; /* jobs a pool thread runs (under the pool's mutex) */
-  /* the local source being read */
+  /* the local source being read (open for all its slots) */
   fsh_map_file *file;
+  bool file_same; /* its schema message is schema_msg: cursors decode with dec */
   fsh_map_file_cursor *cursor;
   fsh_buffer *schema_msg; /* a local source's schema message found equal to
                              `schema` (reference): later local sources with

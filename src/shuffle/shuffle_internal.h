@@ -346,6 +346,12 @@ typedef struct fsh_store_location {
 FSH_NODISCARD int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
                                    int32_t attempt, int32_t partition,
                                    fsh_store_location *out, fsh_error *err);
+/* fsh_store_locate of each partition of [first, first + count) into
+ * out[count], the map output opened (and its place found) once. On error
+ * every entry is reset. */
+FSH_NODISCARD int fsh_store_locate_run(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
+                                       int32_t attempt, int32_t first, int32_t count,
+                                       fsh_store_location *out, fsh_error *err);
 void fsh_store_location_reset(fsh_store_location *l);
 /* The store's spill directories (borrowed; trailing '/' removed): n. */
 int fsh_store_spill_dirs(const fsh_shuffle_store *s, const char *const **dirs);
@@ -421,7 +427,8 @@ typedef struct fsh_ticket_source {
 
 typedef struct fsh_shuffle_ticket {
   uint64_t shuffle_id;
-  int32_t partition;
+  int32_t partition; /* the first partition of the run */
+  int32_t n_partitions_read; /* the run [partition, partition + n): 0 or 1 = one */
   uint8_t flags; /* FSH_TICKET_BUNDLE */
   int64_t n_sources;
   fsh_ticket_source *sources; /* owned (fsh_malloc) */
@@ -432,8 +439,16 @@ typedef struct fsh_shuffle_ticket {
  * record batches any Flight client reads. */
 #define FSH_TICKET_BUNDLE 0x01
 
+/* Version 1 (one partition): "FSHT", u8 1, u8 flags, 2 zero bytes, u64
+ * shuffle, i32 partition, u32 n_sources, then n_sources x (i64 map, i32
+ * attempt, 4 zero bytes). Version 2 (a run of partitions; encoded only
+ * when n_partitions_read > 1): the same with u8 2 and 8 more header bytes
+ * before the sources: u32 n_partitions_read (>= 1), u32 0. The blocks of
+ * a run come source by source, each source's partitions in increasing
+ * order; each block header names its partition. */
 #define FSH_TICKET_MAGIC "FSHT"
 #define FSH_TICKET_HEADER_BYTES 24
+#define FSH_TICKET_V2_HEADER_BYTES 32
 #define FSH_TICKET_SOURCE_BYTES 16
 #define FSH_TICKET_MAX_SOURCES ((int64_t)1 << 24)
 
@@ -500,7 +515,8 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
  * named map outputs' blocks of the ticket's partition are, for a reader on
  * the worker's host. One result (integers little-endian):
  *   "FSHL", u8 version 2, 3 zero bytes, u32 pid, u32 n_sources (the
- *   ticket's), u32 host identity length H, u32 n_dirs, u32 schema length
+ *   ticket's map outputs times its partitions: one entry per map output
+ *   and partition of the run, map output-major), u32 host identity length H, u32 n_dirs, u32 schema length
  *   S, u32 0; the host identity (fsh_host_identity, H bytes); n_dirs x
  *   (u32 length, the spill directory); the schema message's metadata of
  *   the first located map output (S bytes, 0 when none is); then per

@@ -1274,48 +1274,64 @@ void fsh_store_location_reset(fsh_store_location *l) {
 
 int fsh_store_locate(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt,
                      int32_t partition, fsh_store_location *out, fsh_error *err) {
-  memset(out, 0, sizeof *out);
+  return fsh_store_locate_run(s, shuffle_id, map_id, attempt, partition, 1, out, err);
+}
+
+int fsh_store_locate_run(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id,
+                         int32_t attempt, int32_t first, int32_t count, fsh_store_location *out,
+                         fsh_error *err) {
+  memset(out, 0, sizeof *out * (size_t)(count > 0 ? count : 0));
   fsh_map_file *f = NULL;
   held_where w = {-1, 0, 0, 0, NULL};
   int rc = open_held(s, shuffle_id, map_id, attempt, &f, &w, err);
   if (rc != 0) return rc;
   const fsh_map_file_info *info = fsh_map_file_get_info(f);
-  if (partition < 0 || partition >= info->n_partitions)
+  if (first < 0 || count < 1 || (int64_t)first + count > info->n_partitions)
     rc = fsh_error_set(err, EINVAL, "store %s: shuffle %" PRIu64 " map %" PRId64 " attempt %"
-                       PRId32 " has %d partitions, not %d", s->name, shuffle_id, map_id,
-                       attempt, info->n_partitions, partition + 1);
-  if (rc == 0) rc = fsh_map_file_get_partition(f, partition, &out->part, err);
-  if (rc == 0) {
-    out->size = info->file_size;
-    out->schema_msg = fsh_buffer_ref(fsh_map_file_schema_message(f));
-    if (w.path) {
-      struct stat st;
-      for (int i = 0; i < s->n_dirs && out->kind == FSH_STORE_AT_NONE; i++) {
-        size_t n = strlen(s->dirs[i]);
-        const char *name = w.path + n + 1;
-        if (strncmp(w.path, s->dirs[i], n) != 0 || w.path[n] != '/' || strchr(name, '/'))
-          continue;
-        if (stat(w.path, &st) != 0) break; /* gone meanwhile: DoGet tells */
-        if (!(out->name = fsh_strdup(name))) {
-          rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
-          break;
-        }
-        out->kind = FSH_STORE_AT_FILE;
-        out->dir = i;
-        out->dev = (uint64_t)st.st_dev;
-        out->ino = (uint64_t)st.st_ino;
-      }
-    } else if (w.image_fd >= 0) {
-      out->kind = FSH_STORE_AT_MEMFD;
-      out->fd = w.image_fd;
-      out->dev = w.image_dev;
-      out->ino = w.image_ino;
-      out->image_id = w.image_id;
+                       PRId32 " has %d partitions, not %" PRId64, s->name, shuffle_id, map_id,
+                       attempt, info->n_partitions, (int64_t)first + count);
+  /* where the file is: once for the run */
+  fsh_store_location where = {.kind = FSH_STORE_AT_NONE};
+  if (rc == 0 && w.path) {
+    struct stat st;
+    for (int i = 0; i < s->n_dirs && where.kind == FSH_STORE_AT_NONE; i++) {
+      size_t n = strlen(s->dirs[i]);
+      const char *name = w.path + n + 1;
+      if (strncmp(w.path, s->dirs[i], n) != 0 || w.path[n] != '/' || strchr(name, '/'))
+        continue;
+      if (stat(w.path, &st) != 0) break; /* gone meanwhile: DoGet tells */
+      where.kind = FSH_STORE_AT_FILE;
+      where.dir = i;
+      where.name = (char *)name; /* copied per entry below */
+      where.dev = (uint64_t)st.st_dev;
+      where.ino = (uint64_t)st.st_ino;
     }
+  } else if (rc == 0 && w.image_fd >= 0) {
+    where.kind = FSH_STORE_AT_MEMFD;
+    where.fd = w.image_fd;
+    where.dev = w.image_dev;
+    where.ino = w.image_ino;
+    where.image_id = w.image_id;
+  }
+  for (int32_t k = 0; rc == 0 && k < count; k++) {
+    fsh_store_location *o = &out[k];
+    rc = fsh_map_file_get_partition(f, first + k, &o->part, err);
+    if (rc != 0) break;
+    o->size = info->file_size;
+    o->schema_msg = fsh_buffer_ref(fsh_map_file_schema_message(f));
+    o->kind = where.kind;
+    o->dir = where.dir;
+    o->fd = where.fd;
+    o->dev = where.dev;
+    o->ino = where.ino;
+    o->image_id = where.image_id;
+    if (where.kind == FSH_STORE_AT_FILE && !(o->name = fsh_strdup(where.name)))
+      rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
   }
   fsh_free(w.path);
   fsh_map_file_close(f);
-  if (rc != 0) fsh_store_location_reset(out);
+  if (rc != 0)
+    for (int32_t k = 0; k < count; k++) fsh_store_location_reset(&out[k]);
   return rc;
 }
 

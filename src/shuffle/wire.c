@@ -1,10 +1,12 @@
 /* wire.c -- the flight backend's small wire formats (layouts in shuffle.h):
- * the DoGet ticket naming (shuffle, partition, map outputs), the block
+ * the DoGet ticket naming (shuffle, a partition or a run of them, map
+ * outputs), the block
  * header carried in FlightData app_metadata, and the DoPut PutResult with
  * a map output's metadata. Fixed binary layouts with a magic and a version
  * byte; decoders check every length before reading. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "shuffle/shuffle_internal.h"
@@ -21,18 +23,25 @@ int fsh_shuffle_ticket_encode(const fsh_shuffle_ticket *t, fsh_buffer **out, fsh
   if (t->n_sources < 0 || t->n_sources > FSH_TICKET_MAX_SOURCES)
     return fsh_error_set(err, EINVAL, "shuffle ticket: %" PRId64 " map outputs (at most %" PRId64
                          ")", t->n_sources, FSH_TICKET_MAX_SOURCES);
-  int64_t size = FSH_TICKET_HEADER_BYTES + FSH_TICKET_SOURCE_BYTES * t->n_sources;
+  if (t->partition < 0 || t->n_partitions_read < 0 ||
+      (int64_t)t->partition + t->n_partitions_read > INT32_MAX)
+    return fsh_error_set(err, EINVAL, "shuffle ticket: %d partitions from partition %d",
+                         t->n_partitions_read, t->partition);
+  bool run = t->n_partitions_read > 1;
+  int64_t header = run ? FSH_TICKET_V2_HEADER_BYTES : FSH_TICKET_HEADER_BYTES;
+  int64_t size = header + FSH_TICKET_SOURCE_BYTES * t->n_sources;
   fsh_buffer *b = fsh_buffer_new(size, true);
   if (!b) return fsh_error_set(err, ENOMEM, "shuffle ticket: out of memory");
   uint8_t *p = b->data;
   memcpy(p, FSH_TICKET_MAGIC, 4);
-  p[4] = 1;
+  p[4] = run ? 2 : 1;
   p[5] = t->flags;
   fsh_le_put64(p + 8, t->shuffle_id);
   fsh_le_put32(p + 16, (uint32_t)t->partition);
   fsh_le_put32(p + 20, (uint32_t)t->n_sources);
+  if (run) fsh_le_put32(p + 24, (uint32_t)t->n_partitions_read);
   for (int64_t i = 0; i < t->n_sources; i++) {
-    uint8_t *s = p + FSH_TICKET_HEADER_BYTES + FSH_TICKET_SOURCE_BYTES * i;
+    uint8_t *s = p + header + FSH_TICKET_SOURCE_BYTES * i;
     fsh_le_put64(s, (uint64_t)t->sources[i].map_id);
     fsh_le_put32(s + 8, (uint32_t)t->sources[i].attempt);
   }
@@ -45,23 +54,36 @@ int fsh_shuffle_ticket_decode(const uint8_t *p, int64_t size, fsh_shuffle_ticket
   if (size < FSH_TICKET_HEADER_BYTES || memcmp(p, FSH_TICKET_MAGIC, 4) != 0)
     return fsh_error_set(err, EINVAL, "not a shuffle ticket (%" PRId64 " bytes, no " FSH_TICKET_MAGIC
                          " header)", size);
-  if (p[4] != 1 || (p[5] & ~FSH_TICKET_BUNDLE) || p[6] || p[7])
+  if ((p[4] != 1 && p[4] != 2) || (p[5] & ~FSH_TICKET_BUNDLE) || p[6] || p[7])
     return fsh_error_set(err, EINVAL, "shuffle ticket version %u flags %#x is not supported "
-                         "(version 1, flags 0 or 1)", p[4], p[5]);
+                         "(version 1 or 2, flags 0 or 1)", p[4], p[5]);
   fsh_shuffle_ticket t = {0};
   t.flags = p[5];
   t.shuffle_id = fsh_le_get64(p + 8);
   t.partition = (int32_t)fsh_le_get32(p + 16);
-  int64_t n = fsh_le_get32(p + 20);
+  t.n_partitions_read = 1;
+  int64_t n = fsh_le_get32(p + 20), header = FSH_TICKET_HEADER_BYTES;
+  if (p[4] == 2) {
+    header = FSH_TICKET_V2_HEADER_BYTES;
+    if (size < header)
+      return fsh_error_set(err, EINVAL, "shuffle ticket: a version 2 header in %" PRId64 " bytes",
+                           size);
+    int64_t count = fsh_le_get32(p + 24);
+    if (count < 1 || count > INT32_MAX || fsh_le_get32(p + 28) != 0 ||
+        (int64_t)t.partition + count > INT32_MAX)
+      return fsh_error_set(err, EINVAL, "shuffle ticket: a run of %" PRId64 " partitions from "
+                           "partition %d: malformed", count, t.partition);
+    t.n_partitions_read = (int32_t)count;
+  }
   if (t.partition < 0 || n > FSH_TICKET_MAX_SOURCES ||
-      size != FSH_TICKET_HEADER_BYTES + FSH_TICKET_SOURCE_BYTES * n)
+      size != header + FSH_TICKET_SOURCE_BYTES * n)
     return fsh_error_set(err, EINVAL, "shuffle ticket: partition %d, %" PRId64 " map outputs in %"
                          PRId64 " bytes: malformed", t.partition, n, size);
   t.sources = fsh_calloc(n > 0 ? (size_t)n : 1, sizeof *t.sources);
   if (!t.sources) return fsh_error_set(err, ENOMEM, "shuffle ticket: out of memory");
   t.n_sources = n;
   for (int64_t i = 0; i < n; i++) {
-    const uint8_t *s = p + FSH_TICKET_HEADER_BYTES + FSH_TICKET_SOURCE_BYTES * i;
+    const uint8_t *s = p + header + FSH_TICKET_SOURCE_BYTES * i;
     t.sources[i].map_id = (int64_t)fsh_le_get64(s);
     t.sources[i].attempt = (int32_t)fsh_le_get32(s + 8);
     if (t.sources[i].map_id < 0 || t.sources[i].attempt < 0 || fsh_le_get32(s + 12) != 0) {

@@ -1,5 +1,6 @@
 /* worker_get.c -- a worker's DoGet of a shuffle ticket: the partition's
- * stored blocks of each named map output, streamed as stored (no
+ * (or the run of partitions') stored blocks of each named map output --
+ * each opened once for the whole run -- streamed as stored (no
  * decoding): the schema message, then each block's messages sliced out of
  * the block's bytes (a memory image slice or one pread of the spill file
  * range), the first message of each block carrying the block header
@@ -28,7 +29,8 @@ typedef struct get_source {
   fsh_buffer *schema_msg; /* its schema message's metadata */
   bool schema_sent;
   fsh_map_file *f; /* current map output */
-  fsh_map_file_partition part;
+  int32_t q;       /* the partition of the run being sent from it */
+  fsh_map_file_partition part; /* q's index entry */
   int64_t next_block;
   fsh_buffer *block; /* current block's bytes */
   int64_t pos;       /* next message in block */
@@ -55,7 +57,7 @@ static void close_current(get_source *g) {
 static const char *what(get_source *g) {
   const fsh_ticket_source *src = &g->t.sources[g->cur_src];
   snprintf(g->what, sizeof g->what, "shuffle %" PRIu64 " partition %d map %" PRId64 " attempt %d",
-           g->t.shuffle_id, g->t.partition, src->map_id, src->attempt);
+           g->t.shuffle_id, g->f ? g->q : g->t.partition, src->map_id, src->attempt);
   return g->what;
 }
 
@@ -68,7 +70,13 @@ static bool same_schema(get_source *g, fsh_map_file *f, fsh_error *diff) {
   return fsh_schema_equals(g->schema, fsh_map_file_schema(f), true, diff);
 }
 
-/* Opens ticket entry i's map output and its partition entry. */
+/* The ticket's number of partitions (1 for a version 1 ticket). */
+static int32_t run_length(const fsh_shuffle_ticket *t) {
+  return t->n_partitions_read > 1 ? t->n_partitions_read : 1;
+}
+
+/* Opens ticket entry i's map output (once for the ticket's whole run of
+ * partitions) and the run's first partition entry. */
 static int open_entry(get_source *g, int64_t i, fsh_error *err) {
   const fsh_ticket_source *src = &g->t.sources[i];
   g->cur_src = i;
@@ -76,9 +84,11 @@ static int open_entry(get_source *g, int64_t i, fsh_error *err) {
   if (rc != 0) return rc;
   const fsh_map_file_info *info = fsh_map_file_get_info(g->f);
   fsh_error diff = {{0}};
-  if (g->t.partition >= info->n_partitions)
-    rc = fsh_error_set(err, EINVAL, "worker %s: %s: the map output has %d partitions",
-                       fsh_store_name(g->store), what(g), info->n_partitions);
+  g->q = g->t.partition;
+  if ((int64_t)g->t.partition + run_length(&g->t) > info->n_partitions)
+    rc = fsh_error_set(err, EINVAL, "worker %s: %s: the map output has %d partitions (the "
+                       "ticket asks for %d from partition %d)", fsh_store_name(g->store), what(g),
+                       info->n_partitions, run_length(&g->t), g->t.partition);
   else if (g->schema && !same_schema(g, g->f, &diff))
     rc = fsh_error_set(err, EINVAL, "worker %s: %s: its schema differs from the first map "
                        "output's in the ticket: %s", fsh_store_name(g->store), what(g),
@@ -115,6 +125,17 @@ static int next_block(get_source *g, bool *done, fsh_error *err) {
       g->pos = 0;
       return 0;
     }
+    if (g->f && g->q + 1 < g->t.partition + run_length(&g->t)) { /* the run's next partition */
+      fsh_map_file_partition_reset(&g->part);
+      g->q++;
+      g->next_block = 0;
+      int rc = fsh_map_file_get_partition(g->f, g->q, &g->part, err);
+      if (rc != 0) {
+        close_current(g);
+        return rc;
+      }
+      continue;
+    }
     close_current(g);
     if (g->next_src == g->t.n_sources) {
       *done = true;
@@ -131,7 +152,7 @@ static fsh_block_header current_header(const get_source *g) {
   return (fsh_block_header){
       .map_id = g->t.sources[g->next_src - 1].map_id,
       .attempt = g->t.sources[g->next_src - 1].attempt,
-      .partition = g->t.partition, .index = g->next_block, .n_blocks = g->part.n_blocks,
+      .partition = g->q, .index = g->next_block, .n_blocks = g->part.n_blocks,
       .length = bl->length, .rows = bl->rows, .checksum = bl->checksum,
       .part_checksum = g->part.checksum, .part_rows = g->part.rows,
       .part_bytes = g->part.bytes};
@@ -298,10 +319,15 @@ int fsh_worker_do_get(fsh_shuffle_store *store, const uint8_t *ticket, int64_t s
                          " is not held here (released, lost, or never written)",
                          fsh_store_name(store), t.shuffle_id, t.sources[i].map_id,
                          t.sources[i].attempt);
-    else if (t.partition >= np)
+    else if (t.partition >= np && run_length(&t) == 1)
       rc = fsh_error_set(err, EINVAL, "worker %s: shuffle %" PRIu64 " map %" PRId64 " attempt %d:"
                          " partition %d of %d", fsh_store_name(store), t.shuffle_id,
                          t.sources[i].map_id, t.sources[i].attempt, t.partition, np);
+    else if ((int64_t)t.partition + run_length(&t) > np)
+      rc = fsh_error_set(err, EINVAL, "worker %s: shuffle %" PRIu64 " map %" PRId64 " attempt %d:"
+                         " partitions [%d, %d) of %d", fsh_store_name(store), t.shuffle_id,
+                         t.sources[i].map_id, t.sources[i].attempt, t.partition,
+                         t.partition + run_length(&t), np);
   }
   get_source *g = rc == 0 ? fsh_calloc(1, sizeof *g) : NULL;
   if (rc == 0 && !g) rc = fsh_error_set(err, ENOMEM, "worker %s: DoGet: out of memory",

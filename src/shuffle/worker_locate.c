@@ -1,6 +1,7 @@
 /* worker_locate.c -- the same-host direct-read handshake (format in
  * shuffle_internal.h): the worker's "locate" action, which says where a
- * ticket's map outputs' blocks of one partition are (a spill file in one
+ * ticket's map outputs' blocks of one partition (or of each partition of
+ * the ticket's run) are (a spill file in one
  * of its spill directories, or a memory image's memfd) so that a reader
  * on the same host reads them without a DoGet; the answer's decoder for
  * that reader (flight_direct.c); and this host's identity, which both
@@ -99,17 +100,28 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
   int rc = fsh_shuffle_ticket_decode(body, size, &t, err);
   if (rc != 0)
     return fsh_error_prefix(err, rc, "worker %s: locate: ", fsh_store_name(store));
-  fsh_store_location *locs = fsh_calloc(t.n_sources > 0 ? (size_t)t.n_sources : 1, sizeof *locs);
+  /* one entry per (map output, partition of the run), map output-major */
+  int32_t count = t.n_partitions_read > 1 ? t.n_partitions_read : 1;
+  int64_t n_entries = t.n_sources * count;
+  if (n_entries > FSH_TICKET_MAX_SOURCES) {
+    rc = fsh_error_set(err, EINVAL, "worker %s: locate: %" PRId64 " map outputs x %d "
+                       "partitions (at most %" PRId64 " entries)", fsh_store_name(store),
+                       t.n_sources, count, FSH_TICKET_MAX_SOURCES);
+    fsh_shuffle_ticket_reset(&t);
+    return rc;
+  }
+  fsh_store_location *locs = fsh_calloc(n_entries > 0 ? (size_t)n_entries : 1, sizeof *locs);
   if (!locs) rc = fsh_error_set(err, ENOMEM, "worker %s: locate: out of memory",
                                 fsh_store_name(store));
   const fsh_buffer *schema = NULL;
   for (int64_t i = 0; rc == 0 && i < t.n_sources; i++) {
     fsh_error e = {{0}};
-    int lrc = fsh_store_locate(store, t.shuffle_id, t.sources[i].map_id, t.sources[i].attempt,
-                               t.partition, &locs[i], &e);
+    fsh_store_location *l = &locs[i * count];
+    int lrc = fsh_store_locate_run(store, t.shuffle_id, t.sources[i].map_id,
+                                   t.sources[i].attempt, t.partition, count, l, &e);
     if (lrc == ENOMEM) rc = fsh_error_set(err, ENOMEM, "%s", e.message);
     /* anything else (not held, damaged index...): DoGet says so */
-    if (lrc == 0 && locs[i].kind != FSH_STORE_AT_NONE && !schema) schema = locs[i].schema_msg;
+    if (lrc == 0 && l->kind != FSH_STORE_AT_NONE && !schema) schema = l->schema_msg;
   }
   out_buf b = {0};
   if (rc == 0) {
@@ -119,7 +131,7 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
     put_bytes(&b, FSH_LOCATE_MAGIC, 4);
     put32(&b, 2);
     put32(&b, (uint32_t)getpid());
-    put32(&b, (uint32_t)t.n_sources);
+    put32(&b, (uint32_t)n_entries);
     put32(&b, (uint32_t)strlen(host));
     put32(&b, (uint32_t)n_dirs);
     put32(&b, schema ? (uint32_t)schema->size : 0);
@@ -133,7 +145,7 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
       free(real); /* realpath's malloc */
     }
     if (schema) put_bytes(&b, schema->data, schema->size);
-    for (int64_t i = 0; i < t.n_sources; i++) {
+    for (int64_t i = 0; i < n_entries; i++) {
       const fsh_store_location *l = &locs[i];
       size_t name_len = l->kind == FSH_STORE_AT_FILE ? strlen(l->name) : 0;
       bool ok = l->kind != FSH_STORE_AT_NONE && name_len < 256;
@@ -162,7 +174,7 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
       rc = fsh_error_set(err, ENOMEM, "worker %s: locate: out of memory", fsh_store_name(store));
   }
   fsh_free(b.p);
-  for (int64_t i = 0; locs && i < t.n_sources; i++) fsh_store_location_reset(&locs[i]);
+  for (int64_t i = 0; locs && i < n_entries; i++) fsh_store_location_reset(&locs[i]);
   fsh_free(locs);
   fsh_shuffle_ticket_reset(&t);
   return rc;

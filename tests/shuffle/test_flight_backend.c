@@ -8,7 +8,9 @@
  * worker task), an output finished after
  * its shuffle's release dropped, a peer that is gone (an error naming it), a spill
  * directory that vanished (a clean task error), a DoGet over map outputs
- * of different schemas refused, and the ticket codec. */
+ * of different schemas refused, the ticket codec, and range readers (one
+ * open of each source per run on every path; a damaged block and a lost
+ * map output inside a run). */
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -305,6 +307,7 @@ typedef struct task_read {
   fsh_shuffle_backend *b;
   const fsh_shuffle_spec *spec;
   int32_t part;
+  int32_t count; /* > 1: a range reader of [part, part + count) */
   const fsh_map_output *outs;
   int64_t n;
   int rc;
@@ -317,7 +320,9 @@ typedef struct task_read {
 static int task_read_run(void *arg, fsh_buffer **answer, fsh_error *err) {
   (void)answer, (void)err;
   task_read *x = arg;
-  x->rc = stu_read_rc(x->b, x->spec, x->part, x->outs, x->n, NULL, &x->err);
+  x->rc = x->count > 1
+              ? stu_read_range_rc(x->b, x->spec, x->part, x->count, x->outs, x->n, NULL, &x->err)
+              : stu_read_rc(x->b, x->spec, x->part, x->outs, x->n, NULL, &x->err);
   const fsh_lost_output *l = NULL;
   x->n_lost = fsh_worker_task_lost(&l);
   for (int64_t i = 0; i < x->n_lost && i < 4; i++) {
@@ -405,6 +410,151 @@ static void local_output_missing(void) {
   fsh_shuffle_backend_destroy(local);
   fsh_shuffle_backend_destroy(remote);
   fsh_shuffle_worker_stop(w, 1000);
+}
+
+/* A reader-only backend for peers: same-host direct reads of every size
+ * (direct), or none (every source with DoGet). */
+static fsh_shuffle_backend *reader_for(const char **peers, int n, bool direct) {
+  fsh_error err = {{0}};
+  fsh_shuffle_backend *b = NULL;
+  fsh_shuffle_flight_options o = {.peers = peers, .n_peers = n, .max_parallel_fetches = 2,
+                                  .max_bytes_in_flight = 1 << 20, .timeout_ms = 30000,
+                                  .no_direct_reads = !direct, .direct_min_bytes = -1};
+  CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
+  return b;
+}
+
+/* Range readers open each source once for the whole run: on the writing
+ * worker one local open per map output (not one per partition), from a
+ * same-host reader one locate per peer and one direct open per map
+ * output, from a DoGet reader one fetched source per map output (one
+ * DoGet naming the run); every path reads exactly the plan's rows of each
+ * partition of the run (stu_check_range). Map outputs in memory (memfd
+ * images) on one worker, spilled on the other. */
+static void range_one_open_per_source(void) {
+  char *dir = stu_mkdtemp("range");
+  const char *d = dir;
+  fsh_shuffle_worker *wm = start_worker(NULL, 0, 1 << 30), *ws = start_worker(&d, 1, 0);
+  if (!wm || !ws) return;
+  const char *uris[2] = {fsh_shuffle_worker_uri(wm), fsh_shuffle_worker_uri(ws)};
+  fsh_shuffle_backend *on[2] = {backend_for(wm, uris, 2), backend_for(ws, uris, 2)};
+  fsh_shuffle_backend *direct = reader_for(uris, 2, true), *doget = reader_for(uris, 2, false);
+  for (int k = 0; k < 2; k++) {
+    stu_plan p;
+    make_plan(&p, 30 + (uint64_t)k, 16, 8, 3000);
+    run_maps(on[k], &p);
+    fsh_map_output outs[8];
+    int64_t want = 0;
+    for (int m = 0; m < 8; m++) {
+      outs[m] = p.maps[m].out;
+      for (int32_t q = 2; q < 14; q++) want += outs[m].rows[q];
+    }
+    fsh_shuffle_backend *readers[3] = {on[k], direct, doget};
+    const char *names[3] = {"local", "direct", "doget"};
+    for (int r = 0; r < 3; r++) {
+      fsh_shuffle_flight_stats before, after;
+      fsh_shuffle_flight_get_stats(readers[r], &before);
+      fsh_error err = {{0}};
+      int64_t rows = -1;
+      CHECK_OK(stu_read_range_rc(readers[r], &p.spec, 2, 12, outs, 8, &rows, &err));
+      fsh_shuffle_flight_get_stats(readers[r], &after);
+      int64_t local = after.local_sources - before.local_sources,
+              dir_ = after.direct_sources - before.direct_sources,
+              fetched = after.fetched_sources - before.fetched_sources,
+              locates = after.locates - before.locates;
+      CHECK_MSG(rows == want, "%s %s: %lld rows, want %lld", k ? "spilled" : "memory", names[r],
+                (long long)rows, (long long)want);
+      CHECK_MSG(r != 0 || (local == 8 && dir_ == 0 && fetched == 0 && locates == 0),
+                "%s local: %lld local, %lld direct, %lld fetched, %lld locates",
+                k ? "spilled" : "memory", (long long)local, (long long)dir_, (long long)fetched,
+                (long long)locates);
+      CHECK_MSG(r != 1 || (local == 0 && dir_ == 8 && fetched == 0 && locates == 1),
+                "%s direct: %lld local, %lld direct, %lld fetched, %lld locates",
+                k ? "spilled" : "memory", (long long)local, (long long)dir_, (long long)fetched,
+                (long long)locates);
+      CHECK_MSG(r != 2 || (local == 0 && dir_ == 0 && fetched == 8 && locates == 0),
+                "%s doget: %lld local, %lld direct, %lld fetched, %lld locates",
+                k ? "spilled" : "memory", (long long)local, (long long)dir_, (long long)fetched,
+                (long long)locates);
+      stu_check_range(readers[r], &p, 2, 12, NULL, 0, names[r]);
+      stu_check_range(readers[r], &p, 0, 16, NULL, 0, names[r]);
+    }
+    fsh_error err = {{0}};
+    CHECK_OK(fsh_shuffle_release(doget, p.spec.shuffle_id, &err));
+    stu_plan_free(&p);
+  }
+  CHECK_EQ_INT(stu_count_files(dir), 0);
+  fsh_shuffle_backend_destroy(on[0]);
+  fsh_shuffle_backend_destroy(on[1]);
+  fsh_shuffle_backend_destroy(direct);
+  fsh_shuffle_backend_destroy(doget);
+  fsh_shuffle_worker_stop(wm, 1000);
+  fsh_shuffle_worker_stop(ws, 1000);
+  stu_rmdir(dir);
+}
+
+/* A damaged block inside a run (partition 1 of [0, 3) in a spill file):
+ * the range read fails with EIO naming the map output, the partition and
+ * "checksum" on every path (in-process, direct, DoGet); runs without that
+ * partition read. A map output dropped from the worker mid-run is lost
+ * like open_reader's: each path's error names it in the "lost map
+ * outputs" form, and a read in a worker task reports exactly it, once
+ * (not once per partition of the run). */
+static void range_damage_and_loss(void) {
+  char *dir = stu_mkdtemp("rangedmg");
+  const char *d = dir;
+  fsh_shuffle_worker *w = start_worker(&d, 1, 0); /* everything spills */
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *readers[3] = {backend_for(w, &uri, 1), reader_for(&uri, 1, true),
+                                     reader_for(&uri, 1, false)};
+  const char *names[3] = {"local", "direct", "doget"};
+  stu_plan p;
+  make_plan(&p, 40, 3, 1, 5000);
+  p.spec.compression = FSH_COMPRESSION_NONE;
+  run_maps(readers[0], &p);
+  corrupt_spill_file(dir);
+  fsh_error err = {{0}};
+  for (int r = 0; r < 3; r++) {
+    int rc = stu_read_range_rc(readers[r], &p.spec, 0, 3, &p.maps[0].out, 1, NULL, &err);
+    CHECK_MSG(rc == EIO && strstr(err.message, "map 0") && strstr(err.message, "partition 1") &&
+                  strstr(err.message, "checksum"),
+              "%s: rc %d: %s", names[r], rc, err.message);
+    CHECK_OK(stu_read_range_rc(readers[r], &p.spec, 2, 1, &p.maps[0].out, 1, NULL, &err));
+  }
+  CHECK_OK(fsh_shuffle_release(readers[2], 40, &err));
+  stu_plan_free(&p);
+  /* loss */
+  make_plan(&p, 41, 6, 3, 2000);
+  run_maps(readers[0], &p);
+  CHECK(fsh_store_drop(fsh_shuffle_worker_store(w), 41, 1, 0));
+  char want[600];
+  snprintf(want, sizeof want, "worker %s: lost map outputs [map/attempt 1/0] (", uri);
+  fsh_map_output outs[3] = {p.maps[0].out, p.maps[1].out, p.maps[2].out};
+  for (int r = 0; r < 3; r++) {
+    task_read x = {.b = readers[r], .spec = &p.spec, .part = 1, .count = 4, .outs = outs,
+                   .n = 3};
+    read_in_task(&x);
+    CHECK_MSG(x.rc != 0 && strstr(x.err.message, want) &&
+                  strstr(x.err.message, "flight shuffle 41 partitions [1, 5)"),
+              "%s: rc %d: %s", names[r], x.rc, x.err.message);
+    CHECK_MSG(x.n_lost == 1 && x.lost[0].map_id == 1 && x.lost[0].attempt == 0 &&
+                  strcmp(x.lost[0].uri, uri) == 0 && !x.lost[0].unreachable,
+              "%s: %lld reported lost", names[r], (long long)x.n_lost);
+  }
+  fsh_map_output kept[2] = {outs[0], outs[2]};
+  for (int r = 0; r < 3; r++) {
+    int64_t rows = 0, want_rows = 0;
+    for (int32_t q = 1; q < 5; q++) want_rows += outs[0].rows[q] + outs[2].rows[q];
+    CHECK_OK(stu_read_range_rc(readers[r], &p.spec, 1, 4, kept, 2, &rows, &err));
+    CHECK_MSG(rows == want_rows, "%s: %lld rows, want %lld", names[r], (long long)rows,
+              (long long)want_rows);
+  }
+  CHECK_OK(fsh_shuffle_release(readers[2], 41, &err));
+  stu_plan_free(&p);
+  for (int r = 0; r < 3; r++) fsh_shuffle_backend_destroy(readers[r]);
+  fsh_shuffle_worker_stop(w, 1000);
+  stu_rmdir(dir);
 }
 
 /* A map output whose writer opened before its shuffle's release and
@@ -707,10 +857,42 @@ static void ticket_codec(void) {
   b->data[5] = 2; /* an unknown flag */
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
   b->data[5] = 0;
-  b->data[4] = 2;
+  b->data[4] = 3;
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
-  CHECK_MSG(strstr(err.message, "version 2"), "%s", err.message);
+  CHECK_MSG(strstr(err.message, "version 3"), "%s", err.message);
+  b->data[4] = 2; /* a version 1 body read as version 2: its run count is a map id's bytes */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
   fsh_buffer_unref(b);
+  /* a run of partitions: version 2; a run of one is still version 1 */
+  t.n_partitions_read = 1;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &b, &err));
+  CHECK(b && b->size == FSH_TICKET_HEADER_BYTES + 3 * FSH_TICKET_SOURCE_BYTES && b->data[4] == 1);
+  fsh_buffer_unref(b);
+  t.n_partitions_read = 63;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &b, &err));
+  if (!b) return;
+  CHECK_EQ_INT(b->size, FSH_TICKET_V2_HEADER_BYTES + 3 * FSH_TICKET_SOURCE_BYTES);
+  CHECK_EQ_INT(b->data[4], 2);
+  CHECK_OK(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err));
+  CHECK(d.partition == 42 && d.n_partitions_read == 63 && d.n_sources == 3 &&
+        d.sources[2].map_id == INT64_MAX && d.sources[2].attempt == 5);
+  fsh_shuffle_ticket_reset(&d);
+  fsh_le_put32(b->data + 24, 0); /* a run of none */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_le_put32(b->data + 24, (uint32_t)INT32_MAX); /* past INT32_MAX */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_le_put32(b->data + 24, 63);
+  fsh_le_put32(b->data + 28, 1); /* reserved */
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  fsh_le_put32(b->data + 28, 0);
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, FSH_TICKET_HEADER_BYTES + 4, &d, &err), EINVAL);
+  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size - 16, &d, &err), EINVAL);
+  fsh_buffer_unref(b);
+  t.partition = INT32_MAX - 10;
+  t.n_partitions_read = 12;
+  b = NULL;
+  CHECK_EQ_INT(fsh_shuffle_ticket_encode(&t, &b, &err), EINVAL);
+  CHECK(b == NULL);
   fsh_block_header h = {.map_id = 3, .attempt = 1, .partition = 9, .index = 2, .n_blocks = 4,
                         .length = 4096, .rows = 100, .checksum = 0xdeadbeef,
                         .part_checksum = 1, .part_rows = 400, .part_bytes = 16384}, g;
@@ -724,4 +906,5 @@ FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(leftovers_removed_at_start), TEST(exec_leftovers_removed_at_start),
               TEST(corruption_detected), TEST(local_output_missing),
               TEST(released_while_writing), TEST(peer_gone), TEST(spill_dir_gone),
-              TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec))
+              TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec),
+              TEST(range_one_open_per_source), TEST(range_damage_and_loss))
