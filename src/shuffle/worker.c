@@ -382,7 +382,11 @@ static int64_t now_ns(void) {
  * INCR_WAKE_VERSIONS or the shuffle completes.
  *
  * New sources are read in rounds, one fetch per peer for many map outputs
- * (bundled blocks): a round starts once `want` sources wait, the oldest
+ * (bundled blocks) -- and, for a coalesced reduce (sched.h), for its whole
+ * run of partitions: the range reader asks each peer once per round
+ * however many partitions the run has, so rounds stay cheap while every
+ * partition overlaps the maps (the driver starts one run per reduce
+ * slot). A round starts once `want` sources wait, the oldest
  * has waited round_ns, or no more will come. Both grow with the number of
  * incremental reduces running here (64 sources / 200 ms for up to 7, up
  * to 256 / 800 ms): many reduces reading small rounds cost more fetches
