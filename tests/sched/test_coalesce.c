@@ -280,6 +280,38 @@ static void job_with_runs(void) {
   check_job(&j, &s);
   CHECK_EQ_INT(reduce_tasks(&s), j.reduces);
   fsh_sched_job_status_reset(&s);
+  /* with the pre-shuffle merge: the runs are chosen once nothing is held */
+  j.reduce_task_bytes = -1;
+  j.merge = FSH_SCHED_MERGE_ON;
+  id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  CHECK(s.merges >= 1);
+  n = reduce_tasks(&s);
+  CHECK_MSG(n >= 2 * N_WORKERS && n < j.reduces, "%d reduce tasks", n);
+  fsh_sched_job_status_reset(&s);
+  /* a two-shuffle job: the last stage (reading the reduce-then-map
+   * outputs) runs by runs; every one of its partitions verified */
+  j.merge = FSH_SCHED_MERGE_OFF;
+  j.then_reduces = 14;
+  j.then_key = 2;
+  id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED && s.verified, "%s", s.error ? s.error : "?");
+  CHECK_EQ_INT(s.n_partitions, 14);
+  int64_t rows = 0;
+  for (int32_t p = 0; p < s.n_partitions; p++) {
+    CHECK(s.partitions[p].reduce_rows == s.partitions[p].map_rows &&
+          s.partitions[p].reduce_checksum == s.partitions[p].map_checksum);
+    rows += s.partitions[p].reduce_rows;
+  }
+  CHECK_EQ_INT(rows, j.rows);
+  n = reduce_tasks(&s);
+  CHECK_MSG(n >= 2 * N_WORKERS && n < 14, "%d reduce tasks", n);
+  fsh_sched_job_status_reset(&s);
   stop_cluster(&c);
 }
 
