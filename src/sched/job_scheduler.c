@@ -255,7 +255,8 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
     const jstage *in = &j->stages[st->input];
     fsh_shuffle_partition_totals tot;
     fsh_error e;
-    if (fsh_shuffle_meta_partition_totals(in->meta, part_read(in, t), &tot, &e) == 0 &&
+    int32_t p = st->run_first ? run_first(st, t) : part_read(in, t);
+    if (fsh_shuffle_meta_partition_totals(in->meta, p, &tot, &e) == 0 &&
         tot.best_location_bytes > 0)
       best_uri = fsh_shuffle_meta_location_uri(in->meta, tot.best_location);
   }
