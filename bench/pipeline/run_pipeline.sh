@@ -15,6 +15,9 @@
 # on at 1000 x 1000; it holds map outputs back until a worker has merged
 # a group of them, so the first fetch waits for the first merge -- the
 # incremental retrieval itself is measured with it off.
+# REDUCE_TASK_BYTES=B|0|auto (default auto): coalesced reduces, a reduce
+# task per run of partitions of about B bytes (0: one per partition; with
+# incremental on, auto is a run per reduce slot). See sched.h.
 # Ends with one `result:` line.
 set -euo pipefail
 BIN=${1:-build/flightshuffle}
@@ -24,8 +27,9 @@ BYTES=${4:-2G}
 WORKERS=${5:-4}
 RUNS=${RUNS:-1}
 MERGE=${MERGE:-off}
+RTB=${REDUCE_TASK_BYTES:-auto}
 common=(--workers "$WORKERS" --maps "$MAPS" --reduces "$REDUCES" --bytes "$BYTES" --backend flight
-        --merge "$MERGE")
+        --merge "$MERGE" --reduce-task-bytes "$RTB")
 
 field() { grep '^result:' <<<"$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -60,5 +64,6 @@ printf '%-44s %s\n' "  failure runs (s)" "${fails[*]}"
 verified=no
 [[ $v1 == yes && $v2 == yes ]] && verified=yes
 echo "result: name=bench_pipeline verified=$verified maps=$MAPS reduces=$REDUCES bytes=$BYTES merge=$MERGE" \
+  "reduce_task_bytes=$RTB" \
   "workers=$WORKERS total_s_off=$off total_s_on=$on speedup_on=$(field "$out1" speedup_on)" \
   "total_s_fail_worker=$fail fail_vs_no_failure=$ratio recomputed=$rec"

@@ -113,12 +113,12 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  * A job is a DAG of stages (proto/Sched.proto JobPlan): today the synthetic
  * shuffle's stages, "map-synthetic" (one task per map; its output is a
  * shuffle), "reduce-verify" (one task per partition of the shuffle its
- * input stage writes) and "reduce-then-map" (reads a partition like a
+ * input stage writes, or per run of partitions: coalesced reduces, below) and "reduce-then-map" (reads a partition like a
  * reduce, writes a new shuffle partitioned on another key like a map). The driver runs jobs on a scheduler thread of its
  * own (never on a Flight pool thread):
  *  - placement: a task goes to an alive worker with a free slot
  *    (slots_per_worker); a map to the least loaded one, a reduce to the one
- *    that holds most of its partition's input bytes;
+ *    that holds most of its partitions' input bytes;
  *  - a task is sent as the worker's DoAction "task" (shuffle.h) whose tag
  *    is a TaskRef; the worker pushes DoAction "task-done" (TaskDone) to the
  *    driver the moment it ends; attempts not heard of for a while are
@@ -215,6 +215,26 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  * 64 x 64 stays off). A plan stage may carry its own mode, its exchange's
  * policy (fsh_sched_plan_stage.merge). */
 #define FSH_SCHED_MERGE_THRESHOLD 200
+
+/* Coalesced reduces (JobPlan.reduce_task_bytes; Spark AQE's partition
+ * coalescing): a "reduce-verify" task reads a contiguous run of partitions
+ * [first, first + count) (shuffle.h fsh_reduce_task.count) -- partitions
+ * stay the unit of data and of verification (its answer has rows and
+ * checksum per partition), the task the unit of scheduling, retries and
+ * lineage (a lost output re-runs the run tasks that read it). The runs are
+ * chosen once, when the stage may first start:
+ *  - its input complete: greedily from the bytes the maps wrote per
+ *    partition, as AQE does: a partition starts a new run when adding it
+ *    would take the current one past the target (reduce_task_bytes, or
+ *    auto: FSH_SCHED_REDUCE_TASK_BYTES_AUTO, AQE's advisory partition
+ *    size) -- the target lowered to total / (alive workers x slots), so
+ *    that every slot has a task;
+ *  - incremental (sizes not known yet): alive workers x slots even runs --
+ *    an incremental reduce holds a reduce slot from the first map output
+ *    to the last, so tasks beyond the slots would only wait (and read
+ *    nothing early), while each run's rounds read the whole run.
+ * The summary's reduce stage counts the tasks (the runs). */
+#define FSH_SCHED_REDUCE_TASK_BYTES_AUTO (64LL << 20)
 enum { FSH_SCHED_MERGE_OFF = 0, FSH_SCHED_MERGE_ON = 1, FSH_SCHED_MERGE_AUTO = 2 };
 
 typedef enum fsh_sched_job_state {
@@ -228,8 +248,9 @@ const char *fsh_sched_job_state_name(fsh_sched_job_state s);
 
 /* The synthetic shuffle as a job: maps x reduces over rows rows of the
  * synthetic table (workloads.h; batches of batch_rows, split evenly over
- * the maps), then one reduce-verify per partition (stages 1, 2); or, with
- * then_reduces, map (1) -> reduce-then-map (2) -> reduce-verify (3). */
+ * the maps), then one reduce-verify per partition -- or per run of
+ * partitions (reduce_task_bytes) -- (stages 1, 2); or, with then_reduces,
+ * map (1) -> reduce-then-map (2) -> reduce-verify (3). */
 typedef struct fsh_sched_shuffle_job {
   const char *name;
   int32_t maps, reduces;
@@ -249,6 +270,9 @@ typedef struct fsh_sched_shuffle_job {
   int32_t then_key;
   int32_t merge;           /* FSH_SCHED_MERGE_OFF / ON / AUTO */
   int32_t merge_threshold; /* AUTO's; 0 = FSH_SCHED_MERGE_THRESHOLD */
+  /* coalesced reduces (below): 0 one reduce-verify task per partition,
+   * > 0 runs of partitions of about that many bytes, < 0 auto */
+  int64_t reduce_task_bytes;
 } fsh_sched_shuffle_job;
 
 /* The packed JobPlan of j (a new buffer in *plan). */
@@ -618,6 +642,12 @@ const char *fsh_shuffle_sources_uri(const fsh_shuffle_sources *s, uint32_t locat
 FSH_NODISCARD int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t partition,
                                            uint64_t since_version, fsh_shuffle_sources *out,
                                            fsh_error *err);
+/* The same for a run of partitions [p, p + count) (a coalesced reduce):
+ * the outputs with a non-empty block in any of them, bytes summed over
+ * them (out->partition: p). EINVAL on a bad run. */
+FSH_NODISCARD int fsh_shuffle_meta_run_sources(const fsh_shuffle_meta *m, int32_t p,
+                                               int32_t count, uint64_t since,
+                                               fsh_shuffle_sources *out, fsh_error *err);
 
 /* Encodes an answer of m as a ShuffleSources message (proto/Sched.proto),
  * with the URIs of the locations it names; *data is fsh_malloc'ed. */

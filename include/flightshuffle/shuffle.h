@@ -499,7 +499,8 @@ void fsh_shuffle_flight_get_stats(fsh_shuffle_backend *b, fsh_shuffle_flight_sta
  * of batch_rows rows, the last one cut short), hash-partitions it on the
  * key (fsh_hash_columns seed 0 + fsh_partition_hash), scatters it and
  * writes it through a backend's writer. A reduce task reads one partition
- * of every map output through the backend's reader and consumes it. Both
+ * (or a run of them) of every map output through the backend's reader and
+ * consumes it. Both
  * sides compute an order-independent checksum of the rows (below), so
  * that per partition: sum over maps of the map-side row checksums ==
  * the reduce-side checksum, and the rows likewise. The same functions run
@@ -556,7 +557,8 @@ void fsh_map_task_result_reset(fsh_map_task_result *r); /* frees, zeroes */
 FSH_NODISCARD int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t,
                                    fsh_map_task_result *out, fsh_error *err);
 
-/* One map output as a reduce task sees it: only its partition's numbers. */
+/* One map output as a reduce task sees it: only its partition's numbers
+ * (a task reading one partition; a run's are in fsh_reduce_task.parts). */
 typedef struct fsh_reduce_source {
   int64_t map_id;
   int32_t attempt;
@@ -565,9 +567,21 @@ typedef struct fsh_reduce_source {
   uint64_t checksum; /* the stored-bytes checksum (fsh_map_output) */
 } fsh_reduce_source;
 
+/* One map output's numbers of one partition of a run. */
+typedef struct fsh_reduce_part {
+  int64_t rows, bytes;
+  uint64_t checksum;
+} fsh_reduce_part;
+
+/* A reduce task reads partition `partition`, or -- a coalesced reduce
+ * (Spark AQE's partition coalescing) -- the contiguous run [partition,
+ * partition + count) of partitions: partitions stay the unit of the data
+ * and of the verification (its answer has rows and checksum per
+ * partition), the task is the unit of scheduling. */
 typedef struct fsh_reduce_task {
   uint64_t shuffle_id;
-  int32_t partition;
+  int32_t partition;     /* the first one read */
+  int32_t count;         /* partitions read (0 is read as 1); partition + count <= n_partitions */
   int32_t n_partitions;
   fsh_task_backend backend;
   /* more sources come from the scheduler as map outputs appear (the
@@ -579,34 +593,62 @@ typedef struct fsh_reduce_task {
   bool sizes_unknown;
   int64_t n_sources;
   fsh_reduce_source *sources; /* owned when decoded */
+  /* count > 1 and not sizes_unknown: [n_sources x count], source i's
+   * numbers of partition partition + k at parts[i * count + k] (the
+   * sources' own rows / bytes / checksum are then not used); else NULL.
+   * Owned when decoded. */
+  fsh_reduce_part *parts;
   int32_t n_locations;
   char **locations;           /* owned when decoded */
 } fsh_reduce_task;
 
 void fsh_reduce_task_reset(fsh_reduce_task *t); /* frees a decoded task */
+/* The partitions t reads: t->count, or 1 when it is 0. */
+static inline int32_t fsh_reduce_task_count(const fsh_reduce_task *t) {
+  return t->count > 1 ? t->count : 1;
+}
 
 typedef struct fsh_reduce_task_result {
-  int64_t rows;
+  int64_t rows;       /* of the whole run */
   int64_t bytes;      /* fsh_shuffle_batch_bytes of the batches read */
   uint64_t checksum;  /* fsh_task_row_checksums of every row read */
   int64_t batches;
   int64_t nanos;
+  /* a run (count > 1): rows and row checksum per partition of it
+   * ([k]: partition first + k), owned (fsh_reduce_task_result_reset);
+   * count 0 and NULL for a task of one partition (the totals are its) */
+  int32_t count;
+  int64_t *part_rows;
+  uint64_t *part_checksums;
 } fsh_reduce_task_result;
 
-/* Reads partition t->partition of every source through b's reader and
- * consumes every batch. */
+void fsh_reduce_task_result_reset(fsh_reduce_task_result *r); /* frees, zeroes */
+/* Rows / row checksum read of partition first + k of the task's run. */
+static inline int64_t fsh_reduce_result_rows(const fsh_reduce_task_result *r, int32_t k) {
+  return r->count > 1 ? r->part_rows[k] : r->rows;
+}
+static inline uint64_t fsh_reduce_result_checksum(const fsh_reduce_task_result *r, int32_t k) {
+  return r->count > 1 ? r->part_checksums[k] : r->checksum;
+}
+
+/* Reads the partitions of t's run of every source through b's reader and
+ * consumes every batch; on error *out is untouched. */
 FSH_NODISCARD int fsh_reduce_task_run(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                                       fsh_reduce_task_result *out, fsh_error *err);
+/* Adds r (a result of the same run: a round of an incremental reduce)
+ * into total (whose arrays are made on the first add of a run). ENOMEM. */
+FSH_NODISCARD int fsh_reduce_task_result_add(fsh_reduce_task_result *total,
+                                             const fsh_reduce_task_result *r, fsh_error *err);
 
-/* t's sources as the map outputs a reader of partition t->partition takes
- * (only [t->partition] of their per-partition arrays is meaningful;
- * locations borrowed from t): one fsh_malloc'd block (*out), released
- * with fsh_free. EINVAL for a malformed task. */
+/* t's sources as the map outputs a reader of t's partitions takes (only
+ * [t->partition, t->partition + count) of their per-partition arrays is
+ * meaningful; locations borrowed from t): one fsh_malloc'd block (*out),
+ * released with fsh_free. EINVAL for a malformed task. */
 FSH_NODISCARD int fsh_reduce_task_map_outputs(const fsh_reduce_task *t, fsh_map_output **out,
                                               fsh_error *err);
 
-/* Reads partition t->partition of every source through b's reader and
- * calls fn(ctx, batch) for each batch (borrowed) until fn fails. */
+/* Reads t's partitions of every source through b's reader and calls
+ * fn(ctx, batch) for each batch (borrowed) until fn fails. */
 FSH_NODISCARD int fsh_reduce_task_each(fsh_shuffle_backend *b, const fsh_reduce_task *t,
                                        int (*fn)(void *ctx, fsh_batch *batch, fsh_error *err),
                                        void *ctx, fsh_error *err);
@@ -779,8 +821,14 @@ FSH_NODISCARD int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_
  *    u32 n_locations, u32 n_sources, u32 0, then n_sources x (i64 map_id,
  *    i32 attempt, u32 location index, i64 rows, i64 bytes, u64 checksum)
  *    of that partition, then n_locations x (u32 length, bytes; 1 .. 4096).
+ *    A run (count > 1): version 2 and u32 count (2 .. 2^24) in place of
+ *    the u32 0; when sizes are known the sources are followed by
+ *    n_sources x count x (i64 rows, i64 bytes, u64 checksum) (parts). A
+ *    task of one partition is always encoded as version 1.
  *  reduce-verify answer (48 bytes): "FSRR", u8 version 1, 3 zero bytes,
- *    i64 nanos, i64 rows, i64 bytes, u64 checksum, i64 batches. */
+ *    i64 nanos, i64 rows, i64 bytes, u64 checksum, i64 batches. A run's:
+ *    version 2, those 48 bytes, u32 count, u32 0, then count x (i64 rows,
+ *    u64 checksum) of its partitions. */
 FSH_NODISCARD int fsh_map_task_encode(const fsh_map_task *t, fsh_buffer **out, fsh_error *err);
 FSH_NODISCARD int fsh_map_task_decode(const uint8_t *data, int64_t size, fsh_map_task *out,
                                       fsh_error *err);

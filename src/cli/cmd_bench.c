@@ -78,6 +78,7 @@ typedef struct bench_opts {
   int merge;       /* the pre-shuffle merge: FSH_SCHED_MERGE_OFF / ON / AUTO */
   int32_t merge_threshold; /* 0: FSH_SCHED_MERGE_THRESHOLD */
   bool merge_both; /* each run twice: merge off, then on */
+  int64_t reduce_task_bytes; /* coalesced reduces: 0 a task per partition, < 0 auto */
 } bench_opts;
 
 static int bench_usage(void) {
@@ -87,6 +88,7 @@ static int bench_usage(void) {
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
           "         [--direct on|off|both] [--merge on|off|auto|both] [--merge-threshold T]\n"
+          "         [--reduce-task-bytes B|auto]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -102,7 +104,11 @@ static int bench_usage(void) {
           "  --merge: the pre-shuffle merge of the map outputs on each flight worker (sched.h;\n"
           "  auto, the default: on when sqrt(M x R) > T, default 200; merges of about\n"
           "  M x R / T^2 map outputs); both: every run once off, then once on,\n"
-          "  compared in the result line.\n");
+          "  compared in the result line.\n"
+          "  --reduce-task-bytes: coalesced reduces (fs / flight; sched.h): a reduce task\n"
+          "  reads a contiguous run of partitions of about B bytes (0: one task per\n"
+          "  partition; auto, the default: 64M, lowered so that every slot gets a task;\n"
+          "  with --incremental on: one run per slot).\n");
   return 2;
 }
 
@@ -110,7 +116,8 @@ static int bench_usage(void) {
 /* 0, or 2 after a message. */
 static int parse_opts(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42,
-                    .fail_worker = -1, .merge = FSH_SCHED_MERGE_AUTO};
+                    .fail_worker = -1, .merge = FSH_SCHED_MERGE_AUTO,
+                    .reduce_task_bytes = -1};
   bool have_backend = false;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -186,6 +193,11 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       if (!cli_parse_int(v, 1, 1 << 30, &n))
         return cli_fail(2, "bench shuffle: --merge-threshold '%s': expected 1..2^30", v);
       o->merge_threshold = (int32_t)n;
+    } else if (strcmp(a, "--reduce-task-bytes") == 0) {
+      if (strcmp(v, "auto") == 0) o->reduce_task_bytes = -1;
+      else if (!cli_parse_bytes(v, &o->reduce_task_bytes) || o->reduce_task_bytes < 0)
+        return cli_fail(2, "bench shuffle: --reduce-task-bytes '%s': expected bytes (0: a task "
+                        "per partition; e.g. 64M) or auto", v);
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -632,6 +644,7 @@ typedef struct run_stats {
   int32_t recomputed, retried;
   bool verified;
   double merges, merged_outputs; /* the pre-shuffle merge's (counts) */
+  int32_t reduce_tasks;          /* of the last stage (coalesced reduces: the runs) */
 } run_stats;
 
 static int cmp_double(const void *a, const void *b) {
@@ -673,7 +686,8 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
                               .rows = rows, .batch_rows = r->batch_rows, .seed = o->seed,
                               .compression = o->compression, .backend = o->backend,
                               .slots_per_worker = o->slots, .incremental = o->incremental,
-                              .merge = o->merge, .merge_threshold = o->merge_threshold};
+                              .merge = o->merge, .merge_threshold = o->merge_threshold,
+                              .reduce_task_bytes = o->reduce_task_bytes};
   fsh_buffer *plan = NULL;
   uint64_t job = 0;
   double t0 = now_sec();
@@ -756,6 +770,11 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   printf("  first map output -> first reduce start %.1f ms; idle gap between the phases %.1f "
          "ms; tasks retried %d, recomputed %d\n", st->first_fetch_ms, st->idle_gap_ms,
          js.n_retried, js.n_recomputed);
+  st->reduce_tasks = js.n_stages > 1 ? js.stages[js.n_stages - 1].tasks_total : 0;
+  char target[32] = "auto";
+  if (o->reduce_task_bytes >= 0) snprintf(target, sizeof target, "%" PRId64, o->reduce_task_bytes);
+  printf("  reduce tasks %d over %d partitions (--reduce-task-bytes %s)\n", st->reduce_tasks,
+         js.n_partitions, target);
   st->merges = (double)js.merges;
   st->merged_outputs = (double)js.merged_outputs;
   printf("  pre-shuffle merge %s: %" PRId64 " merges of %" PRId64 " map outputs (%" PRId64
@@ -798,6 +817,7 @@ static int one_run(run_ctx *r, int run, run_stats *st) {
     goto done;
   }
   st->total = st->map + st->reduce;
+  st->reduce_tasks = r->o->reduces; /* in-process: a task per partition */
   st->verified = true;
   for (int m = 0; m < M; m++) st->table_bytes += r->maps[m].input_bytes;
   for (int m = 0; m < M; m++) st->rows += r->maps[m].input_rows;
@@ -1011,14 +1031,14 @@ int cmd_bench(int argc, char **argv) {
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
            "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
            "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
-           "idle_gap_ms_median=%.1f direct=%s\n",
+           "idle_gap_ms_median=%.1f direct=%s reduce_tasks=%d\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
            fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
            file[1], o.incremental_both ? "off" : o.incremental ? "on" : "off", o.fail_worker,
            recomputed, ff[1], gap[1],
            o.backend != FSH_TASK_BACKEND_FLIGHT ? "n/a" : o.direct_both ? "on" :
-           o.direct_off ? "off" : "on");
+           o.direct_off ? "off" : "on", st[o.runs - 1].reduce_tasks);
     if (o.direct_both) {
       double t_off[3], gb_off[3], red_off[3];
       summarize(st_on, o.runs, offsetof(run_stats, total), t_off);

@@ -5,6 +5,7 @@
  *       [--slots T] [--max-attempts A] [--progress-ms P] [--timeout-s S]
  *       [--auth-token T] [--incremental on|off]
  *       [--then-reduces R2 [--then-key key|value|name]]
+ *       [--reduce-task-bytes B|auto]
  *     submits the synthetic shuffle as a job (DoAction "submit"), prints
  *     "job ID submitted", then every P ms (default 50) while it runs one
  *     line "progress: stage 1 d/t stage 2 d/t" (DoAction "job-status"), and
@@ -34,6 +35,8 @@ static int job_usage(void) {
           "           [--incremental on|off] [--then-reduces R2 [--then-key key|value|name]]\n"
           "  --then-reduces: a two-shuffle job (shuffle, then again on --then-key, default\n"
           "  name, into R2 partitions, then verify)\n"
+          "           [--reduce-task-bytes B|auto]: coalesced reduces, a reduce task per run of\n"
+          "  partitions of about B bytes (default 0: a task per partition; sched.h)\n"
           "       flightshuffle job status --driver URI --job ID [--auth-token T]\n");
   return 2;
 }
@@ -100,6 +103,12 @@ int cmd_job(int argc, char **argv) {
     else if (strcmp(a, "--then-key") == 0 && (!strcmp(x, "key") || !strcmp(x, "value") ||
                                               !strcmp(x, "name")))
       j.then_key = !strcmp(x, "key") ? 0 : !strcmp(x, "value") ? 1 : 2;
+    else if (strcmp(a, "--reduce-task-bytes") == 0 && !strcmp(x, "auto"))
+      j.reduce_task_bytes = -1;
+    else if (strcmp(a, "--reduce-task-bytes") == 0 && cli_parse_bytes(x, &j.reduce_task_bytes) &&
+             j.reduce_task_bytes >= 0) {
+      /* parsed */
+    }
     else if (strcmp(a, "--incremental") == 0 && (!strcmp(x, "on") || !strcmp(x, "off")))
       j.incremental = strcmp(x, "on") == 0;
     else if (strcmp(a, "--compression") == 0) {

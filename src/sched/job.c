@@ -63,6 +63,9 @@ void fsh_job_free(sched_job *j) {
     fsh_free(st->part_sums);
     fsh_free(st->part_bytes);
     fsh_free(st->counted);
+    fsh_free(st->run_first);
+    fsh_free(st->read_rows);
+    fsh_free(st->read_sums);
     fsh_job_merge_free(st);
     for (int32_t t = 0; st->tasks && t < st->n_tasks; t++) {
       fsh_free(st->tasks[t].lost);
@@ -296,6 +299,7 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
     jp.incremental = sj->incremental;
     jp.pre_shuffle_merge = sj->merge;
     jp.merge_threshold = sj->merge_threshold;
+    jp.reduce_task_bytes = sj->reduce_task_bytes;
     jp.backend = (int32_t)sj->backend;
     size_t n = protobuf_c_message_get_packed_size(&jp.base);
     fsh_buffer *b = fsh_buffer_new((int64_t)n, false);
@@ -541,7 +545,8 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
       st->n_inputs = 1;
       st->inputs[0] = in;
       j->stages[in].consumed = true;
-      st->n_tasks = j->stages[in].n_parts;
+      st->n_tasks = j->stages[in].n_parts; /* until its runs are chosen (job_runs.c) */
+      st->run_bytes = p->reduce_task_bytes;
     } else if (strcmp(kind, "reduce-then-map") == 0) {
       st->kind = KIND_REDUCE_MAP;
       if (sp->n_tasks || sp->n_inputs != 1)

@@ -161,13 +161,22 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
   } else if (ok) {
     fsh_reduce_task_result r;
     rc = fsh_reduce_task_result_decode(answer, size, &r, &err);
+    int32_t c = run_count(st, t);
+    if (rc == 0 && (r.count > 1 ? r.count : 1) != c)
+      rc = fsh_error_set(&err, EPROTO, "the answer is of a run of %d partitions, the task "
+                         "reads %d", r.count > 1 ? r.count : 1, c);
     if (rc == 0) {
       k->rows = r.rows;
       k->bytes = r.bytes;
       k->batches = r.batches;
       k->checksum = r.checksum;
       k->nanos = r.nanos;
+      for (int32_t x = 0; st->run_first && x < c; x++) { /* per partition, for the check */
+        st->read_rows[run_first(st, t) + x] = fsh_reduce_result_rows(&r, x);
+        st->read_sums[run_first(st, t) + x] = fsh_reduce_result_checksum(&r, x);
+      }
     }
+    fsh_reduce_task_result_reset(&r);
   }
   if (ok && rc == 0) {
     k->state = T_DONE;

@@ -90,6 +90,17 @@ typedef struct jstage {
   uint64_t *part_sums; /* [n_parts] */
   int64_t *part_bytes; /* [n_parts]: the bytes the tasks wrote there (exact) */
   bool *counted;       /* [n_tasks] */
+  /* KIND_REDUCE, coalesced reduces (sched.h): the job's target bytes per
+   * task (0: a task per partition, < 0 auto); once chosen (runs_set, when
+   * the stage may first start) task t reads partitions [run_first[t],
+   * run_first[t + 1]) of its input -- run_first NULL: task t reads
+   * partition t -- and read_rows / read_sums hold, per partition of its
+   * input, what the done task of it read. */
+  int64_t run_bytes;
+  bool runs_set;
+  int32_t *run_first;  /* [n_tasks + 1] */
+  int64_t *read_rows;  /* [input's n_parts] */
+  uint64_t *read_sums;
   int64_t first_ms, last_ms; /* first start, last end */
   /* the pre-shuffle merge (job_merge.c): on for this stage, map outputs
    * per merge, held outputs (tasks with `held`), the merges */
@@ -152,6 +163,29 @@ static inline bool staged(const sched_job *j, int s) {
  * consumer reads: t, or 0 of a 1-partition shuffle (a plan's broadcast
  * side, a gather). */
 static inline int32_t part_read(const jstage *in, int32_t t) { return in->n_parts == 1 ? 0 : t; }
+/* The run of partitions task t of a reduce stage reads: [run_first(st, t),
+ * + run_count(st, t)). */
+static inline int32_t run_first(const jstage *st, int32_t t) {
+  return st->run_first ? st->run_first[t] : t;
+}
+static inline int32_t run_count(const jstage *st, int32_t t) {
+  return st->run_first ? st->run_first[t + 1] - st->run_first[t] : 1;
+}
+/* The task of a reduce stage that reads partition p of its input. */
+static inline int32_t run_task_of(const jstage *st, int32_t p) {
+  if (!st->run_first) return p;
+  int32_t lo = 0, hi = st->n_tasks; /* the last t with run_first[t] <= p */
+  while (hi - lo > 1) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (st->run_first[mid] <= p) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+/* Chooses the runs of reduce stage s (once, when it may first start; see
+ * sched.h "coalesced reduces"): n_tasks becomes the number of runs. ENOMEM
+ * leaves a task per partition. mu held. (job_scheduler.c) */
+void fsh_job_plan_runs(fsh_sched_driver *d, sched_job *j, int s);
 /* A shuffle kept after the job (the result the client reads) -- only once
  * the job succeeded: a failed job releases it too. */
 static inline bool kept(const sched_job *j, const jstage *st) {
@@ -201,6 +235,9 @@ bool fsh_job_settled(const sched_job *j);
  * (free the two arrays only). mu held. (job_scheduler.c) */
 int fsh_job_reduce_task_of(const sched_job *j, int in, int32_t p, bool incremental,
                            fsh_reduce_task *t, fsh_error *err);
+/* The same for the run [p, p + count) (count 1: the above). */
+int fsh_job_reduce_run_of(const sched_job *j, int in, int32_t p, int32_t count, bool incremental,
+                          fsh_reduce_task *t, fsh_error *err);
 
 /* The "task" envelope of a kind's body with the TaskRef tag (merge: a
  * merge's id, 0 for a task). (job_scheduler.c) */

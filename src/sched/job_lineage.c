@@ -27,9 +27,12 @@ static void retry_readers(fsh_sched_driver *d, sched_job *j, int s, const bool *
     if (!consumer(cs) || !reads(cs, s)) continue;
     for (int32_t p = 0; p < cs->n_tasks; p++) {
       jtask *k = &cs->tasks[p];
-      if (k->state != T_RUNNING ||
-          !(hit[part_read(st, p)] || (cs->scatter && hit[st->n_parts - 1])))
-        continue;
+      if (k->state != T_RUNNING) continue;
+      /* the partitions it reads: one, or its run (coalesced reduces) */
+      bool reads_hit = cs->scatter && hit[st->n_parts - 1];
+      for (int32_t x = 0; !reads_hit && x < run_count(cs, p); x++)
+        reads_hit = hit[cs->run_first ? run_first(cs, p) + x : part_read(st, p)];
+      if (!reads_hit) continue;
       fsh_job_event_push(&j->retried, cs->id, p, k->attempt, "an input of it (stage %u) %s",
                          st->id, what);
       fsh_job_cancel_attempt(d, j, cs, p, k->attempt, k->worker_id);

@@ -1,6 +1,6 @@
 /* job_map_outputs.c -- incremental reduces: the "map-outputs" action, by
  * which a running reduce asks for the current map outputs of its
- * partition newer than the version it has seen. */
+ * partition (or its run of partitions) newer than the version it has seen. */
 #include <errno.h>
 #include <inttypes.h>
 
@@ -20,7 +20,8 @@ static int map_outputs(sched_job *j, int s, int32_t t, int32_t attempt, uint64_t
                          "(or the job is over): stop", j->id, st->id, t, attempt);
   const jstage *in = &j->stages[st->input];
   fsh_shuffle_sources src = {0};
-  int rc = fsh_shuffle_meta_sources(in->meta, t, since, &src, err);
+  int rc = fsh_shuffle_meta_run_sources(in->meta, run_first(st, t), run_count(st, t), since,
+                                        &src, err);
   if (rc) return rc;
   Flightshuffle__Sched__MapSource *xs = fsh_calloc((size_t)(src.n ? src.n : 1), sizeof *xs);
   Flightshuffle__Sched__MapSource **xp = fsh_calloc((size_t)(src.n ? src.n : 1), sizeof *xp);

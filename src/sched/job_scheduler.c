@@ -111,13 +111,19 @@ static void sort_sources(fsh_reduce_source *src, int64_t n, int64_t n_maps) {
 
 int fsh_job_reduce_task_of(const sched_job *j, int input, int32_t p, bool incremental,
                            fsh_reduce_task *t, fsh_error *err) {
+  return fsh_job_reduce_run_of(j, input, p, 1, incremental, t, err);
+}
+
+int fsh_job_reduce_run_of(const sched_job *j, int input, int32_t p, int32_t count,
+                          bool incremental, fsh_reduce_task *t, fsh_error *err) {
   const jstage *in = &j->stages[input];
   *t = (fsh_reduce_task){.shuffle_id = in->shuffle_id, .partition = p,
-                         .n_partitions = in->n_parts, .backend = j->backend,
-                         .incremental = incremental, .sizes_unknown = true};
+                         .count = count > 1 ? count : 0, .n_partitions = in->n_parts,
+                         .backend = j->backend, .incremental = incremental,
+                         .sizes_unknown = true};
   if (incremental) return 0; /* it asks for its inputs ("map-outputs") */
   fsh_shuffle_sources src = {0};
-  int rc = fsh_shuffle_meta_sources(in->meta, p, 0, &src, err);
+  int rc = fsh_shuffle_meta_run_sources(in->meta, p, count > 1 ? count : 1, 0, &src, err);
   uint32_t n_ids = fsh_shuffle_meta_n_locations(in->meta);
   int32_t *loc_of = rc ? NULL : fsh_malloc((size_t)(n_ids ? n_ids : 1) * sizeof *loc_of);
   if (rc == 0) {
@@ -163,7 +169,8 @@ static int reduce_body(const sched_job *j, const jstage *st, int32_t p, fsh_buff
    * incremental retrieval (no "map-outputs" round trip of its own) */
   const jstage *in = &j->stages[st->input];
   bool incremental = j->incremental && in->n_done < in->n_tasks;
-  FSH_RETURN_NOT_OK(fsh_job_reduce_task_of(j, st->input, p, incremental, &t, err));
+  FSH_RETURN_NOT_OK(fsh_job_reduce_run_of(j, st->input, run_first(st, p), run_count(st, p),
+                                          incremental, &t, err));
   int rc = fsh_reduce_task_encode(&t, out, err);
   fsh_free(t.sources);
   fsh_free(t.locations); /* the strings are the metadata's */
@@ -218,6 +225,23 @@ static int plan_body(const sched_job *j, const jstage *st, int32_t t, int32_t at
   return rc;
 }
 
+/* The location holding most bytes of partitions [p, p + count) of stage
+ * in's shuffle, or NULL (none known). mu held. */
+static const char *run_best_location(const jstage *in, int32_t p, int32_t count) {
+  uint32_t n = fsh_shuffle_meta_n_locations(in->meta), best = 0;
+  int64_t best_bytes = 0;
+  for (uint32_t l = 0; l < n; l++) {
+    int64_t sum = 0;
+    for (int32_t q = p; q < p + count; q++) {
+      int64_t rows, bytes;
+      fsh_error e;
+      if (fsh_shuffle_meta_location_bytes(in->meta, q, l, &rows, &bytes, &e) == 0) sum += bytes;
+    }
+    if (sum > best_bytes) best = l, best_bytes = sum;
+  }
+  return best_bytes > 0 ? fsh_shuffle_meta_location_uri(in->meta, best) : NULL;
+}
+
 /* Picks the worker for task t of stage s: alive, a free slot; maps: the
  * least loaded (place_runs is preferred for them); reduces: the one
  * holding most input bytes. NULL if none. */
@@ -225,11 +249,14 @@ static driver_worker *place(fsh_sched_driver *d, const sched_job *j, int s, int3
   const jstage *st = &j->stages[s];
   /* a consumer: the location holding most of its partition's bytes */
   const char *best_uri = NULL;
-  if (consumer(st)) {
+  if (consumer(st) && run_count(st, t) > 1) {
+    best_uri = run_best_location(&j->stages[st->input], run_first(st, t), run_count(st, t));
+  } else if (consumer(st)) {
     const jstage *in = &j->stages[st->input];
     fsh_shuffle_partition_totals tot;
     fsh_error e;
-    if (fsh_shuffle_meta_partition_totals(in->meta, part_read(in, t), &tot, &e) == 0 &&
+    int32_t p = st->run_first ? run_first(st, t) : part_read(in, t);
+    if (fsh_shuffle_meta_partition_totals(in->meta, p, &tot, &e) == 0 &&
         tot.best_location_bytes > 0)
       best_uri = fsh_shuffle_meta_location_uri(in->meta, tot.best_location);
   }
@@ -419,6 +446,7 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
       if (st->merge) fsh_job_merges_plan(d, j, s, now, emit_merge, l);
       if (j->state != FSH_SCHED_JOB_RUNNING) break;
       bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
+      if (may && st->kind == KIND_REDUCE && !st->runs_set) fsh_job_plan_runs(d, j, s);
       /* a stage reading no shuffle: by runs of task ids (place_runs); if
        * that cannot allocate, task by task (place) */
       int32_t *runs = NULL;

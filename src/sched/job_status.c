@@ -148,22 +148,25 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
     }
     if (!consumer(st)) continue;
     const jstage *in = &j->stages[st->input];
+    /* partitions read: one per task, or the runs' (coalesced reduces) */
+    int32_t n_read = st->run_first ? in->n_parts : st->n_tasks;
     if (with_partitions && st->kind == KIND_REDUCE && !s.partitions) {
-      if (!(s.partitions = fsh_calloc((size_t)st->n_tasks, sizeof *s.partitions))) rc = ENOMEM;
-      else s.n_partitions = st->n_tasks;
+      if (!(s.partitions = fsh_calloc((size_t)n_read, sizeof *s.partitions))) rc = ENOMEM;
+      else s.n_partitions = n_read;
     }
-    for (int32_t p = 0; rc == 0 && p < st->n_tasks; p++) {
+    for (int32_t p = 0; rc == 0 && p < n_read; p++) {
       fsh_sched_partition_check c = {.map_rows = in->part_rows[p],
                                      .map_checksum = in->part_sums[p]};
-      c.reduce_rows = st->tasks[p].rows;
-      c.reduce_checksum = st->tasks[p].checksum;
+      const jtask *k = &st->tasks[run_task_of(st, p)];
+      c.reduce_rows = st->run_first ? st->read_rows[p] : k->rows;
+      c.reduce_checksum = st->run_first ? st->read_sums[p] : k->checksum;
       /* an intermediate task's output may be lost after it was consumed:
        * its figures are those of its last completed attempt */
       bool must_be_done = st->kind == KIND_REDUCE;
-      if ((must_be_done && st->tasks[p].state != T_DONE) || c.map_rows != c.reduce_rows ||
+      if ((must_be_done && k->state != T_DONE) || c.map_rows != c.reduce_rows ||
           c.map_checksum != c.reduce_checksum)
         s.verified = false;
-      if (s.partitions && st->kind == KIND_REDUCE && s.n_partitions == st->n_tasks)
+      if (s.partitions && st->kind == KIND_REDUCE && s.n_partitions == n_read)
         s.partitions[p] = c;
     }
   }

@@ -690,7 +690,16 @@ static void sources_clear_table(fsh_shuffle_sources *s) {
 
 int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t p, uint64_t since,
                              fsh_shuffle_sources *out, fsh_error *err) {
+  return fsh_shuffle_meta_run_sources(m, p, 1, since, out, err);
+}
+
+int fsh_shuffle_meta_run_sources(const fsh_shuffle_meta *m, int32_t p, int32_t count,
+                                 uint64_t since, fsh_shuffle_sources *out, fsh_error *err) {
   if (p < 0 || p >= m->n_partitions) return bad_partition(m, p, err);
+  if (count < 1 || count > m->n_partitions - p)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 ": a run of %d partitions from "
+                         "partition %d (%d partitions)", m->shuffle_id, count, (int)p,
+                         m->n_partitions);
   if (since > m->version)
     return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " partition %d: since_version %" PRIu64
                          " is ahead of the shuffle's version %" PRIu64, m->shuffle_id, (int)p,
@@ -710,18 +719,25 @@ int fsh_shuffle_meta_sources(const fsh_shuffle_meta *m, int32_t p, uint64_t sinc
     if (m->log_version[mid] <= since) lo = mid + 1;
     else hi = mid;
   }
-  const uint64_t *col = m->bits + p;
   for (int64_t i = lo; i < m->n_log; i++) {
     int32_t map = m->log_map[i];
-    if (!((col[map / 64 * m->n_partitions] >> (map % 64)) & 1) || !log_entry_live(m, i))
-      continue;
+    if (!log_entry_live(m, i)) continue;
+    const uint64_t *col = m->bits + (int64_t)(map / 64) * m->n_partitions;
+    int64_t bytes = 0;
+    bool any = false;
+    for (int32_t q = p; q < p + count; q++) {
+      if (!((col[q] >> (map % 64)) & 1)) continue;
+      int64_t r, b;
+      bool exact;
+      block_estimate(&m->maps[map], q, &r, &b, &exact);
+      bytes += b;
+      any = true;
+    }
+    if (!any) continue;
     if (out->n == out->capacity && !sources_reserve(out, out->n + 1))
       return fsh_error_set(err, ENOMEM, "shuffle %" PRIu64 " partition %d: out of memory for"
                            " the sources", m->shuffle_id, (int)p);
     const meta_map *mm = &m->maps[map];
-    int64_t rows, bytes;
-    bool exact;
-    block_estimate(mm, p, &rows, &bytes, &exact);
     out->map_ids[out->n] = map;
     out->attempts[out->n] = mm->output_attempt;
     out->location_ids[out->n] = mm->loc;

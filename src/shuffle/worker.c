@@ -382,7 +382,11 @@ static int64_t now_ns(void) {
  * INCR_WAKE_VERSIONS or the shuffle completes.
  *
  * New sources are read in rounds, one fetch per peer for many map outputs
- * (bundled blocks): a round starts once `want` sources wait, the oldest
+ * (bundled blocks) -- and, for a coalesced reduce (sched.h), for its whole
+ * run of partitions: the range reader asks each peer once per round
+ * however many partitions the run has, so rounds stay cheap while every
+ * partition overlaps the maps (the driver starts one run per reduce
+ * slot). A round starts once `want` sources wait, the oldest
  * has waited round_ns, or no more will come. Both grow with the number of
  * incremental reduces running here (64 sources / 200 ms for up to 7, up
  * to 256 / 800 ms): many reduces reading small rounds cost more fetches
@@ -500,6 +504,9 @@ static void cond_wait_until(incr_hub *h, int64_t deadline_ns) {
  * sources' indexes remapped); more is left empty. ENOMEM leaves acc as it
  * was plus whatever was moved (still consistent). */
 static int append_sources(fsh_reduce_task *acc, fsh_reduce_task *more, fsh_error *err) {
+  if (more->parts) /* a run's per-partition numbers: the driver never sends them here */
+    return fsh_error_set(err, EINVAL, "more map outputs for a run of partitions must come "
+                         "with sizes unknown");
   int64_t n = acc->n_sources + more->n_sources;
   fsh_reduce_source *s = fsh_realloc(acc->sources, (size_t)(n ? n : 1) * sizeof *s);
   if (!s) return fsh_error_set(err, ENOMEM, "out of memory");
@@ -527,15 +534,14 @@ static int read_round(task_job *j, fsh_reduce_task *round, fsh_reduce_task_resul
                       fsh_error *err) {
   round->shuffle_id = j->reduce.shuffle_id;
   round->partition = j->reduce.partition;
+  round->count = j->reduce.count;
   round->n_partitions = j->reduce.n_partitions;
   round->backend = j->reduce.backend;
   fsh_reduce_task_result r;
   int rc = fsh_reduce_task_run(j->backend, round, &r, err);
   if (rc == 0) {
-    total->rows += r.rows;
-    total->bytes += r.bytes;
-    total->checksum += r.checksum;
-    total->batches += r.batches;
+    rc = fsh_reduce_task_result_add(total, &r, err);
+    fsh_reduce_task_result_reset(&r);
   }
   fsh_reduce_task_reset(round);
   return rc;
@@ -647,7 +653,17 @@ static int run_incremental(task_job *j, fsh_reduce_task_result *out, fsh_error *
   pthread_mutex_unlock(&h->mu);
   fsh_reduce_task_reset(&round);
   total.nanos = now_ns() - t0;
+  /* a run none of whose rounds had sources still answers per partition */
+  int32_t c = fsh_reduce_task_count(&j->reduce);
+  if (rc == 0 && c > 1 && total.count == 0) {
+    total.part_rows = fsh_calloc((size_t)c, sizeof *total.part_rows);
+    total.part_checksums = fsh_calloc((size_t)c, sizeof *total.part_checksums);
+    total.count = c;
+    if (!total.part_rows || !total.part_checksums)
+      rc = fsh_error_set(err, ENOMEM, "worker %s: out of memory", w->uri);
+  }
   if (rc == 0) *out = total;
+  else fsh_reduce_task_result_reset(&total);
   return rc;
 }
 
@@ -676,7 +692,10 @@ static int task_job_run(void *p, fsh_buffer **answer, fsh_error *err) {
     fsh_reduce_task_result r;
     rc = j->reduce.incremental ? run_incremental(j, &r, err)
                                : fsh_reduce_task_run(j->backend, &j->reduce, &r, err);
-    if (rc == 0) rc = fsh_reduce_task_result_encode(&r, answer, err);
+    if (rc == 0) {
+      rc = fsh_reduce_task_result_encode(&r, answer, err);
+      fsh_reduce_task_result_reset(&r);
+    }
   }
   return rc == 0 ? 0 : fsh_error_prefix(err, rc, "worker %s: ", j->w->uri);
 }

@@ -134,6 +134,25 @@ def test_many_small_partitions(tmp_path):
     check_clean(spill)
 
 
+@pytest.mark.parametrize("backend", ["flight", "fs"])
+def test_coalesced_reduces(tmp_path, backend):
+    # --reduce-task-bytes: 0 runs a reduce task per partition; auto a task
+    # per run of partitions, at least one per slot (2 workers x 2) and here
+    # far fewer than the 40 partitions; 600K (partitions of ~100 KB) runs
+    # of ~6. Every run verifies each partition against the maps.
+    want = {"0": lambda n: n == 40, "auto": lambda n: 4 <= n < 40,
+            "600K": lambda n: 5 <= n <= 16}
+    for rtb, ok in want.items():
+        p, spill = bench("--workers", "2", "--maps", "6", "--reduces", "40", "--bytes", "4M",
+                         "--backend", backend, "--reduce-task-bytes", rtb, tmp_path=tmp_path)
+        assert p.returncode == 0, p.stderr + p.stdout
+        r = result_fields(p.stdout)
+        assert r["verified"] == "yes"
+        assert ok(int(r["reduce_tasks"])), (rtb, r["reduce_tasks"])
+        assert f"reduce tasks {r['reduce_tasks']} over 40 partitions" in p.stdout
+        check_clean(spill)
+
+
 @pytest.mark.parametrize("args,needle", [
     ([], "required"),
     (SMALL + ["--backend", "ray"], "unknown shuffle backend 'ray'"),
@@ -147,6 +166,7 @@ def test_many_small_partitions(tmp_path):
     (SMALL + ["--backend", "flight", "--memory-limit", "-5"], "--memory-limit '-5'"),
     (SMALL + ["--backend", "flight", "--bogus", "1"], "unknown option --bogus"),
     (SMALL + ["--backend"], "--backend needs a value"),
+    (SMALL + ["--backend", "flight", "--reduce-task-bytes", "-1"], "--reduce-task-bytes '-1'"),
 ])
 def test_bad_arguments_exit_2(tmp_path, args, needle):
     p, spill = bench(*args, tmp_path=tmp_path)

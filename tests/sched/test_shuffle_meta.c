@@ -220,6 +220,36 @@ static void check_sources(const fsh_shuffle_meta *meta, const model *md, int32_t
   }
 }
 
+/* The run answer for ([p, p + count), since) against the model (coalesced
+ * reduces): held outputs with version > since and a non-empty block in
+ * any partition of the run, by increasing version, bytes summed over the
+ * run's blocks. */
+static void check_run_sources(const fsh_shuffle_meta *meta, const model *md, int32_t p,
+                              int32_t count, uint64_t since, fsh_shuffle_sources *s) {
+  fsh_error err;
+  CHECK_OK(fsh_shuffle_meta_run_sources(meta, p, count, since, s, &err));
+  CHECK_EQ_INT(s->version, md->ver);
+  int64_t want[MAX_MAPS], n = 0;
+  for (uint64_t v = since + 1; v <= md->ver; v++)
+    for (int64_t m = 0; m < md->n_maps; m++) {
+      bool any = false;
+      for (int32_t q = p; q < p + count; q++) any |= block_non_empty(md, m, q);
+      if (md->state[m] == M_COMPLETE && md->version[m] == v && any) want[n++] = m;
+    }
+  CHECK_EQ_INT(s->n, n);
+  for (int64_t i = 0; i < n && i < s->n; i++) {
+    int64_t m = want[i], sum = 0;
+    CHECK_EQ_INT(s->map_ids[i], m);
+    CHECK_EQ_INT(s->attempts[i], md->out_attempt[m]);
+    for (int32_t q = p; q < p + count; q++) {
+      int64_t r, b;
+      CHECK_OK(fsh_shuffle_meta_block(meta, m, q, &r, &b, &err));
+      sum += b;
+    }
+    CHECK_EQ_INT(s->bytes[i], sum);
+  }
+}
+
 /* Encodes s, decodes it, compares. */
 static void check_roundtrip(const fsh_shuffle_meta *meta, const fsh_shuffle_sources *s) {
   fsh_error err;
@@ -314,6 +344,7 @@ static void run_random(uint64_t seed, int64_t n_maps, int32_t np, int steps) {
       uint64_t since = md.ver ? (uint64_t)rnd_below((int64_t)md.ver + 1) : 0;
       check_sources(meta, &md, p, since, &s);
       if (op < 62) check_roundtrip(meta, &s);
+      check_run_sources(meta, &md, p, 1 + (int32_t)rnd_below(np - p), since, &s);
     } else { /* an incremental reducer polls */
       int32_t p = (int32_t)rnd_below(np);
       check_sources(meta, &md, p, red[p].since, &s);
@@ -494,6 +525,9 @@ static void test_bad_arguments(void) {
   fsh_shuffle_sources s = {0};
   CHECK_EQ_INT(fsh_shuffle_meta_sources(meta, 3, 0, &s, &err), EINVAL);
   CHECK(strstr(err.message, "partition 3"));
+  CHECK_EQ_INT(fsh_shuffle_meta_run_sources(meta, 1, 3, 0, &s, &err), EINVAL); /* past the end */
+  CHECK(strstr(err.message, "a run of 3 partitions from partition 1"));
+  CHECK_EQ_INT(fsh_shuffle_meta_run_sources(meta, 0, 0, 0, &s, &err), EINVAL);
   CHECK_EQ_INT(fsh_shuffle_meta_sources(meta, 0, 2, &s, &err), EINVAL);
   CHECK(strstr(err.message, "since_version 2 is ahead"));
   CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 1, &s, &err));

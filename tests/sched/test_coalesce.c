@@ -1,0 +1,444 @@
+/* test_coalesce.c -- coalesced reduces: a reduce task reading a run of
+ * partitions (shuffle.h fsh_reduce_task.count) -- its body and answer
+ * codecs, what it reads per partition against the map side's record (the
+ * fs backend, which compares every source with it) -- and jobs whose
+ * reduce stage runs one task per run (sched.h "coalesced reduces"):
+ * every partition checked against an in-process reference, runs by size
+ * and per slot (incremental), a lost output and a lost worker. */
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "jobs_fixture.h"
+
+/* ---- body and answer codecs --------------------------------------------- */
+
+static char loc_a[] = "grpc://127.0.0.1:1", loc_b[] = "grpc://127.0.0.1:2";
+
+static void body_codec(void) {
+  fsh_error err;
+  char *locs[2] = {loc_a, loc_b};
+  fsh_reduce_source src[2] = {{.map_id = 3, .attempt = 1, .location = 0},
+                              {.map_id = 9, .attempt = 0, .location = 1}};
+  fsh_reduce_part parts[6];
+  for (int i = 0; i < 6; i++)
+    parts[i] = (fsh_reduce_part){.rows = 10 + i, .bytes = 100 + i, .checksum = 0xabc0u + i};
+  /* one partition: version 1, as before (count 0 and 1 alike) */
+  for (int32_t c = 0; c <= 1; c++) {
+    fsh_reduce_task t = {.shuffle_id = 7, .partition = 2, .count = c, .n_partitions = 8,
+                         .backend = FSH_TASK_BACKEND_FLIGHT, .n_sources = 2, .sources = src,
+                         .n_locations = 2, .locations = locs};
+    fsh_buffer *b = NULL;
+    CHECK_OK(fsh_reduce_task_encode(&t, &b, &err));
+    if (!b) continue;
+    CHECK_EQ_INT(b->data[4], 1);
+    fsh_reduce_task d;
+    CHECK_OK(fsh_reduce_task_decode(b->data, b->size, &d, &err));
+    CHECK_EQ_INT(fsh_reduce_task_count(&d), 1);
+    CHECK(d.parts == NULL && d.partition == 2 && d.n_sources == 2);
+    fsh_reduce_task_reset(&d);
+    fsh_buffer_unref(b);
+  }
+  /* a run of 3 with sizes known: version 2, every part back */
+  fsh_reduce_task t = {.shuffle_id = 7, .partition = 5, .count = 3, .n_partitions = 8,
+                       .backend = FSH_TASK_BACKEND_FLIGHT, .n_sources = 2, .sources = src,
+                       .parts = parts, .n_locations = 2, .locations = locs};
+  fsh_buffer *b = NULL;
+  CHECK_OK(fsh_reduce_task_encode(&t, &b, &err));
+  if (b) {
+    CHECK_EQ_INT(b->data[4], 2);
+    fsh_reduce_task d;
+    CHECK_OK(fsh_reduce_task_decode(b->data, b->size, &d, &err));
+    CHECK_EQ_INT(d.count, 3);
+    CHECK_EQ_INT(d.partition, 5);
+    CHECK(d.parts != NULL && !d.sizes_unknown);
+    for (int i = 0; d.parts && i < 6; i++)
+      CHECK(d.parts[i].rows == parts[i].rows && d.parts[i].bytes == parts[i].bytes &&
+            d.parts[i].checksum == parts[i].checksum);
+    CHECK(d.n_locations == 2 && strcmp(d.locations[1], loc_b) == 0 && d.sources[1].map_id == 9);
+    fsh_reduce_task_reset(&d);
+    /* truncated: a part short */
+    CHECK(fsh_reduce_task_decode(b->data, b->size - 30, &d, &err) == EINVAL);
+    /* version 2 claiming one partition */
+    uint8_t *x = malloc((size_t)b->size);
+    memcpy(x, b->data, (size_t)b->size);
+    x[36] = 1, x[37] = x[38] = x[39] = 0;
+    CHECK(fsh_reduce_task_decode(x, b->size, &d, &err) == EINVAL);
+    CHECK_MSG(strstr(err.message, "a run of 1 partitions"), "%s", err.message);
+    /* version 1 with a count */
+    memcpy(x, b->data, (size_t)b->size);
+    x[4] = 1;
+    CHECK(fsh_reduce_task_decode(x, b->size, &d, &err) == EINVAL);
+    /* a run past the shuffle's partitions (5 + 3 > 7) */
+    memcpy(x, b->data, (size_t)b->size);
+    x[20] = 7;
+    CHECK(fsh_reduce_task_decode(x, b->size, &d, &err) == EINVAL);
+    CHECK_MSG(strstr(err.message, "past the shuffle's 7 partitions"), "%s", err.message);
+    free(x);
+    fsh_buffer_unref(b);
+  }
+  /* sizes unknown: no parts on the wire */
+  t.sizes_unknown = true;
+  t.parts = NULL;
+  CHECK_OK(fsh_reduce_task_encode(&t, &b, &err));
+  if (b) {
+    fsh_reduce_task d;
+    CHECK_OK(fsh_reduce_task_decode(b->data, b->size, &d, &err));
+    CHECK(d.count == 3 && d.parts == NULL && d.sizes_unknown);
+    fsh_reduce_task_reset(&d);
+    fsh_buffer_unref(b);
+  }
+  /* sizes known but no parts; a run past the end */
+  t.sizes_unknown = false;
+  CHECK(fsh_reduce_task_encode(&t, &b, &err) == EINVAL);
+  t.parts = parts;
+  t.partition = 6;
+  CHECK(fsh_reduce_task_encode(&t, &b, &err) == EINVAL);
+}
+
+static void answer_codec(void) {
+  fsh_error err;
+  int64_t rows[4] = {5, 0, 7, 9};
+  uint64_t sums[4] = {11, 0, 13, 0xffffffffffffffffull};
+  fsh_reduce_task_result r = {.rows = 21, .bytes = 999, .checksum = 23, .batches = 4,
+                              .nanos = 77, .count = 4, .part_rows = rows, .part_checksums = sums};
+  fsh_buffer *b = NULL;
+  CHECK_OK(fsh_reduce_task_result_encode(&r, &b, &err));
+  if (b) {
+    CHECK_EQ_INT(b->size, 48 + 8 + 4 * 16);
+    fsh_reduce_task_result d;
+    CHECK_OK(fsh_reduce_task_result_decode(b->data, b->size, &d, &err));
+    CHECK(d.count == 4 && d.rows == 21 && d.bytes == 999 && d.checksum == 23 && d.batches == 4);
+    for (int32_t k = 0; k < 4 && d.count == 4; k++)
+      CHECK(fsh_reduce_result_rows(&d, k) == rows[k] &&
+            fsh_reduce_result_checksum(&d, k) == sums[k]);
+    fsh_reduce_task_result_reset(&d);
+    CHECK(fsh_reduce_task_result_decode(b->data, b->size - 16, &d, &err) == EINVAL);
+    fsh_buffer_unref(b);
+  }
+  /* one partition: the 48-byte version 1 answer, totals are the partition's */
+  fsh_reduce_task_result one = {.rows = 3, .bytes = 30, .checksum = 33, .batches = 1};
+  CHECK_OK(fsh_reduce_task_result_encode(&one, &b, &err));
+  if (b) {
+    CHECK_EQ_INT(b->size, 48);
+    fsh_reduce_task_result d;
+    CHECK_OK(fsh_reduce_task_result_decode(b->data, b->size, &d, &err));
+    CHECK(d.count == 0 && d.part_rows == NULL && fsh_reduce_result_rows(&d, 0) == 3 &&
+          fsh_reduce_result_checksum(&d, 0) == 33);
+    fsh_reduce_task_result_reset(&d);
+    fsh_buffer_unref(b);
+  }
+  /* adding rounds of a run (incremental) */
+  fsh_reduce_task_result total = {0};
+  CHECK_OK(fsh_reduce_task_result_add(&total, &r, &err));
+  CHECK_OK(fsh_reduce_task_result_add(&total, &r, &err));
+  CHECK(total.count == 4 && total.rows == 42 && total.part_rows[2] == 14 &&
+        total.part_checksums[3] == 0xfffffffffffffffeull);
+  CHECK(fsh_reduce_task_result_add(&total, &one, &err) == EINVAL);
+  fsh_reduce_task_result_reset(&total);
+}
+
+/* ---- a run read through the fs backend ----------------------------------- */
+
+#define RM 4 /* maps */
+#define RP 6 /* partitions */
+
+/* The reduce task of [p, p + c) over the map outputs outs[RM] (sources
+ * with a non-empty block in the run; loc[m]: map m's location, borrowed);
+ * with sizes, the per-partition numbers of the record. Free sources and
+ * parts. */
+static fsh_reduce_task run_task(const fsh_map_task_result *outs, int32_t p, int32_t c,
+                                bool sizes, char **loc) {
+  fsh_reduce_task t = {.shuffle_id = 5, .partition = p, .count = c, .n_partitions = RP,
+                       .backend = FSH_TASK_BACKEND_FS, .sizes_unknown = !sizes,
+                       .n_locations = RM, .locations = loc};
+  t.sources = calloc(RM, sizeof *t.sources);
+  t.parts = sizes && c > 1 ? calloc((size_t)RM * (size_t)c, sizeof *t.parts) : NULL;
+  for (int m = 0; m < RM; m++) {
+    const fsh_map_output *o = &outs[m].output;
+    bool any = false;
+    for (int32_t k = 0; k < c; k++) any |= o->rows[p + k] > 0;
+    if (!any) continue;
+    for (int32_t k = 0; t.parts && k < c; k++)
+      t.parts[t.n_sources * c + k] = (fsh_reduce_part){
+          .rows = o->rows[p + k], .bytes = o->bytes[p + k], .checksum = o->checksums[p + k]};
+    t.sources[t.n_sources++] = (fsh_reduce_source){
+        .map_id = o->map_id, .attempt = o->attempt, .location = m, .rows = o->rows[p],
+        .bytes = o->bytes[p], .checksum = o->checksums[p]};
+  }
+  return t;
+}
+
+static void run_reads_each_partition(void) {
+  fsh_error err;
+  char dir[] = "/tmp/fsh-coalesce-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  fsh_shuffle_backend *fs = NULL;
+  CHECK_OK(fsh_shuffle_fs_new(dir, &fs, &err));
+  if (!fs) return;
+  fsh_map_task_result outs[RM];
+  int64_t want_rows[RP] = {0};
+  uint64_t want_sums[RP] = {0};
+  for (int m = 0; m < RM; m++) {
+    fsh_map_task mt = {.shuffle_id = 5, .map_id = m, .n_partitions = RP, .first_row = m * 3000,
+                       .rows = 3000, .batch_rows = 500, .seed = 3,
+                       .backend = FSH_TASK_BACKEND_FS};
+    CHECK_OK(fsh_map_task_run(fs, &mt, &outs[m], &err));
+    for (int32_t p = 0; p < RP; p++) { /* the reference: what the maps wrote */
+      want_rows[p] += outs[m].output.rows[p];
+      want_sums[p] += outs[m].row_checksums[p];
+    }
+  }
+  char *loc[RM];
+  for (int m = 0; m < RM; m++) loc[m] = (char *)outs[m].output.location;
+  /* runs with and without sizes, one partition and the whole shuffle */
+  const int32_t runs[][2] = {{1, 3}, {0, RP}, {4, 1}, {5, 1}};
+  for (int s = 0; s < 2; s++) {
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+      int32_t p = runs[i][0], c = runs[i][1];
+      fsh_reduce_task t = run_task(outs, p, c, s == 1, loc);
+      fsh_reduce_task_result r = {0};
+      CHECK_OK(fsh_reduce_task_run(fs, &t, &r, &err));
+      CHECK_EQ_INT(r.count, c > 1 ? c : 0);
+      if (r.count != (c > 1 ? c : 0)) break;
+      int64_t rows = 0;
+      for (int32_t k = 0; k < c; k++) {
+        CHECK_EQ_INT(fsh_reduce_result_rows(&r, k), want_rows[p + k]);
+        CHECK(fsh_reduce_result_checksum(&r, k) == want_sums[p + k]);
+        rows += want_rows[p + k];
+      }
+      CHECK_EQ_INT(r.rows, rows);
+      fsh_reduce_task_result_reset(&r);
+      /* through the wire and back: the same */
+      fsh_buffer *b = NULL;
+      CHECK_OK(fsh_reduce_task_encode(&t, &b, &err));
+      fsh_reduce_task d = {0};
+      if (b) CHECK_OK(fsh_reduce_task_decode(b->data, b->size, &d, &err));
+      r = (fsh_reduce_task_result){0};
+      CHECK_OK(fsh_reduce_task_run(fs, &d, &r, &err));
+      CHECK_EQ_INT(r.rows, rows);
+      fsh_reduce_task_result_reset(&r);
+      fsh_reduce_task_reset(&d);
+      fsh_buffer_unref(b);
+      free(t.sources);
+      free(t.parts);
+    }
+  }
+  /* a part that does not match the record: the reader says which partition */
+  fsh_reduce_task t = run_task(outs, 1, 3, true, loc);
+  t.parts[1 * 3 + 2].rows += 1; /* source 1, partition 3 */
+  fsh_reduce_task_result r;
+  int rc = fsh_reduce_task_run(fs, &t, &r, &err);
+  char want[64];
+  snprintf(want, sizeof want, "map %lld attempt 0 partition 3:", (long long)t.sources[1].map_id);
+  CHECK(rc != 0);
+  CHECK_MSG(rc != 0 && strstr(err.message, "partitions 1 .. 3") && strstr(err.message, want),
+            "%s", err.message);
+  free(t.sources);
+  free(t.parts);
+  for (int m = 0; m < RM; m++) fsh_map_task_result_reset(&outs[m]);
+  CHECK_OK(fsh_shuffle_release(fs, 5, &err));
+  fsh_shuffle_backend_destroy(fs);
+  rmdir(dir);
+}
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+/* The job's reduce stage ran n tasks (the runs), each done. */
+static int32_t reduce_tasks(const fsh_sched_job_status *s) {
+  if (s->n_stages < 2) return -1;
+  const fsh_sched_stage_status *x = &s->stages[s->n_stages - 1];
+  CHECK_EQ_INT(x->tasks_done, x->tasks_total);
+  return x->tasks_total;
+}
+
+/* By size (auto): at least a task per slot (3 workers x 2), far fewer
+ * than the 16 partitions; every partition equals the reference. */
+static void job_with_runs(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 8;
+  j.reduces = 16;
+  j.rows = 8 * 4000;
+  j.reduce_task_bytes = -1; /* auto */
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c.d), NULL, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  int32_t n = reduce_tasks(&s);
+  CHECK_MSG(n >= 2 * N_WORKERS && n < j.reduces, "%d reduce tasks", n);
+  CHECK(s.stages[1].rows == j.rows);
+  fsh_sched_job_status_reset(&s);
+  /* 0: a task per partition, as before */
+  j.reduce_task_bytes = 0;
+  id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  check_job(&j, &s);
+  CHECK_EQ_INT(reduce_tasks(&s), j.reduces);
+  fsh_sched_job_status_reset(&s);
+  /* with the pre-shuffle merge: the runs are chosen once nothing is held */
+  j.reduce_task_bytes = -1;
+  j.merge = FSH_SCHED_MERGE_ON;
+  id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  CHECK(s.merges >= 1);
+  n = reduce_tasks(&s);
+  CHECK_MSG(n >= 2 * N_WORKERS && n < j.reduces, "%d reduce tasks", n);
+  fsh_sched_job_status_reset(&s);
+  /* a two-shuffle job: the last stage (reading the reduce-then-map
+   * outputs) runs by runs; every one of its partitions verified */
+  j.merge = FSH_SCHED_MERGE_OFF;
+  j.then_reduces = 14;
+  j.then_key = 2;
+  id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED && s.verified, "%s", s.error ? s.error : "?");
+  CHECK_EQ_INT(s.n_partitions, 14);
+  int64_t rows = 0;
+  for (int32_t p = 0; p < s.n_partitions; p++) {
+    CHECK(s.partitions[p].reduce_rows == s.partitions[p].map_rows &&
+          s.partitions[p].reduce_checksum == s.partitions[p].map_checksum);
+    rows += s.partitions[p].reduce_rows;
+  }
+  CHECK_EQ_INT(rows, j.rows);
+  n = reduce_tasks(&s);
+  CHECK_MSG(n >= 2 * N_WORKERS && n < 14, "%d reduce tasks", n);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* Incremental: sizes unknown when the reduces start, so a run per slot
+ * (3 workers x 2); they start before the last map output. */
+static void incremental_job_with_runs(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  fsh_sched_shuffle_job j = JOB;
+  j.incremental = true;
+  j.maps = 30;
+  j.reduces = 16;
+  j.rows = 30 * 4000;
+  j.reduce_task_bytes = -1;
+  uint64_t id = submit(&c, &j);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 25000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  CHECK_EQ_INT(reduce_tasks(&s), 2 * N_WORKERS);
+  CHECK_MSG(s.first_reduce_start_s < s.last_map_output_s, "first fetch %.3f s, last map %.3f s",
+            s.first_reduce_start_s, s.last_map_output_s);
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+/* A live worker's output of map 2 is dropped once written: exactly that map
+ * is recomputed, the run tasks that read it retried (none other: each
+ * retried one reads a partition map 2 wrote to), every worker stays
+ * alive, every partition equals the reference. */
+static void lost_output_retries_runs(void) {
+  fsh_error err;
+  for (int inc = 0; inc < 2; inc++) {
+    cluster c;
+    start_cluster(&c, 3000, true);
+    fsh_sched_shuffle_job j = JOB;
+    j.maps = 6;
+    j.reduces = 12;
+    j.rows = 6 * 5000;
+    j.incremental = inc == 1;
+    j.reduce_task_bytes = -1;
+    atomic_store(&drop_map, 2);
+    uint64_t id = submit(&c, &j);
+    CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 30000, &err));
+    CHECK_EQ_INT(atomic_load(&drop_map), -1);
+    atomic_store(&drop_map, -1);
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+    CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+    check_job(&j, &s);
+    int32_t n = reduce_tasks(&s);
+    CHECK_MSG(n >= 1 && n < j.reduces, "%d reduce tasks", n);
+    check_only_recomputed(&s, 1, 2, "on live worker", "reported missing");
+    CHECK(s.n_retried >= 1);
+    for (int32_t i = 0; i < s.n_retried; i++)
+      CHECK_MSG(s.retried[i].stage_id == 2 && s.retried[i].task < n, "retried stage %u task %d",
+                s.retried[i].stage_id, s.retried[i].task);
+    fsh_sched_job_status_reset(&s);
+    check_all_alive(&c);
+    stop_cluster(&c);
+  }
+}
+
+/* A worker holding map outputs is declared dead while the maps run: its
+ * maps are recomputed (each once, each naming it), the runs verify. */
+static void lost_worker_with_runs(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, false);
+  fsh_sched_shuffle_job j = JOB;
+  j.slots_per_worker = 1;
+  j.maps = 24;
+  j.reduces = 12;
+  j.rows = 24 * 20000;
+  j.batch_rows = 5000;
+  j.reduce_task_bytes = -1;
+  start_workers(&c);
+  uint64_t id = submit(&c, &j);
+  const char *victim = NULL;
+  for (int t = 0; t < 2000 && !victim; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
+    bool some = s.n_stages == 2 && s.stages[0].tasks_done >= 2;
+    bool over = s.state != FSH_SCHED_JOB_RUNNING;
+    fsh_sched_job_status_reset(&s);
+    if (over) break;
+    int best = -1, most = 0;
+    for (int i = 0; some && i < N_WORKERS; i++) {
+      int acked = atomic_load(&c.hook[i].maps_acked);
+      if (acked > most) most = acked, best = i;
+    }
+    if (best >= 0) {
+      victim = fsh_shuffle_worker_uri(c.w[best]);
+      CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
+    }
+    if (!victim) sleep_ms(2);
+  }
+  CHECK(victim != NULL);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  int32_t n = reduce_tasks(&s);
+  CHECK_MSG(n >= 1 && n < j.reduces, "%d reduce tasks", n);
+  CHECK(s.n_recomputed >= 1);
+  for (int32_t i = 0; i < s.n_recomputed; i++) {
+    CHECK_EQ_INT(s.recomputed[i].stage_id, 1);
+    CHECK(victim && strstr(s.recomputed[i].reason, victim) != NULL);
+    for (int32_t k = i + 1; k < s.n_recomputed; k++)
+      CHECK(s.recomputed[i].task != s.recomputed[k].task);
+  }
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"body_codec", body_codec},
+      {"answer_codec", answer_codec},
+      {"run_reads_each_partition", run_reads_each_partition},
+      {"job_with_runs", job_with_runs},
+      {"incremental_job_with_runs", incremental_job_with_runs},
+      {"lost_output_retries_runs", lost_output_retries_runs},
+      {"lost_worker_with_runs", lost_worker_with_runs},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
+}
