@@ -313,6 +313,11 @@ void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok) {
         c->recv_done = true;
         c->ops->on_end(c);
       } else {
+        /* DoPut: the next receive first, so that gRPC keeps the stream's
+         * window open while the sink takes this message (one message read
+         * ahead; a slow sink still stops the stream). DoExchange decides
+         * after the sink (it may pause, EBUSY). */
+        if (c->method == SRV_DO_PUT) srv_call_recv(c);
         c->ops->on_message(c, bb);
       }
       break;
