@@ -1,8 +1,8 @@
 /* server_streams.c -- the FlightData streams: DoGet (a source pulled one
  * message per completed send), DoPut (a sink fed one message per completed
- * receive; the next receive starts as the sink is handed a message
- * (srv_handle_event), so at most one more message waits while the sink
- * works) and DoExchange (both at once on one call; its next receive starts
+ * receive; once the handler opened the sink, the next receive starts as
+ * the sink is handed a message (srv_handle_event), so at most one more
+ * message waits while the sink works) and DoExchange (both at once on one call; its next receive starts
  * after the sink returned, which may pause it). */
 #include "flight/server_internal.h"
 
