@@ -414,7 +414,9 @@ void fsh_flight_rpc_recv_done(fsh_flight_rpc *r, bool ok) {
   r->recv_msg = NULL;
   if (ok && m) {
     r->ahead[(r->ahead_head + r->ahead_n) % FSH_FLIGHT_READAHEAD] = m;
-    if (++r->ahead_n < FSH_FLIGHT_READAHEAD) readahead_start_locked(r);
+    r->ahead_bytes += grpc_byte_buffer_length(m);
+    if (++r->ahead_n < FSH_FLIGHT_READAHEAD && r->ahead_bytes < FSH_FLIGHT_READAHEAD_BYTES)
+      readahead_start_locked(r);
   } else {
     if (m) grpc_byte_buffer_destroy(m);
     r->recv_end = true;
@@ -447,6 +449,7 @@ static grpc_byte_buffer *readahead_take(fsh_flight_rpc *r, int64_t stall_ms) {
     m = r->ahead[r->ahead_head];
     r->ahead_head = (r->ahead_head + 1) % FSH_FLIGHT_READAHEAD;
     r->ahead_n--;
+    r->ahead_bytes -= grpc_byte_buffer_length(m);
     readahead_start_locked(r); /* if the poller left off (queue full) */
   }
   pthread_mutex_unlock(&r->wait_mu);

@@ -32,10 +32,14 @@ typedef struct fsh_flight_tag {
   bool ok;   /* the completion's success flag */
 } fsh_flight_tag;
 
-/* Messages received ahead of a bulk call's reader, at most: the one
- * being received is not counted, so with 2 a slow reader holds up to 3
- * messages (the one it decodes included) besides gRPC's ~1 MiB window. */
+/* Messages received ahead of a bulk call's reader, at most, and the bytes
+ * queued beyond which the poller starts no further receive (the reader's
+ * next take does). A pending receive takes in a whole message, however
+ * large: with 4 MiB messages a slow reader holds up to 3 of them (the one
+ * it decodes included) besides gRPC's window; with messages of 16 MiB and
+ * more, 2, as without read-ahead. */
 #define FSH_FLIGHT_READAHEAD 2
+#define FSH_FLIGHT_READAHEAD_BYTES ((size_t)16 << 20)
 
 /* One call. The status batch (RECV_STATUS_ON_CLIENT) is started with the
  * call, so the status is always there to collect, whatever happened.
@@ -78,6 +82,7 @@ typedef struct fsh_flight_rpc {
   bool readahead;
   grpc_byte_buffer *ahead[FSH_FLIGHT_READAHEAD];
   int ahead_head, ahead_n;
+  size_t ahead_bytes; /* their size */
   bool recv_end;  /* a receive failed or found the end of the stream */
   bool recv_stop; /* being freed: no receive is started any more */
   bool initial_md_done;
