@@ -237,6 +237,7 @@ int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *a
   if (!r->own_cq && r->cq) {
     fsh_flight_poller_call_begin();
     r->poller_call = true;
+    r->readahead = true;
   }
   char path[128];
   snprintf(path, sizeof path, FSH_FLIGHT_SERVICE "%s", method);
@@ -398,12 +399,76 @@ static grpc_call_error recv_start(fsh_flight_rpc *r) {
   return ce;
 }
 
-/* One receive is kept in flight ahead of the caller (started as a message
- * is handed out), so that gRPC takes in the next message while the caller
- * decodes this one. */
+/* Starts the next receive of a read-ahead call unless one is in flight,
+ * the stream ended or the call is being freed; wait_mu held. A receive
+ * that cannot start ends the stream (the status tells why). */
+static void readahead_start_locked(fsh_flight_rpc *r) {
+  if (r->recv_pending || r->recv_end || r->recv_stop) return;
+  if (recv_start(r) != GRPC_CALL_OK) r->recv_end = true;
+}
+
+void fsh_flight_rpc_recv_done(fsh_flight_rpc *r, bool ok) {
+  pthread_mutex_lock(&r->wait_mu);
+  r->recv_pending = false;
+  grpc_byte_buffer *m = r->recv_msg;
+  r->recv_msg = NULL;
+  if (ok && m) {
+    r->ahead[(r->ahead_head + r->ahead_n) % FSH_FLIGHT_READAHEAD] = m;
+    r->ahead_bytes += grpc_byte_buffer_length(m);
+    if (++r->ahead_n < FSH_FLIGHT_READAHEAD && r->ahead_bytes < FSH_FLIGHT_READAHEAD_BYTES)
+      readahead_start_locked(r);
+  } else {
+    if (m) grpc_byte_buffer_destroy(m);
+    r->recv_end = true;
+  }
+  /* The reader may free r as soon as it sees this: signal under the lock. */
+  pthread_cond_broadcast(&r->wait_cv);
+  pthread_mutex_unlock(&r->wait_mu);
+}
+
+/* fsh_flight_rpc_recv of a read-ahead call: takes the oldest queued
+ * message, waiting for one (at most stall_ms, if set, then the call is
+ * cancelled and the wait goes on until gRPC fails the receive); restarts
+ * the receives if the queue was full. NULL at the end of the stream. */
+static grpc_byte_buffer *readahead_take(fsh_flight_rpc *r, int64_t stall_ms) {
+  pthread_mutex_lock(&r->wait_mu);
+  if (r->ahead_n == 0) readahead_start_locked(r); /* the first receive */
+  if (stall_ms > 0 && r->ahead_n == 0 && !r->recv_end) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + (stall_ms % 1000) * 1000000;
+    until.tv_sec += (time_t)(stall_ms / 1000 + ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    while (r->ahead_n == 0 && !r->recv_end)
+      if (pthread_cond_timedwait(&r->wait_cv, &r->wait_mu, &until) == ETIMEDOUT) break;
+    if (r->ahead_n == 0 && !r->recv_end) stall_cancel(r, stall_ms);
+  }
+  while (r->ahead_n == 0 && !r->recv_end) pthread_cond_wait(&r->wait_cv, &r->wait_mu);
+  grpc_byte_buffer *m = NULL;
+  if (r->ahead_n > 0) {
+    m = r->ahead[r->ahead_head];
+    r->ahead_head = (r->ahead_head + 1) % FSH_FLIGHT_READAHEAD;
+    r->ahead_n--;
+    r->ahead_bytes -= grpc_byte_buffer_length(m);
+    readahead_start_locked(r); /* if the poller left off (queue full) */
+  }
+  pthread_mutex_unlock(&r->wait_mu);
+  return m;
+}
+
+/* One receive is kept in flight ahead of the caller, so that gRPC takes in
+ * the next message while the caller decodes this one: on a read-ahead call
+ * the poller restarts it as soon as a message is in (readahead_take), else
+ * it is started as a message is handed out. */
 int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg, fsh_error *err) {
   *msg = NULL;
   if (r->recv_done) return fsh_flight_rpc_finish(r, err);
+  if (r->readahead) {
+    *msg = readahead_take(r, r->client->stall_ms);
+    if (*msg) return 0;
+    r->recv_done = true;
+    return fsh_flight_rpc_finish(r, err);
+  }
   grpc_call_error ce = r->recv_pending ? GRPC_CALL_OK : recv_start(r);
   if (ce != GRPC_CALL_OK) {
     r->recv_done = true;
@@ -438,9 +503,24 @@ fsh_flight_rpc *fsh_flight_rpc_ref(fsh_flight_rpc *r) {
 void fsh_flight_rpc_unref(fsh_flight_rpc *r) {
   if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
   if (r->call) {
-    if (!r->status_done || !r->initial_md_done || r->recv_pending)
+    bool recv_pending = r->recv_pending;
+    if (r->readahead) { /* the poller may be starting one */
+      pthread_mutex_lock(&r->wait_mu);
+      r->recv_stop = true;
+      recv_pending = r->recv_pending;
+      pthread_mutex_unlock(&r->wait_mu);
+    }
+    if (!r->status_done || !r->initial_md_done || recv_pending)
       (void)grpc_call_cancel(r->call, NULL);
-    if (r->recv_pending) (void)pluck(r, &r->tag_recv);
+    if (r->readahead) {
+      pthread_mutex_lock(&r->wait_mu);
+      while (r->recv_pending) pthread_cond_wait(&r->wait_cv, &r->wait_mu);
+      for (; r->ahead_n > 0; r->ahead_n--, r->ahead_head = (r->ahead_head + 1) % FSH_FLIGHT_READAHEAD)
+        grpc_byte_buffer_destroy(r->ahead[r->ahead_head]);
+      pthread_mutex_unlock(&r->wait_mu);
+    } else if (r->recv_pending) {
+      (void)pluck(r, &r->tag_recv);
+    }
     if (r->recv_msg) grpc_byte_buffer_destroy(r->recv_msg);
     if (!r->status_done) (void)pluck(r, &r->tag_status);
     if (!r->initial_md_done) (void)pluck(r, &r->tag_initial);

@@ -32,6 +32,15 @@ typedef struct fsh_flight_tag {
   bool ok;   /* the completion's success flag */
 } fsh_flight_tag;
 
+/* Messages received ahead of a bulk call's reader, at most, and the bytes
+ * queued beyond which the poller starts no further receive (the reader's
+ * next take does). A pending receive takes in a whole message, however
+ * large: with 4 MiB messages a slow reader holds up to 3 of them (the one
+ * it decodes included) besides gRPC's window; with messages of 16 MiB and
+ * more, 2, as without read-ahead. */
+#define FSH_FLIGHT_READAHEAD 2
+#define FSH_FLIGHT_READAHEAD_BYTES ((size_t)16 << 20)
+
 /* One call. The status batch (RECV_STATUS_ON_CLIENT) is started with the
  * call, so the status is always there to collect, whatever happened.
  * Sends and receives may run on two threads (DoExchange's writer and
@@ -63,8 +72,19 @@ typedef struct fsh_flight_rpc {
    * any receive would otherwise never end) and collected with the status */
   bool recv_done; /* end of the response stream (or a failed receive) */
   bool prefetch;     /* keep a receive in flight ahead of the caller */
-  bool recv_pending; /* a RECV_MESSAGE batch is in flight */
+  bool recv_pending; /* a RECV_MESSAGE batch is in flight (under wait_mu if readahead) */
   grpc_byte_buffer *recv_msg;
+  /* Read-ahead (the bulk calls, on the pollers' queues; fixed at start):
+   * the poller that collects a received message queues it here and, while
+   * fewer than FSH_FLIGHT_READAHEAD wait, starts the next receive at once,
+   * without waiting for the caller's thread to wake up and take it. Under
+   * wait_mu. See fsh_flight_rpc_recv_done. */
+  bool readahead;
+  grpc_byte_buffer *ahead[FSH_FLIGHT_READAHEAD];
+  int ahead_head, ahead_n;
+  size_t ahead_bytes; /* their size */
+  bool recv_end;  /* a receive failed or found the end of the stream */
+  bool recv_stop; /* being freed: no receive is started any more */
   bool initial_md_done;
   grpc_metadata_array initial_md;
   /* status */
@@ -124,6 +144,11 @@ grpc_completion_queue *fsh_flight_call_queue(void);
  * completion: the pollers wait in gRPC only while one is in flight. */
 void fsh_flight_poller_call_begin(void);
 void fsh_flight_poller_call_end(void);
+
+/* The poller collected a read-ahead call's receive (tag_recv of an rpc
+ * with readahead): queues the message, starts the next receive if there
+ * is room, wakes the reader. */
+void fsh_flight_rpc_recv_done(fsh_flight_rpc *r, bool ok);
 
 /* "OK", "NOT_FOUND", ... */
 const char *fsh_flight_status_name(grpc_status_code s);

@@ -71,6 +71,10 @@ static void *poller_main(void *arg) {
     if (ev.type != GRPC_OP_COMPLETE) continue;
     fsh_flight_tag *t = ev.tag;
     fsh_flight_rpc *r = t->rpc;
+    if (t == &r->tag_recv && r->readahead) {
+      fsh_flight_rpc_recv_done(r, ev.success != 0);
+      continue;
+    }
     /* The waiter may free r as soon as it sees done: signal under the lock. */
     pthread_mutex_lock(&r->wait_mu);
     t->done = true;

@@ -313,6 +313,14 @@ void srv_handle_event(fsh_flight_server *s, srv_tag *tag, bool ok) {
         c->recv_done = true;
         c->ops->on_end(c);
       } else {
+        /* DoPut: the next receive first, so that gRPC keeps the stream's
+         * window open while the sink takes this message (one message read
+         * ahead; a slow sink still stops the stream). Not before the
+         * handler has opened the sink: a handler that takes its time (or
+         * refuses the call) gets nothing past the window. (A pending
+         * receive lets gRPC take in a whole message, however large.)
+         * DoExchange decides after the sink (it may pause, EBUSY). */
+        if (c->method == SRV_DO_PUT && c->got_first) srv_call_recv(c);
         c->ops->on_message(c, bb);
       }
       break;

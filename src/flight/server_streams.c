@@ -1,7 +1,9 @@
 /* server_streams.c -- the FlightData streams: DoGet (a source pulled one
  * message per completed send), DoPut (a sink fed one message per completed
- * receive; the next receive starts after the sink returned) and DoExchange
- * (both at once on one call). */
+ * receive; once the handler opened the sink, the next receive starts as
+ * the sink is handed a message (srv_handle_event), so at most one more
+ * message waits while the sink works) and DoExchange (both at once on one call; its next receive starts
+ * after the sink returned, which may pause it). */
 #include "flight/server_internal.h"
 
 #include <errno.h>
@@ -110,7 +112,7 @@ static void srv_do_put_message(fsh_flight_call *c, grpc_byte_buffer *bb) {
     srv_call_finish_errno(c, rc, &err);
     return;
   }
-  srv_call_recv(c); /* only now: the sink has taken the previous message */
+  srv_call_recv(c); /* started already (srv_handle_event) unless that failed */
 }
 
 static void srv_do_put_end(fsh_flight_call *c) {

@@ -30,6 +30,7 @@ typedef struct fx_server {
   fsh_batch *put[64];
   int64_t put_app_metadata; /* messages that carried app_metadata */
   atomic_int cancelled_sources; /* endless sources released before their end */
+  atomic_int endless_sent;      /* batches the endless / stall sources produced */
   atomic_int stalls_cancelled;  /* "stall" calls that saw the client cancel */
   atomic_int stalls_done;       /* "stall" calls whose pause is over */
   /* the threads the DoGet handler ran on, in call order (under mu) */
@@ -171,6 +172,7 @@ static int fx_endless_next(fsh_flight_source *s, fsh_ipc_payload *out, fsh_buffe
     return 0;
   }
   e->sent++;
+  atomic_fetch_add(&e->fx->endless_sent, 1);
   fsh_ipc_payload *ps = NULL;
   int32_t n = 0;
   FSH_RETURN_NOT_OK(fsh_ipc_encode_batch(e->enc, e->batch, &ps, &n, err));

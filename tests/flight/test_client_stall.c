@@ -105,8 +105,10 @@ static void test_moving_stream_never_stalls(void) {
 }
 
 /* A DoPut whose server does not read on: the writer's send of a batch
- * larger than the stream's flow-control window cannot complete; with the
- * stall timeout it fails after ~300 ms naming the call. */
+ * larger than the stream's flow-control window cannot complete (the
+ * write itself, not only the close: the server reads no message ahead of
+ * a handler that has not opened its sink); with the stall timeout it
+ * fails after ~300 ms naming the call. */
 static void test_writer_stall(void) {
   fx_server *fx = fx_start(NULL);
   fsh_flight_client *c = stall_client(fx->uri, 300);
@@ -118,10 +120,13 @@ static void test_writer_stall(void) {
   fsh_flight_writer *w = NULL;
   double t0 = now_s();
   int rc = fsh_flight_do_put(c, &d, big->schema, NULL, &w, &err);
+  CHECK_OK(rc);
   if (rc == 0) rc = fsh_flight_writer_write(w, big, &err);
+  int write_rc = rc; /* the write itself stalls, not only the close */
   if (rc == 0) rc = fsh_flight_writer_close(w, NULL, &err);
   else fsh_flight_writer_cancel(w);
   double dt = now_s() - t0;
+  CHECK_EQ_INT(write_rc, ETIMEDOUT);
   CHECK_EQ_INT(rc, ETIMEDOUT);
   CHECK_MSG(dt >= 0.3 && dt < 0.3 + FX_STALL_MS / 2000.0, "failed after %.2f s", dt);
   char want[128];
