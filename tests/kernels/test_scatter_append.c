@@ -135,16 +135,17 @@ static void test_builder_errors(void) {
 }
 
 /* Every allocation of new + append + take failing in turn: ENOMEM, and
- * nothing leaks (LSan). */
-static void test_builder_alloc_failures(void) {
+ * nothing leaks (LSan); with 5 partitions (direct pushes) and 11 (staged,
+ * its staging buffer allocated too). */
+static void alloc_failures(int32_t n_p) {
   fsh_batch *b = flat_sample(2, 1);
   int32_t part[MAX_ROWS];
-  for (int64_t i = 0; i < b->length; i++) part[i] = (int32_t)(i % 5);
-  for (int64_t n = 1; n < 400; n++) {
+  for (int64_t i = 0; i < b->length; i++) part[i] = (int32_t)(i % n_p);
+  for (int64_t n = 1; n < 4000; n++) {
     fsh_error err;
     fsh_alloc_fail_after(n, false);
     fsh_partition_builder *pb = NULL;
-    int rc = fsh_partition_builder_new(b->schema, 5, &pb, &err);
+    int rc = fsh_partition_builder_new(b->schema, n_p, &pb, &err);
     if (rc == 0) rc = fsh_partition_builder_append(pb, b, part, &err);
     fsh_batch *got = NULL;
     if (rc == 0) rc = fsh_partition_builder_take(pb, 2, &got, &err);
@@ -153,8 +154,14 @@ static void test_builder_alloc_failures(void) {
     fsh_batch_unref(got);
     fsh_partition_builder_free(pb);
     if (rc == 0) break;
+    CHECK_MSG(n < 3999, "%d partitions: still failing after 3999 allocations", n_p);
   }
   fsh_batch_unref(b);
+}
+
+static void test_builder_alloc_failures(void) {
+  alloc_failures(5);
+  alloc_failures(11); /* (a count no other case leaves a cached builder of) */
 }
 
 /* A hand-made batch of n rows (int64, bool, utf8, large_binary, all
