@@ -321,6 +321,41 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
 
 static bool staged(const fsh_partition_builder *pb) { return pb->n_p >= STAGE_MIN_PARTITIONS; }
 
+/* Copies a partition's staged run to its builder: n bytes to dst, whole
+ * aligned 64-byte lines with non-temporal stores where the target has them
+ * (the builder's memory is not in cache and is read only at the block's
+ * close: the lines are written without being read from DRAM first), the
+ * partial lines at both ends with memcpy. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define STREAM_MIN_BYTES 512
+static void copy_out(uint8_t *dst, const uint8_t *src, int64_t n) {
+  if (n < STREAM_MIN_BYTES) {
+    memcpy(dst, src, (size_t)n);
+    return;
+  }
+  int64_t head = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63);
+  memcpy(dst, src, (size_t)head);
+  int64_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
+    _mm_stream_si128((__m128i *)(void *)(dst + i), a);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 16), b);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 32), c);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 48), d);
+  }
+  memcpy(dst + i, src + i, (size_t)(n - i));
+}
+/* After an append's streaming stores: ordered before anything later. */
+static void copy_out_done(void) { _mm_sfence(); }
+#else
+static void copy_out(uint8_t *dst, const uint8_t *src, int64_t n) { memcpy(dst, src, (size_t)n); }
+static void copy_out_done(void) {}
+#endif
+
 /* Room for n bytes of staging (its old bytes are not kept). */
 static int stage_reserve(fsh_partition_builder *pb, int64_t n) {
   if (n <= pb->stage_cap) return 0;
@@ -357,7 +392,8 @@ static int append_fixed(fsh_partition_builder *pb, const scatter_plan *sp, int64
     }
     fsh_kern_push_fixed(sp, src, a->offset, w, pb->sd);
     for (int32_t p = 0; p < pb->n_p; p++)
-      if (sp->count[p]) memcpy(pb->dst[p], pb->sd[p], (size_t)(w * sp->count[p]));
+      if (sp->count[p]) copy_out(pb->dst[p], pb->sd[p], w * sp->count[p]);
+    copy_out_done();
     return 0;
   }
   if (bits != 1) {
@@ -445,9 +481,10 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
         memcpy(d + 8 * k, &v, 8);
       }
     }
-    if (pb->pos[p]) memcpy(col->data.p + base, pb->sd2[p], (size_t)pb->pos[p]);
+    if (pb->pos[p]) copy_out(col->data.p + base, pb->sd2[p], pb->pos[p]);
     col->data.size = base + pb->pos[p];
   }
+  copy_out_done();
   return 0;
 }
 
