@@ -26,7 +26,9 @@
 #define MAP_RESULT_HEADER_BYTES 40
 #define TASK_MAX_PARTITIONS ((int32_t)1 << 24)
 /* Rows of a generated batch mapped at a time: ~0.5 MiB of the synthetic
- * table, so that the passes over them after the first read it from L2. */
+ * table, so that the passes over them after the first read it from L2
+ * (or 64 rows a partition on average, when more: the builders' append
+ * has per-partition work too). */
 #define MAP_SLICE_ROWS 16384
 
 static int64_t now_nanos(void) {
@@ -506,7 +508,8 @@ int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task
      * between the passes over them (hash, checksums, scatter): the same
      * rows in the same order. (A writer without builders gets whole
      * batches: each write_rows call is a batch per partition there.) */
-    int64_t step = w->write_rows ? MAP_SLICE_ROWS : n;
+    int64_t step = !w->write_rows ? n : MAP_SLICE_ROWS > 64 * (int64_t)R ? MAP_SLICE_ROWS
+                                                                        : 64 * (int64_t)R;
     for (int64_t at = 0; rc == 0 && at < n; at += step) {
       int64_t len = n - at < step ? n - at : step;
       fsh_batch *piece = len == n ? fsh_batch_ref(batch) : fsh_batch_slice(batch, at, len);
