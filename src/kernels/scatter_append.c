@@ -1,6 +1,8 @@
 /* scatter_append.c -- partition builders (kernels.h): fsh_scatter's
  * pushes (scatter_flat.c) aimed at growing per-partition columns instead
- * of a new batch per (input batch, partition). A partition's buffers are
+ * of a new batch per (input batch, partition); with many partitions the
+ * pushes go to a cache-resident staging buffer first and each partition's
+ * run is copied on in one piece (see "Staging"). A partition's buffers are
  * plain fsh_malloc'd memory that grows by doubling and is kept when the
  * partition is taken, so a writer that takes a block's worth at a time
  * reuses the same memory block after block (no page faults, no

@@ -1,6 +1,7 @@
 /* task_map.c -- the map task of the synthetic shuffle (contract and wire
  * formats in shuffle.h, "tasks"): generate a share of the synthetic table,
- * hash-partition it on the key, scatter, write through a backend's writer,
+ * hash-partition it on the key (a generated batch an L2-sized slice at a
+ * time), scatter, write through a backend's writer,
  * and keep per-partition row checksums beside the map output's metadata.
  * Also the row checksum both task kinds use (8 rows at a time with
  * AVX-512 where the CPU has it, 4 at a time with AVX2 where it has only
