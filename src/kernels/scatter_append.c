@@ -318,10 +318,16 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
  * batch-sized buffer grouped by partition (it stays in cache from batch to
  * batch), then each partition's run is copied to its builder in one
  * sequential memcpy (prefetched, whole lines). Below STAGE_MIN_PARTITIONS
- * the direct push has few enough streams. */
+ * the direct push has few enough streams; below STAGE_MIN_ROWS rows a
+ * partition in the append (many partitions, small batches: the runs are a
+ * few lines, and the builders of such shuffles are small enough to stay in
+ * cache) the staging's per-partition work is not paid back. */
 #define STAGE_MIN_PARTITIONS 8
+#define STAGE_MIN_ROWS 128
 
-static bool staged(const fsh_partition_builder *pb) { return pb->n_p >= STAGE_MIN_PARTITIONS; }
+static bool staged(const fsh_partition_builder *pb, const scatter_plan *sp) {
+  return pb->n_p >= STAGE_MIN_PARTITIONS && sp->n >= STAGE_MIN_ROWS * (int64_t)pb->n_p;
+}
 
 /* Copies a partition's staged run to its builder: n bytes to dst, whole
  * aligned 64-byte lines with non-temporal stores where the target has them
@@ -385,7 +391,7 @@ static int append_fixed(fsh_partition_builder *pb, const scatter_plan *sp, int64
     pb->dst[p] = col->vals.p + (bits == 1 ? 0 : pb->rows[p] * (bits / 8));
   }
   const uint8_t *src = kern_buf(a, 1);
-  if (bits != 1 && staged(pb)) { /* partition p's rows at stage + w * st[p] */
+  if (bits != 1 && staged(pb, sp)) { /* partition p's rows at stage + w * st[p] */
     int64_t w = bits / 8, at = 0;
     if (stage_reserve(pb, sp->n * w)) return ENOMEM;
     for (int32_t p = 0; p < pb->n_p; p++) {
@@ -435,9 +441,9 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     col->vals.size = (end + 1) * w;
     pb->dst[p] = col->vals.p + pb->rows[p] * w;
     pb->dst2[p] = col->data.p;
-    if (!staged(pb)) bytes[p] = col->data.size; /* from here on: the write position */
+    if (!staged(pb, sp)) bytes[p] = col->data.size; /* from here on: the write position */
   }
-  if (!staged(pb)) {
+  if (!staged(pb, sp)) {
     fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes);
     for (int32_t p = 0; p < pb->n_p; p++)
       if (sp->count[p]) pb->cols[(int64_t)p * pb->n_cols + c].data.size = bytes[p];

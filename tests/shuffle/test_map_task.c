@@ -3,7 +3,8 @@
  * whole, partitioned by fsh_hash_columns + fsh_partition_hash over the
  * whole batch, row checksums by the scalar path over the whole batch. The
  * task maps a batch in slices of 16384 rows and, with 8 or more
- * partitions, stages the builders' pushes (scatter_append.c): batches of
+ * partitions (and 128+ rows a partition in an append), stages the
+ * builders' pushes (scatter_append.c): batches of
  * 40000 rows (slices 16384, 16384, 7232), a short last batch and a first
  * row inside the table make every slice shape, with 5 partitions (direct
  * pushes) and 37 (staged). Checked: rows, row checksums and bytes per
