@@ -1,6 +1,8 @@
 /* scatter_append.c -- partition builders (kernels.h): fsh_scatter's
  * pushes (scatter_flat.c) aimed at growing per-partition columns instead
- * of a new batch per (input batch, partition). A partition's buffers are
+ * of a new batch per (input batch, partition); with many partitions the
+ * pushes go to a cache-resident staging buffer first and each partition's
+ * run is copied on in one piece (see "Staging"). A partition's buffers are
  * plain fsh_malloc'd memory that grows by doubling and is kept when the
  * partition is taken, so a writer that takes a block's worth at a time
  * reuses the same memory block after block (no page faults, no
@@ -40,6 +42,12 @@ struct fsh_partition_builder {
   uint8_t **dst, **dst2; /* [n_p] each */
   int32_t *slot;
   int64_t slot_cap;
+  /* the staged pushes (see "Staging" below): a column's rows grouped by
+   * partition in one batch-sized buffer, then copied to the partitions */
+  int64_t *st, *st2, *pos; /* [n_p] each: staging starts, write positions */
+  uint8_t **sd, **sd2;     /* [n_p] each: staging destinations */
+  uint8_t *stage;
+  int64_t stage_cap;
 };
 
 static bool is_binary(const fsh_field *f) {
@@ -76,7 +84,7 @@ static int64_t capacity(const fsh_partition_builder *pb) {
   int64_t total = 0;
   for (int64_t i = 0; i < (int64_t)pb->n_p * pb->n_cols; i++)
     total += pb->cols[i].bits.cap + pb->cols[i].vals.cap + pb->cols[i].data.cap;
-  return total;
+  return total + pb->stage_cap;
 }
 
 int64_t fsh_partition_builder_capacity(const fsh_partition_builder *pb) {
@@ -153,8 +161,14 @@ int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
     pb->tmp = fsh_malloc(sizeof *pb->tmp * n_p);
     pb->dst = fsh_malloc(sizeof *pb->dst * n_p);
     pb->dst2 = fsh_malloc(sizeof *pb->dst2 * n_p);
+    pb->st = fsh_malloc(sizeof *pb->st * n_p);
+    pb->st2 = fsh_malloc(sizeof *pb->st2 * n_p);
+    pb->pos = fsh_malloc(sizeof *pb->pos * n_p);
+    pb->sd = fsh_malloc(sizeof *pb->sd * n_p);
+    pb->sd2 = fsh_malloc(sizeof *pb->sd2 * n_p);
   }
-  if (!pb || !pb->rows || !pb->taken || !pb->cols || !pb->count || !pb->tmp || !pb->dst || !pb->dst2) {
+  if (!pb || !pb->rows || !pb->taken || !pb->cols || !pb->count || !pb->tmp || !pb->dst ||
+      !pb->dst2 || !pb->st || !pb->st2 || !pb->pos || !pb->sd || !pb->sd2) {
     builder_destroy(pb);
     return kern_oom(err);
   }
@@ -164,7 +178,8 @@ int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
 
 void fsh_partition_builder_free(fsh_partition_builder *pb) {
   if (pb && (!pb->rows || !pb->taken || !pb->cols || !pb->count || !pb->tmp || !pb->dst ||
-             !pb->dst2 || !cache_put(pb)))
+             !pb->dst2 || !pb->st || !pb->st2 || !pb->pos || !pb->sd || !pb->sd2 ||
+             !cache_put(pb)))
     builder_destroy(pb);
 }
 
@@ -183,6 +198,12 @@ static void builder_destroy(fsh_partition_builder *pb) {
   fsh_free(pb->tmp);
   fsh_free(pb->dst);
   fsh_free(pb->dst2);
+  fsh_free(pb->st);
+  fsh_free(pb->st2);
+  fsh_free(pb->pos);
+  fsh_free(pb->sd);
+  fsh_free(pb->sd2);
+  fsh_free(pb->stage);
   fsh_free(pb->slot);
   fsh_schema_unref(pb->schema);
   fsh_free(pb);
@@ -287,6 +308,75 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
   return 0;
 }
 
+/* ---- Staging -------------------------------------------------------------
+ * With many partitions, pushing each row straight to its partition's
+ * builder memory is a store to one of (partitions x buffers) write streams
+ * in memory that is not in cache (a map task's builders hold its whole
+ * output: 64 partitions x ~1 MiB each, written once, read once at close),
+ * more streams than the hardware prefetcher follows: most stores wait for
+ * their line from DRAM. Staged, a column's rows are first pushed into one
+ * batch-sized buffer grouped by partition (it stays in cache from batch to
+ * batch), then each partition's run is copied to its builder in one
+ * sequential memcpy (prefetched, whole lines). Below STAGE_MIN_PARTITIONS
+ * the direct push has few enough streams; below STAGE_MIN_ROWS rows a
+ * partition in the append (many partitions, small batches: the runs are a
+ * few lines, and the builders of such shuffles are small enough to stay in
+ * cache) the staging's per-partition work is not paid back. */
+#define STAGE_MIN_PARTITIONS 8
+#define STAGE_MIN_ROWS 128
+
+static bool staged(const fsh_partition_builder *pb, const scatter_plan *sp) {
+  return pb->n_p >= STAGE_MIN_PARTITIONS && sp->n >= STAGE_MIN_ROWS * (int64_t)pb->n_p;
+}
+
+/* Copies a partition's staged run to its builder: n bytes to dst, whole
+ * aligned 64-byte lines with non-temporal stores where the target has them
+ * (the builder's memory is not in cache and is read only at the block's
+ * close: the lines are written without being read from DRAM first), the
+ * partial lines at both ends with memcpy. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define STREAM_MIN_BYTES 512
+static void copy_out(uint8_t *dst, const uint8_t *src, int64_t n) {
+  if (n < STREAM_MIN_BYTES) {
+    memcpy(dst, src, (size_t)n);
+    return;
+  }
+  int64_t head = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63);
+  memcpy(dst, src, (size_t)head);
+  int64_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
+    _mm_stream_si128((__m128i *)(void *)(dst + i), a);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 16), b);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 32), c);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 48), d);
+  }
+  memcpy(dst + i, src + i, (size_t)(n - i));
+}
+/* After an append's streaming stores: ordered before anything later. */
+static void copy_out_done(void) { _mm_sfence(); }
+#else
+static void copy_out(uint8_t *dst, const uint8_t *src, int64_t n) { memcpy(dst, src, (size_t)n); }
+static void copy_out_done(void) {}
+#endif
+
+/* Room for n bytes of staging (its old bytes are not kept). */
+static int stage_reserve(fsh_partition_builder *pb, int64_t n) {
+  if (n <= pb->stage_cap) return 0;
+  int64_t cap = pb->stage_cap ? pb->stage_cap : 64 << 10;
+  while (cap < n) cap *= 2;
+  uint8_t *p = fsh_malloc((size_t)cap);
+  if (!p) return ENOMEM;
+  fsh_free(pb->stage);
+  pb->stage = p;
+  pb->stage_cap = cap;
+  return 0;
+}
+
 static int append_fixed(fsh_partition_builder *pb, const scatter_plan *sp, int64_t c,
                         const fsh_field *f, const fsh_array *a) {
   int64_t bits = fsh_type_bit_width(f);
@@ -301,6 +391,19 @@ static int append_fixed(fsh_partition_builder *pb, const scatter_plan *sp, int64
     pb->dst[p] = col->vals.p + (bits == 1 ? 0 : pb->rows[p] * (bits / 8));
   }
   const uint8_t *src = kern_buf(a, 1);
+  if (bits != 1 && staged(pb, sp)) { /* partition p's rows at stage + w * st[p] */
+    int64_t w = bits / 8, at = 0;
+    if (stage_reserve(pb, sp->n * w)) return ENOMEM;
+    for (int32_t p = 0; p < pb->n_p; p++) {
+      pb->sd[p] = pb->stage + w * at;
+      at += sp->count[p];
+    }
+    fsh_kern_push_fixed(sp, src, a->offset, w, pb->sd);
+    for (int32_t p = 0; p < pb->n_p; p++)
+      if (sp->count[p]) copy_out(pb->dst[p], pb->sd[p], w * sp->count[p]);
+    copy_out_done();
+    return 0;
+  }
   if (bits != 1) {
     fsh_kern_push_fixed(sp, src, a->offset, bits / 8, pb->dst);
     return 0;
@@ -338,11 +441,58 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     col->vals.size = (end + 1) * w;
     pb->dst[p] = col->vals.p + pb->rows[p] * w;
     pb->dst2[p] = col->data.p;
-    bytes[p] = col->data.size; /* from here on: the write position */
+    if (!staged(pb, sp)) bytes[p] = col->data.size; /* from here on: the write position */
   }
-  fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes);
-  for (int32_t p = 0; p < pb->n_p; p++)
-    if (sp->count[p]) pb->cols[(int64_t)p * pb->n_cols + c].data.size = bytes[p];
+  if (!staged(pb, sp)) {
+    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes);
+    for (int32_t p = 0; p < pb->n_p; p++)
+      if (sp->count[p]) pb->cols[(int64_t)p * pb->n_cols + c].data.size = bytes[p];
+    return 0;
+  }
+  /* Staged: partition p's end offsets, counted from 0, at stage + w * (st[p]
+   * + 1 + slot) (one unused entry before them), its bytes at data stage +
+   * st2[p] with the push's 32 spare bytes after them (its last row's
+   * over-copy must not reach the next partition's bytes); then offsets
+   * copied with the partition's data size added, bytes copied as they are. */
+  int64_t n_offs = 0, n_bytes = 0;
+  for (int32_t p = 0; p < pb->n_p; p++) {
+    pb->st[p] = n_offs, pb->st2[p] = n_bytes;
+    n_offs += sp->count[p] + 1;
+    n_bytes += bytes[p] + 32;
+  }
+  int64_t data_at = (n_offs * w + 63) / 64 * 64;
+  if (stage_reserve(pb, data_at + n_bytes)) return ENOMEM;
+  for (int32_t p = 0; p < pb->n_p; p++) {
+    pb->sd[p] = pb->stage + w * pb->st[p];
+    pb->sd2[p] = pb->stage + data_at + pb->st2[p];
+    pb->pos[p] = 0;
+  }
+  fsh_kern_push_binary(sp, a, w, pb->sd, pb->sd2, pb->pos);
+  for (int32_t p = 0; p < pb->n_p; p++) {
+    if (!sp->count[p]) continue;
+    pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
+    int64_t base = col->data.size, n = sp->count[p];
+    uint8_t *d = pb->dst[p] + w;
+    const uint8_t *o = pb->sd[p] + w;
+    if (w == 4) { /* (the sum fits: checked above) */
+      for (int64_t k = 0; k < n; k++) {
+        int32_t v;
+        memcpy(&v, o + 4 * k, 4);
+        v += (int32_t)base;
+        memcpy(d + 4 * k, &v, 4);
+      }
+    } else {
+      for (int64_t k = 0; k < n; k++) {
+        int64_t v;
+        memcpy(&v, o + 8 * k, 8);
+        v += base;
+        memcpy(d + 8 * k, &v, 8);
+      }
+    }
+    if (pb->pos[p]) copy_out(col->data.p + base, pb->sd2[p], pb->pos[p]);
+    col->data.size = base + pb->pos[p];
+  }
+  copy_out_done();
   return 0;
 }
 

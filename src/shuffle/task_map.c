@@ -1,6 +1,7 @@
 /* task_map.c -- the map task of the synthetic shuffle (contract and wire
  * formats in shuffle.h, "tasks"): generate a share of the synthetic table,
- * hash-partition it on the key, scatter, write through a backend's writer,
+ * hash-partition it on the key (a generated batch an L2-sized slice at a
+ * time), scatter, write through a backend's writer,
  * and keep per-partition row checksums beside the map output's metadata.
  * Also the row checksum both task kinds use (8 rows at a time with
  * AVX-512 where the CPU has it, 4 at a time with AVX2 where it has only
@@ -25,6 +26,11 @@
 #define MAP_RESULT_MAGIC "FSMR"
 #define MAP_RESULT_HEADER_BYTES 40
 #define TASK_MAX_PARTITIONS ((int32_t)1 << 24)
+/* Rows of a generated batch mapped at a time: ~0.5 MiB of the synthetic
+ * table, so that the passes over them after the first read it from L2
+ * (or 64 rows a partition on average, when more: the builders' append
+ * has per-partition work too). */
+#define MAP_SLICE_ROWS 16384
 
 static int64_t now_nanos(void) {
   struct timespec ts;
@@ -498,7 +504,19 @@ int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task
     if (rc == 0) {
       r.input_rows += batch->length;
       r.input_bytes += fsh_shuffle_batch_bytes(batch);
-      rc = map_batch(w, batch, 0, R, hashes, parts, outs, r.row_checksums, err);
+    }
+    /* Into partition builders (write_rows) in slices that stay in L2
+     * between the passes over them (hash, checksums, scatter): the same
+     * rows in the same order. (A writer without builders gets whole
+     * batches: each write_rows call is a batch per partition there.) */
+    int64_t step = !w->write_rows ? n : MAP_SLICE_ROWS > 64 * (int64_t)R ? MAP_SLICE_ROWS
+                                                                        : 64 * (int64_t)R;
+    for (int64_t at = 0; rc == 0 && at < n; at += step) {
+      int64_t len = n - at < step ? n - at : step;
+      fsh_batch *piece = len == n ? fsh_batch_ref(batch) : fsh_batch_slice(batch, at, len);
+      if (!piece) rc = fsh_error_set(err, ENOMEM, "out of memory");
+      if (rc == 0) rc = map_batch(w, piece, 0, R, hashes, parts, outs, r.row_checksums, err);
+      fsh_batch_unref(piece);
     }
     fsh_batch_unref(batch);
     fsh_batch_unref(full);

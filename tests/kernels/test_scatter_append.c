@@ -75,9 +75,25 @@ static void check_take(fsh_partition_builder *pb, int32_t p, fsh_batch **ins, pe
   CHECK_EQ_INT(fsh_partition_builder_bytes(pb, p), 0);
 }
 
-static void rounds(int32_t n_p, uint64_t seed) {
+/* flat_sample(64, cut) k times over, as one batch: enough rows (~448 k)
+ * for the staged pushes (at least 128 rows a partition on average). */
+static fsh_batch *flat_sample_big(int k, int64_t cut) {
   fsh_error err;
-  fsh_batch *ins[4] = {flat_sample(40, 3), flat_sample(17, 0), flat_sample(64, 5), NULL};
+  fsh_batch *one = flat_sample(64, cut), *copies[8], *big = NULL;
+  for (int i = 0; i < k; i++) copies[i] = one;
+  CHECK_OK(fsh_concat(copies, k, &big, &err));
+  fsh_batch_unref(one);
+  return big;
+}
+
+/* big: inputs of 1300-2700 rows (staged pushes with 8 .. 16 partitions;
+ * their skewed rounds stage one partition's whole batch), else of 100-450
+ * rows (direct pushes). */
+static void rounds_of(int32_t n_p, uint64_t seed, bool big) {
+  fsh_error err;
+  fsh_batch *ins[4] = {big ? flat_sample_big(4, 3) : flat_sample(40, 3),
+                       big ? flat_sample_big(3, 0) : flat_sample(17, 0),
+                       big ? flat_sample_big(6, 5) : flat_sample(64, 5), NULL};
   ins[3] = SBH_OK(fsh_batch_slice(ins[2], 7, 0)); /* an empty one too */
   fsh_partition_builder *pb = NULL;
   CHECK_OK(fsh_partition_builder_new(ins[0]->schema, n_p, &pb, &err));
@@ -106,6 +122,8 @@ static void rounds(int32_t n_p, uint64_t seed) {
   for (int i = 0; i < 4; i++) fsh_batch_unref(ins[i]);
 }
 
+static void rounds(int32_t n_p, uint64_t seed) { rounds_of(n_p, seed, false); }
+
 static void test_builder_rounds(void) {
   rounds(1, 1);
   rounds(3, 2);
@@ -113,6 +131,8 @@ static void test_builder_rounds(void) {
   rounds(200, 4);
   rounds(16, 5); /* a cached builder of the same shape */
   rounds(16, 6);
+  rounds_of(8, 7, true); /* staged */
+  rounds_of(13, 8, true);
 }
 
 static void test_builder_errors(void) {
@@ -135,16 +155,17 @@ static void test_builder_errors(void) {
 }
 
 /* Every allocation of new + append + take failing in turn: ENOMEM, and
- * nothing leaks (LSan). */
-static void test_builder_alloc_failures(void) {
-  fsh_batch *b = flat_sample(2, 1);
+ * nothing leaks (LSan); with 5 partitions (direct pushes) and 11 (staged,
+ * its staging buffer allocated too). */
+static void alloc_failures(int32_t n_p) {
+  fsh_batch *b = n_p >= 8 ? flat_sample_big(4, 1) : flat_sample(2, 1);
   int32_t part[MAX_ROWS];
-  for (int64_t i = 0; i < b->length; i++) part[i] = (int32_t)(i % 5);
-  for (int64_t n = 1; n < 400; n++) {
+  for (int64_t i = 0; i < b->length; i++) part[i] = (int32_t)(i % n_p);
+  for (int64_t n = 1; n < 4000; n++) {
     fsh_error err;
     fsh_alloc_fail_after(n, false);
     fsh_partition_builder *pb = NULL;
-    int rc = fsh_partition_builder_new(b->schema, 5, &pb, &err);
+    int rc = fsh_partition_builder_new(b->schema, n_p, &pb, &err);
     if (rc == 0) rc = fsh_partition_builder_append(pb, b, part, &err);
     fsh_batch *got = NULL;
     if (rc == 0) rc = fsh_partition_builder_take(pb, 2, &got, &err);
@@ -153,8 +174,14 @@ static void test_builder_alloc_failures(void) {
     fsh_batch_unref(got);
     fsh_partition_builder_free(pb);
     if (rc == 0) break;
+    CHECK_MSG(n < 3999, "%d partitions: still failing after 3999 allocations", n_p);
   }
   fsh_batch_unref(b);
+}
+
+static void test_builder_alloc_failures(void) {
+  alloc_failures(5);
+  alloc_failures(11); /* (a count no other case leaves a cached builder of) */
 }
 
 /* A hand-made batch of n rows (int64, bool, utf8, large_binary, all
