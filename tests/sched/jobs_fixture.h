@@ -297,4 +297,39 @@ static inline uint64_t submit(cluster *c, const fsh_sched_shuffle_job *j) {
   return id;
 }
 
+/* Waits until the map stage of job `id` has >= 2 maps done, then declares
+ * dead the worker of which the driver knows most map outputs (it answered
+ * their task-done: it recorded the holder before answering -- not what the
+ * stores hold, which is ahead of what the driver knows). Returns its URI,
+ * or NULL when the job ended first; *held (may be NULL): how many map
+ * outputs its store held at that moment. */
+static inline const char *declare_busiest_dead(cluster *c, uint64_t id, int *held) {
+  fsh_error err;
+  for (int t = 0; t < 2000; t++) {
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c->d, id, false, &s, &err));
+    bool some = s.n_stages == 2 && s.stages[0].tasks_done >= 2;
+    bool over = s.state != FSH_SCHED_JOB_RUNNING;
+    fsh_sched_job_status_reset(&s);
+    if (over) return NULL;
+    int best = -1, most = 0;
+    for (int i = 0; some && i < N_WORKERS; i++) {
+      int acked = atomic_load(&c->hook[i].maps_acked);
+      if (acked > most) most = acked, best = i;
+    }
+    if (best >= 0) {
+      const char *victim = fsh_shuffle_worker_uri(c->w[best]);
+      CHECK_OK(fsh_sched_driver_declare_dead(c->d, victim, "declared by the test", &err));
+      if (held) {
+        fsh_shuffle_store_stats st;
+        fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c->w[best]), &st);
+        *held = (int)st.map_outputs;
+      }
+      return victim;
+    }
+    sleep_ms(2);
+  }
+  return NULL;
+}
+
 #endif

@@ -392,25 +392,7 @@ static void lost_worker_with_runs(void) {
   j.reduce_task_bytes = -1;
   start_workers(&c);
   uint64_t id = submit(&c, &j);
-  const char *victim = NULL;
-  for (int t = 0; t < 2000 && !victim; t++) {
-    fsh_sched_job_status s;
-    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
-    bool some = s.n_stages == 2 && s.stages[0].tasks_done >= 2;
-    bool over = s.state != FSH_SCHED_JOB_RUNNING;
-    fsh_sched_job_status_reset(&s);
-    if (over) break;
-    int best = -1, most = 0;
-    for (int i = 0; some && i < N_WORKERS; i++) {
-      int acked = atomic_load(&c.hook[i].maps_acked);
-      if (acked > most) most = acked, best = i;
-    }
-    if (best >= 0) {
-      victim = fsh_shuffle_worker_uri(c.w[best]);
-      CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
-    }
-    if (!victim) sleep_ms(2);
-  }
+  const char *victim = declare_busiest_dead(&c, id, NULL);
   CHECK(victim != NULL);
   CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
   fsh_sched_job_status s;

@@ -159,34 +159,8 @@ static void lost_worker_recomputes_its_maps(void) {
   j.batch_rows = 5000;
   start_workers(&c);
   uint64_t id = submit(&c, &j);
-  const char *victim = NULL;
   int victim_outputs = -1;
-  for (int t = 0; t < 2000 && !victim; t++) {
-    fsh_sched_job_status s;
-    CHECK_OK(fsh_sched_driver_job_status(c.d, id, false, &s, &err));
-    bool some = s.n_stages == 2 && s.stages[0].tasks_done >= 2;
-    bool over = s.state != FSH_SCHED_JOB_RUNNING;
-    fsh_sched_job_status_reset(&s);
-    if (over) break;
-    /* the worker of which the driver knows most map outputs (it answered
-     * their task-done: it recorded the holder before answering) -- not
-     * what the stores hold, which is ahead of what the driver knows */
-    int best = -1, most = 0;
-    for (int i = 0; some && i < N_WORKERS; i++) {
-      int acked = atomic_load(&c.hook[i].maps_acked);
-      if (acked > most) most = acked, best = i;
-    }
-    if (best >= 0) {
-      victim = fsh_shuffle_worker_uri(c.w[best]);
-      CHECK_OK(fsh_sched_driver_declare_dead(c.d, victim, "declared by the test", &err));
-      /* what the victim held at that moment (and maybe one more finishing
-       * right then, which counts as retried): its store */
-      fsh_shuffle_store_stats st;
-      fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[best]), &st);
-      victim_outputs = (int)st.map_outputs;
-    }
-    if (!victim) sleep_ms(2);
-  }
+  const char *victim = declare_busiest_dead(&c, id, &victim_outputs);
   CHECK(victim != NULL);
   CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
   fsh_sched_job_status s;
