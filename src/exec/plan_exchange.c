@@ -60,13 +60,10 @@ static int map_batch(const plan_node *x, mapw *mw, fsh_batch *b, int64_t m, int6
     }
   }
   if (rc) return rc;
-  FSH_RETURN_NOT_OK(fsh_scatter(b, pids, n_out, parts, err));
-  for (int32_t p = 0; p < n_out; p++) {
-    if (!rc) rc = write_part(mw, p, parts[p], err);
-    fsh_batch_unref(parts[p]);
-    parts[p] = NULL;
-  }
-  return rc;
+  /* rows straight into the writer (its partition builders when it has
+   * them: no batch per part), their checksums in one pass over b */
+  if (mw->sums) FSH_RETURN_NOT_OK(plan_row_checksum_parts(b, pids, mw->sums, err));
+  return fsh_shuffle_write_rows(mw->w, b, pids, n_out, parts, err);
 }
 
 /* The batches of every map task held (range and into_partitions need
@@ -466,8 +463,10 @@ int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *s
                                                x->xkind), holds ? "is written by a scatter stage "
                                                "(or staged)" : "is not scattered"), err);
   const plan_node *in = c->p->nodes[x->inputs[0]];
-  /* a scatter reads the staged shuffle: one more partition than maps */
-  xshared sh = {.m = plan_parts_of(c, in) - (scatter ? 1 : 0), .group = 1,
+  /* a scatter reads the staged shuffle (one more partition than maps),
+   * or computes its input again (plan_range_recomputes) */
+  xshared sh = {.m = plan_parts_of(c, in) - (scatter && in->kind == PN_EXCHANGE ? 1 : 0),
+                .group = 1,
                 .r = spec->n_partitions};
   sh.n_groups = sh.m;
   if (part < 0 || part >= sh.m)
@@ -508,6 +507,8 @@ int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spe
   if (part < 0 || part >= last)
     return fsh_error_set(err, EINVAL, "task %d of a staging stage of %d partitions", (int)part,
                          (int)last);
+  /* a stage its scatter computes again writes only the sample */
+  bool rows_too = !plan_range_recomputes(c->p, x, NULL);
   mapw mw = {.map_id = map_id, .sums = sums};
   FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
   fsh_batch_stream st;
@@ -534,7 +535,7 @@ int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spe
     }
     held[n_held++] = b;
     rows += b->length;
-    rc = write_part(&mw, part, b, err);
+    if (rows_too) rc = write_part(&mw, part, b, err);
   }
   if (st.release) st.release(&st);
   if (!rc && x->xkind == PX_RANGE && rows > 0) {

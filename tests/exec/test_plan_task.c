@@ -589,11 +589,15 @@ static void test_stage_names(void) {
       CHECK(strcmp(names[0], "sort: range-stage") == 0);
       CHECK(strcmp(names[1], "sort: range-scatter") == 0);
       CHECK(strcmp(names[2], "sort: result") == 0);
+      /* its range exchange reads a scan: the scatter computes it again */
+      CHECK(js.recomputed[0] && js.recomputed[1] && !js.recomputed[2]);
     }
     if (f == 1) {
       CHECK_EQ_INT(joins, 2); /* both sides repartitioned on the keys */
       CHECK_EQ_INT(aggs, 1);  /* partial -> final */
       CHECK(n > 0 && strcmp(names[n - 1], "sort: result") == 0);
+      /* its sort's range exchange reads the aggregate: staged rows */
+      for (int i = 0; i < js.n; i++) CHECK_MSG(!js.recomputed[i], "%s stage %d", files[f], i);
     }
     CHECK(fsh_plan_job_stage_names(p, names, n - 1, &n, &err) == ENOSPC);
     fsh_plan_job_stages_free(&js);
