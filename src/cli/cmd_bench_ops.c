@@ -97,9 +97,9 @@ static double ops_cpu(void) {
  * cluster run gets room for what its workers hold of the sort at once --
  * each worker's share of the range exchange and of the result shuffle
  * (2 x sort_bytes / workers), a quarter more for unevenly sized partitions
- * -- rounded up to 256 MiB; at least 1 GiB, and at most a quarter of the
- * machine's memory per worker (the workers' sorts and the bench process
- * need the rest). */
+ * -- rounded up to 256 MiB; at least 1 GiB, and the workers' budgets
+ * together at most half the machine's memory (the workers' sorts and the
+ * bench process need the rest). */
 static int64_t ops_default_budget(double sort_bytes, int64_t workers) {
   const int64_t gib = (int64_t)1 << 30, step = (int64_t)256 << 20;
   double want = 2.5 * sort_bytes / (double)(workers > 0 ? workers : 1);
@@ -107,7 +107,7 @@ static int64_t ops_default_budget(double sort_bytes, int64_t workers) {
   if (b < gib) b = gib;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) {
-    int64_t cap = (int64_t)pages * page / 4 / (workers > 0 ? workers : 1) / step * step;
+    int64_t cap = (int64_t)pages * page / 2 / (workers > 0 ? workers : 1) / step * step;
     if (cap >= gib && b > cap) b = cap;
   }
   return b;
@@ -398,7 +398,7 @@ static int usage_ops(void) {
           "  host read the writer's map outputs directly, default on); runs interleaved;\n"
           "  --memory-limit: each worker store's budget, by default room for its share\n"
           "  of the sort's exchange and result (2.5 x sort bytes / N, at least 1 GiB, at\n"
-          "  most a quarter of the machine's memory / N), printed;\n"
+          "  most half the machine's memory / N), printed;\n"
           "  the sort's result streams through a check (rows and row checksum equal to\n"
           "  the input's, keys never decreasing), never held; the join's output is checked\n"
           "  against a single-process reference run; --sort-bytes: the sort's row count\n"
