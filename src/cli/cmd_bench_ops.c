@@ -97,13 +97,13 @@ static double ops_cpu(void) {
  * cluster run gets room for what its workers hold of the sort at once --
  * each worker's share of the range exchange and of the result shuffle
  * (2 x sort_bytes / workers), a quarter more for unevenly sized partitions
- * -- rounded up to 256 MiB; at least 1 GiB, and the workers' budgets
+ * -- rounded to 256 MiB; at least 1 GiB, and the workers' budgets
  * together at most half the machine's memory (the workers' sorts and the
  * bench process need the rest). */
 static int64_t ops_default_budget(double sort_bytes, int64_t workers) {
   const int64_t gib = (int64_t)1 << 30, step = (int64_t)256 << 20;
   double want = 2.5 * sort_bytes / (double)(workers > 0 ? workers : 1);
-  int64_t b = ((int64_t)want + step - 1) / step * step;
+  int64_t b = ((int64_t)want + step / 2) / step * step; /* 4 GiB / 4: 2.5 GiB, not 2.75 */
   if (b < gib) b = gib;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) {
