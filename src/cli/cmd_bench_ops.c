@@ -597,10 +597,11 @@ int cmd_bench_ops(int argc, char **argv) {
   printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions "
          "(the sort: %d); "
          "memory: in this process, %" PRId64 " map thread(s); fs and flight: a local cluster "
-         "of %d worker processes (driver %s, direct reads %s, store budget %.2f GiB a worker%s)\n",
+         "of %d worker processes (driver %s, direct reads %s); store budget %.2f GiB a worker "
+         "(%s)\n",
          o.runs, P, SP, o.threads, c.n, fsh_sched_driver_uri(c.driver),
          no_direct_reads ? "off" : "on", (double)o.memory_limit / (double)(1ll << 30),
-         budget_default ? ": the default, from the sort's size" : ": --memory-limit");
+         budget_default ? "the default, from the sort's size" : "--memory-limit");
   for (int i = 0; i < c.n; i++)
     printf("  worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
   if (o.run_plan[0])
