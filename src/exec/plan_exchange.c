@@ -564,11 +564,12 @@ static int count_rows(run_ctx *c, const plan_node *x, int32_t part, int64_t *row
  * map_sample of the whole partition). */
 static int staged_sample_only(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
                               int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
-                              uint64_t *sums, fsh_error *err) {
+                              uint64_t *sums, int64_t *rows_in, fsh_error *err) {
   int32_t last = spec->n_partitions - 1;
   mapw mw = {.map_id = map_id, .sums = sums};
   int64_t rows = 0;
   int rc = count_rows(c, x, part, &rows, err);
+  *rows_in = rows;
   if (rc) return plan_name_fail(x, rc, err);
   FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
   if (rows > 0) {
@@ -598,14 +599,15 @@ static int staged_sample_only(run_ctx *c, const plan_node *x, const fsh_shuffle_
 
 int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
                      int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
-                     uint64_t *sums, fsh_error *err) {
+                     uint64_t *sums, int64_t *rows_in, fsh_error *err) {
   int32_t last = spec->n_partitions - 1;
   if (part < 0 || part >= last)
     return fsh_error_set(err, EINVAL, "task %d of a staging stage of %d partitions", (int)part,
                          (int)last);
   /* a stage its scatter computes again writes only the sample */
+  *rows_in = 0;
   if (plan_range_recomputes(c->p, x, NULL))
-    return staged_sample_only(c, x, spec, part, map_id, attempt, out, sums, err);
+    return staged_sample_only(c, x, spec, part, map_id, attempt, out, sums, rows_in, err);
   mapw mw = {.map_id = map_id, .sums = sums};
   FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
   fsh_batch_stream st;
@@ -635,6 +637,7 @@ int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spe
     rc = write_part(&mw, part, b, err);
   }
   if (st.release) st.release(&st);
+  *rows_in = rows;
   if (!rc && x->xkind == PX_RANGE && rows > 0) {
     if ((rc = map_sample(x, held, n_held, rows, &sample, err)) == 0)
       rc = write_part(&mw, last, sample, err);

@@ -98,10 +98,11 @@ int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *s
  * x's input partition `part` into partition `part` of spec (maps + 1
  * partitions), and (range) the map's sample -- as plan_run_exchange takes
  * it -- into the last partition. A stage its scatter computes again
- * (plan_range_recomputes over c's plan) writes only the sample. */
+ * (plan_range_recomputes over c's plan) writes only the sample. *rows_in:
+ * the rows of its input partition (staged or not). */
 int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
                      int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
-                     uint64_t *sums, fsh_error *err);
+                     uint64_t *sums, int64_t *rows_in, fsh_error *err);
 /* The range boundaries of x's n_out partitions from the maps' samples
  * (samples[0, n), in map order; *out NULL when there is no row). */
 int plan_range_bounds(const plan_node *x, fsh_batch **samples, int64_t n, int32_t n_out,

@@ -456,12 +456,13 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R,
                            .schema = root->schema, .compression = t->compression};
   plan_scatter sc = {.counts = t->counts, .n_counts = t->n_counts};
+  int64_t staged_rows = 0;
   if (!rc && q->scatter && root->xkind == PX_RANGE)
     rc = scatter_bounds(b, t, q, root, &sc, &side, err);
   if (!rc && q->recompute && q->scatter) rc = staged_empty(&c, q->staged_node, t->task, err);
   if (!rc && q->staged)
     rc = plan_staged_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
-                          r.row_checksums, err);
+                          r.row_checksums, &staged_rows, err);
   else if (!rc && q->output >= 0)
     rc = plan_exchange_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
                             r.row_checksums, q->scatter ? &sc : NULL, err);
@@ -499,6 +500,9 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
                             t->attempt, t->shuffle_id);
   }
   for (int32_t i = 0; i < R; i++) r.input_rows += r.output.rows ? r.output.rows[i] : 0;
+  /* a staging task: the rows of its input and its sample, staged or not
+   * (a recomputed stage's rows are in no partition it wrote) */
+  if (q->staged && r.output.rows && R > 0) r.input_rows = staged_rows + r.output.rows[R - 1];
   for (int32_t i = 0; i < R; i++) r.input_bytes += r.output.bytes ? r.output.bytes[i] : 0;
   r.nanos = now_nanos() - t0;
   *out = r;
