@@ -1023,12 +1023,18 @@ typedef struct fsh_plan_job_options {
  * its sample into the last one) and a scatter stage (task i reads
  * partition i, the samples and every task's row count, and writes the
  * exchange as plan_run would: boundaries from the same samples, the same
- * global row offsets); every other stage is one. */
+ * global row offsets); every other stage is one. A range exchange whose
+ * stage is only scans, filters and projects (deterministic, cheaper to
+ * compute again than to store and read back) is "recomputed": its
+ * staging tasks write only their samples (partition i stays empty) and
+ * its scatter tasks compute their input partition again from the
+ * operators (reading their empty staged partition, to say so). */
 typedef struct fsh_plan_job_stages {
   int n;
   fsh_sched_plan_stage *stages;
   int *inputs;     /* the stages' input_stages arrays */
   int32_t *nodes;  /* the stages' input_nodes arrays */
+  bool *recomputed; /* [n]: a staging stage writing only samples, or its scatter */
 } fsh_plan_job_stages;
 FSH_NODISCARD int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out,
                                           fsh_error *err);

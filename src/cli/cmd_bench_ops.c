@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h> /* sysconf */
 #include <unistd.h>
 
 #include <flightshuffle/exec.h>
@@ -70,7 +71,8 @@ typedef struct ops_opts {
   int64_t sort_rows, left_rows, right_rows, sort_bytes;
   bool run_plan[2]; /* sort, join_group_by */
   ops_corrupt corrupt;
-  int64_t runs, workers, partitions, threads, memory_limit;
+  int64_t runs, workers, partitions, threads;
+  int64_t memory_limit;    /* each worker's store budget; 0: from the sort's size */
   int64_t sort_partitions; /* 0: partitions */
   int64_t operator_memory; /* > 0: also the spilling runs */
   const char *spill_dir;   /* theirs (a temporary directory) */
@@ -88,6 +90,27 @@ static double ops_cpu(void) {
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The workers' store budget when --memory-limit is not given: the memory
+ * backend holds a whole exchange in one process with no budget, so a fair
+ * cluster run gets room for what its workers hold of the sort at once --
+ * each worker's share of the range exchange and of the result shuffle
+ * (2 x sort_bytes / workers), a quarter more for unevenly sized partitions
+ * -- rounded to 256 MiB; at least 1 GiB, and the workers' budgets
+ * together at most half the machine's memory (the workers' sorts and the
+ * bench process need the rest). */
+static int64_t ops_default_budget(double sort_bytes, int64_t workers) {
+  const int64_t gib = (int64_t)1 << 30, step = (int64_t)256 << 20;
+  double want = 2.5 * sort_bytes / (double)(workers > 0 ? workers : 1);
+  int64_t b = ((int64_t)want + step / 2) / step * step; /* 4 GiB / 4: 2.5 GiB, not 2.75 */
+  if (b < gib) b = gib;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    int64_t cap = (int64_t)pages * page / 2 / (workers > 0 ? workers : 1) / step * step;
+    if (cap >= gib && b > cap) b = cap;
+  }
+  return b;
 }
 
 static int ops_cmp(const void *a, const void *b) {
@@ -373,6 +396,9 @@ static int usage_ops(void) {
           "  --flight-workers is the same) through the fs and flight backends (workers'\n"
           "  --memory-limit, --spill-dir and --direct-reads: flight readers on the same\n"
           "  host read the writer's map outputs directly, default on); runs interleaved;\n"
+          "  --memory-limit: each worker store's budget, by default room for its share\n"
+          "  of the sort's exchange and result (2.5 x sort bytes / N, at least 1 GiB, at\n"
+          "  most half the machine's memory / N), printed;\n"
           "  the sort's result streams through a check (rows and row checksum equal to\n"
           "  the input's, keys never decreasing), never held; the join's output is checked\n"
           "  against a single-process reference run; --sort-bytes: the sort's row count\n"
@@ -391,8 +417,7 @@ static int usage_ops(void) {
 int cmd_bench_ops(int argc, char **argv) {
   ops_opts o = {.sort_rows = 2000000, .left_rows = 2000000, .right_rows = 200000, .runs = 3,
                 .run_plan = {true, true},
-                .workers = 4, .partitions = 8, .threads = 2,
-                .memory_limit = (int64_t)1 << 30};
+                .workers = 4, .partitions = 8, .threads = 2};
   const char *cluster_spill = NULL;
   bool no_direct_reads = false;
   for (int i = 1; i < argc; i++) {
@@ -422,7 +447,8 @@ int cmd_bench_ops(int argc, char **argv) {
     else if (strcmp(a, "--sort-partitions") == 0)
       ok = ok && cli_parse_int(v, 1, 4096, &o.sort_partitions);
     else if (strcmp(a, "--threads") == 0) ok = ok && cli_parse_int(v, 1, 64, &o.threads);
-    else if (strcmp(a, "--memory-limit") == 0) ok = ok && cli_parse_bytes(v, &o.memory_limit);
+    else if (strcmp(a, "--memory-limit") == 0)
+      ok = ok && cli_parse_bytes(v, &o.memory_limit) && o.memory_limit > 0;
     else if (strcmp(a, "--spill-dir") == 0) cluster_spill = v;
     else if (strcmp(a, "--direct-reads") == 0) {
       ok = ok && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0);
@@ -436,7 +462,8 @@ int cmd_bench_ops(int argc, char **argv) {
   }
   char sort_json[2048], sort_scan[1024], join_json[4096], join_scans[1024];
   int P = (int)o.partitions, SP = o.sort_partitions > 0 ? (int)o.sort_partitions : P;
-  if (o.sort_bytes > 0) {
+  double sort_row_bytes = 0; /* the synthetic rows' bytes a row */
+  if (o.sort_bytes > 0 || (o.memory_limit == 0 && o.run_plan[0])) {
     /* the synthetic rows' bytes from the first 2^20 of them (the same seed) */
     enum { PROBE_ROWS = 1 << 20 };
     char probe[512];
@@ -447,10 +474,14 @@ int cmd_bench_ops(int argc, char **argv) {
     fsh_error perr;
     if (input_scan_run(probe, false, &in, &perr) != 0)
       return cli_fail(1, "bench ops: sizing the sort: %s", perr.message);
-    double per_row = (double)in.bytes / PROBE_ROWS;
-    o.sort_rows = (int64_t)((double)o.sort_bytes / per_row + 0.5);
+    sort_row_bytes = (double)in.bytes / PROBE_ROWS;
+    if (o.sort_bytes > 0) o.sort_rows = (int64_t)((double)o.sort_bytes / sort_row_bytes + 0.5);
     if (o.sort_rows < 1) o.sort_rows = 1;
   }
+  bool budget_default = o.memory_limit == 0;
+  if (budget_default)
+    o.memory_limit = ops_default_budget(o.run_plan[0] ? (double)o.sort_rows * sort_row_bytes : 0,
+                                        o.workers);
   snprintf(sort_scan, sizeof sort_scan,
            "{\"partitions\": %d, \"nodes\": [{\"op\": \"scan\", \"generate\": \"synthetic\", "
            "\"rows\": %" PRId64 ", \"batch_rows\": 8192, \"partitions\": %d, \"seed\": 7}",
@@ -566,9 +597,11 @@ int cmd_bench_ops(int argc, char **argv) {
   printf("bench ops: %" PRId64 " run(s) per plan and backend, interleaved; %d partitions "
          "(the sort: %d); "
          "memory: in this process, %" PRId64 " map thread(s); fs and flight: a local cluster "
-         "of %d worker processes (driver %s, direct reads %s)\n",
+         "of %d worker processes (driver %s, direct reads %s); store budget %.2f GiB a worker "
+         "(%s)\n",
          o.runs, P, SP, o.threads, c.n, fsh_sched_driver_uri(c.driver),
-         no_direct_reads ? "off" : "on");
+         no_direct_reads ? "off" : "on", (double)o.memory_limit / (double)(1ll << 30),
+         budget_default ? "the default, from the sort's size" : "--memory-limit");
   for (int i = 0; i < c.n; i++)
     printf("  worker %d %s pid %d\n", i + 1, c.proc[i].uri, (int)c.proc[i].pid);
   if (o.run_plan[0])
@@ -768,7 +801,8 @@ int cmd_bench_ops(int argc, char **argv) {
     rl += (size_t)snprintf(result + rl, sizeof result - rl,
                            " sort_gib=%.2f peak_rss_gb=%.2f workers_peak_rss_gb=%.2f",
                            (double)bytes[0] / (double)(1ll << 30), self_gb, workers_gb);
-    printf("result: workers=%d%s verified=%s\n", c.n, result, verified ? "yes" : "no");
+    printf("result: workers=%d worker_budget_gib=%.2f%s verified=%s\n", c.n,
+           (double)o.memory_limit / (double)(1ll << 30), result, verified ? "yes" : "no");
     if (!verified) status = 1;
   }
 done:

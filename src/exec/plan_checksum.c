@@ -164,7 +164,10 @@ static void column_words(const fsh_field *f, const fsh_array *a, const uint64_t 
   }
 }
 
-int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
+/* plan_row_checksum (pids NULL: every row into *sums) and
+ * plan_row_checksum_parts (row i into sums[pids[i]]). */
+static int row_checksum(const fsh_batch *b, const int32_t *pids, uint64_t *sums,
+                        fsh_error *err) {
   if (b->length == 0) return 0;
   int64_t n = b->length;
   int rc = 0;
@@ -204,12 +207,24 @@ int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
         for (int64_t i = 0; i < m; i++)
           if (!fsh_bit_get(valid, abs + i)) acc[i] = ck_round(acc[i], NULL_WORD);
     }
-    for (int64_t i = 0; i < m; i++) s += fmix64(acc[i]);
+    if (pids) /* nothing fails past the logical words: sums change only on success */
+      for (int64_t i = 0; i < m; i++) sums[pids[r0 + i]] += fmix64(acc[i]);
+    else
+      for (int64_t i = 0; i < m; i++) s += fmix64(acc[i]);
   }
   for (int64_t c = 0; c < b->n_columns; c++) fsh_free(logical[c]);
   fsh_free(logical);
-  if (!rc) *sum += s;
+  if (!rc && !pids) *sums += s;
   return rc;
+}
+
+int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {
+  return row_checksum(b, NULL, sum, err);
+}
+
+int plan_row_checksum_parts(const fsh_batch *b, const int32_t *partition_of_row,
+                            uint64_t *sums, fsh_error *err) {
+  return row_checksum(b, partition_of_row, sums, err);
 }
 
 int fsh_plan_batch_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err) {

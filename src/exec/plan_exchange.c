@@ -60,13 +60,10 @@ static int map_batch(const plan_node *x, mapw *mw, fsh_batch *b, int64_t m, int6
     }
   }
   if (rc) return rc;
-  FSH_RETURN_NOT_OK(fsh_scatter(b, pids, n_out, parts, err));
-  for (int32_t p = 0; p < n_out; p++) {
-    if (!rc) rc = write_part(mw, p, parts[p], err);
-    fsh_batch_unref(parts[p]);
-    parts[p] = NULL;
-  }
-  return rc;
+  /* rows straight into the writer (its partition builders when it has
+   * them: no batch per part), their checksums in one pass over b */
+  if (mw->sums) FSH_RETURN_NOT_OK(plan_row_checksum_parts(b, pids, mw->sums, err));
+  return fsh_shuffle_write_rows(mw->w, b, pids, n_out, parts, err);
 }
 
 /* The batches of every map task held (range and into_partitions need
@@ -107,30 +104,72 @@ static int held_fill(run_ctx *c, const plan_node *x, int64_t m, held_maps *h, fs
   return 0;
 }
 
-/* The sample of one map's rows (batches[0, n), rows in all, > 0): up to
- * sample_rows rows, evenly spaced (global row j * rows / k for j < k), in
- * row order. Taken from each batch in place and the k rows concatenated:
- * the map's rows are never copied as a whole (the staging stage of a
- * distributed sort holds a whole partition here). */
+/* A map's sample taken as its batches go by: up to sample_rows of its
+ * `rows` rows (> 0), evenly spaced (global row j * rows / k for j < k),
+ * in row order; the rows taken from each batch in place and the k rows
+ * concatenated at the end -- the map's rows are never copied as a whole
+ * nor need to be held (the staging stage of a distributed sort holds a
+ * whole partition otherwise). */
+typedef struct sampler {
+  int64_t k, rows, j, base, n_takes, cap;
+  int64_t *idx;
+  fsh_batch **takes;
+} sampler;
+
+static void sampler_free(sampler *sp) {
+  for (int64_t i = 0; i < sp->n_takes; i++) fsh_batch_unref(sp->takes[i]);
+  fsh_free(sp->takes);
+  fsh_free(sp->idx);
+  memset(sp, 0, sizeof *sp);
+}
+
+static int sampler_init(sampler *sp, const plan_node *x, int64_t rows, fsh_error *err) {
+  memset(sp, 0, sizeof *sp);
+  sp->rows = rows;
+  sp->k = rows < x->sample_rows ? rows : x->sample_rows;
+  if (!(sp->idx = fsh_malloc((size_t)(sp->k ? sp->k : 1) * sizeof *sp->idx)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  return 0;
+}
+
+/* The sampled rows of the map's next batch b. */
+static int sampler_add(sampler *sp, fsh_batch *b, fsh_error *err) {
+  int64_t len = b->length, cnt = 0;
+  for (; sp->j < sp->k && sp->j * sp->rows / sp->k < sp->base + len; sp->j++)
+    sp->idx[cnt++] = sp->j * sp->rows / sp->k - sp->base;
+  sp->base += len;
+  if (cnt == 0) return 0;
+  if (sp->n_takes == sp->cap) {
+    int64_t cap = sp->cap ? 2 * sp->cap : 16;
+    fsh_batch **v = fsh_realloc(sp->takes, (size_t)cap * sizeof *v);
+    if (!v) return fsh_error_set(err, ENOMEM, "out of memory");
+    sp->takes = v, sp->cap = cap;
+  }
+  FSH_RETURN_NOT_OK(fsh_take(b, sp->idx, cnt, &sp->takes[sp->n_takes], err));
+  sp->n_takes++;
+  return 0;
+}
+
+/* The sample (*out) once every batch was added; EINVAL when they held
+ * other than `rows` rows (an input computed twice that changed). */
+static int sampler_finish(sampler *sp, fsh_error *err, fsh_batch **out) {
+  *out = NULL;
+  if (sp->base != sp->rows)
+    return fsh_error_set(err, EINVAL, "the sampled input had %lld rows, %lld when counted",
+                         (long long)sp->base, (long long)sp->rows);
+  if (sp->n_takes == 0) return fsh_error_set(err, EINVAL, "no row to sample");
+  return fsh_concat(sp->takes, sp->n_takes, out, err);
+}
+
+/* The sample of one map's rows (batches[0, n), rows in all, > 0). */
 static int map_sample(const plan_node *x, fsh_batch **batches, int64_t n, int64_t rows,
                       fsh_batch **out, fsh_error *err) {
   *out = NULL;
-  int64_t k = rows < x->sample_rows ? rows : x->sample_rows;
-  int64_t *idx = fsh_malloc((size_t)(k ? k : 1) * sizeof *idx);
-  fsh_batch **takes = fsh_calloc((size_t)(n ? n : 1), sizeof *takes);
-  int rc = idx && takes ? 0 : fsh_error_set(err, ENOMEM, "out of memory");
-  int64_t n_takes = 0, j = 0, base = 0;
-  for (int64_t i = 0; !rc && i < n; i++) {
-    int64_t len = batches[i]->length, cnt = 0;
-    for (; j < k && j * rows / k < base + len; j++) idx[cnt++] = j * rows / k - base;
-    if (cnt > 0) rc = fsh_take(batches[i], idx, cnt, &takes[n_takes++], err);
-    base += len;
-  }
-  if (!rc && n_takes == 0) rc = fsh_take(batches[0], idx, 0, out, err); /* k == 0 */
-  else if (!rc) rc = fsh_concat(takes, n_takes, out, err);
-  for (int64_t i = 0; takes && i < n_takes; i++) fsh_batch_unref(takes[i]);
-  fsh_free(takes);
-  fsh_free(idx);
+  sampler sp;
+  int rc = sampler_init(&sp, x, rows, err);
+  for (int64_t i = 0; !rc && i < n; i++) rc = sampler_add(&sp, batches[i], err);
+  if (!rc) rc = sampler_finish(&sp, err, out);
+  sampler_free(&sp);
   return rc;
 }
 
@@ -466,8 +505,10 @@ int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *s
                                                x->xkind), holds ? "is written by a scatter stage "
                                                "(or staged)" : "is not scattered"), err);
   const plan_node *in = c->p->nodes[x->inputs[0]];
-  /* a scatter reads the staged shuffle: one more partition than maps */
-  xshared sh = {.m = plan_parts_of(c, in) - (scatter ? 1 : 0), .group = 1,
+  /* a scatter reads the staged shuffle (one more partition than maps),
+   * or computes its input again (plan_range_recomputes) */
+  xshared sh = {.m = plan_parts_of(c, in) - (scatter && in->kind == PN_EXCHANGE ? 1 : 0),
+                .group = 1,
                 .r = spec->n_partitions};
   sh.n_groups = sh.m;
   if (part < 0 || part >= sh.m)
@@ -501,13 +542,72 @@ int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *s
   return rc ? plan_name_fail(x, rc, err) : 0;
 }
 
+/* The rows of x's input partition `part`, computed and dropped. */
+static int count_rows(run_ctx *c, const plan_node *x, int32_t part, int64_t *rows,
+                      fsh_error *err) {
+  *rows = 0;
+  fsh_batch_stream st;
+  int rc = plan_open_stream(c, x->inputs[0], part, &st, err);
+  while (!rc) {
+    fsh_batch *b = NULL;
+    if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+    *rows += b->length;
+    fsh_batch_unref(b);
+  }
+  if (st.release) st.release(&st);
+  return rc;
+}
+
+/* plan_staged_task of a stage its scatter computes again: only the
+ * sample, from the input computed twice (its rows counted, then the
+ * sampled ones taken as they go by: nothing held, the same rows as
+ * map_sample of the whole partition). */
+static int staged_sample_only(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
+                              int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
+                              uint64_t *sums, int64_t *rows_in, fsh_error *err) {
+  int32_t last = spec->n_partitions - 1;
+  mapw mw = {.map_id = map_id, .sums = sums};
+  int64_t rows = 0;
+  int rc = count_rows(c, x, part, &rows, err);
+  *rows_in = rows;
+  if (rc) return plan_name_fail(x, rc, err);
+  FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
+  if (rows > 0) {
+    sampler sp;
+    fsh_batch_stream st = {0};
+    fsh_batch *sample = NULL;
+    if ((rc = sampler_init(&sp, x, rows, err)) == 0)
+      rc = plan_open_stream(c, x->inputs[0], part, &st, err);
+    while (!rc) {
+      fsh_batch *b = NULL;
+      if ((rc = st.get_next(&st, &b, err)) != 0 || !b) break;
+      rc = sampler_add(&sp, b, err);
+      fsh_batch_unref(b);
+    }
+    if (st.release) st.release(&st);
+    if (!rc) rc = sampler_finish(&sp, err, &sample);
+    if (!rc) rc = write_part(&mw, last, sample, err);
+    fsh_batch_unref(sample);
+    sampler_free(&sp);
+  }
+  if (rc) {
+    mw.w->abort(mw.w);
+    return plan_name_fail(x, rc, err);
+  }
+  return mw.w->close(mw.w, out, err);
+}
+
 int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
                      int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
-                     uint64_t *sums, fsh_error *err) {
+                     uint64_t *sums, int64_t *rows_in, fsh_error *err) {
   int32_t last = spec->n_partitions - 1;
   if (part < 0 || part >= last)
     return fsh_error_set(err, EINVAL, "task %d of a staging stage of %d partitions", (int)part,
                          (int)last);
+  /* a stage its scatter computes again writes only the sample */
+  *rows_in = 0;
+  if (plan_range_recomputes(c->p, x, NULL))
+    return staged_sample_only(c, x, spec, part, map_id, attempt, out, sums, rows_in, err);
   mapw mw = {.map_id = map_id, .sums = sums};
   FSH_RETURN_NOT_OK(fsh_shuffle_open_writer(c->backend, spec, map_id, attempt, &mw.w, err));
   fsh_batch_stream st;
@@ -537,6 +637,7 @@ int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spe
     rc = write_part(&mw, part, b, err);
   }
   if (st.release) st.release(&st);
+  *rows_in = rows;
   if (!rc && x->xkind == PX_RANGE && rows > 0) {
     if ((rc = map_sample(x, held, n_held, rows, &sample, err)) == 0)
       rc = write_part(&mw, last, sample, err);

@@ -124,10 +124,20 @@ int plan_fragment_build(const fsh_plan_fragment *f, fsh_plan **out, int **ids, f
 int plan_fragment_output(const fsh_plan_fragment *f);
 /* Whether the fragment is a scatter stage's (Plan.proto StageFragment.scatter). */
 bool plan_fragment_scatter(const fsh_plan_fragment *f);
+/* Whether the range exchange x's scatter stage computes its input again
+ * instead of reading it staged: x is a range exchange and every other
+ * node of its stage (member[i], plan_stage_members; NULL: every node of
+ * p but x) is a scan, filter or project -- deterministic, and cheaper to
+ * compute twice than to write, read back and checksum once more. Its
+ * staging stage then writes only the sample (its tasks' partitions stay
+ * empty, and the scatter tasks read them, empty, to say so). */
+bool plan_range_recomputes(const fsh_plan *p, const plan_node *x, const bool *member);
 /* Stage `stage` of p as a fragment: mode 0 as it is; 1 its range /
  * into_partitions output exchange staged; 2 the scatter stage that
  * writes that exchange from the staged shuffle (read as node n_nodes + id,
- * tasks + 1 partitions). */
+ * tasks + 1 partitions) -- or, when plan_range_recomputes, from its
+ * stage's operators again, the staged shuffle's node still read (its
+ * partition empty) but feeding nothing. */
 int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **out,
                            fsh_error *err);
 

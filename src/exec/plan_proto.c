@@ -208,6 +208,18 @@ int fsh_plan_stage_encode(const fsh_plan *p, int stage, fsh_buffer **out, fsh_er
   return plan_stage_encode_mode(p, stage, 0, out, err);
 }
 
+bool plan_range_recomputes(const fsh_plan *p, const plan_node *x, const bool *member) {
+  if (x->kind != PN_EXCHANGE || x->xkind != PX_RANGE) return false;
+  for (int i = 0; i < p->n_nodes; i++) {
+    const plan_node *n = p->nodes[i];
+    if (n == x || (member && !member[i])) continue;
+    if (n->kind != PN_SCAN_GEN && n->kind != PN_SCAN_IPC && n->kind != PN_FILTER &&
+        n->kind != PN_PROJECT)
+      return false;
+  }
+  return true;
+}
+
 int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **out,
                            fsh_error *err) {
   *out = NULL;
@@ -234,8 +246,10 @@ int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **
     if (mode && (x->kind != PN_EXCHANGE ||
                  (x->xkind != PX_RANGE && x->xkind != PX_INTO_PARTITIONS)))
       rc = fsh_error_set(err, EINVAL, "stage %d writes no range / into_partitions exchange", stage);
+    bool recompute = !rc && mode == 2 && plan_range_recomputes(p, x, member);
     if (!rc && mode == 2) {
-      /* [the staged shuffle read, the exchange written from it] */
+      /* [the staged shuffle read, the exchange written from it]; when the
+       * stage recomputes: [the staged read, the stage's operators] */
       int32_t staged_id = p->n_nodes + root;
       f.scatter = true;
       rc = encode_op(p, x, &ops[0], err);
@@ -245,14 +259,14 @@ int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **
         ops[0]->n_inputs = 0;
         ops[0]->partitions = p->nodes[x->inputs[0]]->n_partitions + 1;
         inputs[f.n_input_exchanges++] = staged_id;
-        rc = encode_op(p, x, &ops[1], err);
+        if (!recompute) rc = encode_op(p, x, &ops[1], err);
       }
-      if (!rc) {
+      if (!rc && !recompute) {
         f.n_operators = 2;
         ops[1]->inputs[0] = staged_id;
       }
     }
-    for (int i = 0; mode != 2 && i < p->n_nodes && !rc; i++) {
+    for (int i = 0; (mode != 2 || recompute) && i < p->n_nodes && !rc; i++) {
       if (!member[i]) continue;
       if ((rc = encode_op(p, p->nodes[i], &ops[f.n_operators], err)) != 0) break;
       if (i == root && mode == 1) ops[f.n_operators]->staged = true;

@@ -97,10 +97,12 @@ int plan_exchange_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *s
 /* The staging task of a range / into_partitions exchange x: every row of
  * x's input partition `part` into partition `part` of spec (maps + 1
  * partitions), and (range) the map's sample -- as plan_run_exchange takes
- * it -- into the last partition. */
+ * it -- into the last partition. A stage its scatter computes again
+ * (plan_range_recomputes over c's plan) writes only the sample. *rows_in:
+ * the rows of its input partition (staged or not). */
 int plan_staged_task(run_ctx *c, const plan_node *x, const fsh_shuffle_spec *spec,
                      int32_t part, int64_t map_id, int32_t attempt, fsh_map_output *out,
-                     uint64_t *sums, fsh_error *err);
+                     uint64_t *sums, int64_t *rows_in, fsh_error *err);
 /* The range boundaries of x's n_out partitions from the maps' samples
  * (samples[0, n), in map order; *out NULL when there is no row). */
 int plan_range_bounds(const plan_node *x, fsh_batch **samples, int64_t n, int32_t n_out,
@@ -114,6 +116,12 @@ int plan_result_task(run_ctx *c, int root, const fsh_shuffle_spec *spec, int32_t
  * row's values (every column), summed mod 2^64; the definition is atop
  * plan_checksum.c. On error *sum is unchanged. */
 int plan_row_checksum(const fsh_batch *b, uint64_t *sum, fsh_error *err);
+/* The same per row, each row's hash added to sums[partition_of_row[i]]:
+ * equal to plan_row_checksum of each fsh_scatter part into its slot, in
+ * one pass over b (a map task writing rows straight into its writer). On
+ * error sums are unchanged. */
+int plan_row_checksum_parts(const fsh_batch *b, const int32_t *partition_of_row,
+                            uint64_t *sums, fsh_error *err);
 /* The fsh_plan_sink that collects a result into out (its batches,
  * rows, partition_batches[n_partitions], allocated by the caller; a
  * partition that begins again loses what it had). cap: out->batches'

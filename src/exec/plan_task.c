@@ -39,6 +39,10 @@ typedef struct fsh_plan_task_prepared {
   int32_t *read_parts;      /* [n_nodes]: the partition its task reads */
   bool staged;              /* its output exchange is staged (plan_staged_task) */
   bool scatter;             /* a scatter stage's: the side input's map outputs */
+  bool recompute;           /* a range stage that computes its input again
+                               (plan_range_recomputes): staged, only the
+                               sample; scattered, from its operators */
+  int staged_node;          /* a recomputing scatter: the staged read (-1) */
   fsh_map_output *side;
   int64_t n_side;
 } prepared;
@@ -54,6 +58,18 @@ static void prepared_free(prepared *q) {
   fsh_free(q->ids);
   fsh_plan_free(q->plan);
   fsh_free(q);
+}
+
+/* Whether a recomputing scatter fragment's operators but the staged read
+ * are a stage plan_range_recomputes accepts. */
+static bool scatter_recomputes(const prepared *q, const plan_node *root) {
+  int nn = q->plan->n_nodes;
+  bool *member = fsh_malloc((size_t)nn * sizeof *member);
+  if (!member) return false;
+  for (int j = 0; j < nn; j++) member[j] = j != q->staged_node;
+  bool ok = plan_range_recomputes(q->plan, root, member);
+  fsh_free(member);
+  return ok;
 }
 
 /* Builds the fragment's plan and matches every input exchange with the
@@ -88,14 +104,27 @@ static int prepare(const fsh_fragment_task *t, prepared **out, fsh_error *err) {
   /* the stage runs in as many partitions as the node its root reads */
   if (!rc) {
     const plan_node *root = q->plan->nodes[nn - 1];
-    const plan_node *top = q->output >= 0 ? q->plan->nodes[root->inputs[0]] : root;
+    const plan_node *top = q->output >= 0 && root->n_inputs == 1
+                               ? q->plan->nodes[root->inputs[0]] : root;
+    /* a scatter reads the staged shuffle, or computes its input again */
+    q->staged_node = -1;
+    if (q->scatter && top->kind != PN_EXCHANGE) {
+      q->recompute = true;
+      for (int j = 0; j < nn; j++)
+        if (q->plan->nodes[j]->kind == PN_EXCHANGE && q->plan->nodes[j]->n_inputs == 0)
+          q->staged_node = j;
+    }
     if (q->output >= 0 && root->n_inputs != 1)
       rc = fsh_error_set(err, EINVAL, "the output exchange (node %d) has no input in the "
                          "fragment", out_id);
-    else if (top->n_partitions != t->n_tasks + (q->scatter ? 1 : 0))
+    else if (q->recompute && (q->staged_node < 0 || !scatter_recomputes(q, root)))
+      rc = fsh_error_set(err, EINVAL, "a scatter that is not a range exchange over scans, "
+                         "filters and projects reads its staged rows");
+    else if (top->n_partitions != t->n_tasks + (q->scatter && !q->recompute ? 1 : 0))
       rc = fsh_error_set(err, EINVAL, "the stage runs in %d partitions, the task says %d tasks%s",
                          (int)top->n_partitions, t->n_tasks, q->scatter ? " (scattered)" : "");
     q->staged = root->staged;
+    if (q->staged) q->recompute = plan_range_recomputes(q->plan, root, NULL);
     bool holds = root->kind == PN_EXCHANGE &&
                  (root->xkind == PX_RANGE || root->xkind == PX_INTO_PARTITIONS);
     if (!rc && holds && !q->staged && !q->scatter)
@@ -237,6 +266,13 @@ static int cw_write(fsh_shuffle_writer *w, int32_t partition, fsh_batch *batch, 
   return k->in->write(k->in, partition, batch, err);
 }
 
+static int cw_write_rows(fsh_shuffle_writer *w, fsh_batch *batch, const int32_t *partition_of_row,
+                         fsh_error *err) {
+  cancel_writer *k = w->state;
+  FSH_RETURN_NOT_OK(plan_cancelled(k->cancel, err));
+  return k->in->write_rows(k->in, batch, partition_of_row, err);
+}
+
 static int cw_close(fsh_shuffle_writer *w, fsh_map_output *out, fsh_error *err) {
   cancel_writer *k = w->state;
   fsh_shuffle_writer *in = k->in;
@@ -269,7 +305,8 @@ static int cb_open_writer(fsh_shuffle_backend *b, const fsh_shuffle_spec *spec, 
   }
   k->cancel = cb->cancel;
   k->base = (fsh_shuffle_writer){.write = cw_write, .close = cw_close, .abort = cw_abort,
-                                 .state = k};
+                                 .state = k,
+                                 .write_rows = k->in->write_rows ? cw_write_rows : NULL};
   *out = &k->base;
   return 0;
 }
@@ -351,6 +388,28 @@ static int scatter_bounds(fsh_shuffle_backend *b, const fsh_fragment_task *t, co
   return rc ? fsh_error_prefix(err, rc, "reading the staged samples: ") : 0;
 }
 
+/* A recomputing scatter's staged partition `part` (node `node`), read to
+ * its end (the driver compares the read with what the staging task wrote
+ * there): EINVAL when it holds rows -- its staging task wrote them for a
+ * scatter that reads them. */
+static int staged_empty(run_ctx *c, int node, int32_t part, fsh_error *err) {
+  fsh_batch_stream st;
+  FSH_RETURN_NOT_OK(plan_open_stream(c, node, part, &st, err));
+  int64_t rows = 0;
+  int rc = 0;
+  for (;;) {
+    fsh_batch *x = NULL;
+    if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
+    rows += x->length;
+    fsh_batch_unref(x);
+  }
+  st.release(&st);
+  if (!rc && rows > 0)
+    rc = fsh_error_set(err, EINVAL, "staged partition %d holds %lld rows; this scatter computes "
+                       "its input again and expects none", (int)part, (long long)rows);
+  return rc;
+}
+
 /* Runs the prepared task q of t through backend b; *reads / *n_reads (may
  * be NULL): what it read of each input exchange (and the side input);
  * *stats (may be NULL): what its operators spilled. */
@@ -397,11 +456,13 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R,
                            .schema = root->schema, .compression = t->compression};
   plan_scatter sc = {.counts = t->counts, .n_counts = t->n_counts};
+  int64_t staged_rows = 0;
   if (!rc && q->scatter && root->xkind == PX_RANGE)
     rc = scatter_bounds(b, t, q, root, &sc, &side, err);
+  if (!rc && q->recompute && q->scatter) rc = staged_empty(&c, q->staged_node, t->task, err);
   if (!rc && q->staged)
     rc = plan_staged_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
-                          r.row_checksums, err);
+                          r.row_checksums, &staged_rows, err);
   else if (!rc && q->output >= 0)
     rc = plan_exchange_task(&c, root, &spec, t->task, t->map_id, t->attempt, &r.output,
                             r.row_checksums, q->scatter ? &sc : NULL, err);
@@ -439,6 +500,9 @@ static int run_prepared(fsh_shuffle_backend *b, const fsh_fragment_task *t, prep
                             t->attempt, t->shuffle_id);
   }
   for (int32_t i = 0; i < R; i++) r.input_rows += r.output.rows ? r.output.rows[i] : 0;
+  /* a staging task: the rows of its input and its sample, staged or not
+   * (a recomputed stage's rows are in no partition it wrote) */
+  if (q->staged && r.output.rows && R > 0) r.input_rows = staged_rows + r.output.rows[R - 1];
   for (int32_t i = 0; i < R; i++) r.input_bytes += r.output.bytes ? r.output.bytes[i] : 0;
   r.nanos = now_nanos() - t0;
   *out = r;

@@ -1,7 +1,8 @@
 /* plan_task_job.c -- a plan as a driver's job: every stage of the plan a
  * "plan-fragment" stage of a JobPlan (sched.h, fsh_sched_plan_job_plan) --
  * a stage writing a range / into_partitions exchange two: the staging
- * stage (every task's rows and sample) and the scatter stage --
+ * stage (every task's rows and sample; only the samples when the scatter
+ * computes its input again, plan_range_recomputes) and the scatter stage --
  * and the result of such a job read back from its result shuffle (the
  * last stage's) and checked partition by partition against the rows and
  * row checksums its tasks answered. */
@@ -28,6 +29,7 @@ void fsh_plan_job_stages_free(fsh_plan_job_stages *js) {
   fsh_free(js->stages);
   fsh_free(js->inputs);
   fsh_free(js->nodes);
+  fsh_free(js->recomputed);
   memset(js, 0, sizeof *js);
 }
 
@@ -43,14 +45,25 @@ int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_err
   out->stages = fsh_calloc((size_t)n * 2, sizeof *out->stages);
   out->inputs = fsh_calloc((size_t)n * 2 * FSH_PLAN_STAGE_MAX_INPUTS, sizeof *out->inputs);
   out->nodes = fsh_calloc((size_t)n * 2 * FSH_PLAN_STAGE_MAX_INPUTS, sizeof *out->nodes);
-  int rc = info && job_of && out->stages && out->inputs && out->nodes
+  out->recomputed = fsh_calloc((size_t)n * 2, sizeof *out->recomputed);
+  bool *member = fsh_malloc((size_t)p->n_nodes * sizeof *member);
+  int *roots = fsh_malloc((size_t)p->n_nodes * sizeof *roots);
+  int rc = info && job_of && out->stages && out->inputs && out->nodes && out->recomputed &&
+                   member && roots
                ? 0 : fsh_error_set(err, ENOMEM, "plan job: out of memory");
+  if (!rc) plan_stage_roots(p, roots);
   for (int s = 0; rc == 0 && s < n; s++) {
     if ((rc = fsh_plan_stage_info_get(p, s, &info[s], err)) != 0) break;
     const plan_node *x = info[s].output_node >= 0 ? p->nodes[info[s].output_node] : NULL;
     bool two = x && (x->xkind == PX_RANGE || x->xkind == PX_INTO_PARTITIONS);
+    bool recomputed = false;
+    if (two) { /* as plan_stage_encode_mode decides */
+      plan_stage_members(p, roots[s], member);
+      recomputed = plan_range_recomputes(p, x, member);
+    }
     for (int step = 0; rc == 0 && step < (two ? 2 : 1); step++) {
       int k = out->n;
+      out->recomputed[k] = recomputed;
       fsh_sched_plan_stage *st = &out->stages[k];
       int *ins = out->inputs + (size_t)k * FSH_PLAN_STAGE_MAX_INPUTS;
       int32_t *nodes = out->nodes + (size_t)k * FSH_PLAN_STAGE_MAX_INPUTS;
@@ -87,6 +100,8 @@ int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_err
   }
   fsh_free(info);
   fsh_free(job_of);
+  fsh_free(member);
+  fsh_free(roots);
   if (rc) fsh_plan_job_stages_free(out);
   return rc;
 }

@@ -118,6 +118,50 @@ static void same_rows_same_sum(void) {
   free(rev);
 }
 
+/* plan_row_checksum_parts (a map task's rows written straight into its
+ * writer): each partition's sum equals plan_row_checksum of what
+ * fsh_scatter puts in that partition, and the definition's sum of that
+ * part; every type (past a chunk of rows, sliced) and synthetic rows,
+ * random partition ids, some partitions empty; sums add to what is in
+ * them already. */
+static void parts_match_scatter(void) {
+  fsh_batch *big = kh_big_batch(64, 3);
+  fsh_schema *schema = SBH_OK(fsh_synthetic_schema());
+  fsh_synthetic_options o = {.seed = 9, .avg_str_len = 20, .with_nulls = true};
+  fsh_batch *syn = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_synthetic_batch(schema, &o, 2, 3000, &syn, &err));
+  fsh_batch *cases[2] = {big, syn};
+  enum { NP = 7 };
+  srand(5);
+  for (int k = 0; k < 2; k++) {
+    fsh_batch *b = cases[k];
+    if (!b) continue;
+    int32_t *pids = malloc(sizeof *pids * (size_t)b->length);
+    for (int64_t i = 0; i < b->length; i++) pids[i] = (rand() % 5) * (NP / 5 + 1) % NP;
+    uint64_t sums[NP], start[NP];
+    for (int p = 0; p < NP; p++) sums[p] = start[p] = 0x1234 * (uint64_t)p;
+    CHECK_OK(plan_row_checksum_parts(b, pids, sums, &err));
+    fsh_batch *parts[NP] = {0};
+    CHECK_OK(fsh_scatter(b, pids, NP, parts, &err));
+    int empty = 0;
+    for (int p = 0; p < NP; p++) {
+      uint64_t want = start[p] + (parts[p] ? sum_of(parts[p]) : 0);
+      CHECK_MSG(sums[p] == want, "case %d partition %d: %016llx, its scatter part's %016llx", k,
+                p, (unsigned long long)sums[p], (unsigned long long)want);
+      if (parts[p])
+        CHECK(sum_of(parts[p]) == pcr_checksum(parts[p]));
+      empty += !parts[p];
+      fsh_batch_unref(parts[p]);
+    }
+    CHECK(empty > 0 && empty < NP); /* the ids leave some partitions empty */
+    free(pids);
+  }
+  fsh_batch_unref(syn);
+  fsh_batch_unref(big);
+  fsh_schema_unref(schema);
+}
+
 static void catches_changes(void) {
   fsh_schema *schema = SBH_OK(fsh_synthetic_schema());
   const int32_t lens[] = {12, 60};
@@ -200,4 +244,5 @@ static void catches_changes(void) {
   fsh_schema_unref(schema);
 }
 
-FSH_TEST_MAIN(TEST(matches_definition), TEST(same_rows_same_sum), TEST(catches_changes))
+FSH_TEST_MAIN(TEST(matches_definition), TEST(same_rows_same_sum), TEST(parts_match_scatter),
+              TEST(catches_changes))

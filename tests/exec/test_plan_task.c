@@ -195,6 +195,19 @@ static void run_tasks(const fsh_plan *p, fsh_shuffle_backend *b, fsh_task_backen
       fsh_free(reads);
       for (int32_t q = 0; rc == 0 && q < st->n_partitions; q++)
         outs[s].rows[q] += outs[s].r[t].output.rows[q];
+      /* a staging task answers the rows of its input and its sample --
+       * staged or not (recomputed): the rows its scatter task writes */
+      if (rc == 0 && st->scatter && s > 0) {
+        const fsh_map_task_result *sg = &outs[s - 1].r[t];
+        int64_t wrote = 0;
+        for (int32_t q = 0; q < st->n_partitions; q++) wrote += outs[s].r[t].output.rows[q];
+        int32_t last = outs[s - 1].st->n_partitions - 1;
+        CHECK_MSG(sg->input_rows - sg->output.rows[last] == wrote,
+                  "stage %d task %d: its staging task answered %lld input rows (%lld sampled), "
+                  "it wrote %lld%s", s, t, (long long)sg->input_rows,
+                  (long long)sg->output.rows[last], (long long)wrote,
+                  js.recomputed[s] ? " (recomputed)" : "");
+      }
     }
   }
   *n_checked = checked_reads;
@@ -589,11 +602,15 @@ static void test_stage_names(void) {
       CHECK(strcmp(names[0], "sort: range-stage") == 0);
       CHECK(strcmp(names[1], "sort: range-scatter") == 0);
       CHECK(strcmp(names[2], "sort: result") == 0);
+      /* its range exchange reads a scan: the scatter computes it again */
+      CHECK(js.recomputed[0] && js.recomputed[1] && !js.recomputed[2]);
     }
     if (f == 1) {
       CHECK_EQ_INT(joins, 2); /* both sides repartitioned on the keys */
       CHECK_EQ_INT(aggs, 1);  /* partial -> final */
       CHECK(n > 0 && strcmp(names[n - 1], "sort: result") == 0);
+      /* its sort's range exchange reads the aggregate: staged rows */
+      for (int i = 0; i < js.n; i++) CHECK_MSG(!js.recomputed[i], "%s stage %d", files[f], i);
     }
     CHECK(fsh_plan_job_stage_names(p, names, n - 1, &n, &err) == ENOSPC);
     fsh_plan_job_stages_free(&js);

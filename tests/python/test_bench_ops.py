@@ -63,6 +63,9 @@ def test_clean_sort_verifies():
         assert (n, c) == (ROWS, checksum), (backend, r.stdout)
         assert "in order" in rest and "MISMATCH" not in rest, r.stdout
     assert re.search(r"peak RSS \(VmHWM\): this process [0-9.]+ GB", r.stdout)
+    # a small sort: the default store budget is its floor, 1 GiB a worker, said so
+    assert result_fields(r.stdout)["worker_budget_gib"] == "1.00"
+    assert "store budget 1.00 GiB a worker (the default, from the sort's size)" in r.stdout
 
 
 @pytest.mark.parametrize("mode", ["order", "drop", "duplicate", "change"])
@@ -91,4 +94,12 @@ def test_sort_bytes_picks_the_rows():
     assert m, r.stdout
     mb = float(m.group(2))
     assert abs(mb - 3 * 1024 * 1024 / 1e6) < 0.05, r.stdout  # within ~1.5% of 3 MiB
+    assert result_fields(r.stdout)["verified"] == "yes"
+
+
+def test_memory_limit_is_the_budget():
+    r = bench("--sort-rows", ROWS, "--memory-limit", "768M")
+    assert r.returncode == 0, f"stdout: {r.stdout}\nstderr: {r.stderr}"
+    assert result_fields(r.stdout)["worker_budget_gib"] == "0.75"
+    assert "store budget 0.75 GiB a worker (--memory-limit)" in r.stdout
     assert result_fields(r.stdout)["verified"] == "yes"
