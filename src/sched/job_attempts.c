@@ -72,13 +72,13 @@ static void plan_task_figures(sched_job *j, int s, int32_t t, const fsh_map_task
   jtask *k = &st->tasks[t];
   k->spill = *spill;
   if (staged(j, s)) {
+    /* its input's rows: a staging task reports them plus its samples'
+     * (the last partition) -- what it staged is 0 rows when its range
+     * exchange is recomputed (exec.h fsh_plan_job_stages.recomputed) */
     int32_t last = st->n_parts - 1;
-    k->rows = 0;
+    k->rows = r->input_rows - r->output.rows[last];
     k->input_bytes = 0;
-    for (int32_t p = 0; p < last; p++) {
-      k->rows += r->output.rows[p];
-      k->input_bytes += r->output.bytes[p];
-    }
+    for (int32_t p = 0; p < last; p++) k->input_bytes += r->output.bytes[p];
   }
   k->fetched = 0;
   for (int i = 0; i < st->n_inputs; i++) {
