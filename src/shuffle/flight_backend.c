@@ -344,6 +344,9 @@ static int fr_next(fr_reader *r, int32_t *partition, fsh_batch **out, fsh_error 
       *out = it->batch;
       *partition = s->partition;
       fsh_free(it);
+      /* its last batch: past it now, not on one more lock round next
+       * call (1000 x 1000: a slot is one batch, ~20k slots a run) */
+      if (!s->head && s->done) r->cur++;
     } else if (s->done) {
       r->cur++;
     } else {
