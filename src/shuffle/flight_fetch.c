@@ -694,13 +694,13 @@ static bool same_file(const fr_direct *d, int64_t k, int64_t g) {
  * server-side read, hash and copy, no socket), and what it adds is per
  * source (an open, fstat, trailer check) done by the one fetch thread of
  * the job, where DoGet splits the work between the peer's server and the
- * fetch thread. bench_range (same host, load 11-17, 5 runs each, CPU /
- * wall medians direct vs DoGet): 2 KiB blocks (1000 partitions, runs of
- * 26-250 partitions, 55-524 KiB a source) CPU 0.9-1.05x, wall 1.7-3x
- * slower; 4 KiB 1.15x CPU, slower; 8 KiB 0.68x CPU, faster; 32 KiB and up
- * 0.35-0.58x CPU, as fast or faster. Counted per source, a run of 26
- * partitions of 2 KiB blocks (1000 x 1000 2 GiB, coalesced reduces) was
- * read directly and made the reduce phase 2-3x slower. */
+ * fetch thread. bench_range (same host, load 11-17, 5 runs each, medians
+ * direct / DoGet; bench/shuffle/DIRECT_RUNS.md): 2 KiB blocks (1000
+ * partitions, runs of 7-250 partitions, 14-524 KiB a source) CPU 0.74-1.23x,
+ * wall 0.8-3.8x; 4 KiB blocks CPU 1.15x, wall 2.8x; 8 KiB CPU 0.68x, wall
+ * 0.73x; 32-256 KiB CPU 0.35-0.58x, wall 0.3-1.5x. Counted per source,
+ * a run of 26 partitions of 2 KiB blocks (1000 x 1000 2 GiB, coalesced
+ * reduces) was read directly and made the reduce phase 2-3x slower. */
 static int run_slots(fetch *f, fsh_error *err) {
   fr_reader *r = f->r;
   fr_job *job = f->job;
