@@ -469,10 +469,14 @@ typedef struct fsh_shuffle_flight_options {
   int64_t max_bytes_in_flight;    /* 0 = 64 MiB */
   int64_t timeout_ms;             /* per DoGet; 0 = none */
   bool no_direct_reads;           /* same-host peers through DoGet too */
-  /* Direct reads only for a peer whose sources average at least this many
-   * stored bytes of the partition (by the map outputs' metadata; sources
-   * without it count as large): smaller ones are cheaper through one
-   * bundled DoGet than opened one by one. 0 = 32 KiB; < 0: no minimum. */
+  /* Direct reads only for a peer whose non-empty (map output, partition)s
+   * average at least this many stored bytes (by the map outputs' metadata;
+   * sources without it count as large until a locate answer says): a
+   * partition is at least one block, and smaller blocks are cheaper through
+   * one bundled DoGet than opened and read one by one -- counted per
+   * partition, not per source, so that a range reader's run of small
+   * partitions is not taken for one large source. 0 = 16 KiB; < 0: no
+   * minimum. */
   int64_t direct_min_bytes;
 } fsh_shuffle_flight_options;
 

@@ -48,7 +48,7 @@ typedef struct fb_state {
   fb_small small[FB_SMALL_MAX]; /* (peer, shuffle)s of small sources, a ring */
   int n_small, next_small;
   bool direct;    /* same-host direct reads on */
-  int64_t direct_min; /* their minimum average source bytes */
+  int64_t direct_min; /* their minimum average bytes a (map output, partition) */
   fb_stats stats;
   fr_pool *pool; /* the fetch threads of every reader */
 } fb_state;
@@ -344,6 +344,9 @@ static int fr_next(fr_reader *r, int32_t *partition, fsh_batch **out, fsh_error 
       *out = it->batch;
       *partition = s->partition;
       fsh_free(it);
+      /* its last batch: past it now, not on one more lock round next
+       * call (1000 x 1000: a slot is one batch, ~20k slots a run) */
+      if (!s->head && s->done) r->cur++;
     } else if (s->done) {
       r->cur++;
     } else {
@@ -620,7 +623,7 @@ int fsh_shuffle_flight_new(const fsh_shuffle_flight_options *opts, fsh_shuffle_b
   st->max_in_flight = opts->max_bytes_in_flight ? opts->max_bytes_in_flight : (int64_t)64 << 20;
   st->timeout_ms = opts->timeout_ms;
   st->direct = !opts->no_direct_reads;
-  st->direct_min = opts->direct_min_bytes ? opts->direct_min_bytes : (int64_t)32 << 10;
+  st->direct_min = opts->direct_min_bytes ? opts->direct_min_bytes : (int64_t)16 << 10;
   /* base: the fetches a reader ran at once before the pool, for two
    * readers (a worker's task slots); cap: twice that */
   fsh_error pe = {{0}};

@@ -684,8 +684,23 @@ static bool same_file(const fr_direct *d, int64_t k, int64_t g) {
 /* The job's slots in ascending order, a source's slots together: located
  * sources read directly (one open each), runs of
  * the others with one DoGet each (all of them, in one DoGet, when the
- * worker is on another host, direct reads are off, or its sources average
- * fewer bytes than the backend's minimum). */
+ * worker is on another host, direct reads are off, or its (map output,
+ * partition)s hold fewer bytes on average than the backend's minimum).
+ *
+ * The rule counts bytes per (map output, partition) that has any, not per
+ * source: a partition of a map output is at least one block, so its bytes
+ * bound its blocks' size, and the block is what both paths pay for
+ * (verify, decode, queue); what a direct read saves is per byte (no
+ * server-side read, hash and copy, no socket), and what it adds is per
+ * source (an open, fstat, trailer check) done by the one fetch thread of
+ * the job, where DoGet splits the work between the peer's server and the
+ * fetch thread. bench_range (same host, load 11-17, 5 runs each, medians
+ * direct / DoGet; bench/shuffle/DIRECT_RUNS.md): 2 KiB blocks (1000
+ * partitions, runs of 7-250 partitions, 14-524 KiB a source) CPU 0.74-1.23x,
+ * wall 0.8-3.8x; 4 KiB blocks CPU 1.15x, wall 2.8x; 8 KiB CPU 0.68x, wall
+ * 0.73x; 32-256 KiB CPU 0.35-0.58x, wall 0.3-1.5x. Counted per source,
+ * a run of 26 partitions of 2 KiB blocks (1000 x 1000 2 GiB, coalesced
+ * reduces) was read directly and made the reduce phase 2-3x slower. */
 static int run_slots(fetch *f, fsh_error *err) {
   fr_reader *r = f->r;
   fr_job *job = f->job;
@@ -693,15 +708,17 @@ static int run_slots(fetch *f, fsh_error *err) {
   memset(&d, 0, sizeof d);
   bool direct = false;
   int rc = 0;
-  /* small sources (by the metadata) come cheaper in one bundled DoGet */
-  int64_t bytes = 0, min = fb_direct_min_bytes(r->st);
+  /* small partitions (by the metadata) come cheaper in one bundled DoGet */
+  int64_t bytes = 0, parts = 0, min = fb_direct_min_bytes(r->st);
   bool small = min > 0;
   for (int64_t k = 0; small && k < job->n_slots; k++) {
     const fr_slot *sl = slot_of(f, job->slots[k]);
     small = sl->has_meta;
     bytes += sl->bytes;
+    parts += sl->bytes > 0;
   }
-  if (small && bytes >= min * (job->n_slots / r->count)) small = false; /* per source */
+  /* (all empty: a DoGet that sends nothing, no locate) */
+  if (small && parts > 0 && bytes >= min * parts) small = false;
   if (!small && min > 0) small = fb_small_sources(r->st, job->uri, r->shuffle_id, false);
   if (fb_direct_enabled(r->st) && !small) {
     f->transport = true;
@@ -709,12 +726,11 @@ static int run_slots(fetch *f, fsh_error *err) {
     if (rc != 0) return rc;
   }
   if (direct && min > 0) { /* no sizes beforehand: the answer's */
-    int64_t located = 0;
-    bytes = 0;
+    bytes = parts = 0;
     for (int64_t k = 0; k < job->n_slots; k++)
-      if (d.a.sources[k].kind != FSH_STORE_AT_NONE)
-        located += k % r->count == 0, bytes += d.a.sources[k].bytes;
-    if (located > 0 && bytes < min * located) {
+      if (d.a.sources[k].kind != FSH_STORE_AT_NONE && d.a.sources[k].bytes > 0)
+        parts++, bytes += d.a.sources[k].bytes;
+    if (parts > 0 && bytes < min * parts) {
       fb_small_sources(r->st, job->uri, r->shuffle_id, true);
       fr_direct_reset(&d);
       direct = false;

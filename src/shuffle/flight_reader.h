@@ -114,7 +114,8 @@ typedef struct fb_stats {
 fb_stats *fb_stats_of(struct fb_state *st);
 /* Whether same-host direct reads are on (fsh_shuffle_flight_options). */
 bool fb_direct_enabled(const struct fb_state *st);
-/* Its minimum average source bytes (< 0: none). */
+/* Its minimum average bytes a non-empty (map output, partition) (< 0:
+ * none; flight_fetch.c run_slots). */
 int64_t fb_direct_min_bytes(const struct fb_state *st);
 /* Whether uri's sources of the shuffle were found smaller than that (set:
  * record that they were; a bounded memory of recent ones). Readers whose

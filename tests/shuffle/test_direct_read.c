@@ -346,7 +346,7 @@ static void large_partitions_mapped(void) {
   pair_stop(&p);
 }
 
-/* With the default minimum (32 KiB a source on average), a peer's tiny
+/* With the default minimum (16 KiB a partition on average), a peer's tiny
  * sources come through one DoGet, without a locate; large ones directly. */
 static void small_sources_use_doget(void) {
   pair p;
@@ -394,6 +394,77 @@ static void small_sources_use_doget(void) {
   stu_plan_free(&tiny);
   stu_plan_free(&big);
   fsh_shuffle_backend_destroy(b);
+  pair_stop(&p);
+}
+
+/* A range reader's run of small partitions: each of the peer's
+ * (map output, partition)s is under the default minimum, but the run of
+ * all of them is hundreds of KB a source. Counted per partition (the
+ * block size it bounds), the peer's source comes through one DoGet
+ * without a locate; a run of large partitions is read directly. The rows
+ * are the plan's either way. */
+static void small_partition_runs_use_doget(void) {
+  pair p;
+  if (!pair_start(&p)) return;
+  fsh_error err = {{0}};
+  fsh_shuffle_backend *b = NULL;
+  fsh_shuffle_flight_options o = {.local = p.w[0], .peers = p.uris, .n_peers = 2,
+                                  .timeout_ms = 30000};
+  CHECK_OK(fsh_shuffle_flight_new(&o, &b, &err));
+  stu_plan small, big;
+  make_plan(&small, 79, 64, 2, 20000);
+  make_plan(&big, 80, 4, 2, 20000);
+  run_maps(&p, &small);
+  run_maps(&p, &big);
+  /* the shapes this is about, from what the maps wrote: map 1 (worker 1,
+   * the peer) has every partition of `small` under 16 KiB and more than
+   * 64 KiB over the run; every partition of `big` over 16 KiB */
+  int64_t run_bytes = 0, max_part = 0, min_big = INT64_MAX;
+  for (int32_t q = 0; q < 64; q++) {
+    int64_t n = small.maps[1].out.bytes[q];
+    run_bytes += n;
+    if (n > max_part) max_part = n;
+  }
+  for (int32_t q = 0; q < 4; q++)
+    if (big.maps[1].out.bytes[q] < min_big) min_big = big.maps[1].out.bytes[q];
+  CHECK_MSG(max_part < (16 << 10) && run_bytes > (64 << 10) && min_big > (16 << 10),
+            "plan shapes: largest small partition %lld, run %lld, smallest big partition %lld",
+            (long long)max_part, (long long)run_bytes, (long long)min_big);
+  /* first reads of this backend: nothing learnt yet about the peer */
+  int64_t rows = 0, want = 0;
+  fsh_map_output src[2] = {small.maps[0].out, small.maps[1].out};
+  for (int m = 0; m < 2; m++)
+    for (int32_t q = 0; q < 64; q++) want += small.maps[m].out.rows[q];
+  fsh_shuffle_flight_stats s0 = stats(b);
+  CHECK_OK(stu_read_range_rc(b, &small.spec, 0, 64, src, 2, &rows, &err));
+  CHECK_EQ_INT(rows, want);
+  fsh_shuffle_flight_stats s1 = stats(b);
+  CHECK_MSG(s1.locates == s0.locates && s1.fetched_sources == s0.fetched_sources + 1 &&
+                s1.direct_sources == s0.direct_sources,
+            "small run: locates +%lld fetched +%lld direct +%lld",
+            (long long)(s1.locates - s0.locates),
+            (long long)(s1.fetched_sources - s0.fetched_sources),
+            (long long)(s1.direct_sources - s0.direct_sources));
+  fsh_map_output bsrc[2] = {big.maps[0].out, big.maps[1].out};
+  want = 0;
+  for (int m = 0; m < 2; m++)
+    for (int32_t q = 0; q < 4; q++) want += big.maps[m].out.rows[q];
+  CHECK_OK(stu_read_range_rc(b, &big.spec, 0, 4, bsrc, 2, &rows, &err));
+  CHECK_EQ_INT(rows, want);
+  fsh_shuffle_flight_stats s2 = stats(b);
+  CHECK_MSG(s2.locates == s1.locates + 1 && s2.fetched_sources == s1.fetched_sources &&
+                s2.direct_sources == s1.direct_sources + 1,
+            "big run: locates +%lld fetched +%lld direct +%lld",
+            (long long)(s2.locates - s1.locates),
+            (long long)(s2.fetched_sources - s1.fetched_sources),
+            (long long)(s2.direct_sources - s1.direct_sources));
+  CHECK(stu_check_range(b, &small, 0, 64, NULL, 0, "small run"));
+  CHECK(stu_check_range(b, &big, 0, 4, NULL, 0, "big run"));
+  fsh_shuffle_backend_destroy(b);
+  CHECK_OK(fsh_shuffle_release(p.b[0], 79, &err));
+  CHECK_OK(fsh_shuffle_release(p.b[0], 80, &err));
+  stu_plan_free(&small);
+  stu_plan_free(&big);
   pair_stop(&p);
 }
 
@@ -557,5 +628,6 @@ static void evicted_between_locate_and_read(void) {
 FSH_TEST_MAIN(TEST(same_host_reads_directly), TEST(locate_answer),
               TEST(corrupted_file_read_directly), TEST(large_partitions_mapped),
               TEST(small_sources_use_doget),
+              TEST(small_partition_runs_use_doget),
               TEST(released_between_locate_and_read),
               TEST(evicted_between_locate_and_read), TEST(reused_between_locate_and_read))
