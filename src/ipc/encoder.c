@@ -225,24 +225,40 @@ static void rb_template_keep(fsh_ipc_encoder *e, const fsh_buffer *md, int64_t n
 
 /* The metadata of a record batch message from the template, or NULL when
  * there is none of this shape (or no memory: the builder then runs). */
-static fsh_buffer *rb_template_use(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_body *body) {
-  if (!e->rb.bytes || e->rb.n_nodes != body->n_nodes || e->rb.n_buffers != body->n_buffers)
-    return NULL;
+static fsh_buffer *rb_template_use(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
+                                   int64_t n_nodes, const fsh_ipc_range *buffers,
+                                   int64_t n_buffers, int64_t body_length) {
+  if (!e->rb.bytes || e->rb.n_nodes != n_nodes || e->rb.n_buffers != n_buffers) return NULL;
   fsh_buffer *md = fsh_buffer_new(e->rb.size, false);
   if (!md) return NULL;
   uint8_t *m = md->data;
   memcpy(m, e->rb.bytes, (size_t)e->rb.size);
   fsh_store_le64(m + e->rb.at_length, (uint64_t)length);
-  fsh_store_le64(m + e->rb.at_body_length, (uint64_t)body->length);
-  for (int64_t i = 0; i < body->n_nodes; i++) {
-    fsh_store_le64(m + e->rb.at_nodes + 16 * i, (uint64_t)body->nodes[i].length);
-    fsh_store_le64(m + e->rb.at_nodes + 16 * i + 8, (uint64_t)body->nodes[i].null_count);
+  fsh_store_le64(m + e->rb.at_body_length, (uint64_t)body_length);
+  for (int64_t i = 0; i < n_nodes; i++) {
+    fsh_store_le64(m + e->rb.at_nodes + 16 * i, (uint64_t)nodes[i].length);
+    fsh_store_le64(m + e->rb.at_nodes + 16 * i + 8, (uint64_t)nodes[i].null_count);
   }
-  for (int64_t i = 0; i < body->n_buffers; i++) {
-    fsh_store_le64(m + e->rb.at_buffers + 16 * i, (uint64_t)body->buffers[i].offset);
-    fsh_store_le64(m + e->rb.at_buffers + 16 * i + 8, (uint64_t)body->buffers[i].length);
+  for (int64_t i = 0; i < n_buffers; i++) {
+    fsh_store_le64(m + e->rb.at_buffers + 16 * i, (uint64_t)buffers[i].offset);
+    fsh_store_le64(m + e->rb.at_buffers + 16 * i + 8, (uint64_t)buffers[i].length);
   }
   return md;
+}
+
+int fsh_ipc_encoder_batch_metadata(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
+                                   int64_t n_nodes, const fsh_ipc_range *buffers,
+                                   int64_t n_buffers, int64_t body_length, fsh_buffer **out,
+                                   fsh_error *err) {
+  *out = rb_template_use(e, length, nodes, n_nodes, buffers, n_buffers, body_length);
+  if (*out) return 0;
+  fsh_fbb *b = &e->fbb;
+  fsh_fbb_clear(b);
+  fsh_fb_ref rb = fsh_ipc_build_record_batch(b, length, nodes, n_nodes, buffers, n_buffers,
+                                             e->opts.compression);
+  FSH_RETURN_NOT_OK(fsh_ipc_finish_message(b, FSH_IPC_RECORD_BATCH, rb, body_length, out, err));
+  rb_template_keep(e, *out, n_nodes, n_buffers);
+  return 0;
 }
 
 /* Encodes the columns (fields[i], arrays[i]) into one payload appended to
@@ -282,7 +298,9 @@ static int encode_one(fsh_ipc_encoder *e, fsh_ipc_message_type type, int64_t dic
     }
   }
   fsh_buffer *md = NULL;
-  if (rc == 0 && type == FSH_IPC_RECORD_BATCH) md = rb_template_use(e, length, &body);
+  if (rc == 0 && type == FSH_IPC_RECORD_BATCH)
+    md = rb_template_use(e, length, body.nodes, body.n_nodes, body.buffers, body.n_buffers,
+                         body.length);
   if (rc == 0 && !md) {
     fsh_fbb *b = &e->fbb;
     fsh_fbb_clear(b);

@@ -552,6 +552,26 @@ int64_t fsh_partition_builder_bytes(const fsh_partition_builder *pb, int32_t par
   return total;
 }
 
+void fsh_partition_builder_view_column(const fsh_partition_builder *pb, int32_t partition,
+                                       int64_t column, fsh_partition_builder_view *out) {
+  const pb_col *col = &pb->cols[(int64_t)partition * pb->n_cols + column];
+  bool bin = is_binary(&pb->schema->fields[column]);
+  *out = (fsh_partition_builder_view){
+      .validity = col->nulls ? col->bits.p : NULL,
+      .validity_bytes = col->nulls ? col->bits.size : 0,
+      .values = col->vals.p,
+      .values_bytes = col->vals.size,
+      .data = bin ? col->data.p : NULL,
+      .data_bytes = bin ? col->data.size : 0,
+      .null_count = col->nulls};
+}
+
+void fsh_partition_builder_drop_rows(fsh_partition_builder *pb, int32_t partition) {
+  if (pb->rows[partition] == 0) return;
+  pb->taken[partition] = true; /* emptied by the next append to it (views may be alive) */
+  pb->rows[partition] = 0;
+}
+
 /* A borrowed view of n bytes of builder memory (never freed by the view). */
 static fsh_buffer *view(const uint8_t *p, int64_t n) {
   return fsh_buffer_wrap(p ? p : (const uint8_t *)"", n, NULL, NULL);

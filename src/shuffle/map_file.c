@@ -37,7 +37,8 @@ XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t len);
 
 #include <flightshuffle/kernels.h>
 
-#include "ipc/read_internal.h" /* fsh_input_from_buffer_named */
+#include "ipc/read_internal.h"   /* fsh_input_from_buffer_named */
+#include "ipc/writer_internal.h" /* fsh_ipc_encoder_batch_metadata */
 #include "shuffle/shuffle_internal.h"
 
 /* ---- little-endian fields ---------------------------------------------- */
@@ -103,6 +104,11 @@ struct fsh_map_file_writer {
   fsh_ipc_encoder *enc;     /* reused for every block when the schema has no
                                dictionaries (then it holds no state); else
                                NULL: a fresh encoder per block */
+  /* scratch of write_built, sized for the schema once: field nodes,
+   * buffer ranges, iovecs */
+  fsh_ipc_node *nodes;
+  fsh_ipc_range *ranges;
+  struct iovec *iov;
   bool any_finished;        /* some partition was finished early */
   int failed;               /* error code once a block write failed */
   char failure[sizeof(fsh_error)]; /* and its message */
@@ -264,6 +270,74 @@ static bool has_dictionaries(const fsh_field *f, int depth) {
   return false;
 }
 
+static bool is_binary_type(fsh_type_id t) {
+  return t == FSH_TYPE_BINARY || t == FSH_TYPE_STRING || t == FSH_TYPE_LARGE_BINARY ||
+         t == FSH_TYPE_LARGE_STRING;
+}
+
+/* Partition pi's builder rows as one record batch message written to o
+ * straight from the builder's memory, without a batch or payload: the
+ * body laid out as fsh_ipc_body_append lays out the batch
+ * fsh_partition_builder_take would make (per column a field node; its
+ * validity buffer, empty without nulls; its values or offsets; a binary
+ * column's bytes; each non-empty buffer padded to 8 bytes), the metadata
+ * from the encoder (its template), so the bytes are the ones the take and
+ * encode path writes. Only for w->enc (no dictionaries) without
+ * compression. The partition is emptied in the builder. */
+static int write_built(fsh_map_file_writer *w, int32_t pi, fsh_output *o, int64_t *rows_out,
+                       fsh_error *err) {
+  static const uint8_t zeros[8];
+  int64_t n_cols = w->schema->n_fields, rows = fsh_partition_builder_rows(w->pb, pi);
+  if (!w->nodes) {
+    w->nodes = fsh_malloc(sizeof *w->nodes * (size_t)(n_cols ? n_cols : 1));
+    w->ranges = fsh_malloc(sizeof *w->ranges * (size_t)(3 * n_cols + 1));
+    w->iov = fsh_malloc(sizeof *w->iov * (size_t)(3 + 6 * n_cols));
+    if (!w->nodes || !w->ranges || !w->iov) {
+      fsh_free(w->nodes), fsh_free(w->ranges), fsh_free(w->iov);
+      w->nodes = NULL, w->ranges = NULL, w->iov = NULL;
+      return fsh_error_set(err, ENOMEM, "out of memory for a block's layout");
+    }
+  }
+  int64_t nb = 0, body = 0;
+  int k = 3; /* iov[0..2]: framing, metadata, its padding */
+#define ADD_BUFFER(ptr, n)                                                   \
+  do {                                                                       \
+    int64_t n_ = (n);                                                        \
+    w->ranges[nb++] = (fsh_ipc_range){body, n_};                             \
+    if (n_ > 0) {                                                            \
+      int64_t pad_ = (n_ + 7) / 8 * 8 - n_;                                  \
+      w->iov[k++] = (struct iovec){(void *)(ptr), (size_t)n_};               \
+      if (pad_) w->iov[k++] = (struct iovec){(void *)zeros, (size_t)pad_};   \
+      body += n_ + pad_;                                                     \
+    }                                                                        \
+  } while (0)
+  for (int64_t c = 0; c < n_cols; c++) {
+    fsh_partition_builder_view v;
+    fsh_partition_builder_view_column(w->pb, pi, c, &v);
+    w->nodes[c] = (fsh_ipc_node){rows, v.null_count};
+    ADD_BUFFER(v.validity, v.null_count > 0 ? v.validity_bytes : 0);
+    ADD_BUFFER(v.values, v.values_bytes);
+    if (is_binary_type(w->schema->fields[c].type)) ADD_BUFFER(v.data, v.data_bytes);
+  }
+#undef ADD_BUFFER
+  fsh_buffer *md = NULL;
+  FSH_RETURN_NOT_OK(fsh_ipc_encoder_batch_metadata(w->enc, rows, w->nodes, n_cols, w->ranges, nb,
+                                                   body, &md, err));
+  int64_t mlen = md->size, mpad = (mlen + 7) / 8 * 8 - mlen;
+  uint8_t prefix[8];
+  put_u32(prefix, FSH_IPC_CONTINUATION);
+  put_u32(prefix + 4, (uint32_t)(mlen + mpad));
+  w->iov[0] = (struct iovec){prefix, 8};
+  w->iov[1] = (struct iovec){md->data, (size_t)mlen};
+  w->iov[2] = (struct iovec){(void *)zeros, (size_t)mpad}; /* 0 bytes: skipped by the writes */
+  int rc = o->writev(o, w->iov, k, err);
+  fsh_buffer_unref(md);
+  if (rc != 0) return rc;
+  fsh_partition_builder_drop_rows(w->pb, pi);
+  *rows_out = rows;
+  return 0;
+}
+
 /* Encodes partition pi's buffered batches (with a fresh encoder when the
  * schema has dictionaries: every block carries its own) as one block and
  * appends it. The buffer is emptied either way. `last`: no block of the
@@ -272,7 +346,11 @@ static bool has_dictionaries(const fsh_field *f, int depth) {
 static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_error *err) {
   part_buf *p = &w->parts[pi];
   int rc = 0;
-  if (p->built > 0) { /* the builder's rows come after the buffered batches */
+  /* only builder rows, no dictionaries, no compression: written from the
+   * builder's memory (write_built) */
+  bool built_only = p->built > 0 && p->n == 0 && w->enc &&
+                    w->wopts.compression == FSH_COMPRESSION_NONE;
+  if (p->built > 0 && !built_only) { /* the builder's rows come after the buffered batches */
     fsh_batch *b = NULL;
     if (p->n == p->cap) {
       int32_t cap = p->cap ? p->cap * 2 : 8;
@@ -288,7 +366,7 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
     p->buffered += p->built;
     p->built = 0;
   }
-  if (p->n == 0) return 0;
+  if (p->n == 0 && !built_only) return 0;
   bool single = last && p->n_blocks == 0;
   if (p->n_blocks == p->cap_blocks) {
     int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
@@ -317,6 +395,11 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
   /* The block is one record batch (after its dictionaries) when its
    * batches concatenate; when they cannot (dictionaries that together
    * overflow their index type) each batch is its own message, as before. */
+  if (rc == 0 && built_only) {
+    rc = write_built(w, pi, &tee, &rows, err);
+    w->buffered -= p->built;
+    p->built = 0;
+  }
   fsh_batch *merged = NULL;
   if (rc == 0 && p->n > 1) {
     fsh_error cerr;
@@ -543,6 +626,9 @@ static void free_writer(fsh_map_file_writer *w) {
   }
   if (w->block_hash) fsh_aligned_free(w->block_hash, sizeof(XXH3_state_t));
   fsh_free(w->stage);
+  fsh_free(w->nodes);
+  fsh_free(w->ranges);
+  fsh_free(w->iov);
   fsh_partition_builder_free(w->pb);
   fsh_ipc_encoder_free(w->enc);
   fsh_schema_unref(w->schema);
