@@ -5,8 +5,9 @@
  * batches it needs -- then the index and trailer (small blocks are
  * gathered and reach the output in 256 KiB writes); rows given with their
  * partition ids (write_rows) go into partition builders (kernels.h)
- * instead, whose contents become the block's batch as they are; and a
- * reader that verifies the index piece by piece and each block's checksum
+ * instead, whose contents become the block's batch as they are (laid out
+ * straight from the builder's buffers when the block holds nothing else:
+ * write_built); and a reader that verifies the index piece by piece and each block's checksum
  * before decoding it. */
 #include <errno.h>
 #include <inttypes.h>
@@ -392,14 +393,14 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
   block_ctx t = {.w = w, .part = single ? NULL : p->hash, .staged = true, .from = w->staged};
   fsh_output tee = {.writev = block_writev, .ctx = &t, .name = w->out->name};
   int64_t start = w->sink.position, rows = 0;
-  /* The block is one record batch (after its dictionaries) when its
-   * batches concatenate; when they cannot (dictionaries that together
-   * overflow their index type) each batch is its own message, as before. */
   if (rc == 0 && built_only) {
     rc = write_built(w, pi, &tee, &rows, err);
     w->buffered -= p->built;
     p->built = 0;
   }
+  /* The block is one record batch (after its dictionaries) when its
+   * batches concatenate; when they cannot (dictionaries that together
+   * overflow their index type) each batch is its own message, as before. */
   fsh_batch *merged = NULL;
   if (rc == 0 && p->n > 1) {
     fsh_error cerr;
