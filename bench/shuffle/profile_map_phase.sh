@@ -8,11 +8,14 @@
 #
 #   bench/shuffle/profile_map_phase.sh BINARY BYTES OUT_PREFIX
 #   e.g. bench/shuffle/profile_map_phase.sh build/flightshuffle 4G /tmp/map4g
+#   other shapes: MAPS=1000 REDUCES=1000 MERGE=off bench/shuffle/profile_map_phase.sh ...
+#   (defaults 64, 64, auto; merge off keeps the pre-shuffle merge out of the window)
 set -eu
 BIN=$1 BYTES=$2 OUT=$3
+MAPS=${MAPS:-64} REDUCES=${REDUCES:-64} MERGE=${MERGE:-auto}
 HERE=$(cd "$(dirname "$0")" && pwd)
-"$BIN" bench shuffle --workers 4 --maps 64 --reduces 64 --bytes "$BYTES" --backend flight \
-  --runs 1 > "$OUT.log" 2>&1 &
+"$BIN" bench shuffle --workers 4 --maps "$MAPS" --reduces "$REDUCES" --bytes "$BYTES" \
+  --backend flight --merge "$MERGE" --runs 1 > "$OUT.log" 2>&1 &
 BP=$!
 for _ in $(seq 1 300); do
   [ "$(grep -c 'worker .: pid' "$OUT.log" 2>/dev/null || true)" = 4 ] && break

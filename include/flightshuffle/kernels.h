@@ -227,6 +227,20 @@ int64_t fsh_partition_builder_bytes(const fsh_partition_builder *pb, int32_t par
  * and must be released before. ENOMEM only. */
 FSH_NODISCARD int fsh_partition_builder_take(fsh_partition_builder *pb, int32_t partition,
                                              fsh_batch **out, fsh_error *err);
+/* Partition p's column c as the buffers its array in a taken batch would
+ * have (fsh_partition_builder_take), without making the batch: validity
+ * (NULL and 0 bytes when the column has no null), values (fixed-width
+ * values, bool bits, or offsets starting at 0), data (binary bytes; NULL
+ * and 0 otherwise). Borrowed as take's batch is. */
+typedef struct fsh_partition_builder_view {
+  const uint8_t *validity, *values, *data;
+  int64_t validity_bytes, values_bytes, data_bytes, null_count;
+} fsh_partition_builder_view;
+void fsh_partition_builder_view_column(const fsh_partition_builder *pb, int32_t partition,
+                                       int64_t column, fsh_partition_builder_view *out);
+/* Empties partition p as take does, without a batch: the views above
+ * stay valid until the next append to, take of or free of the builder. */
+void fsh_partition_builder_drop_rows(fsh_partition_builder *pb, int32_t partition);
 /* Bytes the builder's buffers hold allocated (what it costs in memory,
  * kept between blocks), for a store's memory budget. */
 int64_t fsh_partition_builder_capacity(const fsh_partition_builder *pb);

@@ -326,11 +326,14 @@ static int append_dense_union(fsh_ipc_body *body, const fsh_field *f, fsh_array 
 
 static int append(fsh_ipc_body *body, const fsh_field *f, fsh_array *a, int64_t off, int64_t len,
                   const char *parent, int depth, fsh_error *err) {
-  char path[256];
-  if (parent && parent[0])
-    snprintf(path, sizeof path, "%s.%s", parent, f->name);
-  else
-    snprintf(path, sizeof path, "%s", f->name);
+  /* the field's dotted path, for messages (a top-level field's is its
+   * name: no formatting per column per message) */
+  char nested[256];
+  const char *path = f->name ? f->name : "(null)";
+  if (parent && parent[0]) {
+    snprintf(nested, sizeof nested, "%s.%s", parent, path);
+    path = nested;
+  }
   if (depth > MAX_DEPTH)
     return fsh_error_set(err, EINVAL, "field '%s': nested deeper than %d levels", path, MAX_DEPTH);
   if (!a) return fsh_error_set(err, EINVAL, "field '%s': array missing", path);

@@ -42,6 +42,13 @@ struct fsh_ipc_encoder {
   fsh_ipc_range *buffers;
   int64_t cap_buffers;
   fsh_buffer *pads[FSH_IPC_ALIGN];
+  /* The metadata of the last record batch message encoded, as a template
+   * for the next of the same shape (see rb_template_*). */
+  struct {
+    uint8_t *bytes; /* NULL: none yet */
+    int64_t size, n_nodes, n_buffers;
+    int64_t at_length, at_body_length, at_nodes, at_buffers; /* byte positions */
+  } rb;
 };
 
 void fsh_ipc_write_options_init(fsh_ipc_write_options *o) {
@@ -122,6 +129,7 @@ void fsh_ipc_encoder_free(fsh_ipc_encoder *e) {
   fsh_free(e->nodes);
   fsh_free(e->buffers);
   for (int i = 0; i < FSH_IPC_ALIGN; i++) fsh_buffer_unref(e->pads[i]);
+  fsh_free(e->rb.bytes);
   fsh_buffer_unref(e->zeros);
   fsh_schema_unref(e->schema);
   fsh_free(e);
@@ -146,6 +154,111 @@ static void payload_list_reset(payload_list *l) {
   for (int32_t i = 0; i < l->n; i++) fsh_ipc_payload_reset(&l->items[i]);
   fsh_free(l->items);
   memset(l, 0, sizeof *l);
+}
+
+/* ---- record batch metadata from a template --------------------------
+ * The flatbuffer builder writes every field, defaults included, and lays
+ * a RecordBatch message out by its shape alone: the numbers of FieldNodes
+ * and Buffers and the compression (the encoder's, fixed). Two messages of
+ * one shape differ only in the bytes of five numbers: the RecordBatch's
+ * length, the nodes' (length, null count) and buffers' (offset, length)
+ * structs, and the Message's bodyLength. So the metadata of the last
+ * record batch message built is kept with the positions of those bytes,
+ * and the next one of the same shape is a copy with them rewritten:
+ * byte-identical to what the builder makes (tests/ipc/test_encode_template.c
+ * compares the two), without the builder's work and allocations per
+ * message (a map task at 1000 x 1000 encodes one message per partition,
+ * ~1000 per 2 MiB). */
+
+static uint32_t rd32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The position of field `field` of the table at `table` in the finished
+ * flatbuffer m (size n), or -1 when absent. m was just built by us, so
+ * it is well formed; bounds are checked anyway. */
+static int64_t fb_field_at(const uint8_t *m, int64_t n, int64_t table, int field) {
+  if (table < 0 || table + 4 > n) return -1;
+  int64_t vt = table - (int64_t)(int32_t)rd32(m + table);
+  if (vt < 0 || vt + 4 > n) return -1;
+  int64_t vt_size = m[vt] | m[vt + 1] << 8, slot = 4 + 2 * (int64_t)field;
+  if (slot + 2 > vt_size || vt + slot + 2 > n) return -1;
+  int64_t off = m[vt + slot] | m[vt + slot + 1] << 8;
+  return off ? table + off : -1;
+}
+
+/* Where the uoffset at `at` points (-1 when at is -1 or out of range). */
+static int64_t fb_follow(const uint8_t *m, int64_t n, int64_t at) {
+  if (at < 0 || at + 4 > n) return -1;
+  int64_t to = at + rd32(m + at);
+  return to < n ? to : -1;
+}
+
+/* Keeps md (a record batch message of this shape) as the template; on any
+ * surprise in its layout, none is kept (the builder stays in use). */
+static void rb_template_keep(fsh_ipc_encoder *e, const fsh_buffer *md, int64_t n_nodes,
+                             int64_t n_buffers) {
+  fsh_free(e->rb.bytes);
+  e->rb.bytes = NULL;
+  const uint8_t *m = md->data;
+  int64_t n = md->size;
+  int64_t msg = fb_follow(m, n, 0);
+  int64_t body_len = fb_field_at(m, n, msg, 3); /* Message.bodyLength */
+  int64_t rb = fb_follow(m, n, fb_field_at(m, n, msg, 2)); /* Message.header */
+  int64_t len = fb_field_at(m, n, rb, 0);                  /* RecordBatch.length */
+  int64_t nodes = fb_follow(m, n, fb_field_at(m, n, rb, 1));
+  int64_t bufs = fb_follow(m, n, fb_field_at(m, n, rb, 2));
+  if (body_len < 0 || len < 0 || nodes < 0 || bufs < 0 || body_len + 8 > n || len + 8 > n ||
+      rd32(m + nodes) != (uint64_t)n_nodes || rd32(m + bufs) != (uint64_t)n_buffers ||
+      nodes + 4 + 16 * n_nodes > n || bufs + 4 + 16 * n_buffers > n)
+    return;
+  if (!(e->rb.bytes = fsh_malloc((size_t)n))) return; /* no template: not an error */
+  memcpy(e->rb.bytes, m, (size_t)n);
+  e->rb.size = n;
+  e->rb.n_nodes = n_nodes;
+  e->rb.n_buffers = n_buffers;
+  e->rb.at_length = len;
+  e->rb.at_body_length = body_len;
+  e->rb.at_nodes = nodes + 4;
+  e->rb.at_buffers = bufs + 4;
+}
+
+/* The metadata of a record batch message from the template, or NULL when
+ * there is none of this shape (or no memory: the builder then runs). */
+static fsh_buffer *rb_template_use(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
+                                   int64_t n_nodes, const fsh_ipc_range *buffers,
+                                   int64_t n_buffers, int64_t body_length) {
+  if (!e->rb.bytes || e->rb.n_nodes != n_nodes || e->rb.n_buffers != n_buffers) return NULL;
+  fsh_buffer *md = fsh_buffer_new(e->rb.size, false);
+  if (!md) return NULL;
+  uint8_t *m = md->data;
+  memcpy(m, e->rb.bytes, (size_t)e->rb.size);
+  fsh_store_le64(m + e->rb.at_length, (uint64_t)length);
+  fsh_store_le64(m + e->rb.at_body_length, (uint64_t)body_length);
+  for (int64_t i = 0; i < n_nodes; i++) {
+    fsh_store_le64(m + e->rb.at_nodes + 16 * i, (uint64_t)nodes[i].length);
+    fsh_store_le64(m + e->rb.at_nodes + 16 * i + 8, (uint64_t)nodes[i].null_count);
+  }
+  for (int64_t i = 0; i < n_buffers; i++) {
+    fsh_store_le64(m + e->rb.at_buffers + 16 * i, (uint64_t)buffers[i].offset);
+    fsh_store_le64(m + e->rb.at_buffers + 16 * i + 8, (uint64_t)buffers[i].length);
+  }
+  return md;
+}
+
+int fsh_ipc_encoder_batch_metadata(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
+                                   int64_t n_nodes, const fsh_ipc_range *buffers,
+                                   int64_t n_buffers, int64_t body_length, fsh_buffer **out,
+                                   fsh_error *err) {
+  *out = rb_template_use(e, length, nodes, n_nodes, buffers, n_buffers, body_length);
+  if (*out) return 0;
+  fsh_fbb *b = &e->fbb;
+  fsh_fbb_clear(b);
+  fsh_fb_ref rb = fsh_ipc_build_record_batch(b, length, nodes, n_nodes, buffers, n_buffers,
+                                             e->opts.compression);
+  FSH_RETURN_NOT_OK(fsh_ipc_finish_message(b, FSH_IPC_RECORD_BATCH, rb, body_length, out, err));
+  rb_template_keep(e, *out, n_nodes, n_buffers);
+  return 0;
 }
 
 /* Encodes the columns (fields[i], arrays[i]) into one payload appended to
@@ -185,7 +298,10 @@ static int encode_one(fsh_ipc_encoder *e, fsh_ipc_message_type type, int64_t dic
     }
   }
   fsh_buffer *md = NULL;
-  if (rc == 0) {
+  if (rc == 0 && type == FSH_IPC_RECORD_BATCH)
+    md = rb_template_use(e, length, body.nodes, body.n_nodes, body.buffers, body.n_buffers,
+                         body.length);
+  if (rc == 0 && !md) {
     fsh_fbb *b = &e->fbb;
     fsh_fbb_clear(b);
     fsh_fb_ref rb = fsh_ipc_build_record_batch(b, length, body.nodes, body.n_nodes, body.buffers,
@@ -194,6 +310,8 @@ static int encode_one(fsh_ipc_encoder *e, fsh_ipc_message_type type, int64_t dic
     if (type == FSH_IPC_DICTIONARY_BATCH)
       header = fsh_ipc_build_dictionary_batch(b, dict_id, rb, delta);
     rc = fsh_ipc_finish_message(b, type, header, body.length, &md, err);
+    if (rc == 0 && type == FSH_IPC_RECORD_BATCH)
+      rb_template_keep(e, md, body.n_nodes, body.n_buffers);
   }
   /* the node and buffer arrays go back to the encoder, for the next one */
   e->nodes = body.nodes;

@@ -44,6 +44,18 @@ FSH_NODISCARD int fsh_ipc_finish_message(fsh_fbb *b, fsh_ipc_message_type header
                                          fsh_fb_ref header, int64_t body_length, fsh_buffer **out,
                                          fsh_error *err);
 
+/* The metadata of a record batch message of `length` rows with these
+ * field nodes, buffers and body length, byte for byte what
+ * fsh_ipc_encode_batch makes for a batch of that layout (from the
+ * encoder's template of the last message's shape, or built: encoder.c).
+ * For callers that lay out a body themselves (the map-output writer,
+ * straight from partition builders). ENOMEM only. */
+FSH_NODISCARD int fsh_ipc_encoder_batch_metadata(fsh_ipc_encoder *e, int64_t length,
+                                                 const fsh_ipc_node *nodes, int64_t n_nodes,
+                                                 const fsh_ipc_range *buffers, int64_t n_buffers,
+                                                 int64_t body_length, fsh_buffer **out,
+                                                 fsh_error *err);
+
 /* Encodes a standalone Schema message (no body). */
 FSH_NODISCARD int fsh_ipc_encode_schema_message(const fsh_schema *s, fsh_buffer **out,
                                                 fsh_error *err);

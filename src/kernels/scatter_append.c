@@ -209,11 +209,18 @@ static void builder_destroy(fsh_partition_builder *pb) {
   fsh_free(pb);
 }
 
-/* Room for `need` bytes (doubling, at least 4 KiB); bytes past the old
- * capacity zeroed when `zero`. */
+/* Room for `need` bytes (doubling, at least RESERVE_MIN_BYTES); bytes past
+ * the old capacity zeroed when `zero`. The minimum is small: with 1000
+ * partitions a map task of 2 MiB puts ~500 bytes in each of a partition's
+ * 5 buffers, and a 4 KiB minimum made its builders 20 MiB (every row's
+ * push then touched a different page: TLB and cache misses), cold ones
+ * allocated and faulted in at that size. Large partitions double from
+ * the first need as before (the first reserve is rounded up, not grown). */
+#define RESERVE_MIN_BYTES 256
+
 static int reserve(pb_buf *b, int64_t need, bool zero) {
   if (need <= b->cap) return 0;
-  int64_t cap = b->cap ? b->cap : 4096;
+  int64_t cap = b->cap ? b->cap : RESERVE_MIN_BYTES;
   while (cap < need) cap *= 2;
   uint8_t *p = fsh_realloc(b->p, (size_t)cap);
   if (!p) return ENOMEM;
@@ -543,6 +550,26 @@ int64_t fsh_partition_builder_bytes(const fsh_partition_builder *pb, int32_t par
     total += (col->nulls ? col->bits.size : 0) + col->vals.size + col->data.size;
   }
   return total;
+}
+
+void fsh_partition_builder_view_column(const fsh_partition_builder *pb, int32_t partition,
+                                       int64_t column, fsh_partition_builder_view *out) {
+  const pb_col *col = &pb->cols[(int64_t)partition * pb->n_cols + column];
+  bool bin = is_binary(&pb->schema->fields[column]);
+  *out = (fsh_partition_builder_view){
+      .validity = col->nulls ? col->bits.p : NULL,
+      .validity_bytes = col->nulls ? col->bits.size : 0,
+      .values = col->vals.p,
+      .values_bytes = col->vals.size,
+      .data = bin ? col->data.p : NULL,
+      .data_bytes = bin ? col->data.size : 0,
+      .null_count = col->nulls};
+}
+
+void fsh_partition_builder_drop_rows(fsh_partition_builder *pb, int32_t partition) {
+  if (pb->rows[partition] == 0) return;
+  pb->taken[partition] = true; /* emptied by the next append to it (views may be alive) */
+  pb->rows[partition] = 0;
 }
 
 /* A borrowed view of n bytes of builder memory (never freed by the view). */
