@@ -47,6 +47,7 @@ class Cluster:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.workers = {}  # i -> (uri, pid)
         self.err = []
+        self.on_line = None  # called with each stderr line once it is in err (drain thread)
         threading.Thread(target=self._drain, daemon=True).start()
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -66,6 +67,8 @@ class Cluster:
     def _drain(self):
         for line in self.p.stderr:
             self.err.append(line)
+            if self.on_line:
+                self.on_line(line)
 
     def reported(self, uri, stage=1, word="reported"):
         """{task} the worker at uri reported done for stage (from its log);
@@ -221,26 +224,94 @@ def reference2():
     return parts
 
 
-def test_two_shuffles_lost_worker_held_both(cluster, reference2):
+def stage_done(c, job):
+    """[tasks done per stage] of the job as the driver answers it now
+    (`flightshuffle job status`)."""
+    p = subprocess.run([str(CLI), "job", "status", "--driver", c.driver, "--job", str(job)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stdout + p.stderr
+    done = [int(d) for d in re.findall(r"^  stage \d+ \S+ +(\d+)/\d+ done", p.stdout, re.M)]
+    assert len(done) == 3, p.stdout
+    return done
+
+
+def test_two_shuffles_lost_worker_held_both(reference2):
     """Killed during the last stage, the victim held outputs of both
     shuffles: its outputs of the second are recomputed, and so are the map
     tasks of the first that those need again -- exactly the victim's own if
     the first shuffle was still held, or (recursively) every map task if it
     had already been released when the second stage completed (the driver
-    logs that it brings the stage back)."""
-    c = cluster(3)
-    uri, pid = c.workers[2]
-    cb, st = kill_when(lambda m, r2, r3: r2 == REDUCES, [pid])
-    rc, text, parts, res, rec = run_job(c.driver, cb, ["--then-reduces", str(THEN)])
-    assert st["at"] is not None and st["at"][2] < THEN, f"not during the last stage: {st}"
-    first = c.reported(uri, 1)
-    assert first, "the victim held no output of the first shuffle"
-    brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
-                       for line in c.err)
-    also = range(MAPS) if brought_back else first
-    check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
-          also=[(1, t) for t in also])
-    assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
+    logs that it brings the stage back).
+
+    The kill must land before the last stage has read the victim's outputs,
+    and that stage lasts ~50 ms: a kill at a progress line may come after
+    it read them all (then nothing is recomputed, rightly). So the moment
+    the driver logs the second stage complete, every worker is frozen
+    (SIGSTOP), and the driver is asked how many tasks of the last stage are
+    done, d: a task starts only on a free slot (one per worker), so at most
+    d + 3 of them had started; with d + 3 < THEN at least one starts after
+    the thaw and must read the victim's output of the second shuffle, which
+    is gone. The victim -- a worker that ran tasks of both stages -- is
+    killed while frozen, the others resume. The heartbeat timeout is a
+    minute (a freeze never makes a worker dead): the readers' failed fetches
+    tell the driver. A freeze that came too late (the test descheduled:
+    d + 3 >= THEN) is no test of the kill: that job must still verify, and
+    the scenario runs again on a new cluster (up to 5 times)."""
+    for attempt in range(5):
+        c = Cluster(3, timeout_ms=60000)
+        try:
+            frozen = threading.Event()
+            st = {"at": None, "job": None, "victim": None, "done": None}
+
+            def on_line(line):  # the drain thread: freeze at once, nothing else
+                m = re.search(r"driver: job (\d+) stage 2 \(reduce-then-map\) complete$", line)
+                if m and not frozen.is_set():
+                    for _, pid in c.workers.values():
+                        os.kill(pid, signal.SIGSTOP)
+                    st["job"] = int(m.group(1))
+                    frozen.set()
+
+            def on_progress(*done):
+                if not frozen.is_set() or st["at"] is not None:
+                    return
+                st["at"] = done
+                st["done"] = stage_done(c, st["job"])
+                # the workers' "reporting" lines precede the reports, so the
+                # driver's line (already in c.err) comes after all of them
+                both = [i for i, (u, _) in sorted(c.workers.items())
+                        if c.reported(u, 1, word="reporting") and
+                        c.reported(u, 2, word="reporting")]
+                if both and st["done"][2] + 3 < THEN:
+                    st["victim"] = 2 if 2 in both else both[0]
+                    os.kill(c.workers[st["victim"]][1], signal.SIGKILL)
+                for i, (_, pid) in c.workers.items():
+                    if i != st["victim"]:
+                        os.kill(pid, signal.SIGCONT)
+
+            c.on_line = on_line
+            rc, text, parts, res, rec = run_job(c.driver, on_progress,
+                                                ["--then-reduces", str(THEN)])
+            assert frozen.is_set(), f"the driver never logged stage 2 complete\n{text}"
+            if st["victim"] is None:  # frozen too late (or the job ended while frozen)
+                for _, pid in c.workers.values():
+                    os.kill(pid, signal.SIGCONT)
+                assert rc == 0 and res["verified"] == "yes" and parts == reference2, text
+                continue
+            uri = c.workers[st["victim"]][0]
+            assert st["done"][1] == REDUCES and st["done"][2] < THEN, st
+            first = c.reported(uri, 1)
+            assert first, "the victim held no output of the first shuffle"
+            brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
+                               for line in c.err)
+            also = range(MAPS) if brought_back else first
+            check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
+                  also=[(1, t) for t in also])
+            assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
+            return
+        finally:
+            c.stop()
+    pytest.fail("5 times the workers were frozen only after the last stage had started "
+                "more than THEN - 3 tasks")
 
 
 BIG = ["--reduces", "2"]  # partitions of 1.5 M rows: each reducer fetches for a while
