@@ -165,6 +165,85 @@ def kill_when(cond, pids, sig=signal.SIGKILL):
     return on_progress, state
 
 
+def stage_status(c, job):
+    """[(done, total) per stage] of the job as the driver answers it now
+    (`flightshuffle job status`)."""
+    p = subprocess.run([str(CLI), "job", "status", "--driver", c.driver, "--job", str(job)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return [(int(d), int(t)) for d, t in
+            re.findall(r"^  stage \d+ \S+ +(\d+)/(\d+) done", p.stdout, re.M)]
+
+
+def kill_before_next_stage_reads(c, stage, held):
+    """An on_progress and its state for a kill that must land before stage
+    + 1, whose tasks read the victim's outputs of `stage`, has read them --
+    it may take ~50 ms, less than a progress line needs to reach the test.
+    c.on_line freezes every worker (SIGSTOP) the moment the driver logs
+    `stage` complete; the next progress line asks the driver how many tasks
+    of stage + 1 are done, d. A task starts only on a free slot (--slots 1:
+    one per worker), so at most d + 3 had started: if that is below its
+    task count, one at least starts after the thaw and must read the
+    victim's output, which is then gone. So the victim -- a worker that ran
+    tasks of every stage in `held`, worker 2 if it did (its "reporting"
+    lines precede its reports, so they are in c.err before the driver's
+    line) -- is killed while frozen and the others resume. st: "at" the progress
+    line, "status" the driver's [(done, total)] while frozen, "victim" the
+    worker killed or None (the freeze came too late: nothing was killed).
+    The cluster's heartbeat timeout must be long: a freeze makes no worker
+    dead."""
+    frozen = threading.Event()
+    st = {"at": None, "job": None, "status": None, "victim": None}
+    done_line = re.compile(r"driver: job (\d+) stage %d \(\S+\) complete$" % stage)
+
+    def on_line(line):  # the drain thread: freeze at once, nothing else
+        m = done_line.search(line)
+        if m and not frozen.is_set():
+            for _, pid in c.workers.values():
+                os.kill(pid, signal.SIGSTOP)
+            st["job"] = int(m.group(1))
+            frozen.set()
+
+    def on_progress(*done):
+        if not frozen.is_set() or st["at"] is not None:
+            return
+        st["at"] = done
+        st["status"] = stage_status(c, st["job"])
+        d, total = st["status"][stage]  # of stage + 1 (index stage)
+        eligible = [i for i, (u, _) in sorted(c.workers.items())
+                    if all(c.reported(u, h, word="reporting") for h in held)]
+        if eligible and d + len(c.workers) < total:
+            st["victim"] = 2 if 2 in eligible else eligible[0]
+            os.kill(c.workers[st["victim"]][1], signal.SIGKILL)
+        for i, (_, pid) in c.workers.items():
+            if i != st["victim"]:
+                os.kill(pid, signal.SIGCONT)
+
+    c.on_line = on_line
+    st["frozen"] = frozen
+    return on_progress, st
+
+
+def run_killed_before_reads(cluster, stage, held, reference, extra=()):
+    """Runs the job (extra) on a new cluster of 3 workers (heartbeat
+    timeout a minute: the readers' failed fetches tell the driver) with
+    kill_before_next_stage_reads(stage, held) until a kill landed in time,
+    at most 5 times; a run whose freeze came too late (the test
+    descheduled) tests no kill but must still verify. Returns (cluster,
+    victim's uri, st, run_job's result)."""
+    for _ in range(5):
+        c = cluster(3, timeout_ms=60000)
+        cb, st = kill_before_next_stage_reads(c, stage, held)
+        rc, text, parts, res, rec = run_job(c.driver, cb, extra)
+        assert st["frozen"].is_set(), f"the driver never logged stage {stage} complete\n{text}"
+        if st["victim"] is not None:
+            return c, c.workers[st["victim"]][0], st, (rc, text, parts, res, rec)
+        assert rc == 0 and res["verified"] == "yes" and parts == reference, text
+        c.stop()  # thaws any worker still frozen (the job ended before a progress line)
+    pytest.fail(f"5 times the workers were frozen only after stage {stage + 1} had started "
+                f"all but 3 of its tasks: {st}")
+
+
 @pytest.mark.parametrize("incremental", ["off", "on"])
 def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
     """With incremental retrieval on, reducers are already running (and
@@ -178,11 +257,10 @@ def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
 
 
 def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
-    c = cluster(3)
-    uri, pid = c.workers[2]
-    cb, st = kill_when(lambda m, r: m == MAPS and c.reported(uri), [pid])
-    rc, text, parts, res, rec = run_job(c.driver, cb)
-    assert st["at"] is not None and st["at"][1] < REDUCES, f"not during the reduces: {st}"
+    """Killed once the map stage is complete, before the reduces have read
+    its outputs (kill_before_next_stage_reads)."""
+    c, uri, st, (rc, text, parts, res, rec) = run_killed_before_reads(cluster, 1, [1], reference)
+    assert st["status"][0] == (MAPS, MAPS) and st["status"][1][0] < REDUCES, st
     check(rc, text, parts, res, rec, reference, c, [uri])
 
 
@@ -224,94 +302,26 @@ def reference2():
     return parts
 
 
-def stage_done(c, job):
-    """[tasks done per stage] of the job as the driver answers it now
-    (`flightshuffle job status`)."""
-    p = subprocess.run([str(CLI), "job", "status", "--driver", c.driver, "--job", str(job)],
-                       capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stdout + p.stderr
-    done = [int(d) for d in re.findall(r"^  stage \d+ \S+ +(\d+)/\d+ done", p.stdout, re.M)]
-    assert len(done) == 3, p.stdout
-    return done
-
-
-def test_two_shuffles_lost_worker_held_both(reference2):
+def test_two_shuffles_lost_worker_held_both(cluster, reference2):
     """Killed during the last stage, the victim held outputs of both
     shuffles: its outputs of the second are recomputed, and so are the map
     tasks of the first that those need again -- exactly the victim's own if
     the first shuffle was still held, or (recursively) every map task if it
     had already been released when the second stage completed (the driver
-    logs that it brings the stage back).
-
-    The kill must land before the last stage has read the victim's outputs,
-    and that stage lasts ~50 ms: a kill at a progress line may come after
-    it read them all (then nothing is recomputed, rightly). So the moment
-    the driver logs the second stage complete, every worker is frozen
-    (SIGSTOP), and the driver is asked how many tasks of the last stage are
-    done, d: a task starts only on a free slot (one per worker), so at most
-    d + 3 of them had started; with d + 3 < THEN at least one starts after
-    the thaw and must read the victim's output of the second shuffle, which
-    is gone. The victim -- a worker that ran tasks of both stages -- is
-    killed while frozen, the others resume. The heartbeat timeout is a
-    minute (a freeze never makes a worker dead): the readers' failed fetches
-    tell the driver. A freeze that came too late (the test descheduled:
-    d + 3 >= THEN) is no test of the kill: that job must still verify, and
-    the scenario runs again on a new cluster (up to 5 times)."""
-    for attempt in range(5):
-        c = Cluster(3, timeout_ms=60000)
-        try:
-            frozen = threading.Event()
-            st = {"at": None, "job": None, "victim": None, "done": None}
-
-            def on_line(line):  # the drain thread: freeze at once, nothing else
-                m = re.search(r"driver: job (\d+) stage 2 \(reduce-then-map\) complete$", line)
-                if m and not frozen.is_set():
-                    for _, pid in c.workers.values():
-                        os.kill(pid, signal.SIGSTOP)
-                    st["job"] = int(m.group(1))
-                    frozen.set()
-
-            def on_progress(*done):
-                if not frozen.is_set() or st["at"] is not None:
-                    return
-                st["at"] = done
-                st["done"] = stage_done(c, st["job"])
-                # the workers' "reporting" lines precede the reports, so the
-                # driver's line (already in c.err) comes after all of them
-                both = [i for i, (u, _) in sorted(c.workers.items())
-                        if c.reported(u, 1, word="reporting") and
-                        c.reported(u, 2, word="reporting")]
-                if both and st["done"][2] + 3 < THEN:
-                    st["victim"] = 2 if 2 in both else both[0]
-                    os.kill(c.workers[st["victim"]][1], signal.SIGKILL)
-                for i, (_, pid) in c.workers.items():
-                    if i != st["victim"]:
-                        os.kill(pid, signal.SIGCONT)
-
-            c.on_line = on_line
-            rc, text, parts, res, rec = run_job(c.driver, on_progress,
-                                                ["--then-reduces", str(THEN)])
-            assert frozen.is_set(), f"the driver never logged stage 2 complete\n{text}"
-            if st["victim"] is None:  # frozen too late (or the job ended while frozen)
-                for _, pid in c.workers.values():
-                    os.kill(pid, signal.SIGCONT)
-                assert rc == 0 and res["verified"] == "yes" and parts == reference2, text
-                continue
-            uri = c.workers[st["victim"]][0]
-            assert st["done"][1] == REDUCES and st["done"][2] < THEN, st
-            first = c.reported(uri, 1)
-            assert first, "the victim held no output of the first shuffle"
-            brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
-                               for line in c.err)
-            also = range(MAPS) if brought_back else first
-            check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
-                  also=[(1, t) for t in also])
-            assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
-            return
-        finally:
-            c.stop()
-    pytest.fail("5 times the workers were frozen only after the last stage had started "
-                "more than THEN - 3 tasks")
+    logs that it brings the stage back). The kill lands once the second
+    stage is complete, before the last has read its outputs
+    (kill_before_next_stage_reads)."""
+    c, uri, st, (rc, text, parts, res, rec) = run_killed_before_reads(
+        cluster, 2, [1, 2], reference2, ["--then-reduces", str(THEN)])
+    assert st["status"][1] == (REDUCES, REDUCES) and st["status"][2][0] < THEN, st
+    first = c.reported(uri, 1)
+    assert first, "the victim held no output of the first shuffle"
+    brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
+                       for line in c.err)
+    also = range(MAPS) if brought_back else first
+    check(rc, text, parts, res, rec, reference2, c, [uri], stage=2,
+          also=[(1, t) for t in also])
+    assert {t for s, t in rec if s == 1} == set(also), (sorted(rec), brought_back)
 
 
 BIG = ["--reduces", "2"]  # partitions of 1.5 M rows: each reducer fetches for a while
