@@ -358,22 +358,48 @@ def test_kill_a_worker_while_a_reducer_fetches_from_it(cluster, reference_big, d
     for it: the driver's task-wait poll of it (every 2 s) is refused by the
     dead process and the reduce is retried elsewhere -- the job must end
     well within half the minute-long heartbeat timeout. Direct reads off
-    is the fetch between hosts."""
-    c = cluster(3, timeout_ms=60000, direct_reads=direct_reads)
-    uri, pid = c.workers[3]
+    is the fetch between hosts.
 
-    def cond(m, r):
-        if m == MAPS and c.reported(uri):
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.5)  # the reducers are launched and stuck fetching from it
-            return True
-        return False
+    The freeze comes the moment the driver logs the map stage complete
+    (the drain thread; a progress line may reach the test after the whole
+    reduce stage), on a worker that ran map tasks (worker 3 if it did).
+    Should the reduces be done by then (the test descheduled; the driver,
+    asked while the victim is frozen, says so), the run tests nothing but
+    must verify, and runs again on a new cluster (at most 5 times)."""
+    for _ in range(5):
+        c = cluster(3, timeout_ms=60000, direct_reads=direct_reads)
+        frozen = threading.Event()
+        st = {"at": None, "job": None, "status": None, "victim": None}
 
-    cb, st = kill_when(cond, [pid])
-    t0 = time.time()
-    rc, text, parts, res, rec = run_job(c.driver, cb, BIG)
-    took = time.time() - t0
-    assert st["at"] is not None and st["at"][1] < 2, f"not during the reduces: {st}"
+        def on_line(line):  # the drain thread: freeze at once
+            m = re.search(r"driver: job (\d+) stage 1 \(\S+\) complete$", line)
+            if m and not frozen.is_set():
+                held = [i for i, (u, _) in sorted(c.workers.items())
+                        if c.reported(u, 1, word="reporting")]
+                st["victim"] = 3 if 3 in held else held[0]
+                os.kill(c.workers[st["victim"]][1], signal.SIGSTOP)
+                st["job"] = int(m.group(1))
+                frozen.set()
+
+        def on_progress(*done):
+            if frozen.is_set() and st["at"] is None:
+                st["at"] = done
+                st["status"] = stage_status(c, st["job"])
+                time.sleep(0.5)  # the reducers are launched and stuck fetching from it
+                os.kill(c.workers[st["victim"]][1], signal.SIGKILL)
+
+        c.on_line = on_line
+        t0 = time.time()
+        rc, text, parts, res, rec = run_job(c.driver, on_progress, BIG)
+        took = time.time() - t0
+        assert frozen.is_set(), f"the driver never logged the map stage complete\n{text}"
+        if st["at"] is not None and st["status"][1][0] < 2:
+            break
+        assert rc == 0 and res["verified"] == "yes" and parts == reference_big, text
+        c.stop()  # thaws the victim if the job ended before a progress line
+    else:
+        pytest.fail(f"5 times the reduces were done before the freeze: {st}")
+    uri = c.workers[st["victim"]][0]
     if direct_reads:
         assert rc == 0 and res["verified"] == "yes", text
         assert parts == reference_big
