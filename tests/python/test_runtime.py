@@ -47,6 +47,7 @@ class Cluster:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.workers = {}  # i -> (uri, pid)
         self.err = []
+        self.on_line = None  # called with each stderr line once it is in err (drain thread)
         threading.Thread(target=self._drain, daemon=True).start()
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -66,6 +67,8 @@ class Cluster:
     def _drain(self):
         for line in self.p.stderr:
             self.err.append(line)
+            if self.on_line:
+                self.on_line(line)
 
     def reported(self, uri, stage=1, word="reported"):
         """{task} the worker at uri reported done for stage (from its log);
@@ -162,6 +165,85 @@ def kill_when(cond, pids, sig=signal.SIGKILL):
     return on_progress, state
 
 
+def stage_status(c, job):
+    """[(done, total) per stage] of the job as the driver answers it now
+    (`flightshuffle job status`)."""
+    p = subprocess.run([str(CLI), "job", "status", "--driver", c.driver, "--job", str(job)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return [(int(d), int(t)) for d, t in
+            re.findall(r"^  stage \d+ \S+ +(\d+)/(\d+) done", p.stdout, re.M)]
+
+
+def kill_before_next_stage_reads(c, stage, held):
+    """An on_progress and its state for a kill that must land before stage
+    + 1, whose tasks read the victim's outputs of `stage`, has read them --
+    it may take ~50 ms, less than a progress line needs to reach the test.
+    c.on_line freezes every worker (SIGSTOP) the moment the driver logs
+    `stage` complete; the next progress line asks the driver how many tasks
+    of stage + 1 are done, d. A task starts only on a free slot (--slots 1:
+    one per worker), so at most d + 3 had started: if that is below its
+    task count, one at least starts after the thaw and must read the
+    victim's output, which is then gone. So the victim -- a worker that ran
+    tasks of every stage in `held`, worker 2 if it did (its "reporting"
+    lines precede its reports, so they are in c.err before the driver's
+    line) -- is killed while frozen and the others resume. st: "at" the progress
+    line, "status" the driver's [(done, total)] while frozen, "victim" the
+    worker killed or None (the freeze came too late: nothing was killed).
+    The cluster's heartbeat timeout must be long: a freeze makes no worker
+    dead."""
+    frozen = threading.Event()
+    st = {"at": None, "job": None, "status": None, "victim": None}
+    done_line = re.compile(r"driver: job (\d+) stage %d \(\S+\) complete$" % stage)
+
+    def on_line(line):  # the drain thread: freeze at once, nothing else
+        m = done_line.search(line)
+        if m and not frozen.is_set():
+            for _, pid in c.workers.values():
+                os.kill(pid, signal.SIGSTOP)
+            st["job"] = int(m.group(1))
+            frozen.set()
+
+    def on_progress(*done):
+        if not frozen.is_set() or st["at"] is not None:
+            return
+        st["at"] = done
+        st["status"] = stage_status(c, st["job"])
+        d, total = st["status"][stage]  # of stage + 1 (index stage)
+        eligible = [i for i, (u, _) in sorted(c.workers.items())
+                    if all(c.reported(u, h, word="reporting") for h in held)]
+        if eligible and d + len(c.workers) < total:
+            st["victim"] = 2 if 2 in eligible else eligible[0]
+            os.kill(c.workers[st["victim"]][1], signal.SIGKILL)
+        for i, (_, pid) in c.workers.items():
+            if i != st["victim"]:
+                os.kill(pid, signal.SIGCONT)
+
+    c.on_line = on_line
+    st["frozen"] = frozen
+    return on_progress, st
+
+
+def run_killed_before_reads(cluster, stage, held, reference, extra=()):
+    """Runs the job (extra) on a new cluster of 3 workers (heartbeat
+    timeout a minute: the readers' failed fetches tell the driver) with
+    kill_before_next_stage_reads(stage, held) until a kill landed in time,
+    at most 5 times; a run whose freeze came too late (the test
+    descheduled) tests no kill but must still verify. Returns (cluster,
+    victim's uri, st, run_job's result)."""
+    for _ in range(5):
+        c = cluster(3, timeout_ms=60000)
+        cb, st = kill_before_next_stage_reads(c, stage, held)
+        rc, text, parts, res, rec = run_job(c.driver, cb, extra)
+        assert st["frozen"].is_set(), f"the driver never logged stage {stage} complete\n{text}"
+        if st["victim"] is not None:
+            return c, c.workers[st["victim"]][0], st, (rc, text, parts, res, rec)
+        assert rc == 0 and res["verified"] == "yes" and parts == reference, text
+        c.stop()  # thaws any worker still frozen (the job ended before a progress line)
+    pytest.fail(f"5 times the workers were frozen only after stage {stage + 1} had started "
+                f"all but 3 of its tasks: {st}")
+
+
 @pytest.mark.parametrize("incremental", ["off", "on"])
 def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
     """With incremental retrieval on, reducers are already running (and
@@ -175,11 +257,10 @@ def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
 
 
 def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
-    c = cluster(3)
-    uri, pid = c.workers[2]
-    cb, st = kill_when(lambda m, r: m == MAPS and c.reported(uri), [pid])
-    rc, text, parts, res, rec = run_job(c.driver, cb)
-    assert st["at"] is not None and st["at"][1] < REDUCES, f"not during the reduces: {st}"
+    """Killed once the map stage is complete, before the reduces have read
+    its outputs (kill_before_next_stage_reads)."""
+    c, uri, st, (rc, text, parts, res, rec) = run_killed_before_reads(cluster, 1, [1], reference)
+    assert st["status"][0] == (MAPS, MAPS) and st["status"][1][0] < REDUCES, st
     check(rc, text, parts, res, rec, reference, c, [uri])
 
 
@@ -227,12 +308,12 @@ def test_two_shuffles_lost_worker_held_both(cluster, reference2):
     tasks of the first that those need again -- exactly the victim's own if
     the first shuffle was still held, or (recursively) every map task if it
     had already been released when the second stage completed (the driver
-    logs that it brings the stage back)."""
-    c = cluster(3)
-    uri, pid = c.workers[2]
-    cb, st = kill_when(lambda m, r2, r3: r2 == REDUCES, [pid])
-    rc, text, parts, res, rec = run_job(c.driver, cb, ["--then-reduces", str(THEN)])
-    assert st["at"] is not None and st["at"][2] < THEN, f"not during the last stage: {st}"
+    logs that it brings the stage back). The kill lands once the second
+    stage is complete, before the last has read its outputs
+    (kill_before_next_stage_reads)."""
+    c, uri, st, (rc, text, parts, res, rec) = run_killed_before_reads(
+        cluster, 2, [1, 2], reference2, ["--then-reduces", str(THEN)])
+    assert st["status"][1] == (REDUCES, REDUCES) and st["status"][2][0] < THEN, st
     first = c.reported(uri, 1)
     assert first, "the victim held no output of the first shuffle"
     brought_back = any("stage 1: its output (shuffle" in line and "was released" in line
@@ -277,22 +358,48 @@ def test_kill_a_worker_while_a_reducer_fetches_from_it(cluster, reference_big, d
     for it: the driver's task-wait poll of it (every 2 s) is refused by the
     dead process and the reduce is retried elsewhere -- the job must end
     well within half the minute-long heartbeat timeout. Direct reads off
-    is the fetch between hosts."""
-    c = cluster(3, timeout_ms=60000, direct_reads=direct_reads)
-    uri, pid = c.workers[3]
+    is the fetch between hosts.
 
-    def cond(m, r):
-        if m == MAPS and c.reported(uri):
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.5)  # the reducers are launched and stuck fetching from it
-            return True
-        return False
+    The freeze comes the moment the driver logs the map stage complete
+    (the drain thread; a progress line may reach the test after the whole
+    reduce stage), on a worker that ran map tasks (worker 3 if it did).
+    Should the reduces be done by then (the test descheduled; the driver,
+    asked while the victim is frozen, says so), the run tests nothing but
+    must verify, and runs again on a new cluster (at most 5 times)."""
+    for _ in range(5):
+        c = cluster(3, timeout_ms=60000, direct_reads=direct_reads)
+        frozen = threading.Event()
+        st = {"at": None, "job": None, "status": None, "victim": None}
 
-    cb, st = kill_when(cond, [pid])
-    t0 = time.time()
-    rc, text, parts, res, rec = run_job(c.driver, cb, BIG)
-    took = time.time() - t0
-    assert st["at"] is not None and st["at"][1] < 2, f"not during the reduces: {st}"
+        def on_line(line):  # the drain thread: freeze at once
+            m = re.search(r"driver: job (\d+) stage 1 \(\S+\) complete$", line)
+            if m and not frozen.is_set():
+                held = [i for i, (u, _) in sorted(c.workers.items())
+                        if c.reported(u, 1, word="reporting")]
+                st["victim"] = 3 if 3 in held else held[0]
+                os.kill(c.workers[st["victim"]][1], signal.SIGSTOP)
+                st["job"] = int(m.group(1))
+                frozen.set()
+
+        def on_progress(*done):
+            if frozen.is_set() and st["at"] is None:
+                st["at"] = done
+                st["status"] = stage_status(c, st["job"])
+                time.sleep(0.5)  # the reducers are launched and stuck fetching from it
+                os.kill(c.workers[st["victim"]][1], signal.SIGKILL)
+
+        c.on_line = on_line
+        t0 = time.time()
+        rc, text, parts, res, rec = run_job(c.driver, on_progress, BIG)
+        took = time.time() - t0
+        assert frozen.is_set(), f"the driver never logged the map stage complete\n{text}"
+        if st["at"] is not None and st["status"][1][0] < 2:
+            break
+        assert rc == 0 and res["verified"] == "yes" and parts == reference_big, text
+        c.stop()  # thaws the victim if the job ended before a progress line
+    else:
+        pytest.fail(f"5 times the reduces were done before the freeze: {st}")
+    uri = c.workers[st["victim"]][0]
     if direct_reads:
         assert rc == 0 and res["verified"] == "yes", text
         assert parts == reference_big

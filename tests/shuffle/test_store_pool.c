@@ -314,6 +314,14 @@ static int64_t ms_now(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* CLOCK_MONOTONIC in ns, the store's pool clock: a window measured with it
+ * bounds the store's whole-ms idle time from above. */
+static int64_t ns_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* The number of this process's memfds named like the store's images. */
 static int image_memfds(void) {
   int n = 0;
@@ -330,35 +338,52 @@ static int image_memfds(void) {
 
 /* An idle pool: kept while used within the idle time, emptied after it
  * (every memfd closed, the budget back to 0); a writer arriving within
- * the idle time reuses. */
+ * the idle time reuses. The idle clock's checks are bounded by the time
+ * measured around the step (this thread may be descheduled anywhere): a
+ * drain W ms after a pool event began answers due in [IDLE - W, IDLE]. */
+#define IDLE 1000
 static void idle_pool_drained(void) {
   fixture f = open_store("pool", (int64_t)64 << 20);
   int before = image_memfds();
   int64_t due = 0;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
   CHECK_EQ_INT(due, -1); /* empty */
-  fsh_store_set_pool_idle_ms(f.s, 400);
+  fsh_store_set_pool_idle_ms(f.s, IDLE);
   write_output(&f, 1, 51, 20000);
+  int64_t t0 = ns_now();
   release(&f, 1);
   fsh_store_pool_stats p = pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   CHECK(p.budget_used > 0);
   /* within the idle time: kept */
-  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
-  CHECK_MSG(due > 0 && due <= 400, "due in %lld ms", (long long)due);
+  int64_t got = fsh_store_pool_drain_idle(f.s, &due);
+  int64_t w = (ns_now() - t0) / 1000000;
+  CHECK_MSG(w < IDLE, "descheduled: %lld ms from the release to the check, past the idle time",
+            (long long)w);
+  CHECK_EQ_INT(got, 0);
+  CHECK_MSG(due >= IDLE - w && due <= IDLE, "due in %lld ms, %lld ms after the release began",
+            (long long)due, (long long)w);
   CHECK_EQ_INT(pool(f.s).pooled, 1);
-  /* a writer within the idle time takes it */
+  /* a writer within the idle time takes it (only drain_idle drains) */
   sleep_ms(100);
   write_output(&f, 2, 52, 20000);
   p = pool(f.s);
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled, 0);
+  t0 = ns_now();
   release(&f, 2);
   CHECK_EQ_INT(pool(f.s).pooled, 1);
   CHECK_EQ_INT(image_memfds(), before + 1);
-  /* the put restarted the idle time */
-  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
-  CHECK_MSG(due > 300, "due in %lld ms after a put", (long long)due);
+  /* the put restarted the idle time: due >= IDLE - w puts the clock's
+   * start at t0 or later (run from the first release, >= 100 ms before t0,
+   * due would be <= IDLE - 100) */
+  got = fsh_store_pool_drain_idle(f.s, &due);
+  w = (ns_now() - t0) / 1000000;
+  CHECK_MSG(w < IDLE, "descheduled: %lld ms from the put to the check, past the idle time",
+            (long long)w);
+  CHECK_EQ_INT(got, 0);
+  CHECK_MSG(due >= IDLE - w && due <= IDLE, "due in %lld ms, %lld ms after the put began",
+            (long long)due, (long long)w);
   sleep_ms(due + 20);
   int64_t pooled_bytes = pool(f.s).pooled_bytes;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), pooled_bytes);
@@ -377,6 +402,7 @@ static void idle_pool_drained(void) {
   fsh_store_pool_drain(f.s);
   close_store(&f);
 }
+#undef IDLE
 
 /* A worker empties its idle pool by itself (its keeper thread), and keeps
  * it for a writer that comes within the idle time. */
