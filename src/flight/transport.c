@@ -25,11 +25,15 @@
  * in the poller's recvmsg (_copy_to_iter into fresh pages), on the one
  * thread every stream's data passes through. A top pad of 8 MiB keeps
  * what a burst of frees leaves at the top of an arena, up to 8 MiB an
- * arena: those faults go (bench/flight/OFFCPU.md, section 6).
- * M_TOP_PAD (unlike M_TRIM_THRESHOLD / M_MMAP_THRESHOLD) leaves glibc's
- * dynamic mmap threshold alone. The cost: up to 8 MiB of free pages an
- * arena stay resident after a burst (malloc_trim still returns the free
- * pages inside the heaps). Process-wide, so set once, at the first client or
+ * arena: faults per 3 GB about halve, and CPU per GB drops (bench/flight/
+ * OFFCPU.md, section 6).
+ * The costs: up to 8 MiB of free pages an arena stay resident after a
+ * burst (malloc_trim returns the free pages inside the heaps, not a
+ * thread arena's top): test_worker_memory.py measured an idle worker
+ * keeping 10-16% of what a shuffle made it grow by, against 4-6%; and,
+ * as any mallopt of its thresholds, glibc's dynamic mmap threshold stops
+ * adapting (it stays where it is, 128 KiB unless a freed mmapped block
+ * raised it before). Process-wide, so set once, at the first client or
  * server, and not at all if GLIBC_TUNABLES sets top_pad; the environment
  * variable FSH_FLIGHT_MALLOC_TOP_PAD=<bytes> sets another pad, 0 leaves
  * malloc as it is. */
