@@ -77,10 +77,8 @@ void srv_dispatch_do_get(fsh_flight_call *c) {
   if (rc != 0) {
     fsh_bytes_reset(&ticket);
     (void)fsh_error_prefix(&err, rc, "DoGet: invalid Ticket: ");
-    {
     srv_call_finish_errno(c, rc == ENOMEM ? ENOMEM : EINVAL, &err);
     return;
-  }
   }
   rc = h->do_get(h->ctx, c, &ticket, &c->source, &err);
   fsh_bytes_reset(&ticket);
