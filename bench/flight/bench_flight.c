@@ -22,7 +22,8 @@
  * batch they receive (pyarrow: read_chunk). An untimed pass first checks
  * every batch of each kind, both ways. A second table gives the CPU
  * seconds (user + system, server and client processes) per GB moved,
- * which other load on the machine disturbs less than wall time.
+ * which other load on the machine disturbs less than wall time, a third
+ * the page faults per GB (both processes), which it does not move at all.
  *
  * Then small calls (latency): a DoAction on an open client, and a client
  * opened, used for one DoAction and closed, ours and pyarrow's (--only
@@ -76,6 +77,29 @@ static double cpu_seconds(void) {
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Minor + major page faults of this process (ours: the client side). */
+static double fault_count(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_minflt + (double)ru.ru_majflt;
+}
+
+/* Minor + major page faults of another process (our server), 0 if unknown. */
+static double proc_fault_count(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  unsigned long long minflt = 0, majflt = 0;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) != 2)
+    return 0;
+  return (double)(minflt + majflt);
 }
 
 static double now(void) {
@@ -851,6 +875,8 @@ typedef struct row {
   double ours[MAX_RUNS], py[MAX_RUNS];
   /* user + system seconds of the process (server and client) per run */
   double cpu[MAX_RUNS], py_cpu[MAX_RUNS];
+  /* page faults of both processes per run (py_faults < 0: not reported) */
+  double faults[MAX_RUNS], py_faults[MAX_RUNS];
   stats s_ours, s_py;
 } row;
 
@@ -951,8 +977,10 @@ int main(int argc, char **argv) {
       row *w = &rows[i];
       int64_t n = w->large ? n_large : n_small;
       double cpu0 = cpu_seconds() + cli_proc_cpu_seconds(server.pid);
+      double flt0 = fault_count() + proc_fault_count(server.pid);
       w->ours[r] = flight_run(clients, w->put, w->streams, w->large, n, false, &ok);
       w->cpu[r] = cpu_seconds() + cli_proc_cpu_seconds(server.pid) - cpu0;
+      w->faults[r] = fault_count() + proc_fault_count(server.pid) - flt0;
       if (verbose)
         fprintf(stderr, "run %d %s%d%c: %.2f GB/s, %.3f cpu-s/GB\n", r, w->put ? "put" : "get",
                 w->streams, w->large ? 'L' : 'S',
@@ -963,9 +991,12 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "%s %d %s %lld", w->put ? "put" : "get", w->streams,
                  w->large ? "L" : "S", (long long)n);
         const char *a = companion_ask(&py, cmd);
-        if (!a || sscanf(a, "ok %lf %lf", &w->py[r], &w->py_cpu[r]) != 2) {
+        int got = a ? sscanf(a, "ok %lf %lf %lf", &w->py[r], &w->py_cpu[r], &w->py_faults[r]) : 0;
+        if (got < 2) {
           printf("  pyarrow companion failed: %s", a ? a : "(no answer)\n");
           py_ok = false;
+        } else if (got == 2) {
+          w->py_faults[r] = -1;
         }
       }
     }
@@ -1024,6 +1055,19 @@ int main(int argc, char **argv) {
       double p = median_per_gb(w->py_cpu, runs, bytes);
       printf("   pyarrow.flight %.3f   ours/pa %.2fx", p, o / p);
     }
+    printf("\n");
+  }
+  /* Page faults: first-touched memory on the data path (a count, which
+   * other load does not move; bench/flight/OFFCPU.md, section 6). */
+  printf("\n  page faults per GB moved (minor + major, both ends; median)\n");
+  for (int i = 0; i < n_rows; i++) {
+    row *w = &rows[i];
+    double bytes = w->large ? bytes_large : bytes_small;
+    printf("  %s %d stream%s %s   ours %7.0f", w->put ? "DoPut" : "DoGet", w->streams,
+           w->streams > 1 ? "s" : " ", w->large ? "64 MiB" : " 4 MiB",
+           median_per_gb(w->faults, runs, bytes));
+    if (py_ok && w->py_faults[0] >= 0)
+      printf("   pyarrow.flight %7.0f", median_per_gb(w->py_faults, runs, bytes));
     printf("\n");
   }
 

@@ -8,9 +8,10 @@ our side, the server is a process of its own (this script with
 bench_flight runs this with --serve-commands and drives it over stdin, one
 command a line, one answer a line:
     hello                      -> ok
-    get|put <streams> S|L <n>  -> ok <seconds> <cpu seconds>
+    get|put <streams> S|L <n>  -> ok <seconds> <cpu seconds> <page faults>
     ping 0|1 <n> <runs>        -> ok <microseconds per call>
-(cpu: user + system time of this process, server and client, over the run)
+(cpu: user + system time of this process, server and client, over the run;
+page faults: minor + major, the same two processes)
 n batches of the small (S) or large (L) size in total, over <streams>
 concurrent streams, each on its own client (channel) and thread, moving
 n / streams batches. DoGet clients read every batch (read_chunk); the
@@ -139,6 +140,18 @@ def proc_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def faults():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_minflt + r.ru_majflt
+
+
+def proc_faults(pid):
+    """Minor + major page faults of another process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[7]) + int(fields[9])
+
+
 class Tagged(list):
     tag = ""
 
@@ -209,9 +222,11 @@ def main():
                     else:
                         op, streams, kind, n = w[0], int(w[1]), w[2], int(w[3])
                         cpu0 = cpu_seconds() + proc_cpu_seconds(proc.pid)
+                        flt0 = faults() + proc_faults(proc.pid)
                         secs = run(clients, server, op, streams, kind, n, rows[kind])
                         cpu = cpu_seconds() + proc_cpu_seconds(proc.pid) - cpu0
-                        print(f"ok {secs:.6f} {cpu:.6f}", flush=True)
+                        flt = faults() + proc_faults(proc.pid) - flt0
+                        print(f"ok {secs:.6f} {cpu:.6f} {flt}", flush=True)
                 except Exception as e:  # report, keep serving
                     print(f"error {e!r}", flush=True)
         else:
