@@ -116,7 +116,6 @@ int fsh_flight_client_open(const fsh_flight_client_options *opts, fsh_flight_cli
   }
   pthread_mutex_init(&c->mu, NULL);
   grpc_init();
-  fsh_flight_malloc_setup();
 
   int rc = fsh_flight_poller_acquire(err);
   c->has_poller = rc == 0;

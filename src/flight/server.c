@@ -178,7 +178,6 @@ int fsh_flight_server_start(const fsh_flight_server_options *opts,
     return fsh_error_set(err, EINVAL, "flight server: basic auth needs an auth token to hand out");
 
   grpc_init();
-  fsh_flight_malloc_setup();
   fsh_flight_server *s = fsh_calloc(1, sizeof *s);
   if (!s) {
     grpc_shutdown();

@@ -1,62 +1,10 @@
 /* transport.c -- the gRPC channel arguments the Flight client and server
  * share: the HTTP/2 tuning of the bulk data path (bench_flight measures
  * each of them; see the comments) and keepalive, which finds a peer that is
- * gone (host down, link cut, process stopped) while a call waits on it;
- * and the one malloc setting the receive path needs (fsh_flight_malloc_setup). */
-#define _GNU_SOURCE /* secure_getenv */
+ * gone (host down, link cut, process stopped) while a call waits on it. */
 #include "flight/wire.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
-#ifdef __GLIBC__
-#include <malloc.h> /* mallopt */
-#endif
-
-/* gRPC 1.51 receives every message into slices it mallocs on the poller
- * thread that reads the socket (so from that thread's glibc arena), and
- * the reader that decodes a message frees them on its own thread. At
- * 4 MiB messages a poller's arena grows by tens of MiB while messages are
- * in flight, and each burst of frees at its top gives the pages back
- * (heap_trim: everything above M_TOP_PAD, by default 128 KiB), so the next
- * receives fault them in again: perf record -e page-faults of
- * bench_flight --only get4S (3 GB): ~50-100k faults, 61% of the process's,
- * in the poller's recvmsg (_copy_to_iter into fresh pages), on the one
- * thread every stream's data passes through. A top pad of 8 MiB keeps
- * what a burst of frees leaves at the top of an arena, up to 8 MiB an
- * arena: faults per 3 GB about halve, and CPU per GB drops (bench/flight/
- * OFFCPU.md, section 6).
- * The costs: up to 8 MiB of free pages an arena stay resident after a
- * burst (malloc_trim returns the free pages inside the heaps, not a
- * thread arena's top): test_worker_memory.py measured an idle worker
- * keeping 10-16% of what a shuffle made it grow by, against 4-6%; and,
- * as any mallopt of its thresholds, glibc's dynamic mmap threshold stops
- * adapting (it stays where it is, 128 KiB unless a freed mmapped block
- * raised it before). Process-wide, so set once, at the first client or
- * server, and not at all if GLIBC_TUNABLES sets top_pad; the environment
- * variable FSH_FLIGHT_MALLOC_TOP_PAD=<bytes> sets another pad, 0 leaves
- * malloc as it is. */
-#define MALLOC_TOP_PAD ((long)8 << 20)
-
-static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
-
-static void malloc_setup_once(void) {
-#ifdef __GLIBC__
-  const char *tunables = secure_getenv("GLIBC_TUNABLES");
-  if (tunables && strstr(tunables, "top_pad")) return;
-  long pad = MALLOC_TOP_PAD;
-  const char *env = secure_getenv("FSH_FLIGHT_MALLOC_TOP_PAD");
-  if (env && *env) {
-    char *end = NULL;
-    long v = strtol(env, &end, 10);
-    if (end && *end == '\0' && v >= 0 && v <= ((long)1 << 30)) pad = v;
-  }
-  if (pad > 0) (void)mallopt(M_TOP_PAD, (int)pad);
-#endif
-}
-
-void fsh_flight_malloc_setup(void) { (void)pthread_once(&malloc_once, malloc_setup_once); }
 
 static int64_t clamp_keepalive(int64_t option) {
   if (option < 0) return -1;

@@ -113,10 +113,6 @@ size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_m
  * unless fsh_flight_set_default_keepalive_ms changed it), < 0 ->
  * -1 (off), else the value clamped to [100 ms, 1 day]. */
 int64_t fsh_flight_keepalive_ms(int64_t option);
-/* Once per process, at the first client or server: glibc's top pad, so
- * that the arenas of gRPC's socket readers keep their pages between
- * messages (transport.c). */
-void fsh_flight_malloc_setup(void);
 
 /* Contiguous copy of a byte buffer's bytes (for small messages). */
 FSH_NODISCARD int fsh_flight_byte_buffer_bytes(grpc_byte_buffer *bb, fsh_bytes *out,
