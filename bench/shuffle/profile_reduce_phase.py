@@ -15,7 +15,9 @@ import sys
 XXH = ["XXH3", "XXH_INLINE_XXH3", "hashLong"]
 # (name, any of these frames on the stack, and also one of these or None)
 RULES = [
-    ("server: block XXH3 (fsh_map_file_read_block)", ["fsh_map_file_read_block"], XXH),
+    # (libxxhash's dispatched XXH3 shows as [unknown]: the read_block frame decides)
+    ("server: fsh_map_file_read_block (XXH3, first-touch faults, slice)", ["fsh_map_file_read_block"],
+     ["get_next"]),
     ("server: bundle copy (next_bundle)", ["next_bundle"], None),
     ("server: rest of get_next (open, index, slices)", ["get_next", "fsh_worker_do_get"], None),
     ("server: locate answers", ["fsh_worker_locate"], None),
