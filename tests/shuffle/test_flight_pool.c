@@ -47,7 +47,8 @@ static int count_threads(void) {
  * wakes the joiner as the thread exits, before its task is reaped): a
  * thread created, joined and looked for in /proc/self/task at once was
  * still listed after 21-27 of 20000 joins with 3 busy loops on the 2
- * cores (0 of 20000 idle) -- the one failure of this test, under load. */
+ * cores (0 of 20000 idle): a likely cause of this test's one failure
+ * under load (its log was lost). */
 static int threads_settle(int want) {
   int n = count_threads();
   for (int i = 0; i < 1000 && n != want; i++) {
