@@ -11,10 +11,10 @@
  * partition and the spill file, never corrupt rows. A ticket with
  * FSH_TICKET_CLIENT_VERIFIES (our reader, which checks every block against
  * its header, naming the worker, map output and partition) skips the
- * server's hash of memory images' blocks -- one hash per block less, ~9%
- * of the reduce phase's CPU at 1000 x 1000 over DoGet
- * (bench/shuffle/PROFILE_REDUCE.md); spill files' blocks are still checked
- * here, so that a damaged file is named. */
+ * server's hash of memory images' blocks: one pass over each block less
+ * (the hash's compute; the first touch of the image's pages it paid now
+ * falls to the bundle copy -- bench/shuffle/PROFILE_REDUCE.md). Spill
+ * files' blocks are still checked here, so that a damaged file is named. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
