@@ -281,7 +281,8 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           i32 partition, u32 n, then n x (i64 map_id, i32 attempt,
  *           u32 0). Never a path: the server looks map outputs up in its
  *           store by (shuffle, map, attempt) only. flags: 0 (the tickets
- *           ListFlights hands out), or 1 = bundles (below; our reader).
+ *           ListFlights hands out), or bit 0 = bundles (below), bit 1 =
+ *           the client verifies every block (both: our reader).
  *           Version 2 names a run of partitions: the same with u8 version
  *           2 and, before the map outputs, u32 count (>= 1), u32 0: the
  *           partitions [partition, partition + count), which must lie
@@ -303,7 +304,9 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *           the stream as a plain record-batch stream. The worker checks
  *           each block's checksum before sending it (a damaged spill file
  *           is an error naming it, never rows to a client that does not
- *           check); our reader checks again, for damage in transit. A
+ *           check), except a memory image's blocks when the ticket says
+ *           the client verifies (flag bit 1); our reader checks every
+ *           block (damage in transit, or in memory). A
  *           With the bundle flag, whole blocks of at most 64 KiB go out
  *           gathered (across the ticket's map outputs, in order) into one
  *           FlightData of about 1 MiB that carries only app_metadata:

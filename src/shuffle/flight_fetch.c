@@ -420,7 +420,8 @@ static int fetch_stream(fetch *f, int64_t k0, int64_t k1, fsh_error *err) {
   int64_t g = r->count, n_src = (k1 - k0) / g;
   atomic_fetch_add(&fb_stats_of(r->st)->fetched_sources, n_src);
   fsh_shuffle_ticket t = {.shuffle_id = r->shuffle_id, .partition = r->partition,
-                          .n_partitions_read = r->count, .flags = FSH_TICKET_BUNDLE,
+                          .n_partitions_read = r->count,
+                          .flags = FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES,
                           .n_sources = n_src};
   t.sources = fsh_malloc(sizeof *t.sources * (size_t)n_src);
   if (!t.sources) return fsh_error_set(err, ENOMEM, "%s: out of memory", f->prefix);

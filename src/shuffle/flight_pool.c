@@ -15,13 +15,19 @@
 
 #define POOL_IDLE_EXIT_MS 1000
 
+/* A thread counts as idle from its start until it first takes the lock,
+ * as it does while waiting for a job: either way it will take the next
+ * queued job without another thread. (Counted as busy, a thread started
+ * but not yet scheduled -- common on saturated cores -- made submit and
+ * hurry start more threads than the jobs needed.) */
 struct fr_pool {
   pthread_mutex_t mu;
   pthread_cond_t work; /* a job was queued, or stop */
   pthread_cond_t gone; /* a reader's last running job ended */
   fr_job *head, *tail; /* queued jobs */
   int base, cap;
-  int n_threads, n_idle, n_room; /* all, waiting for a job, waiting for room */
+  int n_threads, n_idle, n_room; /* all, waiting for a job (or not yet run),
+                                    waiting for room */
   bool stopping;
   pthread_t *threads; /* live ones, then ended ones not yet joined */
   int n_live, n_ended, cap_threads;
@@ -76,6 +82,7 @@ static int start_thread_rc(fr_pool *p) {
   (void)pthread_setname_np(p->threads[p->n_live], "fsh-fetch"); /* (tests count them) */
   p->n_live++;
   p->n_threads++;
+  p->n_idle++; /* until it first runs: it will take the next queued job */
   return 0;
 }
 
@@ -98,6 +105,7 @@ static void unlink_job(fr_pool *p, fr_job *j) {
 static void *pool_thread(void *arg) {
   fr_pool *p = arg;
   pthread_mutex_lock(&p->mu);
+  p->n_idle--; /* counted idle since it was started (start_thread_rc) */
   for (;;) {
     if (!p->head && !p->stopping) {
       p->n_idle++;

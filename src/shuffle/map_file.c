@@ -1220,6 +1220,17 @@ int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p, in
   return 0;
 }
 
+int fsh_map_file_read_block_image_unchecked(fsh_map_file *f, const fsh_map_file_partition *p,
+                                            int64_t i, fsh_buffer **out, fsh_error *err) {
+  if (!f->image) return fsh_map_file_read_block(f, p, i, out, err);
+  const fsh_map_file_block *b = &p->blocks[i];
+  int rc = file_read_at(f, b->offset, b->length, out, err);
+  if (rc != 0)
+    return fsh_error_prefix(err, rc, "%s partition %d block %lld: ", f->what, p->partition,
+                            (long long)i);
+  return 0;
+}
+
 struct fsh_map_file_cursor {
   fsh_map_file *f;
   fsh_map_file_partition part;

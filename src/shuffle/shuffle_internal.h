@@ -245,6 +245,16 @@ FSH_NODISCARD int fsh_map_file_get_partitions(fsh_map_file *f, fsh_map_file_part
  * partition, block and file on mismatch). *out is a new reference. */
 FSH_NODISCARD int fsh_map_file_read_block(fsh_map_file *f, const fsh_map_file_partition *p,
                                           int64_t i, fsh_buffer **out, fsh_error *err);
+/* fsh_map_file_read_block, except that a memory image's block (a slice,
+ * no I/O: fsh_map_file_open_image) is not hashed here: for a server whose
+ * client verifies every block against the checksum in its header
+ * (worker_get.c, FSH_TICKET_CLIENT_VERIFIES). A file's block (a spill
+ * file on disk) is still checked, so that its damage is an error naming
+ * the file. */
+FSH_NODISCARD int fsh_map_file_read_block_image_unchecked(fsh_map_file *f,
+                                                          const fsh_map_file_partition *p,
+                                                          int64_t i, fsh_buffer **out,
+                                                          fsh_error *err);
 
 /* Decoded batches of one partition, block by block (one block in memory;
  * each block verified before any of its batches is returned; at the end
@@ -429,7 +439,7 @@ typedef struct fsh_shuffle_ticket {
   uint64_t shuffle_id;
   int32_t partition; /* the first partition of the run */
   int32_t n_partitions_read; /* the run [partition, partition + n): 0 or 1 = one */
-  uint8_t flags; /* FSH_TICKET_BUNDLE */
+  uint8_t flags; /* FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES */
   int64_t n_sources;
   fsh_ticket_source *sources; /* owned (fsh_malloc) */
 } fsh_shuffle_ticket;
@@ -438,6 +448,11 @@ typedef struct fsh_shuffle_ticket {
  * one FlightData, layout in shuffle.h); without it the stream is plain
  * record batches any Flight client reads. */
 #define FSH_TICKET_BUNDLE 0x01
+/* Ticket flag: the client checks every block against the checksum in its
+ * header (our flight reader does, flight_fetch.c), so the server need not
+ * hash a memory image's blocks before sending them; without it (any
+ * other Flight client) the server checks every block it sends. */
+#define FSH_TICKET_CLIENT_VERIFIES 0x02
 
 /* Version 1 (one partition): "FSHT", u8 1, u8 flags, 2 zero bytes, u64
  * shuffle, i32 partition, u32 n_sources, then n_sources x (i64 map, i32

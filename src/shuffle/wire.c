@@ -54,9 +54,10 @@ int fsh_shuffle_ticket_decode(const uint8_t *p, int64_t size, fsh_shuffle_ticket
   if (size < FSH_TICKET_HEADER_BYTES || memcmp(p, FSH_TICKET_MAGIC, 4) != 0)
     return fsh_error_set(err, EINVAL, "not a shuffle ticket (%" PRId64 " bytes, no " FSH_TICKET_MAGIC
                          " header)", size);
-  if ((p[4] != 1 && p[4] != 2) || (p[5] & ~FSH_TICKET_BUNDLE) || p[6] || p[7])
+  if ((p[4] != 1 && p[4] != 2) || (p[5] & ~(FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES)) ||
+      p[6] || p[7])
     return fsh_error_set(err, EINVAL, "shuffle ticket version %u flags %#x is not supported "
-                         "(version 1 or 2, flags 0 or 1)", p[4], p[5]);
+                         "(version 1 or 2, flags of bits 0 and 1 only)", p[4], p[5]);
   fsh_shuffle_ticket t = {0};
   t.flags = p[5];
   t.shuffle_id = fsh_le_get64(p + 8);

@@ -5,11 +5,16 @@
  * the block's bytes (a memory image slice or one pread of the spill file
  * range), the first message of each block carrying the block header
  * (layout in shuffle.h) so the reader can verify the block. The server
- * verifies each block against its checksum before sending any of it (a
- * hash at ~20 GB/s, cheap beside the wire): a client that does not check
- * the block headers -- pyarrow.flight, any Flight client -- gets an error
- * naming this worker, the map output, the partition and the spill file,
- * never corrupt rows. Our reader checks again (damage in transit). */
+ * verifies each block against its checksum before sending any of it: a
+ * client that does not check the block headers -- pyarrow.flight, any
+ * Flight client -- gets an error naming this worker, the map output, the
+ * partition and the spill file, never corrupt rows. A ticket with
+ * FSH_TICKET_CLIENT_VERIFIES (our reader, which checks every block against
+ * its header, naming the worker, map output and partition) skips the
+ * server's hash of memory images' blocks: one pass over each block less
+ * (the hash's compute; the first touch of the image's pages it paid now
+ * falls to the bundle copy -- bench/shuffle/PROFILE_REDUCE.md). Spill
+ * files' blocks are still checked here, so that a damaged file is named. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -118,7 +123,10 @@ static int next_block(get_source *g, bool *done, fsh_error *err) {
   *done = false;
   while (!g->block) {
     if (g->f && g->next_block < g->part.n_blocks) {
-      int rc = fsh_map_file_read_block(g->f, &g->part, g->next_block, &g->block, err);
+      int rc = g->t.flags & FSH_TICKET_CLIENT_VERIFIES
+                   ? fsh_map_file_read_block_image_unchecked(g->f, &g->part, g->next_block,
+                                                             &g->block, err)
+                   : fsh_map_file_read_block(g->f, &g->part, g->next_block, &g->block, err);
       if (rc != 0)
         return rc == ENOMEM ? rc : fsh_error_prefix(err, rc, "worker %s: ",
                                                     fsh_store_name(g->store));
@@ -167,7 +175,8 @@ static void drop_bundle(get_source *g) {
  * ticket's map outputs, into one bundle of about FSH_BUNDLE_TARGET bytes
  * (layout in shuffle_internal.h): one FlightData instead of one per block
  * -- the per-message cost is what stalls a shuffle of many tiny blocks.
- * The blocks were verified as they were read. An error met after some
+ * The blocks were verified as they were read (or are left to the client:
+ * FSH_TICKET_CLIENT_VERIFIES). An error met after some
  * blocks were gathered is kept for the next call (those go out first). */
 static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err) {
   int64_t total = FSH_BUNDLE_HEADER_BYTES;

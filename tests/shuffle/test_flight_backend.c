@@ -3,7 +3,8 @@
  * several spill directories round-robin, release deleting files, leftovers
  * of a crashed run removed at start (and nothing else), a corrupted spill
  * file detected on read over Flight and in-process (EIO naming worker, map
- * output and partition), a map output missing from a live worker's store
+ * output and partition), a damaged memory image found by the server for
+ * a plain DoGet and by our reader (which the server leaves it to), a map output missing from a live worker's store
  * (local and remote readers name it as lost, and report it to their
  * worker task), an output finished after
  * its shuffle's release dropped, a peer that is gone (an error naming it), a spill
@@ -353,6 +354,116 @@ static void read_in_task(task_read *x) {
   }
   CHECK(done);
   fsh_worker_tasks_free(t);
+}
+
+/* A raw DoGet of partition q of map 0 of shuffle id on uri with the given
+ * ticket flags, drained: 0 or the stream's error (in *err). */
+static int raw_get_rc(const char *uri, uint64_t id, int32_t q, uint8_t flags, fsh_error *err) {
+  fsh_flight_client *c = NULL;
+  fsh_flight_client_options o = {.uri = uri, .timeout_ms = 10000};
+  int rc = fsh_flight_client_open(&o, &c, err);
+  fsh_ticket_source src = {0, 0};
+  fsh_shuffle_ticket t = {.shuffle_id = id, .partition = q, .flags = flags, .n_sources = 1,
+                          .sources = &src};
+  fsh_buffer *tb = NULL;
+  if (rc == 0) rc = fsh_shuffle_ticket_encode(&t, &tb, err);
+  fsh_flight_reader *rd = NULL;
+  if (rc == 0) rc = fsh_flight_do_get(c, &(fsh_bytes){tb->data, tb->size}, &rd, err);
+  for (bool done = false; rc == 0 && !done;) {
+    fsh_flight_message m;
+    rc = fsh_flight_reader_next_raw(rd, &m, &done, err);
+    if (rc == 0 && !done) fsh_flight_message_reset(&m);
+  }
+  fsh_flight_reader_free(rd);
+  fsh_buffer_unref(tb);
+  fsh_flight_client_close(c);
+  return rc;
+}
+
+/* Flips one byte in the middle of the first block of `partition` of map
+ * 0 attempt 0 of shuffle id in w's memory image (a memfd, shared with the
+ * mapping the worker serves from). */
+static bool corrupt_image(fsh_shuffle_worker *w, uint64_t id, int32_t partition) {
+  fsh_error err = {{0}};
+  fsh_store_location loc;
+  memset(&loc, 0, sizeof loc);
+  CHECK_OK(fsh_store_locate(fsh_shuffle_worker_store(w), id, 0, 0, partition, &loc, &err));
+  bool ok = loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks > 0;
+  CHECK_MSG(ok, "map 0 is not a memfd image (kind %d, %" PRId64 " blocks)", (int)loc.kind,
+            loc.part.n_blocks);
+  if (ok) {
+    int64_t at = loc.part.blocks[0].offset + loc.part.blocks[0].length / 2;
+    uint8_t byte = 0;
+    ok = pread(loc.fd, &byte, 1, at) == 1;
+    byte ^= 0x5A;
+    ok = ok && pwrite(loc.fd, &byte, 1, at) == 1;
+    CHECK(ok);
+  }
+  fsh_store_location_reset(&loc);
+  return ok;
+}
+
+/* A damaged block of a memory image (not a spill file). The server hashes
+ * the blocks it sends unless the ticket says the client verifies them
+ * (FSH_TICKET_CLIENT_VERIFIES, our reader): a plain DoGet (any Flight
+ * client) is refused by the worker, naming it, the map output and the
+ * partition; one with the flag is served as stored (the server did not
+ * hash it); our reader, over DoGet and over a same-host direct read,
+ * finds the damage itself: EIO naming the worker, map output and
+ * partition, and reports that map output lost. The other partitions, and
+ * the damaged one once the byte is restored, read back whole. */
+static void image_corruption_detected(void) {
+  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30); /* memory images */
+  if (!w) return;
+  const char *uri = fsh_shuffle_worker_uri(w);
+  fsh_shuffle_backend *local = backend_for(w, &uri, 1);
+  fsh_error err = {{0}};
+  fsh_shuffle_backend *doget = NULL, *direct = NULL;
+  fsh_shuffle_flight_options o = {.peers = &uri, .n_peers = 1, .timeout_ms = 30000,
+                                  .no_direct_reads = true};
+  CHECK_OK(fsh_shuffle_flight_new(&o, &doget, &err));
+  o.no_direct_reads = false;
+  o.direct_min_bytes = -1; /* always direct on the same host */
+  CHECK_OK(fsh_shuffle_flight_new(&o, &direct, &err));
+  stu_plan p;
+  make_plan(&p, 19, 3, 1, 5000);
+  p.spec.compression = FSH_COMPRESSION_NONE;
+  run_maps(local, &p);
+  CHECK_OK(raw_get_rc(uri, 19, 1, 0, &err)); /* intact: served either way */
+  CHECK_OK(raw_get_rc(uri, 19, 1, FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES, &err));
+  if (doget && direct && corrupt_image(w, 19, 1)) {
+    int rc = raw_get_rc(uri, 19, 1, 0, &err);
+    CHECK_MSG(rc == EIO && strstr(err.message, uri) && strstr(err.message, "map 0") &&
+                  strstr(err.message, "partition 1") && strstr(err.message, "checksum"),
+              "a plain DoGet: rc %d: %s", rc, err.message);
+    rc = raw_get_rc(uri, 19, 1, FSH_TICKET_BUNDLE, &err);
+    CHECK_MSG(rc == EIO, "a bundled DoGet without the flag: rc %d: %s", rc, err.message);
+    CHECK_OK(raw_get_rc(uri, 19, 1, FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES, &err));
+    fsh_shuffle_backend *readers[2] = {doget, direct};
+    for (int i = 0; i < 2; i++) {
+      task_read x = {.b = readers[i], .spec = &p.spec, .part = 1, .count = 1,
+                     .outs = &p.maps[0].out, .n = 1};
+      read_in_task(&x);
+      CHECK_MSG(x.rc == EIO && strstr(x.err.message, uri) && strstr(x.err.message, "map 0") &&
+                    strstr(x.err.message, "partition 1") && strstr(x.err.message, "checksum"),
+                "%s: rc %d: %s", i ? "direct" : "DoGet", x.rc, x.err.message);
+      CHECK_EQ_INT(x.n_lost, 1);
+      if (x.n_lost == 1)
+        CHECK(x.lost[0].map_id == 0 && x.lost[0].attempt == 0 && !x.lost[0].unreachable);
+      printf("  damaged image, our reader (%s): %s\n", i ? "direct" : "DoGet", x.err.message);
+    }
+    stu_check_partition(doget, &p, 0, NULL, 0, "intact partition 0");
+    stu_check_partition(doget, &p, 2, NULL, 0, "intact partition 2");
+    CHECK(corrupt_image(w, 19, 1)); /* the same flip again: restored */
+    stu_check_partition(doget, &p, 1, NULL, 0, "restored partition 1");
+    stu_check_partition(direct, &p, 1, NULL, 0, "restored partition 1, direct");
+  }
+  CHECK_OK(fsh_shuffle_release(local, 19, &err));
+  stu_plan_free(&p);
+  fsh_shuffle_backend_destroy(doget);
+  fsh_shuffle_backend_destroy(direct);
+  fsh_shuffle_backend_destroy(local);
+  fsh_shuffle_worker_stop(w, 1000);
 }
 
 /* One map output dropped from a live worker's store: a reader on that very
@@ -1037,8 +1148,14 @@ static void ticket_codec(void) {
   CHECK_OK(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err));
   CHECK_EQ_INT(d.flags, FSH_TICKET_BUNDLE);
   fsh_shuffle_ticket_reset(&d);
-  b->data[5] = 2; /* an unknown flag */
-  CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  b->data[5] = FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES;
+  CHECK_OK(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err));
+  CHECK_EQ_INT(d.flags, FSH_TICKET_BUNDLE | FSH_TICKET_CLIENT_VERIFIES);
+  fsh_shuffle_ticket_reset(&d);
+  for (int bit = 2; bit < 8; bit++) { /* unknown flags */
+    b->data[5] = (uint8_t)(1u << bit);
+    CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
+  }
   b->data[5] = 0;
   b->data[4] = 3;
   CHECK_EQ_INT(fsh_shuffle_ticket_decode(b->data, b->size, &d, &err), EINVAL);
@@ -1087,7 +1204,8 @@ static void ticket_codec(void) {
 
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),
               TEST(leftovers_removed_at_start), TEST(exec_leftovers_removed_at_start),
-              TEST(corruption_detected), TEST(local_output_missing),
+              TEST(corruption_detected), TEST(image_corruption_detected),
+              TEST(local_output_missing),
               TEST(released_while_writing), TEST(peer_gone), TEST(spill_dir_gone),
               TEST(small_blocks_bundled), TEST(mixed_schemas_refused), TEST(ticket_codec),
               TEST(range_one_open_per_source), TEST(range_damage_and_loss),

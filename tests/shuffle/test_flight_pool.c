@@ -42,6 +42,22 @@ static int count_threads(void) {
   return n;
 }
 
+/* count_threads() once it is `want`, or after 10 s what it is then: a
+ * thread's task can leave /proc after pthread_join returns (the kernel
+ * wakes the joiner as the thread exits, before its task is reaped): a
+ * thread created, joined and looked for in /proc/self/task at once was
+ * still listed after 21-27 of 20000 joins with 3 busy loops on the 2
+ * cores (0 of 20000 idle): a likely cause of this test's one failure
+ * under load (its log was lost). */
+static int threads_settle(int want) {
+  int n = count_threads();
+  for (int i = 0; i < 1000 && n != want; i++) {
+    usleep(10000);
+    n = count_threads();
+  }
+  return n;
+}
+
 static fsh_shuffle_backend *backend(fsh_shuffle_worker *local, const char **peers, int n,
                                     int parallel, int64_t in_flight, bool no_direct) {
   fsh_error err = {{0}};
@@ -136,7 +152,7 @@ static void many_readers_tiny_limit(void) {
   alarm(120);
   cluster c;
   if (cluster_start(&c, 71)) {
-    int before = count_threads();
+    int before = threads_settle(0);
     CHECK_EQ_INT(before, 0);
     for (int direct = 0; direct < 2; direct++) {
       fsh_shuffle_backend *b = backend(NULL, c.uris, N_WORKERS, 1, 1, !direct);
@@ -149,7 +165,7 @@ static void many_readers_tiny_limit(void) {
       fsh_shuffle_flight_get_stats(b, &st);
       CHECK(direct ? st.direct_sources > 0 : st.direct_sources == 0);
       fsh_shuffle_backend_destroy(b);
-      CHECK_EQ_INT(count_threads(), before);
+      CHECK_EQ_INT(threads_settle(before), before);
     }
   }
   cluster_stop(&c);
@@ -163,7 +179,7 @@ static void sequential_readers_reuse_threads(void) {
   alarm(120);
   cluster c;
   if (cluster_start(&c, 72)) {
-    int before = count_threads();
+    int before = threads_settle(0);
     CHECK_EQ_INT(before, 0);
     fsh_shuffle_backend *b = backend(NULL, c.uris, N_WORKERS, 2, 0, true);
     int bad = 0;
@@ -172,9 +188,9 @@ static void sequential_readers_reuse_threads(void) {
     int pool = fr_pool_threads(fb_pool(b->state));
     printf("  %d pool threads after 100 readers\n", pool);
     CHECK_MSG(pool >= 1 && pool <= 4, "%d pool threads", pool);
-    CHECK_EQ_INT(count_threads(), before + pool);
+    CHECK_EQ_INT(threads_settle(before + pool), before + pool);
     fsh_shuffle_backend_destroy(b);
-    CHECK_EQ_INT(count_threads(), before);
+    CHECK_EQ_INT(threads_settle(before), before);
   }
   cluster_stop(&c);
   alarm(0);
@@ -188,7 +204,7 @@ static void close_mid_fetch(void) {
   alarm(120);
   cluster c;
   if (cluster_start(&c, 73)) {
-    int before = count_threads();
+    int before = threads_settle(0);
     for (int direct = 0; direct < 2; direct++) {
       fsh_shuffle_backend *b = backend(NULL, c.uris, N_WORKERS, 1, 1, !direct);
       fsh_map_output src[N_MAPS];
@@ -210,7 +226,7 @@ static void close_mid_fetch(void) {
         if (s[i].release) s[i].release(&s[i]);
       read_concurrently(b, &c.p, 4);
       fsh_shuffle_backend_destroy(b);
-      CHECK_EQ_INT(count_threads(), before);
+      CHECK_EQ_INT(threads_settle(before), before);
     }
   }
   cluster_stop(&c);
