@@ -1,8 +1,11 @@
 /* plan_compare.c -- comparing a plan's result with a reference run's:
  * row hashes (float columns rounded, so that sums in another order
  * compare equal), as multisets, in exact order or by the sort keys as the
- * plan's output order allows. */
-#include <flightshuffle/exec.h>
+ * plan's output order allows; a plan ending in a limit whose rows are not
+ * determined (its input unordered: any n rows of it will do) by its row
+ * count and by every row's membership in the limit's input (a reference
+ * run of the plan up to it). */
+#include "exec/plan_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -111,6 +114,67 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The node whose rows a plan ending in a limit takes (for a global limit:
+ * the input of its local limit, under the gather), *n its limit and
+ * *global whether it is a global one; -1 when the plan does not end in a
+ * limit. */
+static int limit_source(const fsh_plan *p, int64_t *n, bool *global) {
+  const plan_node *r = p->nodes[p->n_nodes - 1];
+  if (r->kind != PN_LIMIT || r->n_inputs != 1) return -1;
+  *n = r->n;
+  const plan_node *g = p->nodes[r->inputs[0]];
+  *global = g->kind == PN_EXCHANGE && g->xkind == PX_GATHER && g->limit_hint >= 0 &&
+            p->nodes[g->inputs[0]]->kind == PN_LIMIT;
+  return *global ? p->nodes[g->inputs[0]]->inputs[0] : r->inputs[0];
+}
+
+/* Result a of p, which ends in a limit of n rows over node src: a global
+ * limit has min(n, rows of src) rows, and every row of a is a row of src
+ * (as multisets: no row more often than src has it), src's rows from a
+ * single-process reference run of the plan up to src. */
+static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src, int64_t n,
+                            bool global, fsh_error *err) {
+  fsh_plan view = *p; /* the plan up to src: its nodes are the first src + 1 */
+  view.n_nodes = src + 1;
+  fsh_plan_run_options ro = {.reference = true};
+  fsh_plan_result in;
+  int rc = fsh_plan_run(&view, &ro, &in, err);
+  if (rc) return fsh_error_prefix(err, rc, "the limit's input (a reference run): ");
+  int64_t want = in.rows < n ? in.rows : n;
+  uint64_t *ha = NULL, *hi = NULL, *sorted = NULL;
+  int64_t na = 0, ni = 0;
+  if (global && a->rows != want)
+    rc = fsh_error_set(err, EINVAL, "%lld rows; a limit of %lld over %lld rows has %lld",
+                       (long long)a->rows, (long long)n, (long long)in.rows, (long long)want);
+  if (!rc) rc = row_hashes(a, NULL, 0, true, &ha, &na, err);
+  if (!rc) rc = row_hashes(&in, NULL, 0, true, &hi, &ni, err);
+  if (!rc && !(sorted = fsh_malloc((size_t)(na ? na : 1) * sizeof *sorted)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc) {
+    memcpy(sorted, ha, (size_t)na * sizeof *sorted);
+    qsort(sorted, (size_t)na, sizeof *sorted, cmp_u64);
+    qsort(hi, (size_t)ni, sizeof *hi, cmp_u64);
+    int64_t i = 0, k = 0;
+    for (; i < na; i++) { /* the next input row of that hash not yet taken */
+      while (k < ni && hi[k] < sorted[i]) k++;
+      if (k == ni || hi[k] != sorted[i]) break;
+      k++;
+    }
+    if (i < na) {
+      int64_t row = 0;
+      while (row < na && ha[row] != sorted[i]) row++;
+      rc = fsh_error_set(err, EINVAL, "row %lld is not a row of the limit's input (%lld rows, "
+                         "a reference run), or is there fewer times than in the result",
+                         (long long)row, (long long)in.rows);
+    }
+  }
+  fsh_free(ha);
+  fsh_free(hi);
+  fsh_free(sorted);
+  fsh_plan_result_reset(&in);
+  return rc;
+}
+
 int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const fsh_plan_result *b,
                             fsh_error *err) {
   if (a->rows != b->rows)
@@ -143,6 +207,10 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
   }
   fsh_free(ha);
   fsh_free(hb);
+  int64_t limit = 0;
+  bool global = false;
+  int src = rc || determined || !p->n_nodes ? -1 : limit_source(p, &limit, &global);
+  if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, err);
   if (rc || order != FSH_PLAN_ORDER_KEYS) return rc;
   if ((rc = row_hashes(a, keys, n_keys, true, &ha, &na, err)) != 0) return rc;
   if ((rc = row_hashes(b, keys, n_keys, true, &hb, &nb, err)) != 0) {
