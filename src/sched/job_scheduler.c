@@ -311,7 +311,8 @@ static bool stage_may_start(const sched_job *j, int s) {
   if (st->kind == KIND_PLAN) { /* every input complete */
     for (int i = 0; i < st->n_inputs; i++) {
       const jstage *in = &j->stages[st->inputs[i]];
-      if (in->released || !tasks_over(in) || in->n_held || !fsh_job_limit_reached(in))
+      if (in->released || !tasks_over(in) || in->n_held ||
+          (in->n_skipped && !fsh_job_limit_reached(in)))
         return false;
     }
     return true;
