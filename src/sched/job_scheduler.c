@@ -451,9 +451,11 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
       bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
       if (may && st->kind == KIND_REDUCE && !st->runs_set) fsh_job_plan_runs(d, j, s);
       /* a stage reading no shuffle: by runs of task ids (place_runs); if
-       * that cannot allocate, task by task (place) */
+       * that cannot allocate, task by task (place) -- a global limit's
+       * stage always task by task, in task order: its first tasks are the
+       * ones an ordered limit needs */
       int32_t *runs = NULL;
-      if (may && !consumer(st) && st->n_tasks > 0) (void)place_runs(d, j, s, &runs);
+      if (may && !consumer(st) && st->n_tasks > 0 && !st->limited) (void)place_runs(d, j, s, &runs);
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
         if (k->state == T_RUNNING && !k->sending && k->wtask && now - k->start_ms > POLL_AFTER_MS &&
