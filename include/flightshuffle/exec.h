@@ -1033,7 +1033,12 @@ typedef struct fsh_plan_job_options {
  * compute again than to store and read back) is "recomputed": its
  * staging tasks write only their samples (partition i stays empty) and
  * its scatter tasks compute their input partition again from the
- * operators (reading their empty staged partition, to say so). */
+ * operators (reading their empty staged partition, to say so). A stage
+ * writing a global limit's gather (fsh_plan_limit, not local) is limited
+ * (fsh_sched_plan_stage.limited, limit_rows n; limit_ordered when the
+ * limit's input is ordered): the driver stops it once its done tasks --
+ * ordered, a prefix of them in task order -- wrote n rows, skipping the
+ * others (sched.h "global limits"). */
 typedef struct fsh_plan_job_stages {
   int n;
   fsh_sched_plan_stage *stages;
