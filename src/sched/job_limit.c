@@ -62,7 +62,6 @@ static void skip_task(fsh_sched_driver *d, sched_job *j, jstage *st, int32_t t) 
   k->lost = NULL;
   k->recompute = false;
   k->wtask = 0;
-  k->sending = false;
   k->state = T_SKIPPED;
   st->n_skipped++;
 }
