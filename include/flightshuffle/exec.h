@@ -915,9 +915,10 @@ FSH_NODISCARD int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int
  * than the reference) is compared by its row count -- min(n, the limit's
  * input rows) for a global limit -- and by every row of a being a row of
  * the limit's input (a multiset: no row more often than there), that
- * input from a reference run of the plan up to it. Float values are compared rounded to 12 significant
- * digits (a sum or average computed in another order differs in its last
- * bits). 0 if they agree, EINVAL naming the first difference. */
+ * input from a reference run of the plan up to it. Float values are
+ * compared rounded to 12 significant digits (a sum or average computed in
+ * another order differs in its last bits). 0 if they agree, EINVAL naming
+ * the first difference. */
 FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a,
                                           const fsh_plan_result *b, fsh_error *err);
 

@@ -430,8 +430,8 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
   if (sp->limited && (sp->limit_rows < 0 || st->n_parts != 1 || st->result || st->scatter))
     return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a global limit's stage writes "
                          "1 partition, is neither the job's result nor a scatter and has "
-                         "limit_rows >= 0: %d partitions, limit_rows %" PRId64 "%s%s", st->id, st->n_parts,
-                         sp->limit_rows, st->result ? ", the job's result" : "",
+                         "limit_rows >= 0: %d partitions, limit_rows %" PRId64 "%s%s", st->id,
+                         st->n_parts, sp->limit_rows, st->result ? ", the job's result" : "",
                          st->scatter ? ", a scatter" : "");
   st->limited = sp->limited;
   st->limit_rows = sp->limit_rows;

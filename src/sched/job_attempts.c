@@ -101,8 +101,8 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
   jtask *k = &st->tasks[t];
   if (j->state != FSH_SCHED_JOB_RUNNING || k->state != T_RUNNING || k->attempt != attempt) {
     if (j->state == FSH_SCHED_JOB_RUNNING)
-      fsh_job_event_push(&j->ignored, st->id, t, attempt, "a late %s of a %s", ok ? "answer" : "failure",
-                         k->state == T_SKIPPED ? "skipped task (a global limit had its rows)"
+      fsh_job_event_push(&j->ignored, st->id, t, attempt, "a late %s of a %s",
+                         ok ? "answer" : "failure", k->state == T_SKIPPED ? "skipped task (a global limit had its rows)"
                                                : "superseded attempt");
     return;
   }
@@ -144,7 +144,10 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
         k->input_bytes = r.input_bytes;
         k->nanos = r.nanos;
         k->bytes = k->out_rows = 0;
-        for (size_t p = 0; p < n; p++) k->bytes += r.output.bytes[p], k->out_rows += r.output.rows[p];
+        for (size_t p = 0; p < n; p++) {
+          k->bytes += r.output.bytes[p];
+          k->out_rows += r.output.rows[p];
+        }
         if (st->kind == KIND_PLAN) plan_task_figures(j, s, t, &r, &spill);
         if (!st->counted[t]) { /* a re-run writes the same rows */
           st->counted[t] = true;

@@ -197,7 +197,9 @@ static inline int32_t run_task_of(const jstage *st, int32_t p) {
  * leaves a task per partition. mu held. (job_scheduler.c) */
 void fsh_job_plan_runs(fsh_sched_driver *d, sched_job *j, int s);
 /* Every task of st done or skipped (a global limit's; sched.h). */
-static inline bool tasks_over(const jstage *st) { return st->n_done + st->n_skipped == st->n_tasks; }
+static inline bool tasks_over(const jstage *st) {
+  return st->n_done + st->n_skipped == st->n_tasks;
+}
 /* A global limit's stage (job_limit.c, mu held): once the rows of its done
  * tasks (limit_ordered: of the done tasks 0 .. k) reach its limit, every
  * other pending or running task is skipped (running attempts cancelled,
