@@ -910,9 +910,15 @@ FSH_NODISCARD int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int
 /* Compares two results of the same plan (a run and a reference run) under
  * the plan's output order: equal row counts; equal row multisets (unless
  * rows are not determined); equal row sequences (EXACT) or sort-key
- * sequences (KEYS). Float values are compared rounded to 12 significant
- * digits (a sum or average computed in another order differs in its last
- * bits). 0 if they agree, EINVAL naming the first difference. */
+ * sequences (KEYS). A plan ending in a limit whose rows are not determined
+ * (a limit of an unordered input: a distributed one may take other rows
+ * than the reference) is compared by its row count -- min(n, the limit's
+ * input rows) for a global limit -- and by every row of a being a row of
+ * the limit's input (a multiset: no row more often than there), that
+ * input from a reference run of the plan up to it. Float values are
+ * compared rounded to 12 significant digits (a sum or average computed in
+ * another order differs in its last bits). 0 if they agree, EINVAL naming
+ * the first difference. */
 FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a,
                                           const fsh_plan_result *b, fsh_error *err);
 
@@ -1028,7 +1034,12 @@ typedef struct fsh_plan_job_options {
  * compute again than to store and read back) is "recomputed": its
  * staging tasks write only their samples (partition i stays empty) and
  * its scatter tasks compute their input partition again from the
- * operators (reading their empty staged partition, to say so). */
+ * operators (reading their empty staged partition, to say so). A stage
+ * writing a global limit's gather (fsh_plan_limit, not local) is limited
+ * (fsh_sched_plan_stage.limited, limit_rows n; limit_ordered when the
+ * limit's input is ordered): the driver stops it once its done tasks --
+ * ordered, a prefix of them in task order -- wrote n rows, skipping the
+ * others (sched.h "global limits"). */
 typedef struct fsh_plan_job_stages {
   int n;
   fsh_sched_plan_stage *stages;

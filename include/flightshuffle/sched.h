@@ -201,6 +201,24 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  * running, the summary at the end), "task-done" and "map-outputs" (from
  * workers). */
 
+/* Global limits (StagePlan.limited, fsh_sched_plan_stage.limited): a plan
+ * stage writing a global limit's gather (1 partition; each task writes at
+ * most limit_rows rows) is stopped by the driver once enough rows exist:
+ * when the rows its done tasks wrote reach limit_rows -- limit_ordered:
+ * counting only done tasks 0 .. k, a prefix in task order, so that the
+ * gather's first limit_rows rows are the in-process run's -- every other
+ * task is skipped: a pending one is never launched, a running attempt is
+ * cancelled on its worker ("cancel"), and the metadata marks the map
+ * skipped (not lost: fsh_shuffle_meta_skip). The stage is then complete;
+ * its reader gets only the done tasks' outputs. Lineage: a done output
+ * lost afterwards makes its task pending again (recomputed), or skipped
+ * when the other done tasks still hold enough rows; if every task is done
+ * or skipped and the rows are short of the limit (a re-run that wrote
+ * fewer rows), the skipped tasks become pending again -- the stage never
+ * completes with fewer rows than it needs. A limited stage does no
+ * pre-shuffle merge (its outputs are at most limit_rows rows each). The
+ * status counts its tasks_skipped and attempts_cancelled per stage. */
+
 /* The pre-shuffle merge (JobPlan.pre_shuffle_merge; src/sched/job_merge.c
  * has the design): a stage writing a shuffle that a later stage reads
  * holds its map outputs back from the metadata; each worker merges the
@@ -299,6 +317,13 @@ typedef struct fsh_sched_plan_stage {
   /* its pre-shuffle merge: 0 the job's (fsh_sched_plan_job.merge), else
    * 1 + FSH_SCHED_MERGE_OFF / ON / AUTO (a plan's per-exchange policy) */
   int32_t merge;
+  /* a global limit's stage (1 partition; Sched.proto StagePlan.limited):
+   * the driver stops it once its done tasks wrote limit_rows rows (with
+   * limit_ordered, tasks 0 .. k in order), skipping the other tasks; see
+   * "global limits" above */
+  bool limited;
+  int64_t limit_rows;
+  bool limit_ordered;
 } fsh_sched_plan_stage;
 
 typedef struct fsh_sched_plan_job {
@@ -336,6 +361,9 @@ typedef struct fsh_sched_stage_status {
   double seconds;      /* first start .. last end (so far) */
   double task_seconds; /* sum of the done tasks' own times */
   int64_t merges, merged_outputs; /* pre-shuffle merges of its output published, parts taken in */
+  /* a global limit's stage: tasks skipped (never launched or cancelled
+   * once the limit's rows existed) and, of them, attempts cancelled */
+  int32_t tasks_skipped, attempts_cancelled;
 } fsh_sched_stage_status;
 
 typedef struct fsh_sched_partition_check {
@@ -552,12 +580,15 @@ FSH_NODISCARD int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const struct fsh_map
 uint64_t fsh_shuffle_meta_version(const fsh_shuffle_meta *m);
 /* Maps whose output is currently held (accepted and not lost). */
 int64_t fsh_shuffle_meta_n_complete(const fsh_shuffle_meta *m);
+/* Maps currently skipped (fsh_shuffle_meta_skip). */
+int64_t fsh_shuffle_meta_n_skipped(const fsh_shuffle_meta *m);
 
 /* One map's state. */
 typedef enum fsh_shuffle_meta_map_state {
   FSH_SHUFFLE_META_MAP_PENDING = 0, /* no output accepted yet */
   FSH_SHUFFLE_META_MAP_COMPLETE = 1,/* an output is held */
-  FSH_SHUFFLE_META_MAP_LOST = 2     /* its output was lost; to recompute */
+  FSH_SHUFFLE_META_MAP_LOST = 2,    /* its output was lost; to recompute */
+  FSH_SHUFFLE_META_MAP_SKIPPED = 3  /* not needed (a global limit has its rows): no output */
 } fsh_shuffle_meta_map_state;
 
 typedef struct fsh_shuffle_meta_map_info {
@@ -610,8 +641,8 @@ FSH_NODISCARD int fsh_shuffle_meta_location_bytes(const fsh_shuffle_meta *m, int
  * block for p, by increasing version: its map id, attempt, location id and
  * the (approximate) block size. `version` is the shuffle's version at the
  * time of the answer (pass it as since_version next time); complete is
- * true when every map's output is held (then, after this answer, the
- * reducer has seen every source). An output that was lost and recomputed
+ * true when every map's output is held or the map skipped (then, after
+ * this answer, the reducer has seen every source). An output that was lost and recomputed
  * comes again with its new attempt. Arrays are owned by the struct and
  * reused between calls; release with fsh_shuffle_sources_reset. A decoded
  * answer also carries the URIs of the locations it names. */
@@ -672,9 +703,22 @@ FSH_NODISCARD int fsh_shuffle_meta_lose_location(fsh_shuffle_meta *m, const char
 FSH_NODISCARD int fsh_shuffle_meta_lose_output(fsh_shuffle_meta *m, int64_t map_id,
                                                int32_t attempt, bool *lost, fsh_error *err);
 
+/* A map the shuffle no longer needs (a global limit's stage has its rows
+ * from other maps: the driver skipped it) -- skipped true: a map holding
+ * no output (pending or lost) becomes SKIPPED: it counts as in for
+ * `complete` (every map's output held or skipped), and an output of it
+ * that still arrives is STALE (ignored); skipped false: a skipped map is
+ * pending again (the driver needs it after all: a lost output took the
+ * rows below the limit). Skipping a map that holds an output is EINVAL
+ * (lose it first); skipping a skipped map or un-skipping one that is not
+ * changes nothing. EINVAL on a bad map id. */
+FSH_NODISCARD int fsh_shuffle_meta_skip(fsh_shuffle_meta *m, int64_t map_id, bool skipped,
+                                        fsh_error *err);
+
 typedef struct fsh_shuffle_meta_stats {
   int64_t accepted, stale, duplicates, replaced; /* outputs by fate */
   int64_t lost;                                  /* outputs lost */
+  int64_t skipped, unskipped;                    /* maps skipped, skipped maps pending again */
 } fsh_shuffle_meta_stats;
 
 void fsh_shuffle_meta_stats_get(const fsh_shuffle_meta *m, fsh_shuffle_meta_stats *out);

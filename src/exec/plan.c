@@ -1028,7 +1028,11 @@ static void sb_node(sbuf *b, const fsh_plan *p, const plan_node *n) {
         sb_keys(b, in, n->keys, n->xkind == PX_RANGE ? n->sort_order : NULL, n->n_keys);
       }
       if (n->xkind == PX_RANGE) sb_printf(b, " sample_rows=%" PRId64 "/map", n->sample_rows);
-      if (n->limit_hint >= 0) sb_printf(b, " (maps stop at %" PRId64 " rows)", n->limit_hint);
+      if (n->limit_hint >= 0)
+        sb_printf(b, " (maps stop at %" PRId64 " rows; on a cluster the driver stops the stage "
+                  "once its done tasks%s wrote %" PRId64 " rows, skipping the others)",
+                  n->limit_hint, n->order != FSH_PLAN_ORDER_NONE ? " (a prefix in task order)" : "",
+                  n->limit_hint);
       break;
     default:
       break;

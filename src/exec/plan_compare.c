@@ -1,8 +1,11 @@
 /* plan_compare.c -- comparing a plan's result with a reference run's:
  * row hashes (float columns rounded, so that sums in another order
  * compare equal), as multisets, in exact order or by the sort keys as the
- * plan's output order allows. */
-#include <flightshuffle/exec.h>
+ * plan's output order allows; a plan ending in a limit whose rows are not
+ * determined (its input unordered: any n rows of it will do) by its row
+ * count and by every row's membership in the limit's input (a reference
+ * run of the plan up to it). */
+#include "exec/plan_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -111,6 +114,102 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The node whose rows a plan ending in a limit takes (for a global limit:
+ * the input of its local limit, under the gather), *n its limit and
+ * *global whether it is a global one; -1 when the plan does not end in a
+ * limit. */
+static int limit_source(const fsh_plan *p, int64_t *n, bool *global) {
+  const plan_node *r = p->nodes[p->n_nodes - 1];
+  if (r->kind != PN_LIMIT || r->n_inputs != 1) return -1;
+  *n = r->n;
+  const plan_node *g = p->nodes[r->inputs[0]];
+  *global = g->kind == PN_EXCHANGE && g->xkind == PX_GATHER && g->limit_hint >= 0 &&
+            p->nodes[g->inputs[0]]->kind == PN_LIMIT;
+  return *global ? p->nodes[g->inputs[0]]->inputs[0] : r->inputs[0];
+}
+
+/* The row hashes of a streamed result (a sink): 8 bytes a row, the
+ * batches not kept. */
+typedef struct hash_sink {
+  uint64_t *h;
+  int64_t n, cap;
+} hash_sink;
+
+static int hash_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
+  hash_sink *hs = arg;
+  (void)part;
+  if (!b || b->length == 0) return 0; /* (one partition in a reference run: no restart) */
+  fsh_plan_result one = {.rows = b->length, .n_batches = 1, .batches = &b, .schema = b->schema};
+  uint64_t *h = NULL;
+  int64_t n = 0;
+  FSH_RETURN_NOT_OK(row_hashes(&one, NULL, 0, true, &h, &n, err));
+  if (hs->n + n > hs->cap) {
+    int64_t cap = hs->cap ? hs->cap : 1024;
+    while (cap < hs->n + n) cap *= 2;
+    uint64_t *x = fsh_realloc(hs->h, (size_t)cap * sizeof *x);
+    if (!x) {
+      fsh_free(h);
+      return fsh_error_set(err, ENOMEM, "out of memory");
+    }
+    hs->h = x, hs->cap = cap;
+  }
+  memcpy(hs->h + hs->n, h, (size_t)n * sizeof *h);
+  hs->n += n;
+  fsh_free(h);
+  return 0;
+}
+
+/* Result a of p, which ends in a limit of n rows over node src: a global
+ * limit has min(n, rows of src) rows, and every row of a is a row of src
+ * (as multisets: no row more often than src has it), src's rows from a
+ * single-process reference run of the plan up to src (streamed: only
+ * their hashes are held). */
+static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src, int64_t n,
+                            bool global, fsh_error *err) {
+  fsh_plan view = *p; /* the plan up to src: its nodes are the first src + 1 */
+  view.n_nodes = src + 1;
+  hash_sink in = {0};
+  fsh_plan_run_options ro = {.reference = true, .sink = hash_sink_put, .sink_arg = &in};
+  fsh_plan_result run;
+  int rc = fsh_plan_run(&view, &ro, &run, err);
+  fsh_plan_result_reset(&run);
+  if (rc) {
+    fsh_free(in.h);
+    return fsh_error_prefix(err, rc, "the limit's input (a reference run): ");
+  }
+  int64_t want = in.n < n ? in.n : n;
+  uint64_t *ha = NULL, *sorted = NULL;
+  int64_t na = 0;
+  if (global && a->rows != want)
+    rc = fsh_error_set(err, EINVAL, "%lld rows; a limit of %lld over %lld rows has %lld",
+                       (long long)a->rows, (long long)n, (long long)in.n, (long long)want);
+  if (!rc) rc = row_hashes(a, NULL, 0, true, &ha, &na, err);
+  if (!rc && !(sorted = fsh_malloc((size_t)(na ? na : 1) * sizeof *sorted)))
+    rc = fsh_error_set(err, ENOMEM, "out of memory");
+  if (!rc) {
+    memcpy(sorted, ha, (size_t)na * sizeof *sorted);
+    qsort(sorted, (size_t)na, sizeof *sorted, cmp_u64);
+    if (in.n > 1) qsort(in.h, (size_t)in.n, sizeof *in.h, cmp_u64);
+    int64_t i = 0, k = 0;
+    for (; i < na; i++) { /* the next input row of that hash not yet taken */
+      while (k < in.n && in.h[k] < sorted[i]) k++;
+      if (k == in.n || in.h[k] != sorted[i]) break;
+      k++;
+    }
+    if (i < na) {
+      int64_t row = 0;
+      while (row < na && ha[row] != sorted[i]) row++;
+      rc = fsh_error_set(err, EINVAL, "row %lld is not a row of the limit's input (%lld rows, "
+                         "a reference run), or is there fewer times than in the result",
+                         (long long)row, (long long)in.n);
+    }
+  }
+  fsh_free(ha);
+  fsh_free(in.h);
+  fsh_free(sorted);
+  return rc;
+}
+
 int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const fsh_plan_result *b,
                             fsh_error *err) {
   if (a->rows != b->rows)
@@ -143,6 +242,10 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
   }
   fsh_free(ha);
   fsh_free(hb);
+  int64_t limit = 0;
+  bool global = false;
+  int src = rc || determined || !p->n_nodes ? -1 : limit_source(p, &limit, &global);
+  if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, err);
   if (rc || order != FSH_PLAN_ORDER_KEYS) return rc;
   if ((rc = row_hashes(a, keys, n_keys, true, &ha, &na, err)) != 0) return rc;
   if ((rc = row_hashes(b, keys, n_keys, true, &hb, &nb, err)) != 0) {

@@ -2,7 +2,9 @@
  * "plan-fragment" stage of a JobPlan (sched.h, fsh_sched_plan_job_plan) --
  * a stage writing a range / into_partitions exchange two: the staging
  * stage (every task's rows and sample; only the samples when the scatter
- * computes its input again, plan_range_recomputes) and the scatter stage --
+ * computes its input again, plan_range_recomputes) and the scatter stage;
+ * a stage writing a global limit's gather limited (the driver stops it
+ * once enough rows exist) --
  * and the result of such a job read back from its result shuffle (the
  * last stage's) and checked partition by partition against the rows and
  * row checksums its tasks answered. */
@@ -75,6 +77,14 @@ int fsh_plan_job_stages_get(const fsh_plan *p, fsh_plan_job_stages *out, fsh_err
                                    .input_stages = ins, .input_nodes = nodes,
                                    .result = s == n - 1 && step == (two ? 1 : 0),
                                    .merge = stage_merge(p, x)};
+      if (x && x->xkind == PX_GATHER && x->limit_hint >= 0) {
+        /* a global limit's gather: the driver stops the stage at its rows
+         * (sched.h "global limits"), in task order when the limit's input
+         * is ordered (its first rows are wanted, as in process) */
+        st->limited = true;
+        st->limit_rows = x->limit_hint;
+        st->limit_ordered = x->order != FSH_PLAN_ORDER_NONE;
+      }
       out->n++;
       if (two && step == 0) {
         st->n_partitions = info[s].n_tasks + 1; /* staged: a partition per task, the samples */

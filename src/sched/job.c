@@ -218,11 +218,13 @@ bool fsh_job_consumers_complete(const sched_job *j, int s) {
   return true;
 }
 
-/* A stage is complete: all its tasks done. A map stage also counts as
- * complete (no longer needed) once every stage reading it is. */
+/* A stage is complete: all its tasks done (or skipped, a global limit's
+ * stage with its rows). A map stage also counts as complete (no longer
+ * needed) once every stage reading it is. */
 bool fsh_job_stage_complete(const sched_job *j, int s) {
   const jstage *st = &j->stages[s];
-  if (st->n_done == st->n_tasks && st->n_held == 0) return true;
+  if (tasks_over(st) && st->n_held == 0 && (!st->n_skipped || fsh_job_limit_reached(st)))
+    return true;
   return producer(st) && st->consumed && fsh_job_consumers_complete(j, s);
 }
 
@@ -338,6 +340,9 @@ int fsh_sched_plan_job_plan(const fsh_sched_plan_job *pj, fsh_buffer **plan, fsh
     y.result = x->result;
     y.scatter = x->scatter;
     y.pre_shuffle_merge = x->merge;
+    y.limited = x->limited;
+    y.limit_rows = x->limited ? x->limit_rows : 0;
+    y.limit_ordered = x->limited && x->limit_ordered;
     y.n_inputs = y.n_input_nodes = (size_t)x->n_inputs;
     y.inputs = ids + (size_t)i * JOB_MAX_INPUTS;
     y.input_nodes = (int32_t *)x->input_nodes;
@@ -422,6 +427,15 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
     return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): pre_shuffle_merge %d (0 the "
                          "job's, 1 off, 2 on, 3 auto)", st->id, sp->pre_shuffle_merge);
   st->merge_mode = sp->pre_shuffle_merge;
+  if (sp->limited && (sp->limit_rows < 0 || st->n_parts != 1 || st->result || st->scatter))
+    return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a global limit's stage writes "
+                         "1 partition, is neither the job's result nor a scatter and has "
+                         "limit_rows >= 0: %d partitions, limit_rows %" PRId64 "%s%s", st->id,
+                         st->n_parts, sp->limit_rows, st->result ? ", the job's result" : "",
+                         st->scatter ? ", a scatter" : "");
+  st->limited = sp->limited;
+  st->limit_rows = sp->limit_rows;
+  st->limit_ordered = sp->limit_ordered;
   if (st->scatter && sp->n_inputs != 1)
     return fsh_error_set(err, EINVAL, "stage %u (plan-fragment): a scatter reads one stage, not "
                          "%zu", st->id, sp->n_inputs);

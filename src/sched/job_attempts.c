@@ -101,8 +101,9 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
   jtask *k = &st->tasks[t];
   if (j->state != FSH_SCHED_JOB_RUNNING || k->state != T_RUNNING || k->attempt != attempt) {
     if (j->state == FSH_SCHED_JOB_RUNNING)
-      fsh_job_event_push(&j->ignored, st->id, t, attempt, "a late %s of a superseded attempt",
-                         ok ? "answer" : "failure");
+      fsh_job_event_push(&j->ignored, st->id, t, attempt, "a late %s of a %s",
+                         ok ? "answer" : "failure", k->state == T_SKIPPED ? "skipped task (a global limit had its rows)"
+                                               : "superseded attempt");
     return;
   }
   fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, st));
@@ -142,8 +143,11 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
         for (size_t p = 0; p < n; p++) k->checksum += r.row_checksums[p];
         k->input_bytes = r.input_bytes;
         k->nanos = r.nanos;
-        k->bytes = 0;
-        for (size_t p = 0; p < n; p++) k->bytes += r.output.bytes[p];
+        k->bytes = k->out_rows = 0;
+        for (size_t p = 0; p < n; p++) {
+          k->bytes += r.output.bytes[p];
+          k->out_rows += r.output.rows[p];
+        }
         if (st->kind == KIND_PLAN) plan_task_figures(j, s, t, &r, &spill);
         if (!st->counted[t]) { /* a re-run writes the same rows */
           st->counted[t] = true;
@@ -186,6 +190,7 @@ void fsh_job_attempt_ended_lost(fsh_sched_driver *d, sched_job *j, int s, int32_
     if (st->n_done == st->n_tasks && d->log)
       fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u (%s) complete\n", j->id,
               st->id, fsh_job_kind_name(st->kind));
+    fsh_job_limit_check(d, j, s); /* a global limit's: enough rows now? */
   } else {
     const char *why = ok ? err.message : (error ? error : "(no message)");
     k->state = T_PENDING;

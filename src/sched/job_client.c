@@ -102,6 +102,8 @@ int fsh_sched_get_job_status(const char *driver_uri, const char *auth_token, uin
     o->task_seconds = x->task_seconds;
     o->merges = x->merges;
     o->merged_outputs = x->merged_outputs;
+    o->tasks_skipped = x->tasks_skipped;
+    o->attempts_cancelled = x->attempts_cancelled;
   }
   if (rc == 0 && m->n_partitions &&
       !(s.partitions = fsh_calloc(m->n_partitions, sizeof *s.partitions)))
@@ -170,6 +172,9 @@ void fsh_sched_job_status_print(const fsh_sched_job_status *s, FILE *f) {
             x->seconds, x->rows, x->bytes);
     if (x->merges > 0)
       fprintf(f, ", %" PRId64 " merges of %" PRId64 " map outputs", x->merges, x->merged_outputs);
+    if (x->tasks_skipped > 0) /* not lost: a global limit had its rows without them */
+      fprintf(f, ", %d skipped (limit reached; %d cancelled running)", x->tasks_skipped,
+              x->attempts_cancelled);
     fputc('\n', f);
   }
   fprintf(f, "  bytes written %" PRId64 ", fetched %" PRId64 ", spilled %" PRId64 "; input %" PRId64 " rows, %" PRId64

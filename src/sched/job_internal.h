@@ -12,7 +12,9 @@
 
 enum { KIND_MAP = 1, KIND_REDUCE = 2, KIND_REDUCE_MAP = 3, KIND_PLAN = 4 };
 #define JOB_MAX_INPUTS 64
-enum { T_PENDING = 0, T_RUNNING = 1, T_DONE = 2 };
+/* T_SKIPPED: a global limit's stage has its rows without it (job_limit.c):
+ * never launched again unless the limit needs it after all */
+enum { T_PENDING = 0, T_RUNNING = 1, T_DONE = 2, T_SKIPPED = 3 };
 
 typedef struct jtask {
   uint8_t state;
@@ -31,6 +33,7 @@ typedef struct jtask {
   uint64_t checksum;            /* reduce */
   int64_t nanos;                /* the task's own time */
   int64_t input_bytes;          /* map */
+  int64_t out_rows;             /* producers: the rows its done attempt wrote (all partitions) */
   fsh_fragment_read *reads;     /* KIND_PLAN: what the done attempt read (owned) */
   int32_t n_reads;
   int64_t fetched;              /* KIND_PLAN: bytes of the input partitions it read */
@@ -79,6 +82,13 @@ typedef struct jstage {
   bool result;          /* KIND_PLAN: its shuffle is the job's result (kept) */
   bool scatter;         /* KIND_PLAN: scatters its input's staged partitions (the
                            last one, the samples, read by every task) */
+  /* KIND_PLAN, a global limit's stage (sched.h "global limits",
+   * job_limit.c): stopped once its done tasks (limit_ordered: a prefix of
+   * them) wrote limit_rows rows; n_skipped tasks are T_SKIPPED, and
+   * n_cancelled attempts were cancelled running when their task was */
+  bool limited, limit_ordered;
+  int64_t limit_rows;
+  int32_t n_skipped, n_cancelled;
   bool consumed;      /* producers: some stage reads it */
   bool released;
   /* producers: the metadata of the current outputs (shuffle_meta: compact
@@ -186,6 +196,22 @@ static inline int32_t run_task_of(const jstage *st, int32_t p) {
  * sched.h "coalesced reduces"): n_tasks becomes the number of runs. ENOMEM
  * leaves a task per partition. mu held. (job_scheduler.c) */
 void fsh_job_plan_runs(fsh_sched_driver *d, sched_job *j, int s);
+/* Every task of st done or skipped (a global limit's; sched.h). */
+static inline bool tasks_over(const jstage *st) {
+  return st->n_done + st->n_skipped == st->n_tasks;
+}
+/* A global limit's stage (job_limit.c, mu held): once the rows of its done
+ * tasks (limit_ordered: of the done tasks 0 .. k) reach its limit, every
+ * other pending or running task is skipped (running attempts cancelled,
+ * the map skipped in the metadata, a counted task's figures taken out of
+ * the stage's); when every task is done or skipped and the rows are short
+ * (a lost output re-ran with fewer rows), the skipped tasks are pending
+ * again. Call after a task's output is added, and before launching the
+ * stage's tasks. Nothing for other stages. */
+void fsh_job_limit_check(fsh_sched_driver *d, sched_job *j, int s);
+/* Whether a limited stage's done tasks hold its rows (as above); true for
+ * other stages. */
+bool fsh_job_limit_reached(const jstage *st);
 /* A shuffle kept after the job (the result the client reads) -- only once
  * the job succeeded: a failed job releases it too. */
 static inline bool kept(const sched_job *j, const jstage *st) {

@@ -69,7 +69,7 @@ void fsh_job_merge_setup(sched_job *j) {
     /* the flight backend only: the fs backend's outputs are files of the
      * shared directory, not held by a worker */
     if (!producer(st) || !st->consumed || st->result || mode == FSH_SCHED_MERGE_OFF ||
-        j->backend != FSH_TASK_BACKEND_FLIGHT)
+        j->backend != FSH_TASK_BACKEND_FLIGHT || st->limited) /* (sched.h "global limits") */
       continue;
     double mr = (double)st->n_tasks * (double)st->n_parts;
     if (mode == FSH_SCHED_MERGE_AUTO && sqrt(mr) <= t) continue;

@@ -311,7 +311,9 @@ static bool stage_may_start(const sched_job *j, int s) {
   if (st->kind == KIND_PLAN) { /* every input complete */
     for (int i = 0; i < st->n_inputs; i++) {
       const jstage *in = &j->stages[st->inputs[i]];
-      if (in->released || in->n_done < in->n_tasks || in->n_held) return false;
+      if (in->released || !tasks_over(in) || in->n_held ||
+          (in->n_skipped && !fsh_job_limit_reached(in)))
+        return false;
     }
     return true;
   }
@@ -444,13 +446,16 @@ static void plan_round(fsh_sched_driver *d, launch_list *l) {
         if (j->stages[st->inputs[i]].released && !fsh_job_stage_complete(j, s))
           bring_back(d, j, st->inputs[i], st);
       if (st->merge) fsh_job_merges_plan(d, j, s, now, emit_merge, l);
+      if (st->limited) fsh_job_limit_check(d, j, s); /* before any launch (a limit of 0) */
       if (j->state != FSH_SCHED_JOB_RUNNING) break;
       bool may = stage_may_start(j, s) && !fsh_job_stage_complete(j, s);
       if (may && st->kind == KIND_REDUCE && !st->runs_set) fsh_job_plan_runs(d, j, s);
       /* a stage reading no shuffle: by runs of task ids (place_runs); if
-       * that cannot allocate, task by task (place) */
+       * that cannot allocate, task by task (place) -- a global limit's
+       * stage always task by task, in task order: its first tasks are the
+       * ones an ordered limit needs */
       int32_t *runs = NULL;
-      if (may && !consumer(st) && st->n_tasks > 0) (void)place_runs(d, j, s, &runs);
+      if (may && !consumer(st) && st->n_tasks > 0 && !st->limited) (void)place_runs(d, j, s, &runs);
       for (int32_t t = 0; t < st->n_tasks; t++) {
         jtask *k = &st->tasks[t];
         if (k->state == T_RUNNING && !k->sending && k->wtask && now - k->start_ms > POLL_AFTER_MS &&

@@ -110,6 +110,8 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
     snprintf(o->kind, sizeof o->kind, "%s", fsh_job_kind_name(st->kind));
     o->tasks_total = st->n_tasks;
     o->tasks_done = st->n_done;
+    o->tasks_skipped = st->n_skipped;
+    o->attempts_cancelled = st->n_cancelled;
     for (int32_t t = 0; t < st->n_tasks; t++) {
       const jtask *k = &st->tasks[t];
       o->tasks_running += k->state == T_RUNNING;
@@ -138,7 +140,7 @@ static int job_status(const sched_job *j, bool with_partitions, fsh_sched_job_st
     if (producer(st)) s.bytes_written += o->bytes;
     else s.bytes_fetched += o->bytes;
     if (st->first_ms >= 0)
-      o->seconds = (double)((st->n_done == st->n_tasks ? st->last_ms : now) - st->first_ms) /
+      o->seconds = (double)((tasks_over(st) ? st->last_ms : now) - st->first_ms) /
                    1000.0;
     /* verification of a consumer stage against its input stage: per
      * partition, the rows and row checksum read == those written */
@@ -297,6 +299,8 @@ int fsh_sched_action_job_status(fsh_sched_driver *d, const fsh_flight_action *a,
       x.task_seconds = s.stages[i].task_seconds;
       x.merges = s.stages[i].merges;
       x.merged_outputs = s.stages[i].merged_outputs;
+      x.tasks_skipped = s.stages[i].tasks_skipped;
+      x.attempts_cancelled = s.stages[i].attempts_cancelled;
       st[i] = x;
       stp[i] = &st[i];
     }

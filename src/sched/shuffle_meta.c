@@ -16,7 +16,7 @@
 
 #include "sched/sched_internal.h"
 
-enum { MAP_PENDING = 0, MAP_COMPLETE = 1, MAP_LOST = 2 };
+enum { MAP_PENDING = 0, MAP_COMPLETE = 1, MAP_LOST = 2, MAP_SKIPPED = 3 };
 
 /* A block kept exactly (one of the largest of its map). */
 typedef struct huge_block {
@@ -53,6 +53,7 @@ struct fsh_shuffle_meta {
   int32_t max_huge;
   uint64_t version;
   int64_t n_complete;
+  int64_t n_skipped; /* maps a global limit made unnecessary (MAP_SKIPPED) */
   fsh_shuffle_meta_stats stats;
   int64_t mem;
 
@@ -195,6 +196,7 @@ int64_t fsh_shuffle_meta_n_maps(const fsh_shuffle_meta *m) { return m->n_maps; }
 int32_t fsh_shuffle_meta_n_partitions(const fsh_shuffle_meta *m) { return m->n_partitions; }
 uint64_t fsh_shuffle_meta_version(const fsh_shuffle_meta *m) { return m->version; }
 int64_t fsh_shuffle_meta_n_complete(const fsh_shuffle_meta *m) { return m->n_complete; }
+int64_t fsh_shuffle_meta_n_skipped(const fsh_shuffle_meta *m) { return m->n_skipped; }
 int64_t fsh_shuffle_meta_memory_bytes(const fsh_shuffle_meta *m) { return m->mem; }
 void fsh_shuffle_meta_stats_get(const fsh_shuffle_meta *m, fsh_shuffle_meta_stats *out) {
   *out = m->stats;
@@ -505,7 +507,7 @@ int fsh_shuffle_meta_add(fsh_shuffle_meta *m, const fsh_map_output *o,
                          fsh_shuffle_meta_add_result *result, fsh_error *err) {
   FSH_RETURN_NOT_OK(validate_output(m, o, err));
   meta_map *mm = &m->maps[o->map_id];
-  if (o->attempt < mm->attempt) {
+  if (o->attempt < mm->attempt || mm->state == MAP_SKIPPED) { /* a skipped map's: unwanted */
     *result = FSH_SHUFFLE_META_STALE;
     m->stats.stale++;
     return 0;
@@ -710,7 +712,7 @@ int fsh_shuffle_meta_run_sources(const fsh_shuffle_meta *m, int32_t p, int32_t c
   out->n_maps = m->n_maps;
   out->since_version = since;
   out->version = m->version;
-  out->complete = m->n_complete == m->n_maps;
+  out->complete = m->n_complete + m->n_skipped == m->n_maps;
   out->n = 0;
   /* first log entry with version > since */
   int64_t lo = 0, hi = m->n_log;
@@ -807,6 +809,27 @@ int fsh_shuffle_meta_lose_output(fsh_shuffle_meta *m, int64_t map_id, int32_t at
   mm->state = MAP_LOST;
   m->stats.lost++;
   *lost = true;
+  return 0;
+}
+
+int fsh_shuffle_meta_skip(fsh_shuffle_meta *m, int64_t map_id, bool skipped, fsh_error *err) {
+  if (map_id < 0 || map_id >= m->n_maps) return bad_map(m, map_id, err);
+  meta_map *mm = &m->maps[map_id];
+  if (!skipped) {
+    if (mm->state != MAP_SKIPPED) return 0;
+    mm->state = MAP_PENDING;
+    m->n_skipped--;
+    m->stats.unskipped++;
+    return 0;
+  }
+  if (mm->state == MAP_SKIPPED) return 0;
+  if (mm->state == MAP_COMPLETE)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 ": holds an output "
+                         "(attempt %d); only a map without one can be skipped", m->shuffle_id,
+                         map_id, (int)mm->output_attempt);
+  mm->state = MAP_SKIPPED;
+  m->n_skipped++;
+  m->stats.skipped++;
   return 0;
 }
 

@@ -7,7 +7,8 @@ into_partitions exchange (a distributed sort, into_partitions) as a
 staging and a scatter stage each. A worker killed with SIGKILL mid-plan
 (a join + group-by, a distributed sort): the plan still ends verified and
 the job summary names the recomputed tasks. No worker process outlives
-the run, Ctrl-C included."""
+the run, Ctrl-C included. The limit example's upstream tasks that its
+rows did not need are skipped by the driver (maps_skipped > 0)."""
 import json
 import os
 import re
@@ -81,6 +82,24 @@ def test_example_on_three_workers(plan, backend):
         assert int(res["stages"]) == explain_stages(plan)
     assert int(res["rows"]) > 0
     assert "job 1: succeeded" in r.stdout
+    if plan.stem.startswith("limit"):
+        # the driver stopped the limit's upstream stage once its rows
+        # existed: of its tasks (40 a scan's, 32 a repartition's), those not
+        # needed were skipped (never launched, or cancelled running), and
+        # the summary says so
+        n, tasks = (2500, 40) if plan.stem == "limit" else (1000, 32)
+        assert int(res["rows"]) == n
+        assert int(res["maps_skipped"]) > 0, r.stdout
+        assert int(res["maps_cancelled"]) <= int(res["maps_skipped"])
+        assert re.search(r"output: .* maps_skipped=%s " % res["maps_skipped"], r.stdout)
+        m = re.search(r"stage \d .* (\d+)/%d done.*, (\d+) skipped \(limit reached; (\d+) "
+                      r"cancelled running\)" % tasks, r.stdout)
+        assert m, r.stdout
+        done, skipped, cancelled = map(int, m.groups())
+        assert done + skipped == tasks and skipped == int(res["maps_skipped"])
+        assert cancelled == int(res["maps_cancelled"])
+    else:
+        assert int(res.get("maps_skipped", "0")) == 0
     # the driver's own check: every partition a task read to its end held
     # what its input's tasks wrote there
     assert "\n  verified yes\n" in r.stdout
@@ -352,3 +371,54 @@ def test_operator_memory_reaches_the_workers(tmp_path):
     r = run("run", plan, "--workers", 2, "--operator-memory", "1", "--max-attempts", "1")
     assert r.returncode == 1
     assert "the job failed" in r.stderr and "budget" in r.stderr and "plan operator" in r.stderr, r.stderr
+
+
+def test_kill_a_worker_holding_a_limits_rows(tmp_path):
+    """A global limit that needs every row its input has (n = the rows the
+    filter keeps, counted by an in-process run): a worker SIGKILLed once
+    6 of the limit's 40 upstream tasks are done holds outputs that counted
+    toward n; they are recomputed elsewhere and the result still has n
+    rows, verified against the single-process run."""
+    scan = {"op": "scan", "generate": "keyed", "rows": 16000000, "batch_rows": 8192,
+            "partitions": 40, "seed": 11}
+    keep = {"op": "filter", "predicate": {"op": ">", "args": [{"col": "amount"}, {"lit": 998}]}}
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"nodes": [scan, keep]}))
+    r = run("run", base)
+    assert r.returncode == 0, r.stderr
+    n = int(re.search(r"^output: rows=(\d+) ", r.stdout, re.M).group(1))
+    assert n > 1000
+    plan = tmp_path / "limit_all.json"
+    plan.write_text(json.dumps({"nodes": [scan, keep, {"op": "limit", "n": n}]}))
+    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3",
+                          "--heartbeat-timeout-ms", "1000", "--verify"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, pids, killed = [], [], None
+    deadline = time.time() + 90
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("worker "):
+                pids.append(int(line.split()[-1]))
+            if killed is None and line.startswith("progress: stage 1 "):
+                done = int(line.split()[3].split("/")[0])
+                if 6 <= done < 40:
+                    killed = pids[0]
+                    os.kill(killed, signal.SIGKILL)
+            assert time.time() < deadline
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = "".join(out)
+    err = p.stderr.read()
+    assert p.returncode == 0, f"stdout: {text}\nstderr: {err}"
+    assert killed is not None, "the limit's stage ended before a worker could be killed:\n" + text
+    res = result_line(text)
+    assert res["verified"] == "yes" and int(res["rows"]) == n
+    assert int(res["maps_skipped"]) == 0  # every row was needed
+    assert int(res["recomputed"]) > 0, text
+    assert "was on worker grpc://" in text[text.index("job 1: succeeded"):]
+    time.sleep(0.2)
+    assert all(gone(x) for x in pids)

@@ -453,6 +453,78 @@ static void test_exactness(void) {
   fsh_shuffle_meta_free(meta);
 }
 
+/* Skipped maps (a global limit's, fsh_shuffle_meta_skip): a map without
+ * an output (pending or lost) can be skipped, one holding an output
+ * cannot (EINVAL naming it); a skipped map is SKIPPED, not LOST, counts
+ * toward `complete` and gives no source; its late output is STALE (not
+ * accepted); un-skipped it is pending again and its next output is
+ * accepted. */
+static void test_skipped_maps(void) {
+  fsh_error err;
+  fsh_shuffle_meta *meta = NULL;
+  CHECK_OK(fsh_shuffle_meta_new(5, 4, 1, &meta, &err));
+  if (!meta) return;
+  int64_t rows[1] = {7}, bytes[1] = {70};
+  fsh_map_output o = {.shuffle_id = 5, .attempt = 0, .location = "grpc://a:1",
+                      .n_partitions = 1, .rows = rows, .bytes = bytes};
+  fsh_shuffle_meta_add_result r;
+  for (int64_t m = 0; m < 2; m++) { /* maps 0 and 1 done */
+    o.map_id = m;
+    CHECK_OK(fsh_shuffle_meta_add(meta, &o, &r, &err));
+    CHECK_EQ_INT(r, FSH_SHUFFLE_META_ACCEPTED);
+  }
+  bool lost = false;
+  CHECK_OK(fsh_shuffle_meta_lose_output(meta, 1, 0, &lost, &err)); /* map 1 lost */
+  CHECK(lost);
+  CHECK_EQ_INT(fsh_shuffle_meta_skip(meta, 0, true, &err), EINVAL); /* holds its output */
+  CHECK(strstr(err.message, "map 0") && strstr(err.message, "holds an output"));
+  CHECK_EQ_INT(fsh_shuffle_meta_skip(meta, 4, true, &err), EINVAL);
+  CHECK_OK(fsh_shuffle_meta_skip(meta, 1, true, &err)); /* lost -> skipped */
+  CHECK_OK(fsh_shuffle_meta_skip(meta, 2, true, &err)); /* pending -> skipped */
+  CHECK_OK(fsh_shuffle_meta_skip(meta, 2, true, &err)); /* again: no change */
+  CHECK_EQ_INT(fsh_shuffle_meta_n_skipped(meta), 2);
+  CHECK_EQ_INT(fsh_shuffle_meta_n_complete(meta), 1);
+  fsh_shuffle_meta_map_info info;
+  CHECK_OK(fsh_shuffle_meta_map(meta, 1, &info, &err));
+  CHECK_EQ_INT(info.state, FSH_SHUFFLE_META_MAP_SKIPPED); /* not LOST */
+  CHECK_OK(fsh_shuffle_meta_map(meta, 3, &info, &err));
+  CHECK_EQ_INT(info.state, FSH_SHUFFLE_META_MAP_PENDING);
+  fsh_shuffle_sources src = {0};
+  CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 0, &src, &err));
+  CHECK(!src.complete); /* map 3 is pending */
+  CHECK_EQ_INT(src.n, 1);
+  if (src.n == 1) CHECK_EQ_INT(src.map_ids[0], 0);
+  /* a skipped map's output arriving late: not accepted */
+  o.map_id = 2;
+  CHECK_OK(fsh_shuffle_meta_add(meta, &o, &r, &err));
+  CHECK_EQ_INT(r, FSH_SHUFFLE_META_STALE);
+  CHECK_OK(fsh_shuffle_meta_skip(meta, 3, true, &err));
+  CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 0, &src, &err));
+  CHECK(src.complete); /* every map's output held or the map skipped */
+  CHECK_EQ_INT(src.n, 1);
+  /* un-skipped: pending, not complete, its next output accepted */
+  CHECK_OK(fsh_shuffle_meta_skip(meta, 2, false, &err));
+  CHECK_OK(fsh_shuffle_meta_skip(meta, 0, false, &err)); /* not skipped: no change */
+  CHECK_OK(fsh_shuffle_meta_map(meta, 2, &info, &err));
+  CHECK_EQ_INT(info.state, FSH_SHUFFLE_META_MAP_PENDING);
+  CHECK_EQ_INT(fsh_shuffle_meta_n_skipped(meta), 2);
+  CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 0, &src, &err));
+  CHECK(!src.complete);
+  o.attempt = 1;
+  CHECK_OK(fsh_shuffle_meta_add(meta, &o, &r, &err));
+  CHECK_EQ_INT(r, FSH_SHUFFLE_META_ACCEPTED);
+  CHECK_OK(fsh_shuffle_meta_sources(meta, 0, 0, &src, &err));
+  CHECK(src.complete);
+  CHECK_EQ_INT(src.n, 2);
+  fsh_shuffle_meta_stats st;
+  fsh_shuffle_meta_stats_get(meta, &st);
+  CHECK_EQ_INT(st.skipped, 3);
+  CHECK_EQ_INT(st.unskipped, 1);
+  CHECK_EQ_INT(st.lost, 1);
+  fsh_shuffle_sources_reset(&src);
+  fsh_shuffle_meta_free(meta);
+}
+
 /* ---- argument errors ---------------------------------------------------- */
 
 static void test_bad_arguments(void) {
@@ -798,4 +870,5 @@ static void test_alloc_failure(void) {
 }
 
 FSH_TEST_MAIN(TEST(test_random_small), TEST(test_random), TEST(test_exactness),
+              TEST(test_skipped_maps),
               TEST(test_bad_arguments), TEST(test_decode_malformed), TEST(test_alloc_failure))
