@@ -54,9 +54,10 @@
  * add under their locks. Nothing cheaper fills a fresh memfd on this
  * kernel, whose shmem THP is off: bench_memfd has fallocate first at
  * 0.95x pwrite's rate, MADV_POPULATE_WRITE on a mapping then pwrite 0.47x,
- * memcpy through a mapping 0.57x, and a reused memfd 4.9x.) So a released image's memfd (its last
- * reference gone) is kept in the store's pool, pages and all, and the next
- * image is written over it -- when it is safe: its identity trailer
+ * memcpy through a mapping 0.57x, and a reused memfd 4.9x.) So a
+ * released image's memfd (its last reference gone) is kept in the store's
+ * pool, pages and all, and the next image is written over it -- when it
+ * is safe: its identity trailer
  * (shuffle_internal.h) is cut off first, then a write lease on it must be
  * granted, which the kernel does only while no other open file description
  * of it exists (no other process has it open through /proc/<pid>/fd, nor

@@ -521,7 +521,8 @@ static void worker_idle_never_keeps(void) {
   fsh_error err = {{0}};
   CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
   if (!w) return;
-  fixture f = {.dir = dir, .s = fsh_shuffle_worker_store(w), .schema = STU_OK(fsh_synthetic_schema())};
+  fixture f = {.dir = dir, .s = fsh_shuffle_worker_store(w),
+               .schema = STU_OK(fsh_synthetic_schema())};
   fsh_shuffle_worker_set_idle_ms(w, -1, -1);
   write_output(&f, 1, 81, 20000);
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
