@@ -5,6 +5,7 @@
  *       --backend flight|memory|fs [--compression none|lz4|zstd]
  *       [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]
  *       [--incremental on|off|both] [--fail-worker F] [--worker-pool-idle-ms MS|never]
+ *       [--worker-builders-idle-ms MS|never]
  *
  * flight / fs: a driver in this process (sched.h) and N `flightshuffle
  * worker --driver` processes (this executable, forked and exec'd, each on
@@ -81,6 +82,7 @@ typedef struct bench_opts {
   bool merge_both; /* each run twice: merge off, then on */
   int64_t reduce_task_bytes; /* coalesced reduces: 0 a task per partition, < 0 auto */
   const char *worker_idle_ms; /* --worker-pool-idle-ms as given ("never" or ms), or NULL */
+  const char *builders_idle_ms; /* --worker-builders-idle-ms, or NULL: worker_idle_ms */
 } bench_opts;
 
 static int bench_usage(void) {
@@ -91,6 +93,7 @@ static int bench_usage(void) {
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
           "         [--direct on|off|both] [--merge on|off|auto|both] [--merge-threshold T]\n"
           "         [--reduce-task-bytes B|auto] [--worker-pool-idle-ms MS|never]\n"
+          "         [--worker-builders-idle-ms MS|never]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -115,7 +118,9 @@ static int bench_usage(void) {
           "  (how long its released memory images' memfds and its map builders are kept\n"
           "  for the next run; default: the worker's, 3000, shorter than the time\n"
           "  between runs, so every run starts cold; never: kept, so runs after the\n"
-          "  first reuse them). Each run says whether the workers' pool was warm.\n");
+          "  first reuse them). Each run says whether the workers' pool was warm.\n"
+          "  --worker-builders-idle-ms: the workers' --builders-idle-ms alone (default:\n"
+          "  --worker-pool-idle-ms's).\n");
   return 2;
 }
 
@@ -205,11 +210,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       else if (!cli_parse_bytes(v, &o->reduce_task_bytes) || o->reduce_task_bytes < 0)
         return cli_fail(2, "bench shuffle: --reduce-task-bytes '%s': expected bytes (0: a task "
                         "per partition; e.g. 64M) or auto", v);
-    } else if (strcmp(a, "--worker-pool-idle-ms") == 0) {
+    } else if (strcmp(a, "--worker-pool-idle-ms") == 0 ||
+               strcmp(a, "--worker-builders-idle-ms") == 0) {
       if (strcmp(v, "never") != 0 && !cli_parse_int(v, 0, 86400000, &n))
-        return cli_fail(2, "bench shuffle: --worker-pool-idle-ms '%s': expected milliseconds "
-                        "0..86400000 or never", v);
-      o->worker_idle_ms = v;
+        return cli_fail(2, "bench shuffle: %s '%s': expected milliseconds 0..86400000 or never",
+                        a, v);
+      if (a[9] == 'p') o->worker_idle_ms = v;
+      else o->builders_idle_ms = v;
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -238,8 +245,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return cli_fail(2, "bench shuffle: --fail-worker and --incremental need workers (fs, flight)");
   if (o->fail_worker >= 0 && o->workers < 2)
     return cli_fail(2, "bench shuffle: --fail-worker needs at least 2 workers");
-  if (o->worker_idle_ms && o->backend == FSH_TASK_BACKEND_MEMORY)
-    return cli_fail(2, "bench shuffle: --worker-pool-idle-ms needs workers (fs, flight)");
+  if ((o->worker_idle_ms || o->builders_idle_ms) && o->backend == FSH_TASK_BACKEND_MEMORY)
+    return cli_fail(2, "bench shuffle: --worker-pool-idle-ms and --worker-builders-idle-ms "
+                    "need workers (fs, flight)");
   return 0;
 }
 
@@ -340,8 +348,10 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   if (o->worker_idle_ms) {
     args[k++] = (char *)"--pool-idle-ms";
     args[k++] = (char *)o->worker_idle_ms;
+  }
+  if (o->builders_idle_ms || o->worker_idle_ms) {
     args[k++] = (char *)"--builders-idle-ms";
-    args[k++] = (char *)o->worker_idle_ms;
+    args[k++] = (char *)(o->builders_idle_ms ? o->builders_idle_ms : o->worker_idle_ms);
   }
   args[k++] = (char *)"--driver";
   args[k++] = (char *)fsh_sched_driver_uri(c->driver);

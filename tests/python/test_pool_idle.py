@@ -1,7 +1,8 @@
 """test_pool_idle.py -- the worker's idle windows for its back-to-back
 caches (worker.c's keeper; store.c's memfd pool): `flightshuffle worker
 --pool-idle-ms / --builders-idle-ms MS|never` and `bench shuffle
---worker-pool-idle-ms MS|never`, which passes both to its workers.
+--worker-pool-idle-ms MS|never`, which passes both to its workers (or
+--worker-builders-idle-ms the second alone).
 Bad values exit 2 naming the option and the value; with "never" the
 workers keep the released images' memfds between runs, so the bench says
 the first run began cold and every later one warm (from the workers' own
@@ -36,8 +37,10 @@ def test_worker_rejects_bad_idle_ms(option, value):
      "--worker-pool-idle-ms 'x': expected milliseconds 0..86400000 or never"),
     (SMALL + ["--backend", "flight", "--worker-pool-idle-ms", "-1"],
      "--worker-pool-idle-ms '-1'"),
+    (SMALL + ["--backend", "flight", "--worker-builders-idle-ms", "5s"],
+     "--worker-builders-idle-ms '5s': expected milliseconds 0..86400000 or never"),
     (SMALL + ["--backend", "memory", "--worker-pool-idle-ms", "never"],
-     "--worker-pool-idle-ms needs workers"),
+     "--worker-pool-idle-ms and --worker-builders-idle-ms need workers"),
 ])
 def test_bench_rejects_bad_idle_ms(tmp_path, args, needle):
     p = subprocess.run([str(CLI), "bench", "shuffle", "--spill-dir", str(tmp_path), *args],
