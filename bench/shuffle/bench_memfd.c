@@ -12,6 +12,10 @@
  *                               when its pool has a released memfd (below)
  *   fresh memfd + pwrite + mmap the store's read-only mapping of a finished
  *                               image added (not populated)
+ *   MADV_POPULATE_WRITE + pwrite the pages allocated up front through a
+ *                               shared mapping in one madvise call
+ *   fresh, memcpy via mapping   written through a shared mapping (a page
+ *                               fault per 4 KiB) instead of pwrite
  * Images of --image-bytes, written in 1 MiB pwrites, --images of them per
  * run; the fresh and fallocate'd memfds are closed after each image.
  *
@@ -40,10 +44,11 @@
 
 #include "bench_util.h"
 
-enum { MODE_FRESH, MODE_FALLOCATE, MODE_REUSE, MODE_MMAP, N_MODES };
+enum { MODE_FRESH, MODE_FALLOCATE, MODE_REUSE, MODE_MMAP, MODE_POPULATE, MODE_MEMCPY, N_MODES };
 static const char *k_names[N_MODES] = {"fresh memfd + pwrite (store)", "fallocate first + pwrite",
-                                       "reused memfd, overwritten", "fresh + pwrite + mmap"};
-static const char *k_keys[N_MODES] = {"fresh", "fallocate", "reuse", "mmap"};
+                                       "reused memfd, overwritten", "fresh + pwrite + mmap",
+                                       "MADV_POPULATE_WRITE + pwrite", "fresh, memcpy via mapping"};
+static const char *k_keys[N_MODES] = {"fresh", "fallocate", "reuse", "mmap", "populate", "memcpy"};
 
 static void die(const char *what) {
   fprintf(stderr, "bench_memfd: %s: %s\n", what, strerror(errno));
@@ -72,6 +77,18 @@ static void write_image(int fd, const uint8_t *chunk, int64_t chunk_bytes, int64
     uint64_t tag = (uint64_t)at ^ (uint64_t)run << 56; /* each chunk different */
     memcpy((uint8_t *)chunk, &tag, sizeof tag);
     if (pwrite(fd, chunk, (size_t)n, at) != (ssize_t)n) die("pwrite");
+  }
+}
+
+/* write_image's bytes, copied into a shared mapping of the memfd (a page
+ * fault per 4 KiB). */
+static void write_mapped(uint8_t *p, const uint8_t *chunk, int64_t chunk_bytes,
+                         int64_t image_bytes, int run) {
+  for (int64_t at = 0; at < image_bytes; at += chunk_bytes) {
+    int64_t n = image_bytes - at < chunk_bytes ? image_bytes - at : chunk_bytes;
+    uint64_t tag = (uint64_t)at ^ (uint64_t)run << 56;
+    memcpy((uint8_t *)chunk, &tag, sizeof tag);
+    memcpy(p + at, chunk, (size_t)n);
   }
 }
 
@@ -127,7 +144,16 @@ int main(int argc, char **argv) {
         if (fd < 0) die("memfd_create");
         if (mode == MODE_FALLOCATE && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, image_bytes) != 0)
           die("fallocate");
-        write_image(fd, chunk, chunk_bytes, image_bytes, run);
+        if (mode == MODE_POPULATE || mode == MODE_MEMCPY) { /* pages through a mapping */
+          if (ftruncate(fd, image_bytes) != 0) die("ftruncate");
+          uint8_t *p = mmap(NULL, (size_t)image_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (p == MAP_FAILED) die("mmap");
+          if (mode == MODE_POPULATE && madvise(p, (size_t)image_bytes, MADV_POPULATE_WRITE) != 0)
+            die("madvise(MADV_POPULATE_WRITE)");
+          if (mode == MODE_MEMCPY) write_mapped(p, chunk, chunk_bytes, image_bytes, run);
+          munmap(p, (size_t)image_bytes);
+        }
+        if (mode != MODE_MEMCPY) write_image(fd, chunk, chunk_bytes, image_bytes, run);
         if (mode == MODE_MMAP) {
           void *p = mmap(NULL, (size_t)image_bytes, PROT_READ, MAP_SHARED, fd, 0);
           if (p == MAP_FAILED) die("mmap");
@@ -149,8 +175,10 @@ int main(int argc, char **argv) {
   printf("result: name=bench_memfd verified=%s image_bytes=%lld images=%d runs=%d", verified ? "yes" : "no",
          (long long)image_bytes, images, runs);
   for (int m = 0; m < N_MODES; m++) printf(" %s_gbps=%.3f", k_keys[m], st[m].med);
-  printf(" reuse_vs_fresh=%.2f fallocate_vs_fresh=%.2f\n", st[MODE_REUSE].med / st[MODE_FRESH].med,
-         st[MODE_FALLOCATE].med / st[MODE_FRESH].med);
+  printf(" reuse_vs_fresh=%.2f fallocate_vs_fresh=%.2f populate_vs_fresh=%.2f "
+         "memcpy_vs_fresh=%.2f\n", st[MODE_REUSE].med / st[MODE_FRESH].med,
+         st[MODE_FALLOCATE].med / st[MODE_FRESH].med, st[MODE_POPULATE].med / st[MODE_FRESH].med,
+         st[MODE_MEMCPY].med / st[MODE_FRESH].med);
   free(chunk);
   return verified ? 0 : 1;
 }

@@ -4,7 +4,8 @@
  *   flightshuffle bench shuffle --workers N --maps M --reduces R --bytes S
  *       --backend flight|memory|fs [--compression none|lz4|zstd]
  *       [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]
- *       [--incremental on|off|both] [--fail-worker F]
+ *       [--incremental on|off|both] [--fail-worker F] [--worker-pool-idle-ms MS|never]
+ *       [--worker-builders-idle-ms MS|never]
  *
  * flight / fs: a driver in this process (sched.h) and N `flightshuffle
  * worker --driver` processes (this executable, forked and exec'd, each on
@@ -31,6 +32,7 @@
  * 0 verified, 1 error or not verified, 2 bad arguments, 130 interrupted. */
 #define _GNU_SOURCE /* nftw */
 #include "cli/cli.h"
+#include "cli/proc_cpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +81,8 @@ typedef struct bench_opts {
   int32_t merge_threshold; /* 0: FSH_SCHED_MERGE_THRESHOLD */
   bool merge_both; /* each run twice: merge off, then on */
   int64_t reduce_task_bytes; /* coalesced reduces: 0 a task per partition, < 0 auto */
+  const char *worker_idle_ms; /* --worker-pool-idle-ms as given ("never" or ms), or NULL */
+  const char *builders_idle_ms; /* --worker-builders-idle-ms, or NULL: worker_idle_ms */
 } bench_opts;
 
 static int bench_usage(void) {
@@ -88,7 +92,8 @@ static int bench_usage(void) {
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
           "         [--direct on|off|both] [--merge on|off|auto|both] [--merge-threshold T]\n"
-          "         [--reduce-task-bytes B|auto]\n"
+          "         [--reduce-task-bytes B|auto] [--worker-pool-idle-ms MS|never]\n"
+          "         [--worker-builders-idle-ms MS|never]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -108,7 +113,14 @@ static int bench_usage(void) {
           "  --reduce-task-bytes: coalesced reduces (fs / flight; sched.h): a reduce task\n"
           "  reads a contiguous run of partitions of about B bytes (0: one task per\n"
           "  partition; auto, the default: 64M, lowered so that every slot gets a task;\n"
-          "  with --incremental on: one run per slot).\n");
+          "  with --incremental on: one run per slot).\n"
+          "  --worker-pool-idle-ms: every worker's --pool-idle-ms and --builders-idle-ms\n"
+          "  (how long its released memory images' memfds and its map builders are kept\n"
+          "  for the next run; default: the worker's, 3000, shorter than the time\n"
+          "  between runs, so every run starts cold; never: kept, so runs after the\n"
+          "  first reuse them). Each run says whether the workers' pool was warm.\n"
+          "  --worker-builders-idle-ms: the workers' --builders-idle-ms alone (default:\n"
+          "  --worker-pool-idle-ms's).\n");
   return 2;
 }
 
@@ -198,6 +210,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       else if (!cli_parse_bytes(v, &o->reduce_task_bytes) || o->reduce_task_bytes < 0)
         return cli_fail(2, "bench shuffle: --reduce-task-bytes '%s': expected bytes (0: a task "
                         "per partition; e.g. 64M) or auto", v);
+    } else if (strcmp(a, "--worker-pool-idle-ms") == 0 ||
+               strcmp(a, "--worker-builders-idle-ms") == 0) {
+      if (strcmp(v, "never") != 0 && !cli_parse_int(v, 0, 86400000, &n))
+        return cli_fail(2, "bench shuffle: %s '%s': expected milliseconds 0..86400000 or never",
+                        a, v);
+      if (a[9] == 'p') o->worker_idle_ms = v;
+      else o->builders_idle_ms = v;
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -226,6 +245,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return cli_fail(2, "bench shuffle: --fail-worker and --incremental need workers (fs, flight)");
   if (o->fail_worker >= 0 && o->workers < 2)
     return cli_fail(2, "bench shuffle: --fail-worker needs at least 2 workers");
+  if ((o->worker_idle_ms || o->builders_idle_ms) && o->backend == FSH_TASK_BACKEND_MEMORY)
+    return cli_fail(2, "bench shuffle: --worker-pool-idle-ms and --worker-builders-idle-ms "
+                    "need workers (fs, flight)");
   return 0;
 }
 
@@ -305,7 +327,7 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   snprintf(limit, sizeof limit, "%" PRId64, o->memory_limit >= 0 ? o->memory_limit
                                                                  : (int64_t)1 << 50);
   snprintf(threads, sizeof threads, "%d", o->slots + 4);
-  char *args[20];
+  char *args[24];
   int k = 0;
   args[k++] = (char *)"flightshuffle";
   args[k++] = (char *)"worker";
@@ -322,6 +344,14 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   if (o->backend == FSH_TASK_BACKEND_FS) {
     args[k++] = (char *)"--fs-dir";
     args[k++] = c->fs_dir;
+  }
+  if (o->worker_idle_ms) {
+    args[k++] = (char *)"--pool-idle-ms";
+    args[k++] = (char *)o->worker_idle_ms;
+  }
+  if (o->builders_idle_ms || o->worker_idle_ms) {
+    args[k++] = (char *)"--builders-idle-ms";
+    args[k++] = (char *)(o->builders_idle_ms ? o->builders_idle_ms : o->worker_idle_ms);
   }
   args[k++] = (char *)"--driver";
   args[k++] = (char *)fsh_sched_driver_uri(c->driver);
@@ -645,6 +675,8 @@ typedef struct run_stats {
   bool verified;
   double merges, merged_outputs; /* the pre-shuffle merge's (counts) */
   int32_t reduce_tasks;          /* of the last stage (coalesced reduces: the runs) */
+  double worker_cpu_s_per_gb;    /* the workers' CPU seconds (user + system) per table GB */
+  int64_t pooled_memfds, pooled_bytes; /* in the workers' pools as the run began (flight) */
 } run_stats;
 
 static int cmp_double(const void *a, const void *b) {
@@ -673,6 +705,45 @@ static int release_shuffle(run_ctx *r) {
              ? 0 : cli_fail(1, "bench shuffle: release: %s", err.message);
 }
 
+/* What the workers' stores pool for reuse (their "stats": released images'
+ * memfds, store.c) as a run begins: the sums over the workers alive, into
+ * st; best effort (a worker that does not answer counts 0). */
+static void pool_before_run(const cluster *c, run_stats *st) {
+  st->pooled_memfds = st->pooled_bytes = 0;
+  for (int i = 0; i < c->n; i++) {
+    if (i == c->killed) continue;
+    fsh_flight_client_options co = {.uri = c->proc[i].uri, .timeout_ms = 5000};
+    fsh_flight_client *cl = NULL;
+    fsh_flight_result_list res = {0};
+    fsh_error err;
+    fsh_flight_action a = {.type = (char *)"stats"};
+    if (fsh_flight_client_open(&co, &cl, &err) == 0 &&
+        fsh_flight_do_action(cl, &a, &res, &err) == 0 && res.n > 0) {
+      char line[320];
+      size_t n = (size_t)res.items[0].size < sizeof line - 1 ? (size_t)res.items[0].size
+                                                             : sizeof line - 1;
+      memcpy(line, res.items[0].data, n);
+      line[n] = '\0';
+      const char *p = strstr(line, "pooled_memfds=");
+      long long m = 0, b = 0;
+      if (p && sscanf(p, "pooled_memfds=%lld pooled_bytes=%lld", &m, &b) == 2) {
+        st->pooled_memfds += m;
+        st->pooled_bytes += b;
+      }
+    }
+    fsh_flight_result_list_reset(&res);
+    fsh_flight_client_close(cl);
+  }
+}
+
+/* The CPU seconds (user + system) of the workers alive so far. */
+static double workers_cpu(const cluster *c) {
+  double s = 0;
+  for (int i = 0; i < c->n; i++)
+    if (i != c->killed) s += cli_proc_cpu_seconds(c->proc[i].pid);
+  return s;
+}
+
 /* One run on the cluster, as a job of the driver: submit, wait (killing a
  * worker once --fail-worker's fraction of the maps is done), verify from
  * the job's summary (per partition: the maps' rows and row checksums ==
@@ -690,6 +761,8 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
                               .reduce_task_bytes = o->reduce_task_bytes};
   fsh_buffer *plan = NULL;
   uint64_t job = 0;
+  if (o->backend == FSH_TASK_BACKEND_FLIGHT) pool_before_run(c, st);
+  double cpu0 = workers_cpu(c);
   double t0 = now_sec();
   if (fsh_sched_shuffle_job_plan(&sj, &plan, &err) != 0 ||
       fsh_sched_driver_submit(c->driver, plan->data, plan->size, &job, &err) != 0) {
@@ -720,6 +793,7 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
     }
   }
   double waited = now_sec() - t0;
+  double cpu = workers_cpu(c) - cpu0; /* (a killed worker's CPU is not counted) */
   fsh_sched_job_status js;
   if (fsh_sched_driver_job_status(c->driver, job, true, &js, &err) != 0)
     return cli_fail(1, "bench shuffle: %s", err.message);
@@ -770,6 +844,14 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   printf("  first map output -> first reduce start %.1f ms; idle gap between the phases %.1f "
          "ms; tasks retried %d, recomputed %d\n", st->first_fetch_ms, st->idle_gap_ms,
          js.n_retried, js.n_recomputed);
+  st->worker_cpu_s_per_gb = st->table_bytes > 0 ? cpu / ((double)st->table_bytes / 1e9) : 0;
+  printf("  workers' CPU %.2f s (%.3f s per GB)", cpu, st->worker_cpu_s_per_gb);
+  if (o->backend == FSH_TASK_BACKEND_FLIGHT)
+    printf("; pool %s as the run began: %" PRId64 " memfds, %.1f MB pooled in the workers "
+           "(--worker-pool-idle-ms %s)", st->pooled_memfds > 0 ? "warm" : "cold",
+           st->pooled_memfds, (double)st->pooled_bytes / 1e6,
+           o->worker_idle_ms ? o->worker_idle_ms : "default");
+  printf("\n");
   st->reduce_tasks = js.n_stages > 1 ? js.stages[js.n_stages - 1].tasks_total : 0;
   char target[32] = "auto";
   if (o->reduce_task_bytes >= 0) snprintf(target, sizeof target, "%" PRId64, o->reduce_task_bytes);
@@ -999,6 +1081,10 @@ int cmd_bench(int argc, char **argv) {
     summarize(st, o.runs, offsetof(run_stats, gbps), gb);
     summarize(st, o.runs, offsetof(run_stats, socket_gbps), sock);
     summarize(st, o.runs, offsetof(run_stats, file_gbps), file);
+    double cpu_gb[3];
+    summarize(st, o.runs, offsetof(run_stats, worker_cpu_s_per_gb), cpu_gb);
+    int warm_runs = 0;
+    for (int i = 0; i < o.runs; i++) warm_runs += st[i].pooled_memfds > 0;
     printf("summary over %d run%s (min / median / max):\n", o.runs, o.runs == 1 ? "" : "s");
     printf("  total        %8.3f %8.3f %8.3f s\n", tot[0], tot[1], tot[2]);
     printf("  map          %8.3f %8.3f %8.3f s\n", map[0], map[1], map[2]);
@@ -1007,6 +1093,10 @@ int cmd_bench(int argc, char **argv) {
            gb[2], st[0].table_bytes);
     printf("  socket copy  %8.3f %8.3f %8.3f GB/s\n", sock[0], sock[1], sock[2]);
     if (file[1] > 0) printf("  file write   %8.3f %8.3f %8.3f GB/s\n", file[0], file[1], file[2]);
+    if (!r.mem)
+      printf("  worker CPU   %8.3f %8.3f %8.3f s per GB%s\n", cpu_gb[0], cpu_gb[1], cpu_gb[2],
+             o.backend != FSH_TASK_BACKEND_FLIGHT ? "" : warm_runs == 0 ? " (every run cold)"
+             : warm_runs == o.runs ? " (every run warm)" : " (cold and warm runs)");
     if (o.merge_both) { /* the comparison is the result */
       double gb_on[3], t_on[3], mg[3], mo[3];
       summarize(st_on, o.runs, offsetof(run_stats, gbps), gb_on);
@@ -1031,14 +1121,16 @@ int cmd_bench(int argc, char **argv) {
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
            "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
            "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
-           "idle_gap_ms_median=%.1f direct=%s reduce_tasks=%d\n",
+           "idle_gap_ms_median=%.1f direct=%s reduce_tasks=%d worker_cpu_s_per_gb_median=%.3f "
+           "pool_warm_runs=%d worker_pool_idle_ms=%s\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
            fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
            file[1], o.incremental_both ? "off" : o.incremental ? "on" : "off", o.fail_worker,
            recomputed, ff[1], gap[1],
            o.backend != FSH_TASK_BACKEND_FLIGHT ? "n/a" : o.direct_both ? "on" :
-           o.direct_off ? "off" : "on", st[o.runs - 1].reduce_tasks);
+           o.direct_off ? "off" : "on", st[o.runs - 1].reduce_tasks, cpu_gb[1], warm_runs,
+           o.worker_idle_ms ? o.worker_idle_ms : "default");
     if (o.direct_both) {
       double t_off[3], gb_off[3], red_off[3];
       summarize(st_on, o.runs, offsetof(run_stats, total), t_off);

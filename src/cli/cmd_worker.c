@@ -13,7 +13,10 @@
  * retried, never fatal; the tasks the driver sends ("task") report their
  * end to it at once ("task-done", fsh_sched_notify_task_done); on
  * SIGINT/SIGTERM it deregisters from the driver ("deregister") before
- * stopping, so the driver does not wait for its heartbeat timeout. */
+ * stopping, so the driver does not wait for its heartbeat timeout.
+ * --pool-idle-ms / --builders-idle-ms: how long the worker keeps its
+ * back-to-back caches (released images' memfds, the partition builders)
+ * unused before giving them back (worker.c, the keeper). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -28,6 +31,8 @@
 #include <flightshuffle/sched.h>
 #include <flightshuffle/shuffle.h>
 
+#include "shuffle/shuffle_internal.h" /* fsh_shuffle_worker_set_idle_ms */
+
 #define WORKER_MAX_DIRS 64
 
 static int worker_usage(void) {
@@ -36,6 +41,7 @@ static int worker_usage(void) {
           "[--memory-limit BYTES] [--auth-token T] [--threads N] [--fs-dir DIR]\n"
           "       [--operator-memory BYTES]\n"
           "       [--driver URI] [--keepalive-ms N] [--direct-reads on|off]\n"
+          "       [--pool-idle-ms MS|never] [--builders-idle-ms MS|never]\n"
           "  --driver: join that driver's cluster (register, then heartbeat)\n"
           "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
           "                  dropped after about twice that; default 10000)\n"
@@ -44,8 +50,28 @@ static int worker_usage(void) {
           "                     plan-fragment tasks (they spill to the --spill-dir's)\n"
           "  --direct-reads: flight tasks read the map outputs of workers on this\n"
           "                  host straight from their files and memory (default on)\n"
+          "  --pool-idle-ms: released map outputs' memory (memfds) is kept for the next\n"
+          "                 shuffle's map outputs until unused that long (default 3000;\n"
+          "                 never: until the memory limit needs it). Reused pages make\n"
+          "                 the map phase cheaper; kept ones are memory held idle\n"
+          "  --builders-idle-ms: the same for the map tasks' partition builders, once\n"
+          "                 no task ran that long (default 3000)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
+}
+
+/* "never" (-1) or 0..86400000 ms into *ms; false otherwise. */
+static bool parse_idle_ms(const char *v, int64_t *ms) {
+  if (strcmp(v, "never") == 0) {
+    *ms = -1;
+    return true;
+  }
+  char *end = NULL;
+  errno = 0;
+  long long t = strtoll(v, &end, 10);
+  if (*v < '0' || *v > '9' || *end || errno || t > 86400000LL) return false;
+  *ms = t;
+  return true;
 }
 
 int cmd_worker(int argc, char **argv) {
@@ -54,6 +80,7 @@ int cmd_worker(int argc, char **argv) {
   memset(&topts, 0, sizeof topts);
   const char *dirs[WORKER_MAX_DIRS];
   const char *driver = NULL;
+  int64_t pool_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT, builders_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -84,6 +111,9 @@ int cmd_worker(int argc, char **argv) {
       if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
         return cli_fail(2, "worker: --direct-reads '%s': expected on or off", v);
       o.no_direct_reads = strcmp(v, "off") == 0;
+    } else if (strcmp(a, "--pool-idle-ms") == 0 || strcmp(a, "--builders-idle-ms") == 0) {
+      if (!parse_idle_ms(v, a[2] == 'p' ? &pool_idle_ms : &builders_idle_ms))
+        return cli_fail(2, "worker: %s '%s': expected milliseconds 0..86400000 or never", a, v);
     } else if (strcmp(a, "--fs-dir") == 0) {
       o.fs_dir = v;
     } else if (strcmp(a, "--auth-token") == 0) {
@@ -133,6 +163,7 @@ int cmd_worker(int argc, char **argv) {
     fsh_sched_notifier_free(notifier);
     return cli_fail(1, "worker: %s", err.message);
   }
+  fsh_shuffle_worker_set_idle_ms(w, pool_idle_ms, builders_idle_ms);
   if (notifier) fsh_sched_notifier_set_worker(notifier, fsh_shuffle_worker_uri(w), true);
   fsh_sched_heartbeat *hb = NULL;
   if (driver) {

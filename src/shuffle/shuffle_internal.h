@@ -399,8 +399,18 @@ void fsh_store_pool_drain(fsh_shuffle_store *s);
  * would be idle that long if nothing happens meanwhile (0 now), or -1
  * when it is empty. Thread-safe; closes the memfds outside its locks. */
 int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms);
-/* Sets the pool idle time (ms; 0: drained at the next call above). */
+/* Sets the pool idle time (ms; 0: drained at the next call above; < 0:
+ * never drained for being idle, only when a writer's budget needs it, by
+ * fsh_store_pool_drain or when the store is freed). */
 void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms);
+/* A worker's idle times (worker.c, its keeper thread), each in ms, < 0 for
+ * never: its store's pool's (above), and how long no task may run and no
+ * shuffle be released before it drops the partition builders' cache
+ * (kernels.h; process-wide). Both FSH_WORKER_IDLE_MS_DEFAULT at start.
+ * Thread-safe; the keeper applies them at its next tick. */
+#define FSH_WORKER_IDLE_MS_DEFAULT 3000
+void fsh_shuffle_worker_set_idle_ms(fsh_shuffle_worker *w, int64_t pool_ms,
+                                    int64_t builders_ms);
 
 /* This host's identity for same-host checks: the boot id, the host name
  * and this process's pid and mount namespaces, one line (static storage;

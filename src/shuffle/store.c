@@ -46,11 +46,18 @@
  * 8192 memfds): a store holding thousands of images must not starve the
  * sockets and files of its fds.
  *
- * Reused memfds: tmpfs allocating and zeroing a page for every 4 KiB
- * written was the largest cost of writing an image, and freeing them again
- * at release a further one. So a released image's memfd (its last
- * reference gone) is kept in the store's pool, pages and all, and the next
- * image is written over it -- when it is safe: its identity trailer
+ * Reused memfds: tmpfs allocating a page for every 4 KiB written was the
+ * largest cost of writing an image, and freeing them again at release a
+ * further one. (Not zeroing: a page pwrite fills whole is not cleared --
+ * clear_page is 0.2% of a cold 64 x 64 map window, all of it the heap's
+ * anonymous faults -- but each page's charge, page-cache insert and LRU
+ * add under their locks. Nothing cheaper fills a fresh memfd on this
+ * kernel, whose shmem THP is off: bench_memfd has fallocate first at
+ * 0.95x pwrite's rate, MADV_POPULATE_WRITE on a mapping then pwrite 0.47x,
+ * memcpy through a mapping 0.57x, and a reused memfd 4.9x.) So a
+ * released image's memfd (its last reference gone) is kept in the store's
+ * pool, pages and all, and the next image is written over it -- when it
+ * is safe: its identity trailer
  * (shuffle_internal.h) is cut off first, then a write lease on it must be
  * granted, which the kernel does only while no other open file description
  * of it exists (no other process has it open through /proc/<pid>/fd, nor
@@ -62,7 +69,10 @@
  * no map output), and a writer whose growth the budget refuses empties it
  * before anything else; images evicted under pressure are not pooled.
  * An idle pool is emptied too: once no memfd went in or out for
- * POOL_IDLE_MS (fsh_store_set_pool_idle_ms), fsh_store_pool_drain_idle --
+ * POOL_IDLE_MS (fsh_store_set_pool_idle_ms; the worker's --pool-idle-ms,
+ * where "never" keeps it until a writer's budget needs its bytes, for a
+ * service whose shuffles come further apart: WORKER_MEMORY.md has the
+ * trade-off), fsh_store_pool_drain_idle --
  * which the worker's keeper thread calls (worker.c) -- closes them all, so
  * that an idle worker holds no pooled pages, while back-to-back shuffles
  * still reuse them (a release fills the pool, the next shuffle's writers
@@ -110,7 +120,8 @@ typedef struct entry {
 
 #define RELEASED_MAX 1024
 #define POOL_MAX 64
-#define POOL_IDLE_MS 3000 /* a pool unused that long is emptied (the worker asks) */
+#define POOL_IDLE_MS FSH_WORKER_IDLE_MS_DEFAULT /* a pool unused that long is emptied
+                                                 (the worker asks) */
 
 /* Released memfds kept for reuse (see the top). Its own object with a
  * reference count: an image's last reference may go after its store. */
@@ -709,8 +720,9 @@ int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
   int64_t bytes = 0;
   pthread_mutex_lock(&p->mu);
   int64_t unused_ms = (mono_ns() - p->last_use_ns) / 1000000;
-  *due_ms = p->n == 0 ? -1 : unused_ms >= p->idle_ms ? 0 : p->idle_ms - unused_ms;
-  if (p->n > 0 && unused_ms >= p->idle_ms) { /* checked and taken under one lock:
+  bool never = p->idle_ms < 0; /* kept until needed (fsh_store_set_pool_idle_ms) */
+  *due_ms = p->n == 0 || never ? -1 : unused_ms >= p->idle_ms ? 0 : p->idle_ms - unused_ms;
+  if (p->n > 0 && !never && unused_ms >= p->idle_ms) { /* checked and taken under one lock:
                                                 a writer's take meanwhile is not lost */
     n = p->n;
     bytes = p->bytes;
@@ -728,7 +740,7 @@ int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
 
 void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms) {
   pthread_mutex_lock(&s->pool->mu);
-  s->pool->idle_ms = ms < 0 ? 0 : ms;
+  s->pool->idle_ms = ms < 0 ? -1 : ms;
   pthread_mutex_unlock(&s->pool->mu);
 }
 

@@ -43,6 +43,7 @@ struct fsh_shuffle_worker {
     pthread_t thread;
     bool started, stop, trim_wanted;
     int64_t busy_ns;    /* when it last saw a task run, or a release */
+    int64_t builders_idle_ms; /* < 0: the builders' cache is kept */
   } keeper;
   char uri[320];
 };
@@ -165,16 +166,20 @@ static int do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *fi
  * the process: it walks every arena); every KEEPER_TICK_MS it asks the
  * store to empty a pool that went unused for its idle time
  * (fsh_store_pool_drain_idle, 3 s), and once no task ran and nothing was
- * released for IDLE_MS it drops the builders' cache (the same back-to-back
- * reuse gone stale; also on a worker whose pool stays empty: everything
- * spilled, or private images), trimming again after either. Back-to-back
- * shuffles keep both caches (their writers take from the pool within the
- * idle time); an idle worker holds neither. Never under the store's lock:
- * the store is only asked through its thread-safe calls. */
+ * released for its builders' idle time (3 s) it drops the builders' cache
+ * (the same back-to-back reuse gone stale; also on a worker whose pool
+ * stays empty: everything spilled, or private images), trimming again
+ * after either. Back-to-back shuffles keep both caches (their writers take
+ * from the pool within the idle time); an idle worker holds neither. Both
+ * idle times are the worker's options (fsh_shuffle_worker_set_idle_ms:
+ * `worker --pool-idle-ms / --builders-idle-ms`, "never" included): a
+ * long-lived service whose shuffles come further apart can keep its pages
+ * for the next one, at the price of the memory held idle
+ * (bench/shuffle/WORKER_MEMORY.md, "The idle window"). Never under the
+ * store's lock: the store is only asked through its thread-safe calls. */
 #define KEEPER_TICK_MS 1000 /* nothing pending */
 #define KEEPER_RETRY_MS 250 /* a trim waits for the tasks to end */
 #define TRIM_MIN_MS 1000
-#define IDLE_MS 3000 /* no task, no release: the builders' cache goes */
 
 static atomic_llong g_last_trim_ns; /* process-wide: malloc_trim is */
 
@@ -209,7 +214,8 @@ static void *keeper_main(void *arg) {
     int64_t now = keeper_now_ns();
     pthread_mutex_lock(&k->mu);
     if (!idle) k->busy_ns = now;
-    bool stale = idle && now - k->busy_ns >= (int64_t)IDLE_MS * 1000000;
+    bool stale = idle && k->builders_idle_ms >= 0 &&
+                 now - k->busy_ns >= k->builders_idle_ms * 1000000;
     pthread_mutex_unlock(&k->mu);
     bool dropped = stale && fsh_partition_builder_cache_bytes() > 0;
     if (dropped) fsh_partition_builder_cache_drop();
@@ -248,6 +254,7 @@ static int keeper_start(fsh_shuffle_worker *w) {
     return ENOMEM;
   }
   k->busy_ns = keeper_now_ns();
+  k->builders_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT;
   if (pthread_create(&k->thread, NULL, keeper_main, w) != 0) {
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
@@ -268,6 +275,17 @@ static void keeper_stop(fsh_shuffle_worker *w) {
   pthread_mutex_destroy(&k->mu);
   pthread_cond_destroy(&k->cv);
   k->started = false;
+}
+
+void fsh_shuffle_worker_set_idle_ms(fsh_shuffle_worker *w, int64_t pool_ms,
+                                    int64_t builders_ms) {
+  struct keeper *k = &w->keeper;
+  fsh_store_set_pool_idle_ms(w->store, pool_ms);
+  if (!k->started) return;
+  pthread_mutex_lock(&k->mu);
+  k->builders_idle_ms = builders_ms < 0 ? -1 : builders_ms;
+  pthread_cond_signal(&k->cv); /* a shorter time applies now */
+  pthread_mutex_unlock(&k->mu);
 }
 
 /* A shuffle went: the heap it freed is to be given back. */

@@ -17,7 +17,13 @@
  *    idle time, then every memfd closed and its charge given back (budget
  *    0); a writer arriving within the idle time still reuses a memfd; and
  *    a worker's keeper thread (worker.c) does it by itself, in time, and
- *    drops the idle partition builders' cache. */
+ *    drops the idle partition builders' cache;
+ *  - an idle time of "never" (< 0): the pool is kept however long it is
+ *    unused, still emptied by a writer's budget and by an explicit drain,
+ *    the budget exact throughout; a worker set so
+ *    (fsh_shuffle_worker_set_idle_ms) keeps its pool and its builders'
+ *    cache past the default idle time, and gives both back once set to a
+ *    short window again. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -452,5 +458,105 @@ static void worker_drains_idle_pool(void) {
   stu_rmdir(dir);
 }
 
+/* Idle time "never": kept past any idle time, yet emptied by a writer
+ * whose budget needs the bytes (and by an explicit drain). */
+static void idle_never_kept(void) {
+  fixture f = open_store("pool", (int64_t)4 << 20); /* pool: at most 1 MiB */
+  fsh_store_set_pool_idle_ms(f.s, -1);
+  write_output(&f, 1, 71, 3000); /* ~150 KB image */
+  release(&f, 1);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.pooled, 1);
+  int64_t pooled_bytes = p.pooled_bytes;
+  CHECK(pooled_bytes > 0);
+  check_budget(&f, "pooled");
+  sleep_ms(300);
+  int64_t due = 0;
+  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
+  CHECK_EQ_INT(due, -1); /* never due */
+  p = pool(f.s);
+  CHECK_MSG(p.pooled == 1 && p.pooled_bytes == pooled_bytes && p.idle_drains == 0,
+            "never: %lld pooled, %lld bytes, %lld idle drains", (long long)p.pooled,
+            (long long)p.pooled_bytes, (long long)p.idle_drains);
+  /* back to a window: the time since the last use counts at once */
+  fsh_store_set_pool_idle_ms(f.s, 100);
+  CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), pooled_bytes);
+  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  /* never again: a writer whose budget has no room empties it (it reuses
+   * the one memfd, then needs more than the budget: spills) */
+  fsh_store_set_pool_idle_ms(f.s, -1);
+  write_output(&f, 2, 72, 3000);
+  release(&f, 2);
+  write_output(&f, 3, 73, 3000);
+  release(&f, 3);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(pool(f.s).reused, 1);
+  write_output(&f, 4, 74, 200000); /* ~9 MB: reuses, then spills */
+  fsh_shuffle_store_stats st = stats(f.s);
+  CHECK_EQ_INT(st.spilled_outputs, 1);
+  CHECK_EQ_INT(pool(f.s).reused, 2);
+  CHECK_EQ_INT(pool(f.s).pooled, 0);
+  check_budget(&f, "spilled");
+  CHECK_EQ_INT(count_rows(&f, 4), 200000);
+  release(&f, 4);
+  write_output(&f, 5, 75, 3000);
+  release(&f, 5);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  fsh_store_pool_drain(f.s); /* explicit: still empties it */
+  p = pool(f.s);
+  CHECK_MSG(p.pooled == 0 && p.budget_used == 0, "drained: %lld pooled, budget %lld",
+            (long long)p.pooled, (long long)p.budget_used);
+  close_store(&f);
+}
+
+/* A worker whose idle times are "never" keeps its pool and its builders'
+ * cache past the default idle time (3 s, plus the keeper's 1 s tick); set
+ * back to a short window, it gives both back. */
+static void worker_idle_never_keeps(void) {
+  char *dir = stu_mkdtemp("poolw");
+  const char *dirs[1] = {dir};
+  fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = dirs, .n_spill_dirs = 1,
+                                  .memory_limit = (int64_t)64 << 20};
+  fsh_shuffle_worker *w = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  if (!w) return;
+  fixture f = {.dir = dir, .s = fsh_shuffle_worker_store(w),
+               .schema = STU_OK(fsh_synthetic_schema())};
+  fsh_shuffle_worker_set_idle_ms(w, -1, -1);
+  write_output(&f, 1, 81, 20000);
+  CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
+  release(&f, 1);
+  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  sleep_ms(FSH_WORKER_IDLE_MS_DEFAULT + 1500);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_MSG(p.pooled == 1 && p.idle_drains == 0, "never: %lld pooled, %lld idle drains",
+            (long long)p.pooled, (long long)p.idle_drains);
+  CHECK_MSG(fsh_partition_builder_cache_bytes() > 0, "never: the builders' cache was dropped");
+  /* the next writer reuses the kept memfd */
+  write_output(&f, 2, 82, 20000);
+  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(count_rows(&f, 2), 20000);
+  release(&f, 2);
+  /* a short window again: both go within it plus the keeper's tick */
+  fsh_shuffle_worker_set_idle_ms(w, 200, 200);
+  int64_t t0 = ms_now();
+  while ((pool(f.s).pooled > 0 || fsh_partition_builder_cache_bytes() > 0) &&
+         ms_now() - t0 < 5000)
+    sleep_ms(50);
+  p = pool(f.s);
+  CHECK_MSG(p.pooled == 0 && p.budget_used == 0 && p.idle_drains == 1,
+            "after %lld ms: %lld pooled, budget %lld, %lld idle drains",
+            (long long)(ms_now() - t0), (long long)p.pooled, (long long)p.budget_used,
+            (long long)p.idle_drains);
+  CHECK_MSG(fsh_partition_builder_cache_bytes() == 0, "the builders' cache holds %lld bytes",
+            (long long)fsh_partition_builder_cache_bytes());
+  fsh_shuffle_worker_stop(w, 0);
+  fsh_schema_unref(f.schema);
+  CHECK_EQ_INT(stu_count_files(dir), 0);
+  stu_rmdir(dir);
+}
+
 FSH_TEST_MAIN(TEST(reuse_happens), TEST(held_image_not_reused), TEST(stale_answer_refused),
-              TEST(spill_with_pool), TEST(idle_pool_drained), TEST(worker_drains_idle_pool))
+              TEST(spill_with_pool), TEST(idle_pool_drained), TEST(worker_drains_idle_pool),
+              TEST(idle_never_kept), TEST(worker_idle_never_keeps))
