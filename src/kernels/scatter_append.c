@@ -332,6 +332,8 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
 #define STAGE_MIN_PARTITIONS 8
 #define STAGE_MIN_ROWS 128
 
+#define DIRECT_PREFETCH_MAX_PARTITIONS 256
+
 static bool staged(const fsh_partition_builder *pb, const scatter_plan *sp) {
   return pb->n_p >= STAGE_MIN_PARTITIONS && sp->n >= STAGE_MIN_ROWS * (int64_t)pb->n_p;
 }
@@ -451,7 +453,10 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     if (!staged(pb, sp)) bytes[p] = col->data.size; /* from here on: the write position */
   }
   if (!staged(pb, sp)) {
-    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes);
+    /* the destinations' prefetch (scatter_flat.c): not with many
+     * partitions, whose few rows each go to lines touched a few rows
+     * before (1000 partitions: no gain in a cluster, a cost alone) */
+    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes, pb->n_p < DIRECT_PREFETCH_MAX_PARTITIONS);
     for (int32_t p = 0; p < pb->n_p; p++)
       if (sp->count[p]) pb->cols[(int64_t)p * pb->n_cols + c].data.size = bytes[p];
     return 0;
@@ -474,7 +479,7 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     pb->sd2[p] = pb->stage + data_at + pb->st2[p];
     pb->pos[p] = 0;
   }
-  fsh_kern_push_binary(sp, a, w, pb->sd, pb->sd2, pb->pos);
+  fsh_kern_push_binary(sp, a, w, pb->sd, pb->sd2, pb->pos, false);
   for (int32_t p = 0; p < pb->n_p; p++) {
     if (!sp->count[p]) continue;
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];

@@ -129,6 +129,8 @@ static void test_builder_rounds(void) {
   rounds(3, 2);
   rounds(16, 3);
   rounds(200, 4);
+  rounds(1000, 9); /* many partitions: direct pushes without the prefetch */
+  rounds_of(300, 10, true); /* big inputs, still direct (under 128 rows a partition) */
   rounds(16, 5); /* a cached builder of the same shape */
   rounds(16, 6);
   rounds_of(8, 7, true); /* staged */
