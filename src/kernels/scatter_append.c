@@ -571,6 +571,24 @@ void fsh_partition_builder_view_column(const fsh_partition_builder *pb, int32_t 
       .null_count = col->nulls};
 }
 
+static void prefetch_range(const uint8_t *p, int64_t n, int64_t *budget) {
+  if (!p) return;
+  if (n > *budget) n = *budget;
+  for (int64_t at = 0; at < n; at += 64) __builtin_prefetch((const void *)(p + at), 0);
+  *budget -= n;
+}
+
+void fsh_partition_builder_prefetch(const fsh_partition_builder *pb, int32_t partition,
+                                    int64_t max_bytes) {
+  if (partition < 0 || partition >= pb->n_p || pb->rows[partition] == 0) return;
+  for (int64_t c = 0; c < pb->n_cols && max_bytes > 0; c++) {
+    const pb_col *col = &pb->cols[(int64_t)partition * pb->n_cols + c];
+    if (col->nulls) prefetch_range(col->bits.p, col->bits.size, &max_bytes);
+    prefetch_range(col->vals.p, col->vals.size, &max_bytes);
+    prefetch_range(col->data.p, col->data.size, &max_bytes);
+  }
+}
+
 void fsh_partition_builder_drop_rows(fsh_partition_builder *pb, int32_t partition) {
   if (pb->rows[partition] == 0) return;
   pb->taken[partition] = true; /* emptied by the next append to it (views may be alive) */

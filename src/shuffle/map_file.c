@@ -702,6 +702,10 @@ static int build_index(fsh_map_file_writer *w, int64_t data_end, fsh_buffer **ou
   return 0;
 }
 
+/* Partitions of at most this many builder bytes have them prefetched at
+ * close, one partition ahead (larger ones stream well on their own). */
+#define PREFETCH_BLOCK_BYTES ((int64_t)16 << 10)
+
 int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_error *err) {
   if (w->failed) {
     int rc = fsh_error_set(err, w->failed, "nothing was kept: the writer failed earlier: %s",
@@ -711,7 +715,17 @@ int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_e
   }
   fsh_map_output m = {0};
   int rc = fsh_map_output_alloc(&m, w->shuffle_id, w->map_id, w->attempt, w->n_partitions, err);
-  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) rc = flush_partition(w, i, true, err);
+  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) {
+    /* small blocks (many partitions) are copied from builder memory that
+     * is out of L2 by now, a few hundred bytes per buffer: the next
+     * partition's lines are asked for while this one is copied (1000
+     * partitions, 2 MiB maps, one thread, caches flushed between maps:
+     * the close's CPU -10%) */
+    if (w->pb && i + 1 < w->n_partitions && w->parts[i + 1].built > 0 &&
+        w->parts[i + 1].built <= PREFETCH_BLOCK_BYTES)
+      fsh_partition_builder_prefetch(w->pb, i + 1, PREFETCH_BLOCK_BYTES);
+    rc = flush_partition(w, i, true, err);
+  }
   int64_t data_end = w->sink.position;
   fsh_buffer *index = NULL;
   if (rc == 0) {
