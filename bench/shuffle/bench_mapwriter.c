@@ -109,7 +109,8 @@ int main(int argc, char **argv) {
   }
   size_t junk_n = (size_t)32 << 20;
   uint8_t *junk = malloc(junk_n);
-  double *t_rows = calloc((size_t)maps, sizeof *t_rows), *t_close = calloc((size_t)maps, sizeof *t_close);
+  double *t_rows = calloc((size_t)maps, sizeof *t_rows);
+  double *t_close = calloc((size_t)maps, sizeof *t_close);
   fsh_batch **outs = calloc((size_t)P, sizeof *outs);
   if (!junk || !t_rows || !t_close || !outs) die("out of memory", NULL);
   memset(junk, 1, junk_n);

@@ -456,7 +456,8 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     /* the destinations' prefetch (scatter_flat.c): not with many
      * partitions, whose few rows each go to lines touched a few rows
      * before (1000 partitions: no gain in a cluster, a cost alone) */
-    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes, pb->n_p < DIRECT_PREFETCH_MAX_PARTITIONS);
+    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes,
+                         pb->n_p < DIRECT_PREFETCH_MAX_PARTITIONS);
     for (int32_t p = 0; p < pb->n_p; p++)
       if (sp->count[p]) pb->cols[(int64_t)p * pb->n_cols + c].data.size = bytes[p];
     return 0;

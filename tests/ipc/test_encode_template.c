@@ -270,7 +270,8 @@ static void test_batch_metadata_lent(void) {
     fsh_ipc_node nodes[3];
     fsh_ipc_range bufs[8];
     int64_t rows = (int64_t)((r >> 20) % 100000), at = 0;
-    for (int64_t k = 0; k < nn; k++) nodes[k] = (fsh_ipc_node){rows, (int64_t)((r >> (k + 3)) % (uint64_t)(rows + 1))};
+    for (int64_t k = 0; k < nn; k++)
+      nodes[k] = (fsh_ipc_node){rows, (int64_t)((r >> (k + 3)) % (uint64_t)(rows + 1))};
     for (int64_t k = 0; k < nb; k++) {
       int64_t n = (int64_t)((r >> (2 * k + 1)) % 5000) / 8 * 8;
       bufs[k] = (fsh_ipc_range){at, n};
@@ -294,7 +295,8 @@ static void test_batch_metadata_lent(void) {
    * with nothing lent, or -- when only keeping the template failed -- the
    * built bytes, right; nothing leaks (ASan) */
   fsh_ipc_node nodes[3] = {{10, 0}, {10, 1}, {10, 2}};
-  fsh_ipc_range bufs[8] = {{0, 0}, {0, 80}, {80, 8}, {88, 80}, {168, 8}, {176, 48}, {224, 64}, {288, 0}};
+  fsh_ipc_range bufs[8] = {{0, 0},    {0, 80},    {80, 8},    {88, 80},
+                           {168, 8},  {176, 48},  {224, 64},  {288, 0}};
   fsh_ipc_encoder *ref = NULL;
   fsh_buffer *want = NULL;
   CHECK_OK(fsh_ipc_encoder_new(syn, NULL, &ref, &err));
