@@ -13,6 +13,10 @@
  *
  *   build/bench_map [--bytes N] [--runs R] [--maps M] [--partitions P]
  *                   [--memory-limit B] [--dir DIR] [--batch-rows N (65536)]
+ *                   [--only-task]
+ *
+ * --only-task runs the flight map task alone (no stage loop, no memory
+ * backend, no memcpy baseline: for a profile of the map task only).
  *
  * Verification (not timed): the whole map task's per-partition row
  * checksums equal the stage loop's, and reading every partition back from
@@ -70,6 +74,7 @@ typedef struct config {
   int32_t partitions, batch_rows;
   int64_t memory_limit;
   const char *dir;
+  bool only_task;
 } config;
 
 static fsh_map_task task_of(const config *c, int64_t rows_per_map, int m, uint64_t shuffle_id,
@@ -188,9 +193,10 @@ int main(int argc, char **argv) {
     else if (v && strcmp(a, "--memory-limit") == 0) c.memory_limit = (int64_t)parse_bytes(v), i++;
     else if (v && strcmp(a, "--dir") == 0) c.dir = v, i++;
     else if (v && strcmp(a, "--batch-rows") == 0) c.batch_rows = atoi(v), i++;
+    else if (strcmp(a, "--only-task") == 0) c.only_task = true;
     else {
       fprintf(stderr, "usage: bench_map [--bytes N] [--runs R] [--maps M] [--partitions P] "
-                      "[--memory-limit B] [--dir DIR] [--batch-rows N]\n");
+                      "[--memory-limit B] [--dir DIR] [--batch-rows N] [--only-task]\n");
       return 2;
     }
   }
@@ -243,7 +249,7 @@ int main(int argc, char **argv) {
     memset(sums, 0, sizeof *sums * (size_t)c.partitions);
     memset(scalar_sums, 0, sizeof *scalar_sums * (size_t)c.partitions);
     memset(avx2_sums, 0, sizeof *avx2_sums * (size_t)c.partitions);
-    for (int m = 0; m < c.maps; m++) {
+    for (int m = 0; m < c.maps && !c.only_task; m++) {
       fsh_map_task t = task_of(&c, rows_per_map, m, shuffle_id, FSH_TASK_BACKEND_FLIGHT);
       stage_loop(&c, fl, schema, &t, s, sums, scalar_sums, avx2_sums);
     }
@@ -254,7 +260,7 @@ int main(int argc, char **argv) {
       if (fsh_map_task_run(fl, &t, &res[m], &err) != 0) die("map task", &err);
       s[ST_TASK] += cpu_now() - t0;
     }
-    for (int32_t p = 0; p < c.partitions; p++) {
+    for (int32_t p = 0; p < c.partitions && !c.only_task; p++) {
       uint64_t x = 0;
       for (int m = 0; m < c.maps; m++) x += res[m].row_checksums[p];
       verified &= x == sums[p] && x == scalar_sums[p] && x == avx2_sums[p];
@@ -262,7 +268,7 @@ int main(int argc, char **argv) {
     if (run == 0) verified &= verify(&c, fl, shuffle_id + 1, res);
     for (int m = 0; m < c.maps; m++) fsh_map_task_result_reset(&res[m]);
     if (fsh_shuffle_release(fl, shuffle_id + 1, &err) != 0) die("release", &err);
-    for (int m = 0; m < c.maps; m++) {
+    for (int m = 0; m < c.maps && !c.only_task; m++) {
       fsh_map_task t = task_of(&c, rows_per_map, m, shuffle_id + 2, FSH_TASK_BACKEND_MEMORY);
       double t0 = cpu_now();
       if (fsh_map_task_run(mem, &t, &res[m], &err) != 0) die("memory map task", &err);
@@ -271,7 +277,7 @@ int main(int argc, char **argv) {
     for (int m = 0; m < c.maps; m++) fsh_map_task_result_reset(&res[m]);
     if (fsh_shuffle_release(mem, shuffle_id + 2, &err) != 0) die("release", &err);
     double t0 = cpu_now();
-    for (double left = table_bytes; left > 0; left -= (double)chunk)
+    for (double left = c.only_task ? 0 : table_bytes; left > 0; left -= (double)chunk)
       memcpy(dst, src, left < (double)chunk ? (size_t)left : chunk);
     s[ST_MEMCPY] = cpu_now() - t0;
   }
@@ -283,15 +289,22 @@ int main(int argc, char **argv) {
   }
   printf("  %-34s %7s %7s %7s GB/s   (median vs memcpy)\n", "stage (table bytes / CPU s)",
          "min", "median", "max");
-  for (int k = 0; k < N_ST; k++) bench_print(k_names[k], st[k], st[ST_MEMCPY].med, "memcpy");
-  printf("result: name=bench_map verified=%s maps=%d partitions=%d bytes=%.0f "
-         "gen_gbps=%.3f hash_gbps=%.3f sums_gbps=%.3f sums_avx2_gbps=%.3f sums_scalar_gbps=%.3f "
-         "scatter_gbps=%.3f write_gbps=%.3f "
-         "task_gbps=%.3f mem_task_gbps=%.3f memcpy_gbps=%.3f task_vs_memcpy=%.3f\n",
-         verified ? "yes" : "no", c.maps, c.partitions, table_bytes, st[ST_GEN].med,
-         st[ST_HASH].med, st[ST_SUM].med, st[ST_SUM_AVX2].med, st[ST_SUM_SCALAR].med, st[ST_SCATTER].med, st[ST_WRITE].med,
-         st[ST_TASK].med, st[ST_MEM_TASK].med, st[ST_MEMCPY].med,
-         st[ST_TASK].med / st[ST_MEMCPY].med);
+  if (c.only_task) { /* the one stage timed */
+    bench_print(k_names[ST_TASK], st[ST_TASK], st[ST_TASK].med, "itself");
+    printf("result: name=bench_map verified=%s maps=%d partitions=%d bytes=%.0f only_task=yes "
+           "task_gbps=%.3f\n", verified ? "yes" : "no", c.maps, c.partitions, table_bytes,
+           st[ST_TASK].med);
+  } else {
+    for (int k = 0; k < N_ST; k++) bench_print(k_names[k], st[k], st[ST_MEMCPY].med, "memcpy");
+    printf("result: name=bench_map verified=%s maps=%d partitions=%d bytes=%.0f "
+           "gen_gbps=%.3f hash_gbps=%.3f sums_gbps=%.3f sums_avx2_gbps=%.3f sums_scalar_gbps=%.3f "
+           "scatter_gbps=%.3f write_gbps=%.3f "
+           "task_gbps=%.3f mem_task_gbps=%.3f memcpy_gbps=%.3f task_vs_memcpy=%.3f\n",
+           verified ? "yes" : "no", c.maps, c.partitions, table_bytes, st[ST_GEN].med,
+           st[ST_HASH].med, st[ST_SUM].med, st[ST_SUM_AVX2].med, st[ST_SUM_SCALAR].med, st[ST_SCATTER].med, st[ST_WRITE].med,
+           st[ST_TASK].med, st[ST_MEM_TASK].med, st[ST_MEMCPY].med,
+           st[ST_TASK].med / st[ST_MEMCPY].med);
+  }
   free(secs), free(sums), free(scalar_sums), free(avx2_sums), free(res), free(src), free(dst);
   fsh_shuffle_backend_destroy(fl);
   fsh_shuffle_backend_destroy(mem);

@@ -238,6 +238,12 @@ typedef struct fsh_partition_builder_view {
 } fsh_partition_builder_view;
 void fsh_partition_builder_view_column(const fsh_partition_builder *pb, int32_t partition,
                                        int64_t column, fsh_partition_builder_view *out);
+/* A hint: partition p's bytes (every column's buffers, up to the first
+ * max_bytes of them) are about to be read -- cache-line prefetches, no
+ * other effect. A writer that copies partitions out one after the other
+ * asks for the next one's while it copies the current one. */
+void fsh_partition_builder_prefetch(const fsh_partition_builder *pb, int32_t partition,
+                                    int64_t max_bytes);
 /* Empties partition p as take does, without a batch: the views above
  * stay valid until the next append to, take of or free of the builder. */
 void fsh_partition_builder_drop_rows(fsh_partition_builder *pb, int32_t partition);

@@ -49,6 +49,8 @@ struct fsh_ipc_encoder {
     int64_t size, n_nodes, n_buffers;
     int64_t at_length, at_body_length, at_nodes, at_buffers; /* byte positions */
   } rb;
+  fsh_buffer *md_built; /* fsh_ipc_encoder_batch_metadata's last answer when no
+                           template could be kept (else NULL) */
 };
 
 void fsh_ipc_write_options_init(fsh_ipc_write_options *o) {
@@ -130,6 +132,7 @@ void fsh_ipc_encoder_free(fsh_ipc_encoder *e) {
   fsh_free(e->buffers);
   for (int i = 0; i < FSH_IPC_ALIGN; i++) fsh_buffer_unref(e->pads[i]);
   fsh_free(e->rb.bytes);
+  fsh_buffer_unref(e->md_built);
   fsh_buffer_unref(e->zeros);
   fsh_schema_unref(e->schema);
   fsh_free(e);
@@ -225,14 +228,12 @@ static void rb_template_keep(fsh_ipc_encoder *e, const fsh_buffer *md, int64_t n
 
 /* The metadata of a record batch message from the template, or NULL when
  * there is none of this shape (or no memory: the builder then runs). */
-static fsh_buffer *rb_template_use(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
-                                   int64_t n_nodes, const fsh_ipc_range *buffers,
-                                   int64_t n_buffers, int64_t body_length) {
-  if (!e->rb.bytes || e->rb.n_nodes != n_nodes || e->rb.n_buffers != n_buffers) return NULL;
-  fsh_buffer *md = fsh_buffer_new(e->rb.size, false);
-  if (!md) return NULL;
-  uint8_t *m = md->data;
-  memcpy(m, e->rb.bytes, (size_t)e->rb.size);
+/* Writes the numbers of a message of this layout into m, a copy of the
+ * template (every number that differs between messages of one shape). */
+static void rb_template_patch(const fsh_ipc_encoder *e, uint8_t *m, int64_t length,
+                              const fsh_ipc_node *nodes, int64_t n_nodes,
+                              const fsh_ipc_range *buffers, int64_t n_buffers,
+                              int64_t body_length) {
   fsh_store_le64(m + e->rb.at_length, (uint64_t)length);
   fsh_store_le64(m + e->rb.at_body_length, (uint64_t)body_length);
   for (int64_t i = 0; i < n_nodes; i++) {
@@ -243,21 +244,53 @@ static fsh_buffer *rb_template_use(fsh_ipc_encoder *e, int64_t length, const fsh
     fsh_store_le64(m + e->rb.at_buffers + 16 * i, (uint64_t)buffers[i].offset);
     fsh_store_le64(m + e->rb.at_buffers + 16 * i + 8, (uint64_t)buffers[i].length);
   }
+}
+
+static bool rb_template_fits(const fsh_ipc_encoder *e, int64_t n_nodes, int64_t n_buffers) {
+  return e->rb.bytes && e->rb.n_nodes == n_nodes && e->rb.n_buffers == n_buffers;
+}
+
+static fsh_buffer *rb_template_use(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
+                                   int64_t n_nodes, const fsh_ipc_range *buffers,
+                                   int64_t n_buffers, int64_t body_length) {
+  if (!rb_template_fits(e, n_nodes, n_buffers)) return NULL;
+  fsh_buffer *md = fsh_buffer_new(e->rb.size, false);
+  if (!md) return NULL;
+  memcpy(md->data, e->rb.bytes, (size_t)e->rb.size);
+  rb_template_patch(e, md->data, length, nodes, n_nodes, buffers, n_buffers, body_length);
   return md;
 }
 
+/* With a template: patched in place (its numbers are all rewritten by
+ * every use, so it stays the template) and lent out -- no allocation or
+ * copy per message (a map task at 1000 partitions asks for 1000). */
 int fsh_ipc_encoder_batch_metadata(fsh_ipc_encoder *e, int64_t length, const fsh_ipc_node *nodes,
                                    int64_t n_nodes, const fsh_ipc_range *buffers,
-                                   int64_t n_buffers, int64_t body_length, fsh_buffer **out,
-                                   fsh_error *err) {
-  *out = rb_template_use(e, length, nodes, n_nodes, buffers, n_buffers, body_length);
-  if (*out) return 0;
-  fsh_fbb *b = &e->fbb;
-  fsh_fbb_clear(b);
-  fsh_fb_ref rb = fsh_ipc_build_record_batch(b, length, nodes, n_nodes, buffers, n_buffers,
-                                             e->opts.compression);
-  FSH_RETURN_NOT_OK(fsh_ipc_finish_message(b, FSH_IPC_RECORD_BATCH, rb, body_length, out, err));
-  rb_template_keep(e, *out, n_nodes, n_buffers);
+                                   int64_t n_buffers, int64_t body_length,
+                                   const uint8_t **bytes, int64_t *size, fsh_error *err) {
+  *bytes = NULL;
+  *size = 0;
+  fsh_buffer_unref(e->md_built);
+  e->md_built = NULL;
+  if (!rb_template_fits(e, n_nodes, n_buffers)) {
+    fsh_buffer *md = NULL;
+    fsh_fbb *b = &e->fbb;
+    fsh_fbb_clear(b);
+    fsh_fb_ref rb = fsh_ipc_build_record_batch(b, length, nodes, n_nodes, buffers, n_buffers,
+                                               e->opts.compression);
+    FSH_RETURN_NOT_OK(fsh_ipc_finish_message(b, FSH_IPC_RECORD_BATCH, rb, body_length, &md, err));
+    rb_template_keep(e, md, n_nodes, n_buffers);
+    if (!rb_template_fits(e, n_nodes, n_buffers)) { /* no template: lend the built bytes */
+      e->md_built = md;
+      *bytes = md->data;
+      *size = md->size;
+      return 0;
+    }
+    fsh_buffer_unref(md); /* the template is a copy of it */
+  }
+  rb_template_patch(e, e->rb.bytes, length, nodes, n_nodes, buffers, n_buffers, body_length);
+  *bytes = e->rb.bytes;
+  *size = e->rb.size;
   return 0;
 }
 

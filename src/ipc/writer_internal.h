@@ -49,12 +49,15 @@ FSH_NODISCARD int fsh_ipc_finish_message(fsh_fbb *b, fsh_ipc_message_type header
  * fsh_ipc_encode_batch makes for a batch of that layout (from the
  * encoder's template of the last message's shape, or built: encoder.c).
  * For callers that lay out a body themselves (the map-output writer,
- * straight from partition builders). ENOMEM only. */
+ * straight from partition builders). The bytes (*bytes, *size) are lent:
+ * they belong to the encoder and hold until its next call or free (no
+ * allocation per message once it has a template). ENOMEM only (then
+ * *bytes is NULL). */
 FSH_NODISCARD int fsh_ipc_encoder_batch_metadata(fsh_ipc_encoder *e, int64_t length,
                                                  const fsh_ipc_node *nodes, int64_t n_nodes,
                                                  const fsh_ipc_range *buffers, int64_t n_buffers,
-                                                 int64_t body_length, fsh_buffer **out,
-                                                 fsh_error *err);
+                                                 int64_t body_length, const uint8_t **bytes,
+                                                 int64_t *size, fsh_error *err);
 
 /* Encodes a standalone Schema message (no body). */
 FSH_NODISCARD int fsh_ipc_encode_schema_message(const fsh_schema *s, fsh_buffer **out,

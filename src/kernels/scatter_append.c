@@ -332,6 +332,8 @@ static int append_validity(fsh_partition_builder *pb, const scatter_plan *sp, in
 #define STAGE_MIN_PARTITIONS 8
 #define STAGE_MIN_ROWS 128
 
+#define DIRECT_PREFETCH_MAX_PARTITIONS 256
+
 static bool staged(const fsh_partition_builder *pb, const scatter_plan *sp) {
   return pb->n_p >= STAGE_MIN_PARTITIONS && sp->n >= STAGE_MIN_ROWS * (int64_t)pb->n_p;
 }
@@ -451,7 +453,11 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     if (!staged(pb, sp)) bytes[p] = col->data.size; /* from here on: the write position */
   }
   if (!staged(pb, sp)) {
-    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes);
+    /* the destinations' prefetch (scatter_flat.c): not with many
+     * partitions, whose few rows each go to lines touched a few rows
+     * before (1000 partitions: no gain in a cluster, a cost alone) */
+    fsh_kern_push_binary(sp, a, w, pb->dst, pb->dst2, bytes,
+                         pb->n_p < DIRECT_PREFETCH_MAX_PARTITIONS);
     for (int32_t p = 0; p < pb->n_p; p++)
       if (sp->count[p]) pb->cols[(int64_t)p * pb->n_cols + c].data.size = bytes[p];
     return 0;
@@ -474,7 +480,7 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     pb->sd2[p] = pb->stage + data_at + pb->st2[p];
     pb->pos[p] = 0;
   }
-  fsh_kern_push_binary(sp, a, w, pb->sd, pb->sd2, pb->pos);
+  fsh_kern_push_binary(sp, a, w, pb->sd, pb->sd2, pb->pos, false);
   for (int32_t p = 0; p < pb->n_p; p++) {
     if (!sp->count[p]) continue;
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
@@ -564,6 +570,24 @@ void fsh_partition_builder_view_column(const fsh_partition_builder *pb, int32_t 
       .data = bin ? col->data.p : NULL,
       .data_bytes = bin ? col->data.size : 0,
       .null_count = col->nulls};
+}
+
+static void prefetch_range(const uint8_t *p, int64_t n, int64_t *budget) {
+  if (!p) return;
+  if (n > *budget) n = *budget;
+  for (int64_t at = 0; at < n; at += 64) __builtin_prefetch((const void *)(p + at), 0);
+  *budget -= n;
+}
+
+void fsh_partition_builder_prefetch(const fsh_partition_builder *pb, int32_t partition,
+                                    int64_t max_bytes) {
+  if (partition < 0 || partition >= pb->n_p || pb->rows[partition] == 0) return;
+  for (int64_t c = 0; c < pb->n_cols && max_bytes > 0; c++) {
+    const pb_col *col = &pb->cols[(int64_t)partition * pb->n_cols + c];
+    if (col->nulls) prefetch_range(col->bits.p, col->bits.size, &max_bytes);
+    prefetch_range(col->vals.p, col->vals.size, &max_bytes);
+    prefetch_range(col->data.p, col->data.size, &max_bytes);
+  }
 }
 
 void fsh_partition_builder_drop_rows(fsh_partition_builder *pb, int32_t partition) {

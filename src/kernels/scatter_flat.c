@@ -98,14 +98,19 @@ static int scatter_validity(const scatter_plan *sp, fsh_array *a, fsh_array **ar
  * would reload them every row), a row's bytes copied 32 at a time
  * unconditionally while its 32 bytes stay inside the source buffer (no
  * branch on the random length; rows past that limit -- only the last few
- * -- take the exact copy), and the destination's next line prefetched a
- * few rows ahead (bench_map, 64 partitions: the store stage ~+10% CPU
- * throughput). */
+ * -- take the exact copy), and, when `prefetch`, the destination's next
+ * line prefetched a few rows ahead: for destinations not in cache (new
+ * buffers: fsh_scatter). The partition builders' destinations are a
+ * cache-resident staging buffer or (many partitions, few rows each)
+ * builder lines touched a few rows earlier: there the prefetch's three
+ * loads a row cost more than it saves (a 1000-partition push 2.13 -> 1.87
+ * ns a row, a 64-partition one 1.93 -> 1.55, warm destinations, one
+ * thread; no change in a loaded cluster's map phase). */
 #define PREFETCH_ROWS 16
 
 static inline __attribute__((always_inline)) void push_binary_w(
     const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst, uint8_t **data_dst,
-    int64_t *pos) {
+    int64_t *pos, bool prefetch) {
   const int32_t *restrict part = sp->part, *restrict slot = sp->slot;
   const int64_t n = sp->n;
   const uint8_t *offs = kern_buf(a, 1) + (int64_t)w * a->offset, *data = kern_buf(a, 2);
@@ -115,9 +120,10 @@ static inline __attribute__((always_inline)) void push_binary_w(
   for (int64_t i = 0; i < n; i++) {
     int64_t e = kern_read_offset(offs, i + 1, w), len = e - s;
     int32_t p = part[i];
-    if (i + PREFETCH_ROWS < n) { /* the line after the write position of a row's partition
-                                  * PREFETCH_ROWS rows ahead: the 64 destinations' lines are
-                                  * more streams than the hardware prefetcher follows */
+    if (prefetch && i + PREFETCH_ROWS < n) { /* the line after the write position of a row's
+                                              * partition PREFETCH_ROWS rows ahead: more
+                                              * destinations than the hardware prefetcher
+                                              * follows */
       int32_t q = part[i + PREFETCH_ROWS];
       __builtin_prefetch((const void *)((uintptr_t)data_dst[q] + (uintptr_t)pos[q] + 64), 1);
     }
@@ -142,11 +148,13 @@ static inline __attribute__((always_inline)) void push_binary_w(
 }
 
 void fsh_kern_push_binary(const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst,
-                          uint8_t **data_dst, int64_t *pos) {
-  if (w == 4)
-    push_binary_w(sp, a, 4, offs_dst, data_dst, pos);
+                          uint8_t **data_dst, int64_t *pos, bool prefetch) {
+  if (w == 4 && prefetch)
+    push_binary_w(sp, a, 4, offs_dst, data_dst, pos, true);
+  else if (w == 4)
+    push_binary_w(sp, a, 4, offs_dst, data_dst, pos, false);
   else
-    push_binary_w(sp, a, 8, offs_dst, data_dst, pos);
+    push_binary_w(sp, a, 8, offs_dst, data_dst, pos, prefetch);
 }
 
 /* Per-partition byte totals of a binary column, then its buffers. */
@@ -195,7 +203,7 @@ static int scatter_binary(const scatter_plan *sp, const fsh_field *f, fsh_array 
     data_dst[p] = arr[p] ? arr[p]->buffers[2]->data : NULL;
   }
   memset(pos, 0, sizeof *pos * (size_t)sp->n_p);
-  fsh_kern_push_binary(sp, a, w, dst, data_dst, pos);
+  fsh_kern_push_binary(sp, a, w, dst, data_dst, pos, true);
   for (int32_t p = 0; p < sp->n_p; p++) { /* zero the spare bytes, set the real size */
     if (!arr[p]) continue;
     memset(data_dst[p] + pos[p], 0, 32);

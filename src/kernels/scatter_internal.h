@@ -35,11 +35,12 @@ FSH_NODISCARD int fsh_kern_scatter_flat(const scatter_plan *sp, const fsh_field 
  * (scatter_append.c): each row's value to dst[part] + width * slot; each
  * binary row's bytes to data_dst[part] + pos[part] (pos advanced; 32
  * spare bytes past every destination's end) and its end offset pos[part]
- * to offs_dst[part] + w * (slot + 1), w the offset width 4 or 8. */
+ * to offs_dst[part] + w * (slot + 1), w the offset width 4 or 8;
+ * `prefetch`: destinations likely not in cache (see scatter_flat.c). */
 void fsh_kern_push_fixed(const scatter_plan *sp, const uint8_t *src, int64_t off, int64_t width,
                          uint8_t **dst);
 void fsh_kern_push_binary(const scatter_plan *sp, const fsh_array *a, int w, uint8_t **offs_dst,
-                          uint8_t **data_dst, int64_t *pos);
+                          uint8_t **data_dst, int64_t *pos, bool prefetch);
 
 /* The n <= 64 bits of a bitmap from bit `at`, in the low bits (the others
  * zero); reads only the bytes those bits are in. */

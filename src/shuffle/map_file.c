@@ -75,8 +75,10 @@ typedef struct part_buf {
   XXH3_state_t *hash;    /* over the partition's blocks; NULL until needed */
   bool single;           /* one block, written at close: its checksum is the */
   uint64_t single_sum;   /* partition's (the same bytes), hashed once */
-  fsh_map_file_block *blocks;
+  fsh_map_file_block *blocks; /* &first while there is room in it */
   int64_t n_blocks, cap_blocks;
+  fsh_map_file_block first;   /* a partition's first block, in place (at 1000
+                                 partitions most have one: no list to allocate) */
   bool finished;         /* finish_partition: nothing more may come */
 } part_buf;
 
@@ -259,6 +261,25 @@ static int writer_fail(fsh_map_file_writer *w, int rc, fsh_error *err) {
   return rc;
 }
 
+/* Room for one more block in p's list: the first in place, then a list
+ * that doubles (from 4). ENOMEM, nothing changed, when it cannot grow. */
+static int part_block_room(part_buf *p) {
+  if (p->n_blocks < p->cap_blocks) return 0;
+  if (p->cap_blocks == 0) {
+    p->blocks = &p->first;
+    p->cap_blocks = 1;
+    return 0;
+  }
+  int64_t cap = p->cap_blocks < 4 ? 4 : p->cap_blocks * 2;
+  bool in_place = p->blocks == &p->first;
+  fsh_map_file_block *nb = fsh_realloc(in_place ? NULL : p->blocks, sizeof *nb * (size_t)cap);
+  if (!nb) return ENOMEM;
+  if (in_place) nb[0] = p->first;
+  p->blocks = nb;
+  p->cap_blocks = cap;
+  return 0;
+}
+
 /* The partition's checksum: of all its blocks' bytes, in order. */
 static uint64_t part_checksum(const part_buf *p) {
   return p->hash ? XXH3_64bits_digest(p->hash) : p->single ? p->single_sum : XXH3_64bits(NULL, 0);
@@ -321,18 +342,18 @@ static int write_built(fsh_map_file_writer *w, int32_t pi, fsh_output *o, int64_
     if (is_binary_type(w->schema->fields[c].type)) ADD_BUFFER(v.data, v.data_bytes);
   }
 #undef ADD_BUFFER
-  fsh_buffer *md = NULL;
+  const uint8_t *md = NULL; /* lent by the encoder until its next call */
+  int64_t mlen = 0;
   FSH_RETURN_NOT_OK(fsh_ipc_encoder_batch_metadata(w->enc, rows, w->nodes, n_cols, w->ranges, nb,
-                                                   body, &md, err));
-  int64_t mlen = md->size, mpad = (mlen + 7) / 8 * 8 - mlen;
+                                                   body, &md, &mlen, err));
+  int64_t mpad = (mlen + 7) / 8 * 8 - mlen;
   uint8_t prefix[8];
   put_u32(prefix, FSH_IPC_CONTINUATION);
   put_u32(prefix + 4, (uint32_t)(mlen + mpad));
   w->iov[0] = (struct iovec){prefix, 8};
-  w->iov[1] = (struct iovec){md->data, (size_t)mlen};
+  w->iov[1] = (struct iovec){(void *)md, (size_t)mlen};
   w->iov[2] = (struct iovec){(void *)zeros, (size_t)mpad}; /* 0 bytes: skipped by the writes */
   int rc = o->writev(o, w->iov, k, err);
-  fsh_buffer_unref(md);
   if (rc != 0) return rc;
   fsh_partition_builder_drop_rows(w->pb, pi);
   *rows_out = rows;
@@ -369,15 +390,7 @@ static int flush_partition(fsh_map_file_writer *w, int32_t pi, bool last, fsh_er
   }
   if (p->n == 0 && !built_only) return 0;
   bool single = last && p->n_blocks == 0;
-  if (p->n_blocks == p->cap_blocks) {
-    int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
-    fsh_map_file_block *nb = fsh_realloc(p->blocks, sizeof *nb * (size_t)cap);
-    if (!nb) rc = fsh_error_set(err, ENOMEM, "out of memory for the block list");
-    if (nb) {
-      p->blocks = nb;
-      p->cap_blocks = cap;
-    }
-  }
+  if (part_block_room(p) != 0) rc = fsh_error_set(err, ENOMEM, "out of memory for the block list");
   if (rc == 0 && !single && !p->hash && !(p->hash = hash_state_new()))
     rc = fsh_error_set(err, ENOMEM, "out of memory for a checksum state");
   fsh_ipc_encoder *enc = w->enc;
@@ -455,13 +468,8 @@ int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
                          w->what, partition);
   FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
   part_buf *p = &w->parts[partition];
-  if (p->n_blocks == p->cap_blocks) {
-    int64_t cap = p->cap_blocks ? p->cap_blocks * 2 : 4;
-    fsh_map_file_block *nb = fsh_realloc(p->blocks, sizeof *nb * (size_t)cap);
-    if (!nb) return fsh_error_set(err, ENOMEM, "%s: out of memory for the block list", w->what);
-    p->blocks = nb;
-    p->cap_blocks = cap;
-  }
+  if (part_block_room(p) != 0)
+    return fsh_error_set(err, ENOMEM, "%s: out of memory for the block list", w->what);
   if (!p->hash && !(p->hash = hash_state_new()))
     return fsh_error_set(err, ENOMEM, "%s: out of memory for a checksum state", w->what);
   tee_ctx t = {&w->sink, p->hash, NULL};
@@ -620,7 +628,7 @@ static void free_writer(fsh_map_file_writer *w) {
       part_buf *p = &w->parts[i];
       part_clear_buffer(w, p);
       fsh_free(p->batches);
-      fsh_free(p->blocks);
+      if (p->blocks != &p->first) fsh_free(p->blocks);
       if (p->hash) fsh_aligned_free(p->hash, sizeof(XXH3_state_t));
     }
     fsh_free(w->parts);
@@ -694,6 +702,10 @@ static int build_index(fsh_map_file_writer *w, int64_t data_end, fsh_buffer **ou
   return 0;
 }
 
+/* Partitions of at most this many builder bytes have them prefetched at
+ * close, one partition ahead (larger ones stream well on their own). */
+#define PREFETCH_BLOCK_BYTES ((int64_t)16 << 10)
+
 int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_error *err) {
   if (w->failed) {
     int rc = fsh_error_set(err, w->failed, "nothing was kept: the writer failed earlier: %s",
@@ -703,7 +715,17 @@ int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_output *out, fsh_e
   }
   fsh_map_output m = {0};
   int rc = fsh_map_output_alloc(&m, w->shuffle_id, w->map_id, w->attempt, w->n_partitions, err);
-  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) rc = flush_partition(w, i, true, err);
+  for (int32_t i = 0; rc == 0 && i < w->n_partitions; i++) {
+    /* small blocks (many partitions) are copied from builder memory that
+     * is out of L2 by now, a few hundred bytes per buffer: the next
+     * partition's lines are asked for while this one is copied (1000
+     * partitions, 2 MiB maps, one thread, caches flushed between maps:
+     * the close's CPU -10%) */
+    if (w->pb && i + 1 < w->n_partitions && w->parts[i + 1].built > 0 &&
+        w->parts[i + 1].built <= PREFETCH_BLOCK_BYTES)
+      fsh_partition_builder_prefetch(w->pb, i + 1, PREFETCH_BLOCK_BYTES);
+    rc = flush_partition(w, i, true, err);
+  }
   int64_t data_end = w->sink.position;
   fsh_buffer *index = NULL;
   if (rc == 0) {

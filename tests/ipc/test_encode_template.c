@@ -126,11 +126,14 @@ static int compare_slices(fsh_batch *src, fsh_compression codec, int64_t step) {
 
 static void test_all_types(void) {
   fsh_batch *src = fsh_sample_all_types();
-  for (int c = 0; c < 3; c++) {
-    int templated = compare_slices(src, k_codecs[c], 1);
-    /* every message after the first has the shape of the one before */
-    CHECK_MSG(templated > 0, "codec %d: the template was never used", (int)k_codecs[c]);
-  }
+  /* Every message is compared byte for byte. Whether the template was
+   * used cannot be told by allocation counts here: the batch has
+   * dictionary columns, so a fresh encoder also writes its dictionary
+   * messages (5 payloads against the reused encoder's 1) and the counts
+   * are not comparable (this check always failed, unseen while main()
+   * returned 0 whatever failed); test_synthetic checks the template's
+   * use. */
+  for (int c = 0; c < 3; c++) (void)compare_slices(src, k_codecs[c], 1);
   fsh_batch_unref(src);
 }
 
@@ -234,10 +237,106 @@ static void test_alloc_failures(void) {
   fsh_schema_unref(syn);
 }
 
-int main(void) {
-  test_all_types();
-  test_synthetic();
-  test_shape_changes();
-  test_alloc_failures();
-  return 0;
+/* fsh_ipc_encoder_batch_metadata (the map writer's path: a body laid out
+ * by the caller) lends its bytes: from the template patched in place, or
+ * built. Reference: a fresh encoder's answer, which is always built by
+ * the flatbuffer builder. Layouts of two shapes (3 nodes / 8 buffers,
+ * 1 node / 3 buffers) alternate irregularly with random numbers, so the
+ * template is hit, missed and re-kept; the lent bytes must equal the
+ * reference every time, and an earlier answer's numbers never leak into
+ * a later one. */
+static void metadata_of(fsh_ipc_encoder *e, int64_t len, const fsh_ipc_node *nodes, int64_t nn,
+                        const fsh_ipc_range *bufs, int64_t nb, int64_t body, fsh_buffer **out) {
+  fsh_error err;
+  const uint8_t *bytes = NULL;
+  int64_t size = 0;
+  CHECK_OK(fsh_ipc_encoder_batch_metadata(e, len, nodes, nn, bufs, nb, body, &bytes, &size, &err));
+  CHECK(bytes != NULL && size > 0);
+  *out = fsh_buffer_new(size, false);
+  CHECK(*out != NULL);
+  memcpy((*out)->data, bytes, (size_t)size);
 }
+
+static void test_batch_metadata_lent(void) {
+  fsh_schema *syn = fsh_synthetic_schema();
+  fsh_error err;
+  fsh_ipc_encoder *e = NULL;
+  CHECK_OK(fsh_ipc_encoder_new(syn, NULL, &e, &err));
+  uint64_t r = 12345;
+  for (int i = 0; i < 200; i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    bool small = (r >> 60) % 3 == 0;
+    int64_t nn = small ? 1 : 3, nb = small ? 3 : 8;
+    fsh_ipc_node nodes[3];
+    fsh_ipc_range bufs[8];
+    int64_t rows = (int64_t)((r >> 20) % 100000), at = 0;
+    for (int64_t k = 0; k < nn; k++)
+      nodes[k] = (fsh_ipc_node){rows, (int64_t)((r >> (k + 3)) % (uint64_t)(rows + 1))};
+    for (int64_t k = 0; k < nb; k++) {
+      int64_t n = (int64_t)((r >> (2 * k + 1)) % 5000) / 8 * 8;
+      bufs[k] = (fsh_ipc_range){at, n};
+      at += n;
+    }
+    fsh_buffer *got = NULL, *want = NULL;
+    metadata_of(e, rows, nodes, nn, bufs, nb, at, &got);
+    fsh_ipc_encoder *fresh = NULL;
+    CHECK_OK(fsh_ipc_encoder_new(syn, NULL, &fresh, &err));
+    metadata_of(fresh, rows, nodes, nn, bufs, nb, at, &want);
+    fsh_ipc_encoder_free(fresh);
+    CHECK_EQ_INT(got->size, want->size);
+    CHECK_MSG(memcmp(got->data, want->data, (size_t)want->size) == 0,
+              "message %d (%lld nodes): the lent metadata differs from the builder's", i,
+              (long long)nn);
+    fsh_buffer_unref(got);
+    fsh_buffer_unref(want);
+  }
+  fsh_ipc_encoder_free(e);
+  /* allocation failures on a fresh encoder's first (built) answer: ENOMEM
+   * with nothing lent, or -- when only keeping the template failed -- the
+   * built bytes, right; nothing leaks (ASan) */
+  fsh_ipc_node nodes[3] = {{10, 0}, {10, 1}, {10, 2}};
+  fsh_ipc_range bufs[8] = {{0, 0},    {0, 80},    {80, 8},    {88, 80},
+                           {168, 8},  {176, 48},  {224, 64},  {288, 0}};
+  fsh_ipc_encoder *ref = NULL;
+  fsh_buffer *want = NULL;
+  CHECK_OK(fsh_ipc_encoder_new(syn, NULL, &ref, &err));
+  metadata_of(ref, 10, nodes, 3, bufs, 8, 288, &want);
+  fsh_ipc_encoder_free(ref);
+  int ok = 0, failed = 0, untemplated = 0;
+  for (int64_t n = 1; n < 30; n++) {
+    fsh_ipc_encoder *f = NULL;
+    CHECK_OK(fsh_ipc_encoder_new(syn, NULL, &f, &err));
+    const uint8_t *bytes = (const uint8_t *)"x";
+    int64_t size = -1;
+    fsh_alloc_fail_after(n, false);
+    int rc = fsh_ipc_encoder_batch_metadata(f, 10, nodes, 3, bufs, 8, 288, &bytes, &size, &err);
+    fsh_alloc_fail_after(0, false);
+    if (rc == 0) {
+      ok++;
+      CHECK_EQ_INT(size, want->size);
+      CHECK(memcmp(bytes, want->data, (size_t)size) == 0);
+      /* and the next answer (template or not) is right too */
+      fsh_buffer *again = NULL;
+      int64_t c0 = fsh_alloc_count();
+      const uint8_t *b2 = NULL;
+      int64_t s2 = 0;
+      CHECK_OK(fsh_ipc_encoder_batch_metadata(f, 10, nodes, 3, bufs, 8, 288, &b2, &s2, &err));
+      if (fsh_alloc_count() > c0) untemplated++; /* built again: no template was kept */
+      metadata_of(f, 10, nodes, 3, bufs, 8, 288, &again);
+      CHECK(again->size == want->size && memcmp(again->data, want->data, (size_t)want->size) == 0);
+      fsh_buffer_unref(again);
+    } else {
+      failed++;
+      CHECK_EQ_INT(rc, ENOMEM);
+      CHECK(bytes == NULL && size == 0);
+    }
+    fsh_ipc_encoder_free(f);
+  }
+  CHECK(ok > 0 && failed > 0);
+  CHECK_MSG(untemplated > 0, "no failure point where only keeping the template failed");
+  fsh_buffer_unref(want);
+  fsh_schema_unref(syn);
+}
+
+FSH_TEST_MAIN(TEST(test_all_types), TEST(test_synthetic), TEST(test_shape_changes),
+              TEST(test_alloc_failures), TEST(test_batch_metadata_lent))

@@ -113,6 +113,10 @@ static void rounds_of(int32_t n_p, uint64_t seed, bool big) {
       if (q->n < MAX_ROWS) q->batch[q->n] = bi, q->row[q->n] = i, q->n++;
     }
     snprintf(what, sizeof what, "%d partitions, round %d", n_p, round);
+    /* prefetch hints change nothing (whole, partial, out of range) */
+    fsh_partition_builder_prefetch(pb, -1, 1 << 20);
+    fsh_partition_builder_prefetch(pb, n_p, 1 << 20);
+    for (int32_t p = 0; p < n_p; p++) fsh_partition_builder_prefetch(pb, p, p % 2 ? 1 << 20 : 100);
     for (int32_t p = 0; p < n_p; p++)
       if (kh_rand(&st) % 3 == 0 || pend[p].n > MAX_ROWS / 2) check_take(pb, p, ins, &pend[p], what);
   }
@@ -129,6 +133,8 @@ static void test_builder_rounds(void) {
   rounds(3, 2);
   rounds(16, 3);
   rounds(200, 4);
+  rounds(1000, 9); /* many partitions: direct pushes without the prefetch */
+  rounds_of(300, 10, true); /* big inputs, still direct (under 128 rows a partition) */
   rounds(16, 5); /* a cached builder of the same shape */
   rounds(16, 6);
   rounds_of(8, 7, true); /* staged */

@@ -2,12 +2,15 @@
  * reference computed in the test: the same synthetic batches generated
  * whole, partitioned by fsh_hash_columns + fsh_partition_hash over the
  * whole batch, row checksums by the scalar path over the whole batch. The
- * task maps a batch in slices of 16384 rows and, with 8 or more
+ * task maps a batch in equal slices of at least 16384 rows and 64 rows a
+ * partition (task_map.c, map_slice_rows) and, with 8 or more
  * partitions (and 128+ rows a partition in an append), stages the
- * builders' pushes (scatter_append.c): batches of
- * 40000 rows (slices 16384, 16384, 7232), a short last batch and a first
- * row inside the table make every slice shape, with 5 partitions (direct
- * pushes) and 37 (staged). Checked: rows, row checksums and bytes per
+ * builders' pushes (scatter_append.c): batches of 40000 rows (slices
+ * 20000, 20000 with 5 and 37 partitions; at 300 partitions 20000, 20000
+ * too, 66 rows a partition: direct pushes; at 700, whole batches), a
+ * short last batch and a first row inside the table make every slice
+ * shape, with 5 partitions (direct pushes), 37 (staged), 300 and 700
+ * (direct, many partitions). Checked: rows, row checksums and bytes per
  * partition, input rows and bytes, and every partition read back from the
  * flight backend (in-process worker) gives the reference's rows and row
  * checksum. The memory backend (whole batches, no builders) must give the
@@ -133,6 +136,8 @@ static void test_map_task_against_reference(void) {
   CHECK_OK(fsh_shuffle_memory_new(&memory, &err));
   one_shape(flight, memory, 1, 5);  /* direct pushes */
   one_shape(flight, memory, 2, 37); /* staged pushes */
+  one_shape(flight, memory, 3, 300); /* two slices of > 64 rows a partition */
+  one_shape(flight, memory, 4, 700); /* whole batches */
   fsh_shuffle_backend_destroy(flight);
   fsh_shuffle_backend_destroy(memory);
   fsh_shuffle_worker_stop(worker, 5000);
