@@ -28,6 +28,10 @@ FSH_NODISCARD int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *a
  * reference count, so a message of many pieces of a few buffers allocates
  * per buffer, not per piece: no app_metadata byte is copied. The same
  * bytes on the wire as fsh_flight_data_encode of their concatenation. */
+/* Pieces from this size on go out as slices on their buffers; shorter
+ * ones side by side are copied into one slice (a slice per piece of a few
+ * hundred bytes costs gRPC and the socket more than the copy). */
+#define FSH_FLIGHT_PIECE_SLICE_MIN 2048
 FSH_NODISCARD int fsh_flight_data_encode_pieces(const fsh_ipc_payload *p,
                                                 const fsh_flight_piece *pieces, int64_t n_pieces,
                                                 const fsh_flight_descriptor *d,

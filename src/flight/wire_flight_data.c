@@ -5,7 +5,9 @@
  * and small fields into one header slice and hands every body segment to
  * gRPC as its own slice pointing at our buffer (a reference held until gRPC
  * is done with it): no body byte is copied. An app_metadata given in pieces
- * (a worker's bundle of stored blocks) goes out the same way. Decoding walks the received
+ * (a worker's bundle of stored blocks) goes out the same way, except that
+ * runs of small pieces (headers and blocks under
+ * FSH_FLIGHT_PIECE_SLICE_MIN) are copied into one slice. Decoding walks the received
  * slices (varints may straddle them) and puts data_body into one buffer:
  * a reference on the gRPC slice when the body sits whole and 8-byte aligned
  * in one, else one copy into a 64-byte-aligned buffer. */
@@ -199,9 +201,27 @@ static int encode(const fsh_ipc_payload *p, const fsh_buffer *am, const fsh_flig
   /* The header is exactly as long as computed (the descriptor packs to its
    * computed size). */
   root_slices rs = {.n = 0};
-  for (int64_t i = n_folded; i < n_pieces; i++)
-    if (pieces[i].length > 0)
-      slices[k++] = piece_slice(&rs, pieces[i].buffer, pieces[i].offset, pieces[i].length);
+  for (int64_t i = n_folded; i < n_pieces;) {
+    int64_t j = i;
+    size_t run = 0;
+    while (j < n_pieces && pieces[j].length < FSH_FLIGHT_PIECE_SLICE_MIN) run += (size_t)pieces[j++].length;
+    if (j == i || (j == i + 1 && run > 0)) { /* a large piece, or one small one alone */
+      if (pieces[i].length > 0)
+        slices[k++] = piece_slice(&rs, pieces[i].buffer, pieces[i].offset, pieces[i].length);
+      i++;
+      continue;
+    }
+    if (run > 0) { /* small pieces side by side: one copy beats a slice each */
+      grpc_slice s = grpc_slice_malloc(run);
+      uint8_t *c = GRPC_SLICE_START_PTR(s);
+      for (int64_t q = i; q < j; q++) {
+        memcpy(c, pieces[q].buffer->data + pieces[q].offset, (size_t)pieces[q].length);
+        c += pieces[q].length;
+      }
+      slices[k++] = s;
+    }
+    i = j;
+  }
   if (body_tag_apart)
     slices[k++] = grpc_slice_from_copied_buffer((const char *)body_tag, (size_t)(bw - body_tag));
   for (int32_t i = 0; i < n_body; i++) {
