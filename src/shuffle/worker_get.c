@@ -13,8 +13,19 @@
  * its header, naming the worker, map output and partition) skips the
  * server's hash of memory images' blocks: one pass over each block less
  * (the hash's compute; the first touch of the image's pages it paid now
- * falls to the bundle copy -- bench/shuffle/PROFILE_REDUCE.md). Spill
- * files' blocks are still checked here, so that a damaged file is named. */
+ * falls to the send -- bench/shuffle/PROFILE_REDUCE.md). Spill files'
+ * blocks are still checked here, so that a damaged file is named.
+ *
+ * Nothing is copied for a memory image: the server pulls next_pieces, so
+ * a block's messages go out as slices of the image and a bundle as pieces
+ * (its headers in one small buffer, each block a slice of its image),
+ * which the flight layer hands to gRPC as slices holding a reference on
+ * the image; only runs of pieces under FSH_FLIGHT_PIECE_SLICE_MIN (tiny
+ * blocks) are copied once, into one slice. A spill file's block is the one
+ * pread of its range. So a shuffle released, an image evicted or its memfd
+ * reused while gRPC still holds a message leaves that message's bytes
+ * alone: the image is unmapped (its memfd pooled) when the last reference
+ * goes. `next` (other callers) copies a bundle into one buffer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
