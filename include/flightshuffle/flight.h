@@ -156,7 +156,9 @@ struct fsh_flight_source {
    * except that the app_metadata is *n_pieces pieces sent back to back as
    * one field: each goes to gRPC as a slice pointing at the piece's buffer
    * (gRPC's own reference keeps that buffer alive until the bytes are
-   * sent), so no byte of it is copied. *pieces (NULL when n is 0) and the
+   * sent), so no large piece is copied (runs of small ones, a few hundred
+   * bytes each, are copied once into one slice). *pieces (NULL when n is
+   * 0) and the
    * buffer references in it stay the source's, valid until its next call
    * or its release: the server encodes the message before either. */
   int (*next_pieces)(fsh_flight_source *s, fsh_ipc_payload *out, const fsh_flight_piece **pieces,

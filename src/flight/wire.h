@@ -26,7 +26,8 @@ FSH_NODISCARD int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *a
  * back, each a gRPC slice on the piece's buffer -- pieces of one root
  * buffer (a buffer or the buffer it is a slice of) share one gRPC slice
  * reference count, so a message of many pieces of a few buffers allocates
- * per buffer, not per piece: no app_metadata byte is copied. The same
+ * per buffer, not per piece: no large piece is copied (small ones:
+ * FSH_FLIGHT_PIECE_SLICE_MIN below). The same
  * bytes on the wire as fsh_flight_data_encode of their concatenation. */
 /* Pieces from this size on go out as slices on their buffers; shorter
  * ones side by side are copied into one slice (a slice per piece of a few

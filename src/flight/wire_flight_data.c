@@ -99,7 +99,9 @@ static void root_slices_drop(root_slices *rs) {
 }
 
 /* Both encoders: app_metadata either `am` (copied into the header slice:
- * small) or n_pieces pieces (slices, no copy). */
+ * small) or n_pieces pieces (leading small ones folded into the header
+ * slice, large ones slices on their buffers, runs of small ones copied
+ * into one slice each). */
 static int encode(const fsh_ipc_payload *p, const fsh_buffer *am, const fsh_flight_piece *pieces,
                   int64_t n_pieces, const fsh_flight_descriptor *d, grpc_byte_buffer **out,
                   fsh_error *err) {
