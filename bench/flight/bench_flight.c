@@ -268,7 +268,7 @@ static int bench_do_get(void *ctx, fsh_flight_call *call, const fsh_bytes *ticke
     fsh_free(c);
     return fsh_error_set(err, EINVAL, "bad ticket");
   }
-  c->base = (fsh_flight_source){cycle_next, cycle_release, c};
+  c->base = (fsh_flight_source){.next = cycle_next, .release = cycle_release, .ctx = c};
   *out = &c->base;
   return 0;
 }
@@ -673,7 +673,7 @@ static int rss_do_get(void *ctx, fsh_flight_call *call, const fsh_bytes *ticket,
     fsh_free(f);
     return fsh_error_set(err, EINVAL, "bad ticket");
   }
-  f->base = (fsh_flight_source){fresh_next, fresh_release, f};
+  f->base = (fsh_flight_source){.next = fresh_next, .release = fresh_release, .ctx = f};
   *out = &f->base;
   return 0;
 }

@@ -134,6 +134,13 @@ typedef struct fsh_flight_message {
 
 void fsh_flight_message_reset(fsh_flight_message *m);
 
+/* A range [offset, offset + length) of a buffer: one piece of an
+ * app_metadata sent without copying (fsh_flight_source.next_pieces). */
+typedef struct fsh_flight_piece {
+  fsh_buffer *buffer;
+  int64_t offset, length;
+} fsh_flight_piece;
+
 /* What the server pulls a DoGet (or DoExchange) response from. */
 typedef struct fsh_flight_source fsh_flight_source;
 struct fsh_flight_source {
@@ -145,6 +152,17 @@ struct fsh_flight_source {
               fsh_error *err);
   void (*release)(fsh_flight_source *s); /* frees the source itself */
   void *ctx;
+  /* Optional; when set, the server calls it instead of next. The same,
+   * except that the app_metadata is *n_pieces pieces sent back to back as
+   * one field: each goes to gRPC as a slice pointing at the piece's buffer
+   * (gRPC's own reference keeps that buffer alive until the bytes are
+   * sent), so no large piece is copied (runs of small ones, a few hundred
+   * bytes each, are copied once into one slice). *pieces (NULL when n is
+   * 0) and the
+   * buffer references in it stay the source's, valid until its next call
+   * or its release: the server encodes the message before either. */
+  int (*next_pieces)(fsh_flight_source *s, fsh_ipc_payload *out, const fsh_flight_piece **pieces,
+                     int64_t *n_pieces, bool *done, fsh_error *err);
 };
 
 /* What the server pushes DoPut (or DoExchange) requests into. */

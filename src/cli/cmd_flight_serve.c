@@ -446,7 +446,7 @@ static int h_do_exchange(void *ctx, fsh_flight_call *call, const fsh_flight_mess
   if (!e) return fsh_error_set(err, ENOMEM, "out of memory");
   e->refs = 2;
   e->sink = (fsh_flight_sink){echo_message, echo_finish, echo_sink_release, e};
-  e->source = (fsh_flight_source){echo_next, echo_source_release, e};
+  e->source = (fsh_flight_source){.next = echo_next, .release = echo_source_release, .ctx = e};
   *in = &e->sink;
   *out = &e->source;
   return 0;

@@ -15,13 +15,26 @@ static void srv_stream_unimplemented(fsh_flight_call *c) {
   srv_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, msg);
 }
 
-/* Pulls one message from the call's source and encodes it as FlightData. */
+/* Pulls one message from the call's source and encodes it as FlightData
+ * (an app_metadata in pieces -- next_pieces -- as slices on the pieces'
+ * buffers, encoded before the source is called again). */
 static int srv_source_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *done,
                               fsh_error *err) {
   fsh_ipc_payload p;
   memset(&p, 0, sizeof p);
   fsh_buffer *app = NULL;
   bool end = false;
+  if (c->source->next_pieces) {
+    const fsh_flight_piece *pieces = NULL;
+    int64_t n_pieces = 0;
+    int rc = c->source->next_pieces(c->source, &p, &pieces, &n_pieces, &end, err);
+    if (rc == 0 && end)
+      *done = true;
+    else if (rc == 0)
+      rc = fsh_flight_data_encode_pieces(p.metadata ? &p : NULL, pieces, n_pieces, NULL, out, err);
+    fsh_ipc_payload_reset(&p);
+    return rc;
+  }
   int rc = c->source->next(c->source, &p, &app, &end, err);
   if (rc == 0 && end) {
     *done = true;

@@ -22,6 +22,21 @@
 FSH_NODISCARD int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
                                          const fsh_flight_descriptor *d,
                                          grpc_byte_buffer **out, fsh_error *err);
+/* The same with app_metadata given as n pieces (flight.h) sent back to
+ * back, each a gRPC slice on the piece's buffer -- pieces of one root
+ * buffer (a buffer or the buffer it is a slice of) share one gRPC slice
+ * reference count, so a message of many pieces of a few buffers allocates
+ * per buffer, not per piece: no large piece is copied (small ones:
+ * FSH_FLIGHT_PIECE_SLICE_MIN below). The same
+ * bytes on the wire as fsh_flight_data_encode of their concatenation. */
+/* Pieces from this size on go out as slices on their buffers; shorter
+ * ones side by side are copied into one slice (a slice per piece of a few
+ * hundred bytes costs gRPC and the socket more than the copy). */
+#define FSH_FLIGHT_PIECE_SLICE_MIN 2048
+FSH_NODISCARD int fsh_flight_data_encode_pieces(const fsh_ipc_payload *p,
+                                                const fsh_flight_piece *pieces, int64_t n_pieces,
+                                                const fsh_flight_descriptor *d,
+                                                grpc_byte_buffer **out, fsh_error *err);
 /* Decodes a received FlightData: data_body lands in one 64-byte-aligned
  * buffer (at most one copy; none when it already is a single aligned slice
  * we can keep), data_header and app_metadata in small buffers. Unknown

@@ -4,7 +4,10 @@
  * app_metadata, 1000: bytes data_body }. Encoding writes the tags, lengths
  * and small fields into one header slice and hands every body segment to
  * gRPC as its own slice pointing at our buffer (a reference held until gRPC
- * is done with it): no body byte is copied. Decoding walks the received
+ * is done with it): no body byte is copied. An app_metadata given in pieces
+ * (a worker's bundle of stored blocks) goes out the same way, except that
+ * runs of small pieces (headers and blocks under
+ * FSH_FLIGHT_PIECE_SLICE_MIN) are copied into one slice. Decoding walks the received
  * slices (varints may straddle them) and puts data_body into one buffer:
  * a reference on the gRPC slice when the body sits whole and 8-byte aligned
  * in one, else one copy into a 64-byte-aligned buffer. */
@@ -56,9 +59,52 @@ static size_t len_field_size(uint32_t field, size_t n) {
 
 static void unref_buffer(void *b) { fsh_buffer_unref(b); }
 
-int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
-                           const fsh_flight_descriptor *d, grpc_byte_buffer **out,
-                           fsh_error *err) {
+/* The gRPC slices of one message's buffers: one slice (one gRPC reference
+ * count, holding one fsh_buffer reference) per root buffer, the pieces
+ * sub-slices of it. A few roots are remembered; past that a root's slice
+ * is made again (correct, one more allocation). */
+#define ROOTS 4
+#define FOLD_MAX 256
+typedef struct root_slices {
+  fsh_buffer *root[ROOTS];
+  grpc_slice slice[ROOTS];
+  int n, next_evict;
+} root_slices;
+
+/* A gRPC slice of buffer b's [offset, offset + length) (length > 0, in
+ * bounds), sharing the slice of b's root buffer. */
+static grpc_slice piece_slice(root_slices *rs, fsh_buffer *b, int64_t offset, int64_t length) {
+  fsh_buffer *root = b->parent ? b->parent : b;
+  size_t at = (size_t)(b->data - root->data) + (size_t)offset;
+  int i = 0;
+  while (i < rs->n && rs->root[i] != root) i++;
+  if (i == rs->n) {
+    if (rs->n < ROOTS) {
+      i = rs->n++;
+    } else {
+      i = rs->next_evict;
+      rs->next_evict = (rs->next_evict + 1) % ROOTS;
+      grpc_slice_unref(rs->slice[i]);
+    }
+    rs->root[i] = root;
+    rs->slice[i] = grpc_slice_new_with_user_data(root->data, (size_t)root->size, unref_buffer,
+                                                 fsh_buffer_ref(root));
+  }
+  return grpc_slice_sub(rs->slice[i], at, at + (size_t)length);
+}
+
+static void root_slices_drop(root_slices *rs) {
+  for (int i = 0; i < rs->n; i++) grpc_slice_unref(rs->slice[i]);
+  rs->n = 0;
+}
+
+/* Both encoders: app_metadata either `am` (copied into the header slice:
+ * small) or n_pieces pieces (leading small ones folded into the header
+ * slice, large ones slices on their buffers, runs of small ones copied
+ * into one slice each). */
+static int encode(const fsh_ipc_payload *p, const fsh_buffer *am, const fsh_flight_piece *pieces,
+                  int64_t n_pieces, const fsh_flight_descriptor *d, grpc_byte_buffer **out,
+                  fsh_error *err) {
   *out = NULL;
   Arrow__Flight__Protocol__FlightDescriptor pbd;
   size_t d_len = 0;
@@ -68,10 +114,29 @@ int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
   }
   const fsh_buffer *md = p ? p->metadata : NULL;
   size_t md_len = md ? (size_t)md->size : 0;
-  size_t am_len = app_metadata ? (size_t)app_metadata->size : 0;
+  size_t am_len = am ? (size_t)am->size : 0;
+  int64_t n_slices = 1;
+  for (int64_t i = 0; i < n_pieces; i++) {
+    const fsh_flight_piece *pc = &pieces[i];
+    if (!pc->buffer || pc->offset < 0 || pc->length < 0 ||
+        pc->offset > pc->buffer->size - pc->length)
+      return fsh_error_set(err, EINVAL, "FlightData: app_metadata piece %lld is out of its buffer",
+                           (long long)i);
+    am_len += (size_t)pc->length;
+    n_slices += pc->length > 0;
+  }
+  /* Leading small pieces (headers) are copied into the header slice: a
+   * slice of their own would cost more than the copy. */
+  int64_t n_folded = 0;
+  size_t folded_len = 0;
+  while (n_folded < n_pieces && pieces[n_folded].length <= FOLD_MAX &&
+         folded_len + (size_t)pieces[n_folded].length <= FOLD_MAX) {
+    folded_len += (size_t)pieces[n_folded].length;
+    n_slices -= pieces[n_folded].length > 0;
+    n_folded++;
+  }
   int32_t n_body = p ? p->n_body : 0;
   uint64_t body_len = 0;
-  int32_t n_slices = 1;
   for (int32_t i = 0; i < n_body; i++) {
     if (!p->body[i] || p->body[i]->size < 0)
       return fsh_error_set(err, EINVAL, "FlightData: body segment %d is missing", (int)i);
@@ -82,18 +147,28 @@ int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
     return fsh_error_set(err, EINVAL,
                          "FlightData: body segments add up to %llu bytes, the payload says %lld",
                          (unsigned long long)body_len, (long long)p->body_length);
+  /* unfolded pieces then a body: the body's tag and length in a slice of
+   * their own */
+  bool body_tag_apart = n_folded < n_pieces && am_len > folded_len && body_len > 0;
+  n_slices += body_tag_apart;
 
   size_t header_len = 0;
   if (d) header_len += len_field_size(FIELD_DESCRIPTOR, d_len);
   if (md_len) header_len += len_field_size(FIELD_HEADER, md_len);
-  if (am_len) header_len += len_field_size(FIELD_APP_METADATA, am_len);
-  if (body_len) header_len += varint_size(tag(FIELD_BODY, WT_LEN)) + varint_size(body_len);
+  if (am_len) {
+    header_len += varint_size(tag(FIELD_APP_METADATA, WT_LEN)) + varint_size(am_len);
+    header_len += am ? am_len : folded_len;
+  }
+  if (body_len && !body_tag_apart)
+    header_len += varint_size(tag(FIELD_BODY, WT_LEN)) + varint_size(body_len);
 
   grpc_slice local[16];
   grpc_slice *slices = n_slices <= 16 ? local : fsh_malloc(sizeof *slices * (size_t)n_slices);
-  if (!slices) return fsh_error_set(err, ENOMEM, "FlightData: out of memory (%d slices)", n_slices);
+  if (!slices)
+    return fsh_error_set(err, ENOMEM, "FlightData: out of memory (%lld slices)",
+                         (long long)n_slices);
 
-  int k = 0;
+  int64_t k = 0;
   slices[k++] = grpc_slice_malloc(header_len);
   uint8_t *w = GRPC_SLICE_START_PTR(slices[0]);
   if (d) {
@@ -110,15 +185,47 @@ int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
   if (am_len) {
     w = put_varint(w, tag(FIELD_APP_METADATA, WT_LEN));
     w = put_varint(w, am_len);
-    memcpy(w, app_metadata->data, am_len);
-    w += am_len;
+    if (am) {
+      memcpy(w, am->data, am_len);
+      w += am_len;
+    }
+    for (int64_t i = 0; i < n_folded; i++) {
+      memcpy(w, pieces[i].buffer->data + pieces[i].offset, (size_t)pieces[i].length);
+      w += pieces[i].length;
+    }
   }
+  uint8_t body_tag[24];
+  uint8_t *bw = body_tag_apart ? body_tag : w;
   if (body_len) {
-    w = put_varint(w, tag(FIELD_BODY, WT_LEN)); /* 0xC2 0x3E */
-    w = put_varint(w, body_len);
+    bw = put_varint(bw, tag(FIELD_BODY, WT_LEN)); /* 0xC2 0x3E */
+    bw = put_varint(bw, body_len);
   }
   /* The header is exactly as long as computed (the descriptor packs to its
    * computed size). */
+  root_slices rs = {.n = 0};
+  for (int64_t i = n_folded; i < n_pieces;) {
+    int64_t j = i;
+    size_t run = 0;
+    while (j < n_pieces && pieces[j].length < FSH_FLIGHT_PIECE_SLICE_MIN) run += (size_t)pieces[j++].length;
+    if (j == i || (j == i + 1 && run > 0)) { /* a large piece, or one small one alone */
+      if (pieces[i].length > 0)
+        slices[k++] = piece_slice(&rs, pieces[i].buffer, pieces[i].offset, pieces[i].length);
+      i++;
+      continue;
+    }
+    if (run > 0) { /* small pieces side by side: one copy beats a slice each */
+      grpc_slice s = grpc_slice_malloc(run);
+      uint8_t *c = GRPC_SLICE_START_PTR(s);
+      for (int64_t q = i; q < j; q++) {
+        memcpy(c, pieces[q].buffer->data + pieces[q].offset, (size_t)pieces[q].length);
+        c += pieces[q].length;
+      }
+      slices[k++] = s;
+    }
+    i = j;
+  }
+  if (body_tag_apart)
+    slices[k++] = grpc_slice_from_copied_buffer((const char *)body_tag, (size_t)(bw - body_tag));
   for (int32_t i = 0; i < n_body; i++) {
     fsh_buffer *b = p->body[i];
     if (b->size == 0) continue;
@@ -126,9 +233,22 @@ int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
                                                 fsh_buffer_ref(b));
   }
   *out = grpc_raw_byte_buffer_create(slices, (size_t)k); /* takes its own references */
-  for (int i = 0; i < k; i++) grpc_slice_unref(slices[i]);
+  for (int64_t i = 0; i < k; i++) grpc_slice_unref(slices[i]);
+  root_slices_drop(&rs);
   if (slices != local) fsh_free(slices);
   return 0;
+}
+
+int fsh_flight_data_encode(const fsh_ipc_payload *p, fsh_buffer *app_metadata,
+                           const fsh_flight_descriptor *d, grpc_byte_buffer **out,
+                           fsh_error *err) {
+  return encode(p, app_metadata, NULL, 0, d, out, err);
+}
+
+int fsh_flight_data_encode_pieces(const fsh_ipc_payload *p, const fsh_flight_piece *pieces,
+                                  int64_t n_pieces, const fsh_flight_descriptor *d,
+                                  grpc_byte_buffer **out, fsh_error *err) {
+  return encode(p, NULL, pieces, n_pieces, d, out, err);
 }
 
 /* ---- decoding: a cursor over segments -------------------------------------- */

@@ -13,8 +13,19 @@
  * its header, naming the worker, map output and partition) skips the
  * server's hash of memory images' blocks: one pass over each block less
  * (the hash's compute; the first touch of the image's pages it paid now
- * falls to the bundle copy -- bench/shuffle/PROFILE_REDUCE.md). Spill
- * files' blocks are still checked here, so that a damaged file is named. */
+ * falls to the send -- bench/shuffle/PROFILE_REDUCE.md). Spill files'
+ * blocks are still checked here, so that a damaged file is named.
+ *
+ * Nothing is copied for a memory image: the server pulls next_pieces, so
+ * a block's messages go out as slices of the image and a bundle as pieces
+ * (its headers in one small buffer, each block a slice of its image),
+ * which the flight layer hands to gRPC as slices holding a reference on
+ * the image; only runs of pieces under FSH_FLIGHT_PIECE_SLICE_MIN (tiny
+ * blocks) are copied once, into one slice. A spill file's block is the one
+ * pread of its range. So a shuffle released, an image evicted or its memfd
+ * reused while gRPC still holds a message leaves that message's bytes
+ * alone: the image is unmapped (its memfd pooled) when the last reference
+ * goes. `next` (other callers) copies a bundle into one buffer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,6 +56,12 @@ typedef struct get_source {
   fsh_buffer **bundle;
   fsh_block_header *bundle_h;
   int64_t n_bundle, cap_bundle;
+  /* next_pieces: the last message's app_metadata pieces and the buffer of
+   * their headers, held until the next call (the server has encoded them
+   * by then; gRPC's slices hold their own references) */
+  fsh_flight_piece *pieces;
+  int64_t cap_pieces;
+  fsh_buffer *headers;
   int pending_rc; /* an error met after gathering: returned next time */
   fsh_error pending_err;
 } get_source;
@@ -172,14 +189,16 @@ static void drop_bundle(get_source *g) {
 }
 
 /* Gathers whole small blocks, from g->block on (at its start), across the
- * ticket's map outputs, into one bundle of about FSH_BUNDLE_TARGET bytes
- * (layout in shuffle_internal.h): one FlightData instead of one per block
- * -- the per-message cost is what stalls a shuffle of many tiny blocks.
- * The blocks were verified as they were read (or are left to the client:
- * FSH_TICKET_CLIENT_VERIFIES). An error met after some
- * blocks were gathered is kept for the next call (those go out first). */
-static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err) {
-  int64_t total = FSH_BUNDLE_HEADER_BYTES;
+ * ticket's map outputs, into g->bundle (their headers in g->bundle_h), for
+ * one bundle of about FSH_BUNDLE_TARGET bytes (layout in
+ * shuffle_internal.h): one FlightData instead of one per block -- the
+ * per-message cost is what stalls a shuffle of many tiny blocks. The blocks
+ * were verified as they were read (or are left to the client:
+ * FSH_TICKET_CLIENT_VERIFIES). An error met after some blocks were
+ * gathered is kept for the next call (those go out first). *total: the
+ * bundle's bytes. */
+static int gather_bundle(get_source *g, int64_t *total, fsh_error *err) {
+  *total = FSH_BUNDLE_HEADER_BYTES;
   bool end = false;
   while (!end) {
     if (g->n_bundle == g->cap_bundle) {
@@ -197,10 +216,10 @@ static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err)
     }
     g->bundle_h[g->n_bundle] = current_header(g);
     g->bundle[g->n_bundle++] = g->block;
-    total += FSH_BLOCK_HEADER_BYTES + g->block->size;
+    *total += FSH_BLOCK_HEADER_BYTES + g->block->size;
     g->block = NULL;
     g->next_block++;
-    if (total >= FSH_BUNDLE_TARGET) break;
+    if (*total >= FSH_BUNDLE_TARGET) break;
     int rc = next_block(g, &end, err);
     if (rc != 0) {
       g->pending_rc = rc;
@@ -208,9 +227,23 @@ static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err)
       break;
     }
     if (!end && (g->block->size > FSH_BUNDLE_MAX_BLOCK ||
-                 total + FSH_BLOCK_HEADER_BYTES + g->block->size > FSH_BUNDLE_TARGET))
+                 *total + FSH_BLOCK_HEADER_BYTES + g->block->size > FSH_BUNDLE_TARGET))
       break; /* goes out next time */
   }
+  return 0;
+}
+
+/* The bundle header (FSH_BUNDLE_HEADER_BYTES) of n blocks at p. */
+static void bundle_header_encode(int64_t n, uint8_t *p) {
+  memset(p, 0, FSH_BUNDLE_HEADER_BYTES);
+  memcpy(p, FSH_BUNDLE_MAGIC, 4);
+  p[4] = 1;
+  fsh_le_put32(p + 8, (uint32_t)n);
+}
+
+/* The gathered bundle copied into one buffer (for callers of `next`; the
+ * server calls next_pieces, which copies nothing). */
+static int bundle_copy(get_source *g, int64_t total, fsh_buffer **app_metadata, fsh_error *err) {
   fsh_buffer *b = fsh_buffer_new(total, false);
   if (!b) {
     drop_bundle(g);
@@ -218,10 +251,7 @@ static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err)
                          what(g));
   }
   uint8_t *p = b->data;
-  memset(p, 0, FSH_BUNDLE_HEADER_BYTES);
-  memcpy(p, FSH_BUNDLE_MAGIC, 4);
-  p[4] = 1;
-  fsh_le_put32(p + 8, (uint32_t)g->n_bundle);
+  bundle_header_encode(g->n_bundle, p);
   int64_t at = FSH_BUNDLE_HEADER_BYTES;
   for (int64_t i = 0; i < g->n_bundle; i++) {
     fsh_block_header_encode(&g->bundle_h[i], p + at);
@@ -234,11 +264,58 @@ static int next_bundle(get_source *g, fsh_buffer **app_metadata, fsh_error *err)
   return 0;
 }
 
-static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **app_metadata,
-                    bool *done, fsh_error *err) {
-  get_source *g = base->ctx;
+/* The gathered bundle as pieces: the bundle header and the block headers
+ * in one small buffer (g->headers), each block's bytes a piece of its own
+ * buffer -- a slice of the memory image (kept alive by the slice's
+ * reference on the image, then by gRPC's, however the store releases,
+ * evicts or reuses the image meanwhile) or the one pread of a spill file's
+ * range. g->pieces and the references stay until the next call. */
+static int bundle_pieces(get_source *g, const fsh_flight_piece **pieces, int64_t *n_pieces,
+                         fsh_error *err) {
+  int64_t n = 2 * g->n_bundle;
+  if (n > g->cap_pieces) {
+    fsh_flight_piece *np = fsh_realloc(g->pieces, sizeof *np * (size_t)n);
+    if (np) g->pieces = np, g->cap_pieces = n;
+  }
+  g->headers = n <= g->cap_pieces
+                   ? fsh_buffer_new(FSH_BUNDLE_HEADER_BYTES + FSH_BLOCK_HEADER_BYTES * g->n_bundle,
+                                    false)
+                   : NULL;
+  if (!g->headers) {
+    drop_bundle(g);
+    return fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory", fsh_store_name(g->store),
+                         what(g));
+  }
+  uint8_t *h = g->headers->data;
+  bundle_header_encode(g->n_bundle, h);
+  for (int64_t i = 0; i < g->n_bundle; i++) {
+    int64_t at = FSH_BUNDLE_HEADER_BYTES + FSH_BLOCK_HEADER_BYTES * i;
+    fsh_block_header_encode(&g->bundle_h[i], h + at);
+    int64_t from = i == 0 ? 0 : at; /* the first piece carries the bundle header too */
+    g->pieces[2 * i] = (fsh_flight_piece){g->headers, from, at + FSH_BLOCK_HEADER_BYTES - from};
+    g->pieces[2 * i + 1] = (fsh_flight_piece){g->bundle[i], 0, g->bundle[i]->size};
+  }
+  *pieces = g->pieces;
+  *n_pieces = n;
+  return 0;
+}
+
+/* The references the last next_pieces answer held. */
+static void drop_pieces(get_source *g) {
+  drop_bundle(g);
+  fsh_buffer_unref(g->headers);
+  g->headers = NULL;
+}
+
+/* The next message: a schema, one framed message of a block (its first
+ * with the block's header as *app_metadata), or -- *bundle_bytes > 0 -- a
+ * bundle gathered in g->bundle, *bundle_bytes long, for the caller to
+ * send. */
+static int produce(get_source *g, fsh_ipc_payload *out, fsh_buffer **app_metadata,
+                   int64_t *bundle_bytes, bool *done, fsh_error *err) {
   memset(out, 0, sizeof *out);
   *done = false;
+  *bundle_bytes = 0;
   if (!g->schema_sent) {
     FSH_RETURN_NOT_OK(open_entry(g, g->next_src++, err));
     FSH_RETURN_NOT_OK(schema_payload(g, out, err));
@@ -252,7 +329,7 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
   FSH_RETURN_NOT_OK(next_block(g, done, err));
   if (*done) return 0;
   if ((g->t.flags & FSH_TICKET_BUNDLE) && g->pos == 0 && g->block->size <= FSH_BUNDLE_MAX_BLOCK)
-    return next_bundle(g, app_metadata, err); /* a message of app_metadata only */
+    return gather_bundle(g, bundle_bytes, err); /* a message of app_metadata only */
   /* One framed message of the block: FFFFFFFF, length, metadata, body. */
   fsh_buffer *b = g->block;
   int64_t at = g->pos, left = b->size - at;
@@ -298,9 +375,53 @@ static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **
   return 0;
 }
 
+static int get_next(fsh_flight_source *base, fsh_ipc_payload *out, fsh_buffer **app_metadata,
+                    bool *done, fsh_error *err) {
+  get_source *g = base->ctx;
+  drop_pieces(g);
+  int64_t bundle_bytes = 0;
+  FSH_RETURN_NOT_OK(produce(g, out, app_metadata, &bundle_bytes, done, err));
+  return bundle_bytes > 0 ? bundle_copy(g, bundle_bytes, app_metadata, err) : 0;
+}
+
+/* What the server calls: a bundle goes out as pieces of the stored
+ * blocks, a block's header (with its first message) as a piece of its
+ * own buffer. */
+static int get_next_pieces(fsh_flight_source *base, fsh_ipc_payload *out,
+                           const fsh_flight_piece **pieces, int64_t *n_pieces, bool *done,
+                           fsh_error *err) {
+  get_source *g = base->ctx;
+  drop_pieces(g);
+  *pieces = NULL;
+  *n_pieces = 0;
+  int64_t bundle_bytes = 0;
+  fsh_buffer *hb = NULL;
+  FSH_RETURN_NOT_OK(produce(g, out, &hb, &bundle_bytes, done, err));
+  if (bundle_bytes > 0) return bundle_pieces(g, pieces, n_pieces, err);
+  if (hb) {
+    if (g->cap_pieces < 1) {
+      fsh_flight_piece *np = fsh_realloc(g->pieces, sizeof *np);
+      if (!np) {
+        fsh_buffer_unref(hb);
+        fsh_ipc_payload_reset(out);
+        return fsh_error_set(err, ENOMEM, "worker %s: %s: out of memory",
+                             fsh_store_name(g->store), what(g));
+      }
+      g->pieces = np;
+      g->cap_pieces = 1;
+    }
+    g->headers = hb;
+    g->pieces[0] = (fsh_flight_piece){hb, 0, hb->size};
+    *pieces = g->pieces;
+    *n_pieces = 1;
+  }
+  return 0;
+}
+
 static void get_release(fsh_flight_source *base) {
   get_source *g = base->ctx;
-  drop_bundle(g);
+  drop_pieces(g);
+  fsh_free(g->pieces);
   fsh_free(g->bundle);
   fsh_free(g->bundle_h);
   close_current(g);
@@ -347,7 +468,8 @@ int fsh_worker_do_get(fsh_shuffle_store *store, const uint8_t *ticket, int64_t s
   }
   g->store = store;
   g->t = t;
-  g->base = (fsh_flight_source){.next = get_next, .release = get_release, .ctx = g};
+  g->base = (fsh_flight_source){
+      .next = get_next, .next_pieces = get_next_pieces, .release = get_release, .ctx = g};
   *out = &g->base;
   return 0;
 }

@@ -392,7 +392,7 @@ static int fx_do_exchange(void *ctx, fsh_flight_call *call, const fsh_flight_mes
   pthread_mutex_init(&e->mu, NULL);
   e->refs = 2;
   e->sink = (fsh_flight_sink){fx_echo_message, fx_echo_finish, fx_echo_sink_release, e};
-  e->source = (fsh_flight_source){fx_echo_next, fx_echo_source_release, e};
+  e->source = (fsh_flight_source){.next = fx_echo_next, .release = fx_echo_source_release, .ctx = e};
   *in = &e->sink;
   *out = &e->source;
   return 0;

@@ -756,6 +756,106 @@ static void test_byte_buffer_bytes(void) {
   grpc_byte_buffer_destroy(bb);
 }
 
+/* app_metadata in pieces (a worker's bundle: small headers between blocks
+ * of a few large buffers, some of them slices): the same bytes on the wire
+ * as fsh_flight_data_encode of the pieces' concatenation (the reference,
+ * built here with memcpy), with and without a descriptor, data_header and
+ * body; every piece of FSH_FLIGHT_PIECE_SLICE_MIN bytes or more goes out
+ * as a slice pointing at the piece's own bytes, small neighbours share a
+ * copied slice; and the message stays valid
+ * (ASan) after every reference of ours is dropped: gRPC's slices hold the
+ * buffers. A piece out of its buffer is EINVAL. */
+static void test_flight_data_pieces(void) {
+  fsh_error err;
+  /* two roots: "images" of patterned bytes, blocks as slices of them */
+  fsh_buffer *img[2];
+  for (int r = 0; r < 2; r++) {
+    img[r] = fsh_buffer_new(64 << 10, false);
+    for (int64_t i = 0; i < img[r]->size; i++) img[r]->data[i] = (uint8_t)(i * 7 + r * 13 + (i >> 8));
+  }
+  fsh_buffer *hdrs = fsh_buffer_new(2048, false);
+  for (int64_t i = 0; i < hdrs->size; i++) hdrs->data[i] = (uint8_t)(255 - i);
+  enum { N = 41 };
+  fsh_flight_piece pieces[N];
+  fsh_buffer *blocks[N] = {0};
+  int64_t total = 0;
+  for (int i = 0; i < N; i++) {
+    if (i % 2 == 0) { /* a header: 104 bytes first, then 88; one empty */
+      int64_t len = i == 0 ? 104 : i == 10 ? 0 : 88;
+      pieces[i] = (fsh_flight_piece){hdrs, 8 * i, len};
+    } else { /* a block: a slice of one of the images, or the image itself */
+      fsh_buffer *root = img[(i / 3) % 2];
+      blocks[i] = i == 5 ? fsh_buffer_ref(root) : fsh_buffer_slice(root, 1000 * i, 3000 + 8 * i);
+      int64_t len = i % 4 == 1 ? FSH_FLIGHT_PIECE_SLICE_MIN + 8 * i : 512 + 8 * i; /* large, small */
+      pieces[i] = (fsh_flight_piece){blocks[i], i == 5 ? 100 : 8, i == 5 ? 4000 : len};
+    }
+    total += pieces[i].length;
+  }
+  fsh_buffer *cat = fsh_buffer_new(total, false);
+  int64_t at = 0;
+  for (int i = 0; i < N; i++) {
+    memcpy(cat->data + at, pieces[i].buffer->data + pieces[i].offset, (size_t)pieces[i].length);
+    at += pieces[i].length;
+  }
+  encoded_batch e = encode_sample();
+  const char *path[] = {"shuffle", "7"};
+  fsh_flight_descriptor d = {0};
+  CHECK_OK(fsh_flight_descriptor_path(&d, path, 2));
+  for (int shape = 0; shape < 4; shape++) {
+    const fsh_ipc_payload *p = shape & 1 ? &e.ps[e.n - 1] : NULL;
+    const fsh_flight_descriptor *dd = shape & 2 ? &d : NULL;
+    grpc_byte_buffer *want = NULL, *got = NULL;
+    CHECK_OK(fsh_flight_data_encode(p, cat, dd, &want, &err));
+    CHECK_OK(fsh_flight_data_encode_pieces(p, pieces, N, dd, &got, &err));
+    if (!want || !got) break;
+    if (shape == 0) { /* large pieces: slices on the pieces' own bytes */
+      grpc_slice_buffer *sb = &got->data.raw.slice_buffer;
+      int large = 0;
+      for (int i = 1; i < N; i++) {
+        if (pieces[i].length < FSH_FLIGHT_PIECE_SLICE_MIN) continue;
+        large++;
+        bool found = false;
+        for (size_t k = 1; k < sb->count; k++)
+          found |= GRPC_SLICE_START_PTR(sb->slices[k]) ==
+                       pieces[i].buffer->data + pieces[i].offset &&
+                   GRPC_SLICE_LENGTH(sb->slices[k]) == (size_t)pieces[i].length;
+        CHECK_MSG(found, "piece %d (%lld bytes) was copied", i, (long long)pieces[i].length);
+      }
+      CHECK(large >= 10);
+      CHECK((int64_t)sb->count < N); /* small neighbours share a slice */
+    }
+    fsh_bytes w = flatten(want);
+    grpc_byte_buffer_destroy(want);
+    if (shape == 3) { /* drop every reference of ours: gRPC's keep the bytes */
+      for (int i = 0; i < N; i++) fsh_buffer_unref(blocks[i]), blocks[i] = NULL;
+      for (int r = 0; r < 2; r++) fsh_buffer_unref(img[r]), img[r] = NULL;
+      fsh_buffer_unref(hdrs);
+      hdrs = NULL;
+      encoded_reset(&e);
+      fsh_buffer_unref(cat);
+      cat = NULL;
+    }
+    fsh_bytes g = flatten(got);
+    CHECK_MSG(g.size == w.size && memcmp(g.data, w.data, (size_t)w.size) == 0,
+              "shape %d: %lld bytes, want %lld", shape, (long long)g.size, (long long)w.size);
+    fsh_flight_message m;
+    CHECK_OK(fsh_flight_data_decode(got, &m, &err));
+    CHECK_EQ_INT(m.app_metadata ? m.app_metadata->size : -1, total);
+    fsh_flight_message_reset(&m);
+    fsh_bytes_reset(&w);
+    fsh_bytes_reset(&g);
+    grpc_byte_buffer_destroy(got);
+  }
+  /* out of its buffer */
+  fsh_buffer *small = fsh_buffer_new(16, true);
+  fsh_flight_piece bad[2] = {{small, 0, 8}, {small, 12, 8}};
+  grpc_byte_buffer *bb = NULL;
+  CHECK_EQ_INT(fsh_flight_data_encode_pieces(NULL, bad, 2, NULL, &bb, &err), EINVAL);
+  CHECK(bb == NULL && strstr(err.message, "piece 1"));
+  fsh_buffer_unref(small);
+  fsh_flight_descriptor_reset(&d);
+}
+
 FSH_TEST_MAIN(TEST(test_descriptor_roundtrip), TEST(test_info_roundtrip),
               TEST(test_info_alloc_failure), TEST(test_poll_info_roundtrip),
               TEST(test_bytes_messages), TEST(test_action_messages), TEST(test_schema_bytes),
@@ -763,4 +863,4 @@ FSH_TEST_MAIN(TEST(test_descriptor_roundtrip), TEST(test_info_roundtrip),
               TEST(test_flight_data_body_kept_without_copy),
               TEST(test_flight_data_empty_and_app_metadata_only), TEST(test_flight_data_truncated),
               TEST(test_flight_data_malformed), TEST(test_flight_data_alloc_failure),
-              TEST(test_byte_buffer_bytes))
+              TEST(test_byte_buffer_bytes), TEST(test_flight_data_pieces))
