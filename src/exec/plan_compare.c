@@ -165,7 +165,7 @@ static int hash_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) 
  * single-process reference run of the plan up to src (streamed: only
  * their hashes are held). */
 static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src, int64_t n,
-                            bool global, fsh_error *err) {
+                            bool global, int64_t *in_rows, fsh_error *err) {
   fsh_plan view = *p; /* the plan up to src: its nodes are the first src + 1 */
   view.n_nodes = src + 1;
   hash_sink in = {0};
@@ -177,6 +177,7 @@ static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src
     fsh_free(in.h);
     return fsh_error_prefix(err, rc, "the limit's input (a reference run): ");
   }
+  if (in_rows) *in_rows = in.n;
   int64_t want = in.n < n ? in.n : n;
   uint64_t *ha = NULL, *sorted = NULL;
   int64_t na = 0;
@@ -210,8 +211,305 @@ static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src
   return rc;
 }
 
+/* ---- operators whose result depends on the partitioning ------------------------------ */
+
+/* The node consuming node i (the first after it that reads it), or -1. */
+static int consumer_of(const fsh_plan *p, int i) {
+  for (int j = i + 1; j < p->n_nodes; j++)
+    for (int k = 0; k < p->nodes[j]->n_inputs; k++)
+      if (p->nodes[j]->inputs[k] == i) return j;
+  return -1;
+}
+
+/* Whether the local aggregate n's input is partitioned so that each of
+ * its groups lies in one partition: one partition, or a hash exchange on
+ * a subset of its keys with only schema-keeping operators between. */
+static bool grouped_by_keys(const fsh_plan *p, const plan_node *n) {
+  const plan_node *m = p->nodes[n->inputs[0]];
+  while (m->kind == PN_FILTER || m->kind == PN_SORT || m->kind == PN_TOP_N ||
+         m->kind == PN_LIMIT || m->kind == PN_INTO_BATCHES) {
+    if (m->n_partitions <= 1) return true;
+    m = p->nodes[m->inputs[0]];
+  }
+  if (m->n_partitions <= 1) return true;
+  if (m->kind != PN_EXCHANGE || m->xkind != PX_HASH || m->n_keys < 1) return false;
+  for (int32_t k = 0; k < m->n_keys; k++) {
+    const char *name = m->schema->fields[m->keys[k]].name;
+    bool found = false;
+    for (int32_t j = 0; j < n->n_keys && !found; j++)
+      found = strcmp(n->agg_input->fields[n->keys[j]].name, name) == 0;
+    if (!found) return false;
+  }
+  return true;
+}
+
+/* Whether node i's rows (as a multiset) depend on how its input is
+ * partitioned, so that a single-process run (one partition) cannot give
+ * them: a local limit or top-N over several partitions (not the first
+ * half of a global one: a gather into the same operator), a local
+ * aggregate whose groups may span partitions. */
+static bool node_partition_dependent(const fsh_plan *p, int i) {
+  const plan_node *n = p->nodes[i];
+  if (n->kind == PN_LIMIT || n->kind == PN_TOP_N) {
+    if (p->nodes[n->inputs[0]]->n_partitions <= 1) return false;
+    int g = consumer_of(p, i);
+    int f = g >= 0 ? consumer_of(p, g) : -1;
+    return !(g >= 0 && f >= 0 && p->nodes[g]->kind == PN_EXCHANGE &&
+             p->nodes[g]->xkind == PX_GATHER && p->nodes[f]->kind == n->kind &&
+             p->nodes[f]->n == n->n);
+  }
+  if (n->kind == PN_AGG && n->agg_mode == FSH_AGG_SINGLE) return !grouped_by_keys(p, n);
+  return false;
+}
+
+/* The first node in node i's inputs (i included, depth first) whose rows
+ * depend on the partitioning, or -1. */
+static int partition_dependent_in(const fsh_plan *p, int i) {
+  if (node_partition_dependent(p, i)) return i;
+  for (int k = 0; k < p->nodes[i]->n_inputs; k++) {
+    int d = partition_dependent_in(p, p->nodes[i]->inputs[k]);
+    if (d >= 0) return d;
+  }
+  return -1;
+}
+
+/* Whether node i's partitions hold rows fixed by the plan (each
+ * partition's row multiset the same in every run): scans and hash /
+ * gather exchanges fix them; random and range exchanges (a seed per map
+ * task, boundaries from samples) do not, nor what follows them until a
+ * hash exchange. */
+static bool partitioning_fixed(const fsh_plan *p, int i) {
+  const plan_node *n = p->nodes[i];
+  if (n->kind == PN_EXCHANGE && (n->xkind == PX_HASH || n->xkind == PX_GATHER)) return true;
+  if (n->kind == PN_EXCHANGE && (n->xkind == PX_RANDOM || n->xkind == PX_RANGE)) return false;
+  for (int k = 0; k < n->n_inputs; k++)
+    if (!partitioning_fixed(p, n->inputs[k])) return false;
+  return true;
+}
+
+/* The rows of each partition of result r (*out [r->n_partitions], fsh_malloc'd). */
+static int partition_rows(const fsh_plan_result *r, int64_t **out, fsh_error *err) {
+  int32_t np = r->n_partitions > 0 ? r->n_partitions : 1;
+  int64_t *rows = fsh_calloc((size_t)np, sizeof *rows);
+  if (!rows) return fsh_error_set(err, ENOMEM, "out of memory");
+  int64_t at = 0;
+  for (int32_t q = 0; q < r->n_partitions && r->partition_batches; q++)
+    for (int64_t k = 0; k < r->partition_batches[q] && at < r->n_batches; k++)
+      rows[q] += r->batches[at++]->length;
+  if (!r->partition_batches) rows[0] = r->rows;
+  *out = rows;
+  return 0;
+}
+
+/* Counts the rows of each partition (a sink; a partition begun again
+ * starts from 0). */
+typedef struct count_sink {
+  int64_t *rows;
+  int32_t n;
+} count_sink;
+
+static int count_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
+  count_sink *cs = arg;
+  if (part < 0 || part >= cs->n)
+    return fsh_error_set(err, EINVAL, "partition %d of %d", (int)part, (int)cs->n);
+  if (!b) cs->rows[part] = 0;
+  else cs->rows[part] += b->length;
+  return 0;
+}
+
+/* The rows of each of node src's partitions ([its n_partitions]) from an
+ * in-process partitioned run of the plan up to src (its own memory
+ * backend). */
+static int input_partition_rows(const fsh_plan *p, int src, int64_t **out, fsh_error *err) {
+  fsh_plan view = *p;
+  view.n_nodes = src + 1;
+  int32_t np = p->nodes[src]->n_partitions;
+  count_sink cs = {.rows = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *cs.rows), .n = np};
+  if (!cs.rows) return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_plan_run_options ro = {.sink = count_sink_put, .sink_arg = &cs};
+  fsh_plan_result run;
+  int rc = fsh_plan_run(&view, &ro, &run, err);
+  fsh_plan_result_reset(&run);
+  if (rc) {
+    fsh_free(cs.rows);
+    return fsh_error_prefix(err, rc, "the input's partitions (an in-process run): ");
+  }
+  *out = cs.rows;
+  return 0;
+}
+
+/* Every partition of r sorted by node n's keys (a local sort / top-N). */
+static int check_partitions_sorted(const plan_node *n, const fsh_plan_result *r, fsh_error *err) {
+  int64_t at = 0;
+  int rc = 0;
+  for (int32_t q = 0; q < r->n_partitions && r->partition_batches && !rc; q++) {
+    fsh_sorted_check *sc = NULL;
+    if ((rc = fsh_sorted_check_new(r->schema, n->keys, n->n_keys, n->sort_order, &sc, err)) != 0)
+      break;
+    for (int64_t k = 0; k < r->partition_batches[q] && at < r->n_batches && !rc; k++)
+      rc = fsh_sorted_check_sink(sc, 0, r->batches[at++], err);
+    fsh_sorted_check_result res;
+    fsh_sorted_check_get(sc, &res);
+    fsh_sorted_check_free(sc);
+    if (!rc && res.disorder_row >= 0)
+      rc = fsh_error_set(err, EINVAL, "partition %d is not sorted by the %s's keys (row %lld of "
+                         "it sorts before the one before it)", (int)q, n->user_op,
+                         (long long)res.disorder_row);
+  }
+  return rc;
+}
+
+/* A local limit / top-N of n rows a partition over node src (partitions
+ * fixed or not): each output partition has at most n rows (fixed:
+ * exactly min(n, its input partition's rows)), in all between
+ * min(n, input rows) and min(input rows, n * partitions) rows (fixed:
+ * their sum), every row a row of the input (multiset, reference run); a
+ * top-N's partitions each sorted by its keys. */
+static int compare_local_limit(const fsh_plan *p, const plan_node *last, const fsh_plan_result *a,
+                               fsh_error *err) {
+  int src = last->inputs[0];
+  int64_t n = last->n, in_rows = 0, *out_rows = NULL, *in_part = NULL;
+  bool fixed = partitioning_fixed(p, src);
+  int32_t np = last->n_partitions;
+  int rc = partition_rows(a, &out_rows, err);
+  if (!rc && a->n_partitions != np)
+    rc = fsh_error_set(err, EINVAL, "%d output partitions, the %s has %d", (int)a->n_partitions,
+                       last->user_op, (int)np);
+  for (int32_t q = 0; !rc && q < np; q++)
+    if (out_rows[q] > n)
+      rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows, more than the local %s's %lld",
+                         (int)q, (long long)out_rows[q], last->user_op, (long long)n);
+  if (!rc) rc = check_limit_rows(p, a, src, n, false, &in_rows, err);
+  if (!rc && fixed && (rc = input_partition_rows(p, src, &in_part, err)) == 0) {
+    int64_t sum = 0;
+    for (int32_t q = 0; q < np; q++) sum += in_part[q];
+    if (sum != in_rows)
+      rc = fsh_error_set(err, EINVAL, "the %s's input partitioned in-process has %lld rows, the "
+                         "reference run %lld", last->user_op, (long long)sum, (long long)in_rows);
+    for (int32_t q = 0; q < np && !rc; q++) {
+      int64_t want = in_part[q] < n ? in_part[q] : n;
+      if (out_rows[q] != want)
+        rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows; a local %s of %lld over its "
+                           "%lld input rows has %lld", (int)q, (long long)out_rows[q],
+                           last->user_op, (long long)n, (long long)in_part[q], (long long)want);
+    }
+  } else if (!rc && !fixed) {
+    int64_t lo = in_rows < n ? in_rows : n;
+    int64_t hi = np > 0 && n <= in_rows / np ? n * np : in_rows;
+    if (a->rows < lo || a->rows > hi)
+      rc = fsh_error_set(err, EINVAL, "%lld rows; a local %s of %lld over %lld rows in %d "
+                         "partitions has between %lld and %lld", (long long)a->rows,
+                         last->user_op, (long long)n, (long long)in_rows, (int)np, (long long)lo,
+                         (long long)hi);
+  }
+  if (!rc && last->kind == PN_TOP_N) rc = check_partitions_sorted(last, a, err);
+  if (!rc && err)
+    snprintf(err->message, sizeof err->message,
+             "compared as the plan allows: a local %s of %lld rows per partition: %s, every row "
+             "a row of its input (a reference run, %lld rows; none more often than there)%s",
+             last->user_op, (long long)n,
+             fixed ? "each of its partitions has min(n, that input partition's rows) (the input "
+                     "partitioned in-process: its partitioning is fixed by the plan)"
+                   : "at most n rows in each partition, the total within its bounds (the "
+                     "input's partitioning is not fixed by the plan)",
+             (long long)in_rows, last->kind == PN_TOP_N ? ", each partition sorted by its keys" : "");
+  fsh_free(out_rows);
+  fsh_free(in_part);
+  return rc;
+}
+
+/* A local aggregate whose groups may span partitions against the
+ * reference's (one partition: every group whole): each partition has
+ * each group key at most once, the output's keys are the reference's
+ * (as sets), at most once per partition; the aggregate values depend on
+ * how the groups were split and are not compared. */
+static int compare_local_agg(const plan_node *last, const fsh_plan_result *a,
+                             const fsh_plan_result *b, fsh_error *err) {
+  int32_t keys[64];
+  for (int32_t k = 0; k < last->n_keys; k++) {
+    const char *name = last->agg_input->fields[last->keys[k]].name;
+    keys[k] = -1;
+    for (int64_t f = 0; f < last->schema->n_fields; f++)
+      if (strcmp(last->schema->fields[f].name, name) == 0) keys[k] = (int32_t)f;
+    if (keys[k] < 0) return fsh_error_set(err, EINVAL, "key '%s' not in the output", name);
+  }
+  int32_t np = a->n_partitions > 0 ? a->n_partitions : 1;
+  if (last->n_keys == 0) {
+    if (a->rows > np || (b->rows > 0 && a->rows < 1))
+      return fsh_error_set(err, EINVAL, "%lld rows; a local aggregate without keys over %d "
+                           "partitions has 1 to %d", (long long)a->rows, (int)np, (int)np);
+    if (err) snprintf(err->message, sizeof err->message, "compared as the plan allows: a local "
+                      "aggregate without keys: at most one row per partition (values not "
+                      "compared: they depend on the partitioning)");
+    return 0;
+  }
+  uint64_t *ha = NULL, *hb = NULL;
+  int64_t na = 0, nb = 0;
+  int rc = row_hashes(a, keys, last->n_keys, true, &ha, &na, err);
+  if (!rc) rc = row_hashes(b, keys, last->n_keys, true, &hb, &nb, err);
+  /* unique within each partition: sort each partition's slice */
+  int64_t at = 0, row = 0;
+  for (int32_t q = 0; !rc && q < a->n_partitions && a->partition_batches; q++) {
+    int64_t len = 0;
+    for (int64_t k = 0; k < a->partition_batches[q]; k++) len += a->batches[at++]->length;
+    qsort(ha + row, (size_t)len, sizeof *ha, cmp_u64);
+    for (int64_t i = 1; i < len && !rc; i++)
+      if (ha[row + i] == ha[row + i - 1])
+        rc = fsh_error_set(err, EINVAL, "partition %d has a group key twice", (int)q);
+    row += len;
+  }
+  if (!rc) {
+    qsort(ha, (size_t)na, sizeof *ha, cmp_u64);
+    qsort(hb, (size_t)nb, sizeof *hb, cmp_u64);
+    int64_t i = 0, j = 0;
+    while (!rc && (i < na || j < nb)) {
+      if (j == nb || (i < na && ha[i] < hb[j]))
+        rc = fsh_error_set(err, EINVAL, "a group key not in the reference's groups");
+      else if (i == na || hb[j] < ha[i])
+        rc = fsh_error_set(err, EINVAL, "a group of the reference (sorted key hash %lld) is "
+                           "missing", (long long)j);
+      else {
+        uint64_t v = hb[j];
+        int64_t ca = 0;
+        while (i < na && ha[i] == v) i++, ca++;
+        while (j < nb && hb[j] == v) j++;
+        if (ca > np) rc = fsh_error_set(err, EINVAL, "a group key %lld times in %d partitions",
+                                        (long long)ca, (int)np);
+      }
+    }
+  }
+  fsh_free(ha);
+  fsh_free(hb);
+  if (!rc && err)
+    snprintf(err->message, sizeof err->message,
+             "compared as the plan allows: a local aggregate whose groups may span partitions: "
+             "its group keys are the reference's (%lld groups), each at most once per "
+             "partition; the values are not compared (they depend on the partitioning)",
+             (long long)b->rows);
+  return rc;
+}
+
 int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const fsh_plan_result *b,
                             fsh_error *err) {
+  if (err) err->message[0] = 0;
+  if (p->n_nodes) {
+    int last = p->n_nodes - 1;
+    const plan_node *ln = p->nodes[last];
+    int d = -1;
+    for (int k = 0; k < ln->n_inputs && d < 0; k++) d = partition_dependent_in(p, ln->inputs[k]);
+    if (d >= 0) {
+      char name[160];
+      return fsh_error_set(err, ENOTSUP, "cannot be compared with a single-process run: %s "
+                           "depends on the partitioning (%s) and operators follow it; only as a "
+                           "plan's last operator is it compared as the plan allows",
+                           plan_node_name(p->nodes[d], name, sizeof name),
+                           p->nodes[d]->kind == PN_AGG ? "a local aggregate whose groups may "
+                           "span partitions" : "at most n rows per partition");
+    }
+    if (node_partition_dependent(p, last))
+      return ln->kind == PN_AGG ? compare_local_agg(ln, a, b, err)
+                                : compare_local_limit(p, ln, a, err);
+  }
   if (a->rows != b->rows)
     return fsh_error_set(err, EINVAL, "%lld rows, the reference has %lld", (long long)a->rows,
                          (long long)b->rows);
@@ -245,8 +543,23 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
   int64_t limit = 0;
   bool global = false;
   int src = rc || determined || !p->n_nodes ? -1 : limit_source(p, &limit, &global);
-  if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, err);
+  if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, NULL, err);
   if (rc || order != FSH_PLAN_ORDER_KEYS) return rc;
+  if (a->n_partitions > 1) {
+    /* a local sort / top-N over several partitions: each partition in order */
+    const plan_node *ln = p->nodes[p->n_nodes - 1];
+    while ((ln->kind == PN_FILTER || ln->kind == PN_INTO_BATCHES || ln->kind == PN_LIMIT) &&
+           ln->n_inputs == 1)
+      ln = p->nodes[ln->inputs[0]];
+    if (ln->kind != PN_SORT && ln->kind != PN_TOP_N)
+      return fsh_error_set(err, ENOTSUP, "an output ordered by keys in %d partitions, not from a "
+                           "sort", (int)a->n_partitions);
+    if ((rc = check_partitions_sorted(ln, a, err)) == 0 && err)
+      snprintf(err->message, sizeof err->message, "compared as the plan allows: the rows equal "
+               "the reference's (as multisets), each of the %d partitions sorted by the %s's "
+               "keys (a local %s)", (int)a->n_partitions, ln->user_op, ln->user_op);
+    return rc;
+  }
   if ((rc = row_hashes(a, keys, n_keys, true, &ha, &na, err)) != 0) return rc;
   if ((rc = row_hashes(b, keys, n_keys, true, &hb, &nb, err)) != 0) {
     fsh_free(ha);
