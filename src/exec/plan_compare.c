@@ -301,40 +301,70 @@ static int partition_rows(const fsh_plan_result *r, int64_t **out, fsh_error *er
   return 0;
 }
 
-/* Counts the rows of each partition (a sink; a partition begun again
- * starts from 0). */
-typedef struct count_sink {
-  int64_t *rows;
+/* The row hashes of each partition of a streamed result (a sink; a
+ * partition begun again starts from nothing). */
+typedef struct parts_sink {
+  hash_sink *h; /* [n] */
   int32_t n;
-} count_sink;
+} parts_sink;
 
-static int count_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
-  count_sink *cs = arg;
-  if (part < 0 || part >= cs->n)
-    return fsh_error_set(err, EINVAL, "partition %d of %d", (int)part, (int)cs->n);
-  if (!b) cs->rows[part] = 0;
-  else cs->rows[part] += b->length;
-  return 0;
+static int parts_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
+  parts_sink *ps = arg;
+  if (part < 0 || part >= ps->n)
+    return fsh_error_set(err, EINVAL, "partition %d of %d", (int)part, (int)ps->n);
+  if (!b) ps->h[part].n = 0;
+  return hash_sink_put(&ps->h[part], part, b, err);
 }
 
-/* The rows of each of node src's partitions ([its n_partitions]) from an
- * in-process partitioned run of the plan up to src (its own memory
+static void parts_sink_free(parts_sink *ps) {
+  for (int32_t q = 0; ps->h && q < ps->n; q++) fsh_free(ps->h[q].h);
+  fsh_free(ps->h);
+  ps->h = NULL;
+}
+
+/* The row hashes of each of node src's partitions (in their order) from
+ * an in-process partitioned run of the plan up to src (its own memory
  * backend). */
-static int input_partition_rows(const fsh_plan *p, int src, int64_t **out, fsh_error *err) {
+static int input_partitions(const fsh_plan *p, int src, parts_sink *out, fsh_error *err) {
   fsh_plan view = *p;
   view.n_nodes = src + 1;
   int32_t np = p->nodes[src]->n_partitions;
-  count_sink cs = {.rows = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *cs.rows), .n = np};
-  if (!cs.rows) return fsh_error_set(err, ENOMEM, "out of memory");
-  fsh_plan_run_options ro = {.sink = count_sink_put, .sink_arg = &cs};
+  out->n = np;
+  if (!(out->h = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *out->h)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_plan_run_options ro = {.sink = parts_sink_put, .sink_arg = out};
   fsh_plan_result run;
   int rc = fsh_plan_run(&view, &ro, &run, err);
   fsh_plan_result_reset(&run);
   if (rc) {
-    fsh_free(cs.rows);
+    parts_sink_free(out);
     return fsh_error_prefix(err, rc, "the input's partitions (an in-process run): ");
   }
-  *out = cs.rows;
+  return 0;
+}
+
+/* Whether every hash of sub (sorted, n) is in sup (sorted, m) at least as
+ * often; *bad: the first sorted hash that is not (when false). */
+static bool multiset_within(const uint64_t *sub, int64_t n, const uint64_t *sup, int64_t m,
+                            uint64_t *bad) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++) {
+    while (k < m && sup[k] < sub[i]) k++;
+    if (k == m || sup[k] != sub[i]) {
+      *bad = sub[i];
+      return false;
+    }
+    k++;
+  }
+  return true;
+}
+
+/* A sorted copy of h[0, n) (*out fsh_malloc'd). */
+static int sorted_copy(const uint64_t *h, int64_t n, uint64_t **out, fsh_error *err) {
+  if (!(*out = fsh_malloc((size_t)(n ? n : 1) * sizeof **out)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  if (n) memcpy(*out, h, (size_t)n * sizeof **out);
+  qsort(*out, (size_t)n, sizeof **out, cmp_u64);
   return 0;
 }
 
@@ -360,18 +390,30 @@ static int check_partitions_sorted(const plan_node *n, const fsh_plan_result *r,
   return rc;
 }
 
-/* A local limit / top-N of n rows a partition over node src (partitions
- * fixed or not): each output partition has at most n rows (fixed:
- * exactly min(n, its input partition's rows)), in all between
- * min(n, input rows) and min(input rows, n * partitions) rows (fixed:
- * their sum), every row a row of the input (multiset, reference run); a
- * top-N's partitions each sorted by its keys. */
+/* A local limit / top-N of n rows a partition over node src against
+ * what the plan fixes. Always: as many partitions as the operator, each
+ * with at most n rows, every row a row of src (a single-process
+ * reference run of the plan up to src; multisets: none more often than
+ * there); a top-N's partitions each sorted by its keys. When src's
+ * partitioning is fixed (partitioning_fixed), src's partitions from an
+ * in-process partitioned run -- their rows together exactly the
+ * reference's -- and each output partition q has min(n, rows of src's
+ * partition q) rows, all rows of that partition; a limit of an input in
+ * exact order (a scan's partitions): the first ones, in order.
+ * Otherwise in all between min(n, rows of src) and min(rows of src,
+ * n * partitions) rows. */
 static int compare_local_limit(const fsh_plan *p, const plan_node *last, const fsh_plan_result *a,
                                fsh_error *err) {
   int src = last->inputs[0];
-  int64_t n = last->n, in_rows = 0, *out_rows = NULL, *in_part = NULL;
+  const plan_node *in_node = p->nodes[src];
+  int64_t n = last->n;
   bool fixed = partitioning_fixed(p, src);
+  bool prefix = fixed && last->kind == PN_LIMIT && in_node->order == FSH_PLAN_ORDER_EXACT;
   int32_t np = last->n_partitions;
+  hash_sink in = {0};
+  parts_sink ip = {0};
+  uint64_t *ha = NULL, *sa = NULL, *tmp = NULL, bad = 0;
+  int64_t na = 0, *out_rows = NULL;
   int rc = partition_rows(a, &out_rows, err);
   if (!rc && a->n_partitions != np)
     rc = fsh_error_set(err, EINVAL, "%d output partitions, the %s has %d", (int)a->n_partitions,
@@ -380,27 +422,80 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
     if (out_rows[q] > n)
       rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows, more than the local %s's %lld",
                          (int)q, (long long)out_rows[q], last->user_op, (long long)n);
-  if (!rc) rc = check_limit_rows(p, a, src, n, false, &in_rows, err);
-  if (!rc && fixed && (rc = input_partition_rows(p, src, &in_part, err)) == 0) {
+  if (!rc) { /* src from the reference */
+    fsh_plan view = *p;
+    view.n_nodes = src + 1;
+    fsh_plan_run_options ro = {.reference = true, .sink = hash_sink_put, .sink_arg = &in};
+    fsh_plan_result run;
+    rc = fsh_plan_run(&view, &ro, &run, err);
+    fsh_plan_result_reset(&run);
+    if (rc) rc = fsh_error_prefix(err, rc, "the %s's input (a reference run): ", last->user_op);
+    else qsort(in.h, (size_t)in.n, sizeof *in.h, cmp_u64);
+  }
+  if (!rc) rc = row_hashes(a, NULL, 0, true, &ha, &na, err);
+  if (!rc) rc = sorted_copy(ha, na, &sa, err);
+  if (!rc && !multiset_within(sa, na, in.h, in.n, &bad)) {
+    int64_t row = 0;
+    while (row < na && ha[row] != bad) row++;
+    rc = fsh_error_set(err, EINVAL, "row %lld is not a row of the %s's input (%lld rows, a "
+                       "reference run), or is there fewer times than in the result",
+                       (long long)row, last->user_op, (long long)in.n);
+  }
+  if (!rc && fixed && (rc = input_partitions(p, src, &ip, err)) == 0) {
     int64_t sum = 0;
-    for (int32_t q = 0; q < np; q++) sum += in_part[q];
-    if (sum != in_rows)
+    for (int32_t q = 0; q < ip.n; q++) sum += ip.h[q].n;
+    if (ip.n != np)
+      rc = fsh_error_set(err, EINVAL, "the %s's input has %d partitions, the %s %d",
+                         last->user_op, (int)ip.n, last->user_op, (int)np);
+    else if (sum != in.n)
       rc = fsh_error_set(err, EINVAL, "the %s's input partitioned in-process has %lld rows, the "
-                         "reference run %lld", last->user_op, (long long)sum, (long long)in_rows);
-    for (int32_t q = 0; q < np && !rc; q++) {
-      int64_t want = in_part[q] < n ? in_part[q] : n;
-      if (out_rows[q] != want)
+                         "reference run %lld", last->user_op, (long long)sum, (long long)in.n);
+    /* the partitions' rows together: the reference's */
+    uint64_t *all = NULL;
+    if (!rc && !(all = fsh_malloc((size_t)(sum ? sum : 1) * sizeof *all)))
+      rc = fsh_error_set(err, ENOMEM, "out of memory");
+    int64_t at = 0;
+    for (int32_t q = 0; !rc && q < ip.n; at += ip.h[q].n, q++)
+      if (ip.h[q].n) memcpy(all + at, ip.h[q].h, (size_t)ip.h[q].n * sizeof *all);
+    if (!rc) {
+      qsort(all, (size_t)sum, sizeof *all, cmp_u64);
+      if (sum && memcmp(all, in.h, (size_t)sum * sizeof *all) != 0)
+        rc = fsh_error_set(err, EINVAL, "the %s's input partitioned in-process has other rows "
+                           "than the reference run", last->user_op);
+    }
+    fsh_free(all);
+    at = 0;
+    for (int32_t q = 0; q < np && !rc; at += out_rows[q], q++) {
+      int64_t rq = ip.h[q].n, want = rq < n ? rq : n;
+      if (out_rows[q] != want) {
         rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows; a local %s of %lld over its "
                            "%lld input rows has %lld", (int)q, (long long)out_rows[q],
-                           last->user_op, (long long)n, (long long)in_part[q], (long long)want);
+                           last->user_op, (long long)n, (long long)rq, (long long)want);
+      } else if (prefix) {
+        for (int64_t i = 0; i < want && !rc; i++)
+          if (ha[at + i] != ip.h[q].h[i])
+            rc = fsh_error_set(err, EINVAL, "partition %d: row %lld is not its input's row %lld "
+                               "(a limit of a partition in order keeps its first rows)", (int)q,
+                               (long long)i, (long long)i);
+      } else {
+        uint64_t *sq = NULL;
+        if ((rc = sorted_copy(ip.h[q].h, rq, &tmp, err)) == 0 &&
+            (rc = sorted_copy(ha + at, want, &sq, err)) == 0 &&
+            !multiset_within(sq, want, tmp, rq, &bad))
+          rc = fsh_error_set(err, EINVAL, "partition %d has a row that is not a row of its input "
+                             "partition (or more often than there)", (int)q);
+        fsh_free(sq);
+        fsh_free(tmp);
+        tmp = NULL;
+      }
     }
   } else if (!rc && !fixed) {
-    int64_t lo = in_rows < n ? in_rows : n;
-    int64_t hi = np > 0 && n <= in_rows / np ? n * np : in_rows;
+    int64_t lo = in.n < n ? in.n : n;
+    int64_t hi = np > 0 && n <= in.n / np ? n * np : in.n;
     if (a->rows < lo || a->rows > hi)
       rc = fsh_error_set(err, EINVAL, "%lld rows; a local %s of %lld over %lld rows in %d "
                          "partitions has between %lld and %lld", (long long)a->rows,
-                         last->user_op, (long long)n, (long long)in_rows, (int)np, (long long)lo,
+                         last->user_op, (long long)n, (long long)in.n, (int)np, (long long)lo,
                          (long long)hi);
   }
   if (!rc && last->kind == PN_TOP_N) rc = check_partitions_sorted(last, a, err);
@@ -409,13 +504,19 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
              "compared as the plan allows: a local %s of %lld rows per partition: %s, every row "
              "a row of its input (a reference run, %lld rows; none more often than there)%s",
              last->user_op, (long long)n,
-             fixed ? "each of its partitions has min(n, that input partition's rows) (the input "
-                     "partitioned in-process: its partitioning is fixed by the plan)"
-                   : "at most n rows in each partition, the total within its bounds (the "
-                     "input's partitioning is not fixed by the plan)",
-             (long long)in_rows, last->kind == PN_TOP_N ? ", each partition sorted by its keys" : "");
+             prefix ? "each partition holds the first min(n, its rows) rows of its input "
+                      "partition, in order (the input partitioned in-process, its rows together "
+                      "the reference's)"
+             : fixed ? "each partition holds min(n, its rows) rows of its input partition (the "
+                       "input partitioned in-process, its rows together the reference's)"
+                     : "at most n rows in each partition, the total within its bounds (the "
+                       "input's partitioning is not fixed by the plan)",
+             (long long)in.n, last->kind == PN_TOP_N ? ", each partition sorted by its keys" : "");
   fsh_free(out_rows);
-  fsh_free(in_part);
+  fsh_free(ha);
+  fsh_free(sa);
+  fsh_free(in.h);
+  parts_sink_free(&ip);
   return rc;
 }
 

@@ -1,0 +1,479 @@
+/* test_plan_compare.c -- fsh_plan_result_compare on plans whose result
+ * depends on the partitioning (the single-process reference runs them as
+ * one partition): a local limit and a local top-N (over a scan's
+ * partitions and a hash repartition: each partition's row count fixed,
+ * checked here against a naive count per partition; over a random
+ * repartition: only bounded), a local aggregate whose groups span
+ * partitions, a local sort. The in-process result passes; results made
+ * wrong from it do not: a row too many in a partition, a row not in the
+ * input, a duplicated row, a missing row where the count is fixed, a
+ * partition out of order, a group key twice in a partition, a group
+ * missing or not in the input. A partition-dependent operator before the
+ * last one cannot be compared (ENOTSUP). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flightshuffle/exec.h>
+#include <flightshuffle/kernels.h>
+#include <flightshuffle/workloads.h>
+
+#include "../test.h"
+
+#define SCAN(rows, parts, seed)                                                           \
+  "{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": " #rows ", \"batch_rows\": 1000, " \
+  "\"partitions\": " #parts ", \"key_range\": 300, \"seed\": " #seed "}"
+
+static fsh_plan *plan_of(const char *text) {
+  fsh_plan *p = NULL;
+  fsh_error err;
+  CHECK_MSG(fsh_plan_from_json(text, -1, 0, &p, &err) == 0, "%s: %s", text, err.message);
+  return p;
+}
+
+/* A result held as one batch per partition (NULL: empty partition). */
+typedef struct parts {
+  int32_t n;
+  fsh_batch *b[16];
+} parts;
+
+static void parts_free(parts *ps) {
+  for (int32_t q = 0; q < ps->n; q++) fsh_batch_unref(ps->b[q]);
+  memset(ps, 0, sizeof *ps);
+}
+
+/* r's partitions, each concatenated into one batch. */
+static parts parts_of(const fsh_plan_result *r) {
+  parts ps = {.n = r->n_partitions};
+  fsh_error err;
+  int64_t at = 0;
+  CHECK(r->n_partitions <= 16);
+  for (int32_t q = 0; q < r->n_partitions && q < 16; q++) {
+    int64_t nb = r->partition_batches[q];
+    if (nb > 0) CHECK_OK(fsh_concat(r->batches + at, nb, &ps.b[q], &err));
+    at += nb;
+  }
+  return ps;
+}
+
+static int64_t rows_of(const fsh_batch *b) { return b ? b->length : 0; }
+
+/* Compares ps (as a result of p) with ref; 0 or the code. */
+static int compare_parts(const fsh_plan *p, const parts *ps, const fsh_plan_result *ref,
+                         fsh_error *err) {
+  fsh_batch *batches[16];
+  int64_t per[16], n = 0, rows = 0;
+  for (int32_t q = 0; q < ps->n; q++) {
+    per[q] = ps->b[q] && ps->b[q]->length ? 1 : 0;
+    if (per[q]) batches[n++] = ps->b[q], rows += ps->b[q]->length;
+  }
+  fsh_plan_result r = {.schema = ref->schema, .n_batches = n, .batches = batches, .rows = rows,
+                       .n_partitions = ps->n, .partition_batches = per};
+  return fsh_plan_result_compare(p, &r, ref, err);
+}
+
+/* rows idx[0, n) of b (NULL b: none). */
+static fsh_batch *take(fsh_batch *b, const int64_t *idx, int64_t n) {
+  fsh_batch *out = NULL;
+  fsh_error err;
+  CHECK_OK(fsh_take(b, idx, n, &out, &err));
+  return out;
+}
+
+/* Partition q of ps replaced by its rows [0, keep) followed by `extra`'s
+ * row `extra_row` (extra NULL: nothing), or with rows 0 and 1 swapped. */
+static void mutate(parts *ps, int32_t q, int64_t keep, fsh_batch *extra, int64_t extra_row,
+                   bool swap) {
+  fsh_batch *b = ps->b[q], *out = NULL;
+  fsh_error err;
+  int64_t *idx = calloc((size_t)rows_of(b) + 2, sizeof *idx);
+  for (int64_t i = 0; i < keep; i++) idx[i] = i;
+  if (swap && keep >= 2) idx[0] = 1, idx[1] = 0;
+  fsh_batch *head = take(b, idx, keep);
+  if (extra) {
+    fsh_batch *one = fsh_batch_slice(extra, extra_row, 1);
+    fsh_batch *two[2] = {head, one};
+    CHECK_OK(fsh_concat(two, 2, &out, &err));
+    fsh_batch_unref(one);
+    fsh_batch_unref(head);
+  } else {
+    out = head;
+  }
+  free(idx);
+  fsh_batch_unref(ps->b[q]);
+  ps->b[q] = out;
+}
+
+/* The reference rows of a plan (one batch). */
+static fsh_batch *reference_rows(const char *text) {
+  fsh_plan *p = plan_of(text);
+  fsh_plan_run_options ro = {.reference = true};
+  fsh_plan_result r;
+  fsh_error err;
+  fsh_batch *out = NULL;
+  memset(&r, 0, sizeof r);
+  if (p) CHECK_OK(fsh_plan_run(p, &ro, &r, &err));
+  if (r.n_batches) CHECK_OK(fsh_concat(r.batches, r.n_batches, &out, &err));
+  fsh_plan_result_reset(&r);
+  fsh_plan_free(p);
+  return out;
+}
+
+/* Runs p in process (memory backend) and as the reference. */
+static void run_both(const fsh_plan *p, fsh_plan_result *got, fsh_plan_result *ref) {
+  fsh_error err;
+  fsh_plan_run_options ro = {.reference = true}, o = {0};
+  memset(got, 0, sizeof *got);
+  memset(ref, 0, sizeof *ref);
+  CHECK_OK(fsh_plan_run(p, &o, got, &err));
+  CHECK_OK(fsh_plan_run(p, &ro, ref, &err));
+}
+
+#define EXPECT_PASS(what, rc, err)                                                   \
+  CHECK_MSG((rc) == 0, "%s: should pass: %d %s", what, rc, (rc) ? (err).message : "")
+#define EXPECT_FAIL(what, rc, err) \
+  CHECK_MSG((rc) == EINVAL, "%s: should fail with EINVAL: %d %s", what, rc, (err).message)
+
+/* Naive per-partition rows of a generated scan (rows, batch_rows 1000,
+ * np partitions: contiguous runs of batches, README "Plans"). */
+static int64_t scan_part_rows(int64_t rows, int32_t np, int32_t q) {
+  int64_t nb = (rows + 999) / 1000, lo = nb * q / np * 1000, hi = nb * (q + 1) / np * 1000;
+  if (hi > rows) hi = rows;
+  return hi > lo ? hi - lo : 0;
+}
+
+/* A local limit of 3500 over a scan of 20500 rows in 6 partitions (3000,
+ * 4000, 3000, 4000, 3000, 3500 rows... as the batches fall): each
+ * partition has min(3500, its rows). */
+static void local_limit_scan(void) {
+  const char *text = "{\"nodes\": [" SCAN(20500, 6, 3) ", {\"op\": \"limit\", \"n\": 3500, "
+                     "\"local\": true}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(20500, 6, 3) "]}");
+  fsh_batch *alien = reference_rows("{\"nodes\": [" SCAN(20500, 6, 4) "]}");
+  if (!p || !input || !alien) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(strstr(err.message, "compared as the plan allows") != NULL);
+  parts ps = parts_of(&got);
+  CHECK_EQ_INT(ps.n, 6);
+  int64_t total = 0;
+  for (int32_t q = 0; q < ps.n; q++) {
+    int64_t want = scan_part_rows(20500, 6, q);
+    want = want < 3500 ? want : 3500;
+    CHECK_MSG(rows_of(ps.b[q]) == want, "partition %d: %lld rows, naive %lld", (int)q,
+              (long long)rows_of(ps.b[q]), (long long)want);
+    total += want;
+  }
+  CHECK_EQ_INT(got.rows, total);
+  /* partition 1 (4000 input rows, 3500 kept); partition 0 (3000: all) */
+  int64_t n1 = rows_of(ps.b[1]), n0 = rows_of(ps.b[0]);
+  /* partition 1: input rows 3000..6999, the first 3500 kept; partition 0:
+   * input rows 0..2999, all kept */
+  struct {
+    const char *name;
+    int32_t q;
+    int64_t keep;
+    fsh_batch *extra; /* NULL and dup: the partition's own row 0 */
+    int64_t extra_row;
+    bool dup, swap, ok;
+  } cases[] = {
+      {"unchanged", 1, n1, NULL, 0, false, false, true},
+      {"a row too many in a partition (n + 1)", 1, n1, input, 6999, false, false, false},
+      {"a row too many in a partition (its input has n - 500)", 0, n0, input, 6999, false, false,
+       false},
+      {"a row not in the input", 1, n1 - 1, alien, 5, false, false, false},
+      {"a duplicated row", 1, n1 - 1, NULL, 0, true, false, false},
+      {"a missing row", 1, n1 - 1, NULL, 0, false, false, false},
+      {"a missing row (a partition its input fills)", 0, n0 - 1, NULL, 0, false, false, false},
+      {"another row of the partition's input (not its first rows)", 1, n1 - 1, input, 6999,
+       false, false, false},
+      {"a row of another partition's input", 1, n1 - 1, input, 100, false, false, false},
+      {"rows 0 and 1 swapped (a limit of rows in order keeps them in order)", 1, n1, NULL, 0,
+       false, true, false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    parts m = parts_of(&got);
+    mutate(&m, cases[i].q, cases[i].keep, cases[i].dup ? m.b[cases[i].q] : cases[i].extra,
+           cases[i].extra_row, cases[i].swap);
+    rc = compare_parts(p, &m, &ref, &err);
+    if (cases[i].ok) EXPECT_PASS(cases[i].name, rc, err);
+    else EXPECT_FAIL(cases[i].name, rc, err);
+    parts_free(&m);
+  }
+  parts_free(&ps);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_batch_unref(alien);
+  fsh_plan_free(p);
+}
+
+/* A local limit after a hash repartition on key into 5: each partition's
+ * count is min(n, the rows whose key hashes there), the partition of a
+ * row computed here from its key (fsh_hash_columns, fsh_partition_hash). */
+static void local_limit_hash(void) {
+  const char *text = "{\"nodes\": [" SCAN(12000, 4, 5) ", {\"op\": \"repartition\", \"by\": "
+                     "\"hash\", \"keys\": [\"key\"], \"partitions\": 5}, {\"op\": \"limit\", "
+                     "\"n\": 2300, \"local\": true}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(12000, 4, 5) "]}");
+  if (!p || !input) goto out;
+  fsh_error err;
+  int64_t per[5] = {0};
+  uint64_t *h = calloc((size_t)input->length, sizeof *h);
+  int32_t *pid = calloc((size_t)input->length, sizeof *pid);
+  int32_t key = 1;
+  CHECK_OK(fsh_hash_columns(input, &key, 1, 0, h, &err));
+  CHECK_OK(fsh_partition_hash(h, input->length, 5, pid, &err));
+  for (int64_t i = 0; i < input->length; i++) per[pid[i]]++;
+  free(h);
+  free(pid);
+  fsh_plan_result got, ref;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts ps = parts_of(&got);
+  bool some_short = false, some_full = false;
+  for (int32_t q = 0; q < 5 && q < ps.n; q++) {
+    int64_t want = per[q] < 2300 ? per[q] : 2300;
+    some_short |= per[q] < 2300, some_full |= per[q] > 2300;
+    CHECK_MSG(rows_of(ps.b[q]) == want, "partition %d: %lld rows, naive %lld", (int)q,
+              (long long)rows_of(ps.b[q]), (long long)want);
+  }
+  CHECK_MSG(some_short && some_full, "the case needs partitions below and above n");
+  for (int32_t q = 0; q < 5 && q < ps.n; q++) {
+    if (!ps.b[q] || ps.b[q]->length < 2) continue;
+    parts m = parts_of(&got);
+    mutate(&m, q, m.b[q]->length - 1, NULL, 0, false);
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a missing row (hash partitioning: the count is fixed)", rc, err);
+    parts_free(&m);
+    m = parts_of(&got);
+    mutate(&m, q, m.b[q]->length - 1, m.b[q], 0, false);
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a duplicated row", rc, err);
+    parts_free(&m);
+  }
+  parts_free(&ps);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_plan_free(p);
+}
+
+/* A local limit after a random repartition: the partitions' counts are
+ * not fixed, only at most n each and min(n, rows) .. min(rows, n * parts)
+ * in all: a missing row passes, a partition over n or a total below the
+ * bound does not. */
+static void local_limit_random(void) {
+  const char *text = "{\"nodes\": [" SCAN(8000, 3, 6) ", {\"op\": \"repartition\", \"by\": "
+                     "\"random\", \"partitions\": 4, \"seed\": 9}, {\"op\": \"limit\", \"n\": 100, "
+                     "\"local\": true}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(8000, 3, 6) "]}");
+  if (!p || !input) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(strstr(err.message, "not fixed") != NULL);
+  CHECK_EQ_INT(got.rows, 400);
+  parts m = parts_of(&got);
+  mutate(&m, 2, 99, NULL, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_PASS("a missing row (the count is not fixed)", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  mutate(&m, 2, 100, m.b[0], 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a row too many in a partition", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  for (int32_t q = 0; q < 4; q++) mutate(&m, q, q ? 0 : 99, NULL, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("99 rows in all, below min(n, rows)", rc, err);
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_plan_free(p);
+}
+
+/* A local top-N (amount descending) over a scan's 5 partitions: as a
+ * limit, and each partition sorted; rows swapped fail. */
+static void local_top_n(void) {
+  const char *text = "{\"nodes\": [" SCAN(9000, 5, 7) ", {\"op\": \"top_n\", \"n\": 40, "
+                     "\"local\": true, \"keys\": [{\"column\": \"amount\", \"descending\": "
+                     "true}, \"id\"]}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *alien = reference_rows("{\"nodes\": [" SCAN(9000, 5, 8) "]}");
+  if (!p || !alien) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK_EQ_INT(got.rows, 200);
+  parts m = parts_of(&got);
+  mutate(&m, 3, 40, NULL, 0, true);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a partition out of order", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  mutate(&m, 3, 39, alien, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a row not in the input", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  mutate(&m, 3, 39, NULL, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a missing row", rc, err);
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(alien);
+  fsh_plan_free(p);
+}
+
+/* A local sort over 4 partitions: the multiset is the reference's, each
+ * partition sorted (not the whole output); rows swapped fail. */
+static void local_sort(void) {
+  const char *text = "{\"nodes\": [" SCAN(6000, 4, 1) ", {\"op\": \"sort\", \"local\": true, "
+                     "\"keys\": [\"key\", \"id\"]}]}";
+  fsh_plan *p = plan_of(text);
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts m = parts_of(&got);
+  mutate(&m, 2, rows_of(m.b[2]), NULL, 0, true);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a partition out of order", rc, err);
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
+/* A local aggregate by key (300 keys over 4 partitions: groups span
+ * them) against the reference's global groups: a key twice in a
+ * partition, a group missing, or a key not in the input fail. After a
+ * hash repartition on the key it is compared exactly. */
+static void local_aggregate(void) {
+  const char *text = "{\"nodes\": [" SCAN(6000, 4, 2) ", {\"op\": \"aggregate\", \"local\": "
+                     "true, \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\", \"name\": "
+                     "\"n\"}]}]}";
+  fsh_plan *p = plan_of(text);
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(got.rows > ref.rows); /* groups span partitions */
+  parts m = parts_of(&got);
+  mutate(&m, 1, rows_of(m.b[1]), m.b[1], 3, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a group key twice in a partition", rc, err);
+  parts_free(&m);
+  /* a group missing: the reference's first key dropped everywhere */
+  m = parts_of(&got);
+  for (int32_t q = 0; q < m.n; q++) {
+    if (!m.b[q]) continue;
+    int64_t *idx = calloc((size_t)m.b[q]->length + 1, sizeof *idx), k = 0;
+    const fsh_array *kc = m.b[q]->columns[0], *rc0 = ref.batches[0]->columns[0];
+    for (int64_t i = 0; i < m.b[q]->length; i++) {
+      bool same = fsh_array_is_valid(kc, i) == fsh_array_is_valid(rc0, 0) &&
+                  (!fsh_array_is_valid(kc, i) ||
+                   ((const int64_t *)(const void *)kc->buffers[1]->data)[kc->offset + i] ==
+                       ((const int64_t *)(const void *)rc0->buffers[1]->data)[rc0->offset]);
+      if (!same) idx[k++] = i;
+    }
+    fsh_batch *t = take(m.b[q], idx, k);
+    free(idx);
+    fsh_batch_unref(m.b[q]);
+    m.b[q] = t;
+  }
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a group missing", rc, err);
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+  /* a key not of the input: the aggregate of another key range */
+  p = plan_of("{\"nodes\": [" SCAN(6000, 4, 2) ", {\"op\": \"aggregate\", \"local\": true, "
+              "\"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\", \"name\": \"n\"}]}]}");
+  fsh_plan *other = plan_of("{\"nodes\": [{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": "
+                            "6000, \"batch_rows\": 1000, \"partitions\": 4, \"key_range\": 600, "
+                            "\"seed\": 2}, {\"op\": \"aggregate\", \"local\": true, \"keys\": "
+                            "[\"key\"], \"aggs\": [{\"fn\": \"count_star\", \"name\": \"n\"}]}]}");
+  if (p && other) {
+    fsh_plan_result o2, oref;
+    run_both(p, &got, &ref);
+    run_both(other, &o2, &oref);
+    rc = fsh_plan_result_compare(p, &o2, &ref, &err);
+    EXPECT_FAIL("keys not of the input", rc, err);
+    fsh_plan_result_reset(&o2);
+    fsh_plan_result_reset(&oref);
+    fsh_plan_result_reset(&got);
+    fsh_plan_result_reset(&ref);
+  }
+  fsh_plan_free(p);
+  fsh_plan_free(other);
+  /* grouped by a hash repartition on the key: exact */
+  p = plan_of("{\"nodes\": [" SCAN(6000, 4, 2) ", {\"op\": \"repartition\", \"by\": \"hash\", "
+              "\"keys\": [\"key\"], \"partitions\": 3}, {\"op\": \"aggregate\", \"local\": true, "
+              "\"keys\": [\"key\"], \"aggs\": [{\"fn\": \"sum\", \"column\": \"amount\", "
+              "\"name\": \"s\"}]}]}");
+  if (p) {
+    run_both(p, &got, &ref);
+    rc = fsh_plan_result_compare(p, &got, &ref, &err);
+    EXPECT_PASS("a local aggregate after a hash repartition on its key", rc, err);
+    CHECK_MSG(err.message[0] == 0, "compared exactly, not '%s'", err.message);
+    CHECK_EQ_INT(got.rows, ref.rows);
+    fsh_plan_result_reset(&got);
+    fsh_plan_result_reset(&ref);
+  }
+  fsh_plan_free(p);
+}
+
+/* A partition-dependent operator followed by others: ENOTSUP, naming it. */
+static void not_last(void) {
+  fsh_plan *p = plan_of("{\"nodes\": [" SCAN(3000, 3, 1) ", {\"op\": \"limit\", \"n\": 10, "
+                        "\"local\": true}, {\"op\": \"project\", \"columns\": [{\"name\": "
+                        "\"id\", \"expr\": {\"col\": \"id\"}}]}]}");
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  CHECK_MSG(rc == ENOTSUP && strstr(err.message, "limit") != NULL, "%d %s", rc, err.message);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"local_limit_scan", local_limit_scan},
+      {"local_limit_hash", local_limit_hash},
+      {"local_limit_random", local_limit_random},
+      {"local_top_n", local_top_n},
+      {"local_sort", local_sort},
+      {"local_aggregate", local_aggregate},
+      {"not_last", not_last},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
