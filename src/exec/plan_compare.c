@@ -520,13 +520,73 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
   return rc;
 }
 
+/* The local aggregate `n` run over each of its input's partitions (an
+ * in-process partitioned run of the plan up to its input, streamed into
+ * one aggregate per partition): each partition's output row hashes. */
+typedef struct agg_sink {
+  const plan_node *n;
+  fsh_hash_agg **agg; /* [np] */
+  int32_t np;
+} agg_sink;
+
+static int agg_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
+  agg_sink *as = arg;
+  const plan_node *n = as->n;
+  if (part < 0 || part >= as->np)
+    return fsh_error_set(err, EINVAL, "partition %d of %d", (int)part, (int)as->np);
+  if (!b) { /* (begun again: from nothing) */
+    fsh_hash_agg_free(as->agg[part]);
+    as->agg[part] = NULL;
+  }
+  if (!as->agg[part])
+    FSH_RETURN_NOT_OK(fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs,
+                                       n->agg_mode, 0, &as->agg[part], err));
+  return b ? fsh_hash_agg_push(as->agg[part], b, err) : 0;
+}
+
+static int agg_per_partition(const fsh_plan *p, const plan_node *n, parts_sink *out,
+                             fsh_error *err) {
+  fsh_plan view = *p;
+  view.n_nodes = n->inputs[0] + 1;
+  int32_t np = n->n_partitions;
+  agg_sink as = {.n = n, .np = np, .agg = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *as.agg)};
+  out->n = np;
+  out->h = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *out->h);
+  if (!as.agg || !out->h) {
+    fsh_free(as.agg);
+    parts_sink_free(out);
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  }
+  fsh_plan_run_options ro = {.sink = agg_sink_put, .sink_arg = &as};
+  fsh_plan_result run;
+  int rc = fsh_plan_run(&view, &ro, &run, err);
+  fsh_plan_result_reset(&run);
+  if (rc) rc = fsh_error_prefix(err, rc, "the aggregate's input partitions (an in-process run): ");
+  for (int32_t q = 0; q < np && !rc; q++) {
+    fsh_batch *o = NULL;
+    if (!as.agg[q])
+      rc = fsh_hash_agg_new(n->agg_input, n->keys, n->n_keys, n->aggs, n->n_aggs, n->agg_mode, 0,
+                            &as.agg[q], err);
+    if (!rc) rc = fsh_hash_agg_finish(as.agg[q], &o, err);
+    if (!rc && o) rc = hash_sink_put(&out->h[q], q, o, err);
+    fsh_batch_unref(o);
+  }
+  for (int32_t q = 0; q < np; q++) fsh_hash_agg_free(as.agg[q]);
+  fsh_free(as.agg);
+  if (rc) parts_sink_free(out);
+  return rc;
+}
+
 /* A local aggregate whose groups may span partitions against the
  * reference's (one partition: every group whole): each partition has
- * each group key at most once, the output's keys are the reference's
- * (as sets), at most once per partition; the aggregate values depend on
- * how the groups were split and are not compared. */
-static int compare_local_agg(const plan_node *last, const fsh_plan_result *a,
-                             const fsh_plan_result *b, fsh_error *err) {
+ * each group key at most once (no keys: at most one row), the output's
+ * keys are the reference's (as sets). Its values depend on how the groups
+ * were split: when the input's partitioning is fixed by the plan, each
+ * output partition's rows equal the aggregate of that input partition
+ * (an in-process partitioned run of the input, aggregated here a
+ * partition at a time); otherwise they are not compared. */
+static int compare_local_agg(const fsh_plan *p, const plan_node *last,
+                             const fsh_plan_result *a, const fsh_plan_result *b, fsh_error *err) {
   int32_t keys[64];
   for (int32_t k = 0; k < last->n_keys; k++) {
     const char *name = last->agg_input->fields[last->keys[k]].name;
@@ -536,15 +596,7 @@ static int compare_local_agg(const plan_node *last, const fsh_plan_result *a,
     if (keys[k] < 0) return fsh_error_set(err, EINVAL, "key '%s' not in the output", name);
   }
   int32_t np = a->n_partitions > 0 ? a->n_partitions : 1;
-  if (last->n_keys == 0) {
-    if (a->rows > np || (b->rows > 0 && a->rows < 1))
-      return fsh_error_set(err, EINVAL, "%lld rows; a local aggregate without keys over %d "
-                           "partitions has 1 to %d", (long long)a->rows, (int)np, (int)np);
-    if (err) snprintf(err->message, sizeof err->message, "compared as the plan allows: a local "
-                      "aggregate without keys: at most one row per partition (values not "
-                      "compared: they depend on the partitioning)");
-    return 0;
-  }
+  /* (no keys: every row has the one empty key -- at most one a partition) */
   uint64_t *ha = NULL, *hb = NULL;
   int64_t na = 0, nb = 0;
   int rc = row_hashes(a, keys, last->n_keys, true, &ha, &na, err);
@@ -582,12 +634,45 @@ static int compare_local_agg(const plan_node *last, const fsh_plan_result *a,
   }
   fsh_free(ha);
   fsh_free(hb);
+  /* partitions fixed by the plan: each output partition is the aggregate
+   * of its input partition, values and all */
+  bool fixed = partitioning_fixed(p, last->inputs[0]) && a->partition_batches;
+  if (!rc && fixed) {
+    parts_sink per = {0};
+    if ((rc = agg_per_partition(p, last, &per, err)) == 0 &&
+        (rc = row_hashes(a, NULL, 0, true, &ha, &na, err)) == 0) {
+      for (int32_t q = 0; q < np && q < per.n && !rc; q++) {
+        uint64_t *x = NULL, *y = NULL;
+        int64_t start = 0, len = 0, bi = 0; /* partition q: rows [start, start + len) */
+        for (int32_t k = 0; k <= q; k++)
+          for (int64_t j = 0; j < a->partition_batches[k]; j++)
+            *(k < q ? &start : &len) += a->batches[bi++]->length;
+        if (len != per.h[q].n)
+          rc = fsh_error_set(err, EINVAL, "partition %d has %lld groups; the aggregate of its "
+                             "input partition has %lld", (int)q, (long long)len,
+                             (long long)per.h[q].n);
+        if (!rc && (rc = sorted_copy(ha + start, len, &x, err)) == 0 &&
+            (rc = sorted_copy(per.h[q].h, per.h[q].n, &y, err)) == 0 &&
+            len && memcmp(x, y, (size_t)len * sizeof *x) != 0)
+          rc = fsh_error_set(err, EINVAL, "partition %d's rows differ from the aggregate of its "
+                             "input partition (an in-process run of its input)", (int)q);
+        fsh_free(x);
+        fsh_free(y);
+      }
+    }
+    fsh_free(ha);
+    parts_sink_free(&per);
+  }
   if (!rc && err)
     snprintf(err->message, sizeof err->message,
              "compared as the plan allows: a local aggregate whose groups may span partitions: "
              "its group keys are the reference's (%lld groups), each at most once per "
-             "partition; the values are not compared (they depend on the partitioning)",
-             (long long)b->rows);
+             "partition; %s", (long long)b->rows,
+             fixed ? "each partition's rows, values and all, are the aggregate of its input "
+                     "partition (the input partitioned by an in-process run: its partitioning "
+                     "is fixed by the plan)"
+                   : "the values are not compared (the input's partitioning is not fixed by "
+                     "the plan)");
   return rc;
 }
 
@@ -609,7 +694,7 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
                            "span partitions" : "at most n rows per partition");
     }
     if (node_partition_dependent(p, last))
-      return ln->kind == PN_AGG ? compare_local_agg(ln, a, b, err)
+      return ln->kind == PN_AGG ? compare_local_agg(p, ln, a, b, err)
                                 : compare_local_limit(p, ln, a, err);
   }
   if (a->rows != b->rows)

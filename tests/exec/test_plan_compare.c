@@ -367,6 +367,12 @@ static void local_sort(void) {
   fsh_plan_free(p);
 }
 
+/* Column 1 ("n", int64) of a local aggregate's row i. */
+static int64_t col_n(const fsh_batch *b, int64_t i) {
+  const fsh_array *a = b->columns[1];
+  return ((const int64_t *)(const void *)a->buffers[1]->data)[a->offset + i];
+}
+
 /* A local aggregate by key (300 keys over 4 partitions: groups span
  * them) against the reference's global groups: a key twice in a
  * partition, a group missing, or a key not in the input fail. After a
@@ -387,6 +393,35 @@ static void local_aggregate(void) {
   mutate(&m, 1, rows_of(m.b[1]), m.b[1], 3, false);
   rc = compare_parts(p, &m, &ref, &err);
   EXPECT_FAIL("a group key twice in a partition", rc, err);
+  parts_free(&m);
+  /* a group's count wrong: partition 1's "n" of two groups of different
+   * counts swapped (the keys stay right) */
+  m = parts_of(&got);
+  if (m.b[1] && m.b[1]->length >= 2) {
+    fsh_batch *b = m.b[1];
+    int64_t j = 1;
+    while (j < b->length && col_n(b, j) == col_n(b, 0)) j++;
+    CHECK(j < b->length);
+    if (j < b->length) {
+      int64_t *idx = calloc((size_t)b->length, sizeof *idx);
+      for (int64_t i = 0; i < b->length; i++) idx[i] = i;
+      idx[0] = j, idx[j] = 0;
+      fsh_batch *sw = take(b, idx, b->length), *mixed = fsh_batch_new(b->schema, b->length);
+      free(idx);
+      CHECK(sw && mixed);
+      if (sw && mixed) {
+        mixed->columns[0] = fsh_array_ref(b->columns[0]);
+        mixed->columns[1] = fsh_array_ref(sw->columns[1]);
+        fsh_batch_unref(m.b[1]);
+        m.b[1] = mixed;
+        mixed = NULL;
+        rc = compare_parts(p, &m, &ref, &err);
+        EXPECT_FAIL("two groups' counts swapped in a partition", rc, err);
+      }
+      fsh_batch_unref(sw);
+      fsh_batch_unref(mixed);
+    }
+  }
   parts_free(&m);
   /* a group missing: the reference's first key dropped everywhere */
   m = parts_of(&got);
