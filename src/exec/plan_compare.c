@@ -390,6 +390,87 @@ static int check_partitions_sorted(const plan_node *n, const fsh_plan_result *r,
   return rc;
 }
 
+/* The top n rows of each partition of a streamed input by node n's keys,
+ * kept as it streams (a sink: the held top and each batch sorted
+ * together by fsh_sort_batch -- not the operator's heap -- and cut to n
+ * rows; a partition begun again starts from nothing). */
+typedef struct top_sink {
+  const plan_node *n;
+  fsh_batch **top; /* [np] (NULL: no row yet) */
+  int32_t np;
+} top_sink;
+
+static int top_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) {
+  top_sink *ts = arg;
+  const plan_node *n = ts->n;
+  if (part < 0 || part >= ts->np)
+    return fsh_error_set(err, EINVAL, "partition %d of %d", (int)part, (int)ts->np);
+  if (!b) {
+    fsh_batch_unref(ts->top[part]);
+    ts->top[part] = NULL;
+    return 0;
+  }
+  fsh_batch *two[2] = {ts->top[part], b}, *all = NULL, *sorted = NULL;
+  int rc = ts->top[part] ? fsh_concat(two, 2, &all, err) : 0;
+  if (!rc) rc = fsh_sort_batch(all ? all : b, n->keys, n->n_keys, n->sort_order, &sorted, err);
+  fsh_batch_unref(all);
+  if (rc) return rc;
+  fsh_batch *cut = fsh_batch_slice(sorted, 0, sorted->length < n->n ? sorted->length : n->n);
+  fsh_batch_unref(sorted);
+  if (!cut) return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_batch_unref(ts->top[part]);
+  ts->top[part] = cut;
+  return 0;
+}
+
+/* The local top-N `last` against each of its input's partitions (an
+ * in-process partitioned run of the plan up to its input, fixed by the
+ * plan): output partition q's sort keys, row by row, are those of the
+ * top n of input partition q (the rows themselves may differ among
+ * equal keys). */
+static int check_top_n_partitions(const fsh_plan *p, const plan_node *last,
+                                  const fsh_plan_result *a, fsh_error *err) {
+  fsh_plan view = *p;
+  view.n_nodes = last->inputs[0] + 1;
+  int32_t np = last->n_partitions;
+  top_sink ts = {.n = last, .np = np, .top = fsh_calloc((size_t)(np > 0 ? np : 1), sizeof *ts.top)};
+  if (!ts.top) return fsh_error_set(err, ENOMEM, "out of memory");
+  fsh_plan_run_options ro = {.sink = top_sink_put, .sink_arg = &ts};
+  fsh_plan_result run;
+  int rc = fsh_plan_run(&view, &ro, &run, err);
+  fsh_plan_result_reset(&run);
+  if (rc) rc = fsh_error_prefix(err, rc, "the top_n's input partitions (an in-process run): ");
+  int64_t bi = 0;
+  for (int32_t q = 0; q < np && q < a->n_partitions && a->partition_batches && !rc; q++) {
+    fsh_plan_result got = {.schema = a->schema, .n_batches = a->partition_batches[q],
+                           .batches = a->batches + bi, .n_partitions = 1};
+    for (int64_t k = 0; k < got.n_batches; k++) got.rows += got.batches[k]->length;
+    bi += got.n_batches;
+    fsh_batch *t = ts.top[q];
+    fsh_plan_result want = {.schema = a->schema, .n_batches = t ? 1 : 0, .batches = &t,
+                            .rows = t ? t->length : 0, .n_partitions = 1};
+    uint64_t *hg = NULL, *hw = NULL;
+    int64_t ng = 0, nw = 0;
+    if ((rc = row_hashes(&got, last->keys, last->n_keys, true, &hg, &ng, err)) == 0 &&
+        (rc = row_hashes(&want, last->keys, last->n_keys, true, &hw, &nw, err)) == 0) {
+      if (ng != nw)
+        rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows, the top %lld of its input "
+                           "partition %lld", (int)q, (long long)ng, (long long)last->n,
+                           (long long)nw);
+      for (int64_t i = 0; i < ng && !rc; i++)
+        if (hg[i] != hw[i])
+          rc = fsh_error_set(err, EINVAL, "partition %d: the sort keys of row %lld are not those "
+                             "of its input partition's row %lld in order (not its top %lld)",
+                             (int)q, (long long)i, (long long)i, (long long)last->n);
+    }
+    fsh_free(hg);
+    fsh_free(hw);
+  }
+  for (int32_t q = 0; q < np; q++) fsh_batch_unref(ts.top[q]);
+  fsh_free(ts.top);
+  return rc;
+}
+
 /* A local limit / top-N of n rows a partition over node src against
  * what the plan fixes. Always: as many partitions as the operator, each
  * with at most n rows, every row a row of src (a single-process
@@ -401,7 +482,9 @@ static int check_partitions_sorted(const plan_node *n, const fsh_plan_result *r,
  * partition q) rows, all rows of that partition; a limit of an input in
  * exact order (a scan's partitions): the first ones, in order.
  * Otherwise in all between min(n, rows of src) and min(rows of src,
- * n * partitions) rows. */
+ * n * partitions) rows. A top-N over fixed partitions: each partition's
+ * sort keys, in order, those of its input partition's top n
+ * (check_top_n_partitions). */
 static int compare_local_limit(const fsh_plan *p, const plan_node *last, const fsh_plan_result *a,
                                fsh_error *err) {
   int src = last->inputs[0];
@@ -499,6 +582,7 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
                          (long long)hi);
   }
   if (!rc && last->kind == PN_TOP_N) rc = check_partitions_sorted(last, a, err);
+  if (!rc && last->kind == PN_TOP_N && fixed) rc = check_top_n_partitions(p, last, a, err);
   if (!rc && err)
     snprintf(err->message, sizeof err->message,
              "compared as the plan allows: a local %s of %lld rows per partition: %s, every row "
@@ -511,7 +595,11 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
                        "input partitioned in-process, its rows together the reference's)"
                      : "at most n rows in each partition, the total within its bounds (the "
                        "input's partitioning is not fixed by the plan)",
-             (long long)in.n, last->kind == PN_TOP_N ? ", each partition sorted by its keys" : "");
+             (long long)in.n,
+             last->kind != PN_TOP_N ? ""
+             : fixed ? ", each partition's sort keys those of its input partition's top n, in "
+                       "order"
+                     : ", each partition sorted by its keys");
   fsh_free(out_rows);
   fsh_free(ha);
   fsh_free(sa);

@@ -309,7 +309,8 @@ out:
 }
 
 /* A local top-N (amount descending) over a scan's 5 partitions: as a
- * limit, and each partition sorted; rows swapped fail. */
+ * limit, each partition sorted and its input partition's top n; rows
+ * swapped, or the 41st row for the 40th, fail. */
 static void local_top_n(void) {
   const char *text = "{\"nodes\": [" SCAN(9000, 5, 7) ", {\"op\": \"top_n\", \"n\": 40, "
                      "\"local\": true, \"keys\": [{\"column\": \"amount\", \"descending\": "
@@ -338,6 +339,28 @@ static void local_top_n(void) {
   rc = compare_parts(p, &m, &ref, &err);
   EXPECT_FAIL("a missing row", rc, err);
   parts_free(&m);
+  /* the 41st of partition 3 for its 40th: sorted, a row of its input
+   * partition, 40 rows -- but not its top 40 */
+  fsh_plan *p41 = plan_of("{\"nodes\": [" SCAN(9000, 5, 7) ", {\"op\": \"top_n\", \"n\": 41, "
+                          "\"local\": true, \"keys\": [{\"column\": \"amount\", \"descending\": "
+                          "true}, \"id\"]}]}");
+  if (p41) {
+    fsh_plan_result g41, r41;
+    run_both(p41, &g41, &r41);
+    parts m41 = parts_of(&g41);
+    m = parts_of(&got);
+    CHECK(rows_of(m41.b[3]) == 41);
+    if (rows_of(m41.b[3]) == 41) {
+      mutate(&m, 3, 39, m41.b[3], 40, false);
+      rc = compare_parts(p, &m, &ref, &err);
+      EXPECT_FAIL("the 41st row for the 40th (not the partition's top 40)", rc, err);
+    }
+    parts_free(&m);
+    parts_free(&m41);
+    fsh_plan_result_reset(&g41);
+    fsh_plan_result_reset(&r41);
+    fsh_plan_free(p41);
+  }
   fsh_plan_result_reset(&got);
   fsh_plan_result_reset(&ref);
 out:
