@@ -86,7 +86,7 @@ def test_local_top_n_is_each_files_top(tmp_path, mode):
                                   "keys": [{"column": "v", "descending": True}, "id"]}], mode)
     assert r.returncode == 0, r.stdout + r.stderr
     assert result_line(r.stdout)["verified"] == "yes"
-    assert "each partition sorted" in verify_line(r.stdout)
+    assert "its input partition's top n" in verify_line(r.stdout)
     got = ipc.open_file(str(out)).read_all().to_pylist()
     want = []
     for t in tables:
