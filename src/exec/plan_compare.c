@@ -8,6 +8,7 @@
 #include "exec/plan_internal.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -783,7 +784,23 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
     }
     if (node_partition_dependent(p, last))
       return ln->kind == PN_AGG ? compare_local_agg(p, ln, a, b, err)
-                                : compare_local_limit(p, ln, a, err);
+                                : compare_local_limit(p, ln, a, err);    if (ln->kind == PN_EXCHANGE && ln->xkind == PX_INTO_PARTITIONS && a->partition_batches) {
+      /* exactly n partitions, sizes differing by at most one row (their
+       * rows and order: the exact comparison below) */
+      int64_t *rows = NULL, lo = INT64_MAX, hi = 0;
+      if (a->n_partitions != ln->n_partitions)
+        return fsh_error_set(err, EINVAL, "%d output partitions, into_partitions asks for %d",
+                             (int)a->n_partitions, (int)ln->n_partitions);
+      FSH_RETURN_NOT_OK(partition_rows(a, &rows, err));
+      for (int32_t q = 0; q < a->n_partitions; q++) {
+        if (rows[q] < lo) lo = rows[q];
+        if (rows[q] > hi) hi = rows[q];
+      }
+      fsh_free(rows);
+      if (a->n_partitions > 0 && hi - lo > 1)
+        return fsh_error_set(err, EINVAL, "into_partitions' partitions hold %lld to %lld rows "
+                             "(they differ by at most one)", (long long)lo, (long long)hi);
+    }
   }
   if (a->rows != b->rows)
     return fsh_error_set(err, EINVAL, "%lld rows, the reference has %lld", (long long)a->rows,

@@ -507,6 +507,49 @@ static void local_aggregate(void) {
   fsh_plan_free(p);
 }
 
+/* into_partitions as the last operator: exactly n partitions whose sizes
+ * differ by at most one row -- a row moved to the next partition (the
+ * rows and their order unchanged) or two partitions merged fail. */
+static void into_partitions_sizes(void) {
+  fsh_plan *p = plan_of("{\"nodes\": [" SCAN(5003, 3, 1) ", {\"op\": \"into_partitions\", "
+                        "\"partitions\": 4}]}");
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts m = parts_of(&got);
+  CHECK_EQ_INT(m.n, 4);
+  if (m.n == 4 && rows_of(m.b[0]) > 1 && m.b[1]) {
+    int64_t n0 = rows_of(m.b[0]);
+    fsh_batch *last = fsh_batch_slice(m.b[0], n0 - 1, 1), *head = fsh_batch_slice(m.b[0], 0, n0 - 1);
+    fsh_batch *two[2] = {last, m.b[1]}, *p1 = NULL;
+    CHECK_OK(fsh_concat(two, 2, &p1, &err));
+    fsh_batch_unref(last);
+    fsh_batch_unref(m.b[0]);
+    fsh_batch_unref(m.b[1]);
+    m.b[0] = head, m.b[1] = p1;
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a row moved to the next partition", rc, err);
+  }
+  parts_free(&m);
+  m = parts_of(&got);
+  if (m.n == 4 && m.b[2] && m.b[3]) {
+    fsh_batch *two[2] = {m.b[2], m.b[3]}, *j = NULL;
+    CHECK_OK(fsh_concat(two, 2, &j, &err));
+    fsh_batch_unref(m.b[2]);
+    fsh_batch_unref(m.b[3]);
+    m.b[2] = j, m.b[3] = NULL, m.n = 3;
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("3 partitions for 4", rc, err);
+  }
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
 /* A partition-dependent operator followed by others: ENOTSUP, naming it. */
 static void not_last(void) {
   fsh_plan *p = plan_of("{\"nodes\": [" SCAN(3000, 3, 1) ", {\"op\": \"limit\", \"n\": 10, "
@@ -531,6 +574,7 @@ int main(int argc, char **argv) {
       {"local_top_n", local_top_n},
       {"local_sort", local_sort},
       {"local_aggregate", local_aggregate},
+      {"into_partitions_sizes", into_partitions_sizes},
       {"not_last", not_last},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
