@@ -4,7 +4,10 @@
  * plan's output order allows; a plan ending in a limit whose rows are not
  * determined (its input unordered: any n rows of it will do) by its row
  * count and by every row's membership in the limit's input (a reference
- * run of the plan up to it). */
+ * run of the plan up to it); a plan ending in an operator whose rows
+ * depend on the partitioning (a local limit, top-N or aggregate) by what
+ * the plan fixes of them, per partition where its input's partitions are
+ * fixed (an in-process partitioned run of its input). */
 #include "exec/plan_internal.h"
 
 #include <errno.h>
@@ -765,6 +768,16 @@ static int compare_local_agg(const fsh_plan *p, const plan_node *last,
   return rc;
 }
 
+/* (exec.h) Beyond what exec.h says: a plan whose last operator's rows
+ * depend on the partitioning (node_partition_dependent: a local limit /
+ * top-N over several partitions, a local aggregate whose groups may span
+ * them) is compared as the plan allows (compare_local_limit,
+ * compare_local_agg); a local sort's output in several partitions by its
+ * rows and each partition's order; into_partitions by its partition count
+ * and sizes too. On success err->message is empty when the comparison was
+ * exact and otherwise says what was compared ("compared as the plan
+ * allows: ..."). ENOTSUP when such an operator is followed by others:
+ * nothing the single-process run gives can be compared. */
 int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const fsh_plan_result *b,
                             fsh_error *err) {
   if (err) err->message[0] = 0;
@@ -846,12 +859,48 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
     if (ln->kind != PN_SORT && ln->kind != PN_TOP_N)
       return fsh_error_set(err, ENOTSUP, "an output ordered by keys in %d partitions, not from a "
                            "sort", (int)a->n_partitions);
-    if ((rc = check_partitions_sorted(ln, a, err)) == 0 && err)
+    rc = check_partitions_sorted(ln, a, err);
+    /* a local sort last over partitions the plan fixes: each partition
+     * holds its input partition's rows */
+    bool per_part = ln == p->nodes[p->n_nodes - 1] && ln->kind == PN_SORT && determined &&
+                    a->partition_batches && partitioning_fixed(p, ln->inputs[0]);
+    if (!rc && per_part) {
+      parts_sink ip = {0};
+      if ((rc = row_hashes(a, NULL, 0, true, &ha, &na, err)) == 0 &&
+          (rc = input_partitions(p, ln->inputs[0], &ip, err)) == 0) {
+        int64_t start = 0;
+        for (int32_t q = 0; q < a->n_partitions && q < ip.n && !rc; q++) {
+          int64_t len = 0;
+          uint64_t *x = NULL, *y = NULL;
+          for (int64_t k = 0, bi = 0; k < q + 1; k++)
+            for (int64_t j = 0; j < a->partition_batches[k]; j++, bi++)
+              if (k == q) len += a->batches[bi]->length;
+          if (len != ip.h[q].n)
+            rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows, its input partition "
+                               "%lld (a local sort keeps a partition's rows)", (int)q,
+                               (long long)len, (long long)ip.h[q].n);
+          if (!rc && (rc = sorted_copy(ha + start, len, &x, err)) == 0 &&
+              (rc = sorted_copy(ip.h[q].h, len, &y, err)) == 0 && len &&
+              memcmp(x, y, (size_t)len * sizeof *x) != 0)
+            rc = fsh_error_set(err, EINVAL, "partition %d's rows are not its input partition's "
+                               "(a local sort keeps a partition's rows)", (int)q);
+          fsh_free(x);
+          fsh_free(y);
+          start += len;
+        }
+      }
+      fsh_free(ha);
+      parts_sink_free(&ip);
+    }
+    if (!rc && err)
       snprintf(err->message, sizeof err->message, "compared as the plan allows: %s, each of the "
-               "%d partitions sorted by the %s's keys (a local %s)",
+               "%d partitions sorted by the %s's keys (a local %s)%s",
                determined ? "the rows equal the reference's (as multisets)"
                           : "the row count equals the reference's",
-               (int)a->n_partitions, ln->user_op, ln->user_op);
+               (int)a->n_partitions, ln->user_op, ln->user_op,
+               per_part ? ", each holding its input partition's rows (the input partitioned "
+                          "in-process: its partitioning is fixed by the plan)"
+                        : "");
     return rc;
   }
   if ((rc = row_hashes(a, keys, n_keys, true, &ha, &na, err)) != 0) return rc;

@@ -369,7 +369,9 @@ out:
 }
 
 /* A local sort over 4 partitions: the multiset is the reference's, each
- * partition sorted (not the whole output); rows swapped fail. */
+ * partition sorted (not the whole output) and holding its input
+ * partition's rows; rows swapped, or a row moved to another partition
+ * (kept sorted), fail. */
 static void local_sort(void) {
   const char *text = "{\"nodes\": [" SCAN(6000, 4, 1) ", {\"op\": \"sort\", \"local\": true, "
                      "\"keys\": [\"key\", \"id\"]}]}";
@@ -384,6 +386,26 @@ static void local_sort(void) {
   mutate(&m, 2, rows_of(m.b[2]), NULL, 0, true);
   rc = compare_parts(p, &m, &ref, &err);
   EXPECT_FAIL("a partition out of order", rc, err);
+  parts_free(&m);
+  /* partition 1's last row (its largest) moved into partition 2, sorted
+   * again: both partitions sorted, the rows together the reference's --
+   * but not each partition's own */
+  m = parts_of(&got);
+  if (rows_of(m.b[1]) > 1 && rows_of(m.b[2]) > 1) {
+    int64_t n1 = rows_of(m.b[1]);
+    fsh_batch *last = fsh_batch_slice(m.b[1], n1 - 1, 1), *head = fsh_batch_slice(m.b[1], 0, n1 - 1);
+    fsh_batch *two[2] = {last, m.b[2]}, *p2 = NULL, *s2 = NULL;
+    CHECK_OK(fsh_concat(two, 2, &p2, &err));
+    int32_t keys[2] = {1, 0};
+    if (p2) CHECK_OK(fsh_sort_batch(p2, keys, 2, NULL, &s2, &err));
+    fsh_batch_unref(last);
+    fsh_batch_unref(p2);
+    fsh_batch_unref(m.b[1]);
+    fsh_batch_unref(m.b[2]);
+    m.b[1] = head, m.b[2] = s2;
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a row moved to another partition (both sorted)", rc, err);
+  }
   parts_free(&m);
   fsh_plan_result_reset(&got);
   fsh_plan_result_reset(&ref);
