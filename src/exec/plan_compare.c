@@ -132,6 +132,22 @@ static int limit_source(const fsh_plan *p, int64_t *n, bool *global) {
   return *global ? p->nodes[g->inputs[0]]->inputs[0] : r->inputs[0];
 }
 
+/* The node whose rows a plan ending in a top-N takes (a global one: the
+ * input of its local top-N, under the gather; a top-N of one partition:
+ * its input), *n its n; -1 otherwise. Its rows are not determined when
+ * that input is unordered and keys tie: the result's sort keys are
+ * compared in order, and its rows as a limit's (count and membership). */
+static int top_n_source(const fsh_plan *p, int64_t *n) {
+  const plan_node *r = p->nodes[p->n_nodes - 1];
+  if (r->kind != PN_TOP_N || r->n_inputs != 1) return -1;
+  *n = r->n;
+  const plan_node *g = p->nodes[r->inputs[0]];
+  if (g->kind == PN_EXCHANGE && g->xkind == PX_GATHER && p->nodes[g->inputs[0]]->kind == PN_TOP_N &&
+      p->nodes[g->inputs[0]]->n == r->n)
+    return p->nodes[g->inputs[0]]->inputs[0];
+  return g->n_partitions <= 1 ? r->inputs[0] : -1;
+}
+
 /* The row hashes of a streamed result (a sink): 8 bytes a row, the
  * batches not kept. */
 typedef struct hash_sink {
@@ -848,6 +864,10 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
   int64_t limit = 0;
   bool global = false;
   int src = rc || determined || !p->n_nodes ? -1 : limit_source(p, &limit, &global);
+  if (src < 0 && !rc && !determined && p->n_nodes) {
+    src = top_n_source(p, &limit);
+    global = true;
+  }
   if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, NULL, err);
   if (rc || order != FSH_PLAN_ORDER_KEYS) return rc;
   if (a->n_partitions > 1) {

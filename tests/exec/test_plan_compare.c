@@ -11,6 +11,7 @@
  * missing or not in the input. A partition-dependent operator before the
  * last one cannot be compared (ENOTSUP). */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,6 +530,72 @@ static void local_aggregate(void) {
   fsh_plan_free(p);
 }
 
+/* Column c (int64) of row i, or INT64_MIN when null. */
+static int64_t i64_or_null(const fsh_batch *b, int c, int64_t i) {
+  const fsh_array *a = b->columns[c];
+  if (!fsh_array_is_valid(a, i)) return INT64_MIN;
+  return ((const int64_t *)(const void *)a->buffers[1]->data)[a->offset + i];
+}
+
+/* The first row of b with key (column 1) k whose id (column 0) is not
+ * among ids[0, n), or -1. */
+static int64_t row_with_key(const fsh_batch *b, int64_t k, const int64_t *ids, int64_t n) {
+  for (int64_t i = 0; b && i < b->length; i++) {
+    if (i64_or_null(b, 1, i) != k) continue;
+    bool taken = false;
+    for (int64_t j = 0; j < n && !taken; j++) taken = ids[j] == i64_or_null(b, 0, i);
+    if (!taken) return i;
+  }
+  return -1;
+}
+
+/* A global top-N by a key with ties over a hash repartition (its rows not
+ * determined): the last row replaced by another input row of the same
+ * key passes (any of the tied rows will do); by a row of the same key
+ * that is not in the input, it fails (the membership check). */
+static void global_top_n_ties(void) {
+  const char *text = "{\"nodes\": [" SCAN(8000, 4, 5) ", {\"op\": \"repartition\", \"by\": "
+                     "\"hash\", \"keys\": [\"id\"], \"partitions\": 4}, {\"op\": \"top_n\", "
+                     "\"n\": 100, \"keys\": [\"key\"]}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(8000, 4, 5) "]}");
+  fsh_batch *alien = reference_rows("{\"nodes\": [" SCAN(8000, 4, 6) "]}");
+  if (!p || !input || !alien) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts m = parts_of(&got);
+  CHECK(m.n == 1 && rows_of(m.b[0]) == 100);
+  if (m.n == 1 && rows_of(m.b[0]) == 100) {
+    int64_t ids[100], last = 99, k = i64_or_null(m.b[0], 1, last);
+    for (int64_t i = 0; i < 100; i++) ids[i] = i64_or_null(m.b[0], 0, i);
+    int64_t other = row_with_key(input, k, ids, 100), foreign = row_with_key(alien, k, NULL, 0);
+    CHECK_MSG(other >= 0 && foreign >= 0, "rows of key %lld: %lld %lld", (long long)k,
+              (long long)other, (long long)foreign);
+    if (other >= 0 && foreign >= 0) {
+      parts t = parts_of(&got);
+      mutate(&t, 0, last, input, other, false);
+      rc = compare_parts(p, &t, &ref, &err);
+      EXPECT_PASS("another input row of the last key (a tie)", rc, err);
+      parts_free(&t);
+      t = parts_of(&got);
+      mutate(&t, 0, last, alien, foreign, false);
+      rc = compare_parts(p, &t, &ref, &err);
+      EXPECT_FAIL("a row of the last key not in the input", rc, err);
+      parts_free(&t);
+    }
+  }
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_batch_unref(alien);
+  fsh_plan_free(p);
+}
+
 /* into_partitions as the last operator: exactly n partitions whose sizes
  * differ by at most one row -- a row moved to the next partition (the
  * rows and their order unchanged) or two partitions merged fail. */
@@ -596,6 +663,7 @@ int main(int argc, char **argv) {
       {"local_top_n", local_top_n},
       {"local_sort", local_sort},
       {"local_aggregate", local_aggregate},
+      {"global_top_n_ties", global_top_n_ties},
       {"into_partitions_sizes", into_partitions_sizes},
       {"not_last", not_last},
   };
