@@ -504,7 +504,8 @@ static int check_top_n_partitions(const fsh_plan *p, const plan_node *last,
  * Otherwise in all between min(n, rows of src) and min(rows of src,
  * n * partitions) rows. A top-N over fixed partitions: each partition's
  * sort keys, in order, those of its input partition's top n
- * (check_top_n_partitions). */
+ * (check_top_n_partitions); so for a limit of a local sort, by the sort's
+ * keys. */
 static int compare_local_limit(const fsh_plan *p, const plan_node *last, const fsh_plan_result *a,
                                fsh_error *err) {
   int src = last->inputs[0];
@@ -603,6 +604,18 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
   }
   if (!rc && last->kind == PN_TOP_N) rc = check_partitions_sorted(last, a, err);
   if (!rc && last->kind == PN_TOP_N && fixed) rc = check_top_n_partitions(p, last, a, err);
+  /* a limit of a local sort: its partitions' top n by the sort's keys */
+  bool sorted_limit = last->kind == PN_LIMIT && in_node->kind == PN_SORT && fixed &&
+                      partitioning_fixed(p, in_node->inputs[0]);
+  if (!rc && sorted_limit) {
+    plan_node as_top = *last;
+    as_top.keys = in_node->keys;
+    as_top.n_keys = in_node->n_keys;
+    as_top.sort_order = in_node->sort_order;
+    as_top.inputs[0] = in_node->inputs[0];
+    as_top.user_op = "limit of a local sort";
+    rc = check_top_n_partitions(p, &as_top, a, err);
+  }
   if (!rc && err)
     snprintf(err->message, sizeof err->message,
              "compared as the plan allows: a local %s of %lld rows per partition: %s, every row "
@@ -616,7 +629,9 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
                      : "at most n rows in each partition, the total within its bounds (the "
                        "input's partitioning is not fixed by the plan)",
              (long long)in.n,
-             last->kind != PN_TOP_N ? ""
+             sorted_limit ? ", each partition's sort keys those of its sorted input partition's "
+                            "first n, in order"
+             : last->kind != PN_TOP_N ? ""
              : fixed ? ", each partition's sort keys those of its input partition's top n, in "
                        "order"
                      : ", each partition sorted by its keys");

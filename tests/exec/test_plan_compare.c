@@ -369,6 +369,44 @@ out:
   fsh_plan_free(p);
 }
 
+/* A local limit of a local sort (over a scan's 4 partitions): each
+ * partition's first n rows by the sort's keys; the (n+1)-th row of a
+ * partition for its n-th (sorted, a row of the partition, the count
+ * right) fails. */
+static void sorted_local_limit(void) {
+  static const char fmt[] = "{\"nodes\": [" SCAN(6000, 4, 3) ", {\"op\": \"sort\", \"local\": "
+                            "true, \"keys\": [\"amount\", \"id\"]}, {\"op\": \"limit\", \"n\": "
+                            "%d, \"local\": true}]}";
+  char text[2][512];
+  snprintf(text[0], sizeof text[0], fmt, 30);
+  snprintf(text[1], sizeof text[1], fmt, 31);
+  fsh_plan *p = plan_of(text[0]), *p31 = plan_of(text[1]);
+  if (!p || !p31) goto out;
+  fsh_plan_result got, ref, g31, r31;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  run_both(p31, &g31, &r31);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(strstr(err.message, "sorted input partition's first n") != NULL);
+  parts m = parts_of(&got), m31 = parts_of(&g31);
+  CHECK(rows_of(m.b[2]) == 30 && rows_of(m31.b[2]) == 31);
+  if (rows_of(m.b[2]) == 30 && rows_of(m31.b[2]) == 31) {
+    mutate(&m, 2, 29, m31.b[2], 30, false);
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("the 31st row for the 30th (not the partition's first 30)", rc, err);
+  }
+  parts_free(&m);
+  parts_free(&m31);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_result_reset(&g31);
+  fsh_plan_result_reset(&r31);
+out:
+  fsh_plan_free(p);
+  fsh_plan_free(p31);
+}
+
 /* A local sort over 4 partitions: the multiset is the reference's, each
  * partition sorted (not the whole output) and holding its input
  * partition's rows; rows swapped, or a row moved to another partition
@@ -662,6 +700,7 @@ int main(int argc, char **argv) {
       {"local_limit_random", local_limit_random},
       {"local_top_n", local_top_n},
       {"local_sort", local_sort},
+      {"sorted_local_limit", sorted_local_limit},
       {"local_aggregate", local_aggregate},
       {"global_top_n_ties", global_top_n_ties},
       {"into_partitions_sizes", into_partitions_sizes},
