@@ -11,7 +11,9 @@
  * limit after a filter that keeps few rows (several tasks must finish
  * first), a worker declared dead after finishing an output that counted
  * (its task recomputed or skipped: still n rows), and the comparison of
- * a limit's result, which a wrong result cannot pass. */
+ * a limit's result, which a wrong result cannot pass; and plans ending in
+ * a local limit, top-N, sort or aggregate (their result depends on the
+ * partitioning) compared as the plan allows. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -517,6 +519,79 @@ static void compare_catches_wrong_limits(void) {
   fsh_plan_free(other);
 }
 
+/* Plans ending in an operator whose result depends on the partitioning
+ * (a local limit over a scan's, a hash and a random repartition's
+ * partitions, a local top-N, a local sort, a local aggregate whose groups
+ * span partitions), run as jobs on the cluster (flight): the result read
+ * back agrees with the single-process reference as the plan allows
+ * (fsh_plan_result_compare; its wrong results are test_plan_compare.c's),
+ * and, for the local limits over fixed partitions, each partition has
+ * min(n, its input rows) rows, counted here from a naive split of the
+ * scan. */
+static void local_operators_cluster(void) {
+  static const char scan[] = "{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 20500, "
+                             "\"batch_rows\": 1000, \"partitions\": 6, \"key_range\": 300, "
+                             "\"seed\": 3}";
+  static const char *const tails[] = {
+      "{\"op\": \"limit\", \"n\": 3500, \"local\": true}",
+      "{\"op\": \"repartition\", \"by\": \"hash\", \"keys\": [\"key\"], \"partitions\": 5}, "
+      "{\"op\": \"limit\", \"n\": 3000, \"local\": true}",
+      "{\"op\": \"repartition\", \"by\": \"random\", \"partitions\": 4, \"seed\": 2}, "
+      "{\"op\": \"limit\", \"n\": 100, \"local\": true}",
+      "{\"op\": \"top_n\", \"n\": 30, \"local\": true, \"keys\": [{\"column\": \"amount\", "
+      "\"descending\": true}, \"id\"]}",
+      "{\"op\": \"sort\", \"local\": true, \"keys\": [\"key\", \"id\"]}",
+      "{\"op\": \"aggregate\", \"local\": true, \"keys\": [\"key\"], \"aggs\": [{\"fn\": "
+      "\"count_star\", \"name\": \"n\"}]}",
+  };
+  cluster c;
+  start_cluster(&c);
+  for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "{\"nodes\": [%s, %s]}", scan, tails[i]);
+    fsh_plan *p = plan_of(text);
+    if (!p) continue;
+    uint64_t id = submit(&c, p, FSH_TASK_BACKEND_FLIGHT, 0);
+    fsh_error err;
+    int rc = fsh_sched_driver_wait_job(c.d, id, 30000, &err);
+    CHECK_MSG(rc == 0, "%s: %s", tails[i], err.message);
+    fsh_sched_job_status s;
+    memset(&s, 0, sizeof s);
+    CHECK_OK(fsh_sched_get_job_status(fsh_sched_driver_uri(c.d), NULL, id, false, &s, &err));
+    CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s: state %d: %s", tails[i], (int)s.state,
+              s.error ? s.error : "");
+    fsh_shuffle_backend *b = client_backend(&c, FSH_TASK_BACKEND_FLIGHT);
+    fsh_plan_result got, ref;
+    memset(&got, 0, sizeof got);
+    memset(&ref, 0, sizeof ref);
+    rc = fsh_plan_job_result(p, &s, b, &got, &err);
+    CHECK_MSG(rc == 0, "%s: %s", tails[i], err.message);
+    fsh_plan_run_options ro = {.reference = true};
+    CHECK_OK(fsh_plan_run(p, &ro, &ref, &err));
+    if (rc == 0) {
+      rc = fsh_plan_result_compare(p, &got, &ref, &err);
+      CHECK_MSG(rc == 0 && strstr(err.message, "compared as the plan allows"), "%s: %d %s",
+                tails[i], rc, err.message);
+    }
+    if (rc == 0 && i == 0) { /* a scan's 6 partitions of 1000-row batches */
+      int64_t at = 0;
+      for (int32_t q = 0; q < got.n_partitions; q++) {
+        int64_t nb = 21, lo = nb * q / 6 * 1000, hi = nb * (q + 1) / 6 * 1000, rows = 0;
+        if (hi > 20500) hi = 20500;
+        for (int64_t k = 0; k < got.partition_batches[q]; k++) rows += got.batches[at++]->length;
+        CHECK_EQ_INT(rows, hi - lo < 3500 ? hi - lo : 3500);
+      }
+    }
+    if (s.n_result > 0) CHECK_OK(fsh_shuffle_release(b, s.result[0].shuffle_id, &err));
+    fsh_plan_result_reset(&got);
+    fsh_plan_result_reset(&ref);
+    fsh_sched_job_status_reset(&s);
+    fsh_shuffle_backend_destroy(b);
+    fsh_plan_free(p);
+  }
+  stop_cluster(&c);
+}
+
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"small_limits_flight", small_limits_flight},
@@ -526,6 +601,7 @@ int main(int argc, char **argv) {
       {"lost_counted_output", lost_counted_output},
       {"lost_output_every_row_needed", lost_output_every_row_needed},
       {"compare_catches_wrong_limits", compare_catches_wrong_limits},
+      {"local_operators_cluster", local_operators_cluster},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

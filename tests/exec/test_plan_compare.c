@@ -1,0 +1,710 @@
+/* test_plan_compare.c -- fsh_plan_result_compare on plans whose result
+ * depends on the partitioning (the single-process reference runs them as
+ * one partition): a local limit and a local top-N (over a scan's
+ * partitions and a hash repartition: each partition's row count fixed,
+ * checked here against a naive count per partition; over a random
+ * repartition: only bounded), a local aggregate whose groups span
+ * partitions, a local sort. The in-process result passes; results made
+ * wrong from it do not: a row too many in a partition, a row not in the
+ * input, a duplicated row, a missing row where the count is fixed, a
+ * partition out of order, a group key twice in a partition, a group
+ * missing or not in the input. A partition-dependent operator before the
+ * last one cannot be compared (ENOTSUP). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flightshuffle/exec.h>
+#include <flightshuffle/kernels.h>
+#include <flightshuffle/workloads.h>
+
+#include "../test.h"
+
+#define SCAN(rows, parts, seed)                                                           \
+  "{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": " #rows ", \"batch_rows\": 1000, " \
+  "\"partitions\": " #parts ", \"key_range\": 300, \"seed\": " #seed "}"
+
+static fsh_plan *plan_of(const char *text) {
+  fsh_plan *p = NULL;
+  fsh_error err;
+  CHECK_MSG(fsh_plan_from_json(text, -1, 0, &p, &err) == 0, "%s: %s", text, err.message);
+  return p;
+}
+
+/* A result held as one batch per partition (NULL: empty partition). */
+typedef struct parts {
+  int32_t n;
+  fsh_batch *b[16];
+} parts;
+
+static void parts_free(parts *ps) {
+  for (int32_t q = 0; q < ps->n; q++) fsh_batch_unref(ps->b[q]);
+  memset(ps, 0, sizeof *ps);
+}
+
+/* r's partitions, each concatenated into one batch. */
+static parts parts_of(const fsh_plan_result *r) {
+  parts ps = {.n = r->n_partitions};
+  fsh_error err;
+  int64_t at = 0;
+  CHECK(r->n_partitions <= 16);
+  for (int32_t q = 0; q < r->n_partitions && q < 16; q++) {
+    int64_t nb = r->partition_batches[q];
+    if (nb > 0) CHECK_OK(fsh_concat(r->batches + at, nb, &ps.b[q], &err));
+    at += nb;
+  }
+  return ps;
+}
+
+static int64_t rows_of(const fsh_batch *b) { return b ? b->length : 0; }
+
+/* Compares ps (as a result of p) with ref; 0 or the code. */
+static int compare_parts(const fsh_plan *p, const parts *ps, const fsh_plan_result *ref,
+                         fsh_error *err) {
+  fsh_batch *batches[16];
+  int64_t per[16], n = 0, rows = 0;
+  for (int32_t q = 0; q < ps->n; q++) {
+    per[q] = ps->b[q] && ps->b[q]->length ? 1 : 0;
+    if (per[q]) batches[n++] = ps->b[q], rows += ps->b[q]->length;
+  }
+  fsh_plan_result r = {.schema = ref->schema, .n_batches = n, .batches = batches, .rows = rows,
+                       .n_partitions = ps->n, .partition_batches = per};
+  return fsh_plan_result_compare(p, &r, ref, err);
+}
+
+/* rows idx[0, n) of b (NULL b: none). */
+static fsh_batch *take(fsh_batch *b, const int64_t *idx, int64_t n) {
+  fsh_batch *out = NULL;
+  fsh_error err;
+  CHECK_OK(fsh_take(b, idx, n, &out, &err));
+  return out;
+}
+
+/* Partition q of ps replaced by its rows [0, keep) followed by `extra`'s
+ * row `extra_row` (extra NULL: nothing), or with rows 0 and 1 swapped. */
+static void mutate(parts *ps, int32_t q, int64_t keep, fsh_batch *extra, int64_t extra_row,
+                   bool swap) {
+  fsh_batch *b = ps->b[q], *out = NULL;
+  fsh_error err;
+  int64_t *idx = calloc((size_t)rows_of(b) + 2, sizeof *idx);
+  for (int64_t i = 0; i < keep; i++) idx[i] = i;
+  if (swap && keep >= 2) idx[0] = 1, idx[1] = 0;
+  fsh_batch *head = take(b, idx, keep);
+  if (extra) {
+    fsh_batch *one = fsh_batch_slice(extra, extra_row, 1);
+    fsh_batch *two[2] = {head, one};
+    CHECK_OK(fsh_concat(two, 2, &out, &err));
+    fsh_batch_unref(one);
+    fsh_batch_unref(head);
+  } else {
+    out = head;
+  }
+  free(idx);
+  fsh_batch_unref(ps->b[q]);
+  ps->b[q] = out;
+}
+
+/* The reference rows of a plan (one batch). */
+static fsh_batch *reference_rows(const char *text) {
+  fsh_plan *p = plan_of(text);
+  fsh_plan_run_options ro = {.reference = true};
+  fsh_plan_result r;
+  fsh_error err;
+  fsh_batch *out = NULL;
+  memset(&r, 0, sizeof r);
+  if (p) CHECK_OK(fsh_plan_run(p, &ro, &r, &err));
+  if (r.n_batches) CHECK_OK(fsh_concat(r.batches, r.n_batches, &out, &err));
+  fsh_plan_result_reset(&r);
+  fsh_plan_free(p);
+  return out;
+}
+
+/* Runs p in process (memory backend) and as the reference. */
+static void run_both(const fsh_plan *p, fsh_plan_result *got, fsh_plan_result *ref) {
+  fsh_error err;
+  fsh_plan_run_options ro = {.reference = true}, o = {0};
+  memset(got, 0, sizeof *got);
+  memset(ref, 0, sizeof *ref);
+  CHECK_OK(fsh_plan_run(p, &o, got, &err));
+  CHECK_OK(fsh_plan_run(p, &ro, ref, &err));
+}
+
+#define EXPECT_PASS(what, rc, err)                                                   \
+  CHECK_MSG((rc) == 0, "%s: should pass: %d %s", what, rc, (rc) ? (err).message : "")
+#define EXPECT_FAIL(what, rc, err) \
+  CHECK_MSG((rc) == EINVAL, "%s: should fail with EINVAL: %d %s", what, rc, (err).message)
+
+/* Naive per-partition rows of a generated scan (rows, batch_rows 1000,
+ * np partitions: contiguous runs of batches, README "Plans"). */
+static int64_t scan_part_rows(int64_t rows, int32_t np, int32_t q) {
+  int64_t nb = (rows + 999) / 1000, lo = nb * q / np * 1000, hi = nb * (q + 1) / np * 1000;
+  if (hi > rows) hi = rows;
+  return hi > lo ? hi - lo : 0;
+}
+
+/* A local limit of 3500 over a scan of 20500 rows in 6 partitions (3000,
+ * 4000, 3000, 4000, 3000, 3500 rows... as the batches fall): each
+ * partition has min(3500, its rows). */
+static void local_limit_scan(void) {
+  const char *text = "{\"nodes\": [" SCAN(20500, 6, 3) ", {\"op\": \"limit\", \"n\": 3500, "
+                     "\"local\": true}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(20500, 6, 3) "]}");
+  fsh_batch *alien = reference_rows("{\"nodes\": [" SCAN(20500, 6, 4) "]}");
+  if (!p || !input || !alien) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(strstr(err.message, "compared as the plan allows") != NULL);
+  parts ps = parts_of(&got);
+  CHECK_EQ_INT(ps.n, 6);
+  int64_t total = 0;
+  for (int32_t q = 0; q < ps.n; q++) {
+    int64_t want = scan_part_rows(20500, 6, q);
+    want = want < 3500 ? want : 3500;
+    CHECK_MSG(rows_of(ps.b[q]) == want, "partition %d: %lld rows, naive %lld", (int)q,
+              (long long)rows_of(ps.b[q]), (long long)want);
+    total += want;
+  }
+  CHECK_EQ_INT(got.rows, total);
+  /* partition 1 (4000 input rows, 3500 kept); partition 0 (3000: all) */
+  int64_t n1 = rows_of(ps.b[1]), n0 = rows_of(ps.b[0]);
+  /* partition 1: input rows 3000..6999, the first 3500 kept; partition 0:
+   * input rows 0..2999, all kept */
+  struct {
+    const char *name;
+    int32_t q;
+    int64_t keep;
+    fsh_batch *extra; /* NULL and dup: the partition's own row 0 */
+    int64_t extra_row;
+    bool dup, swap, ok;
+  } cases[] = {
+      {"unchanged", 1, n1, NULL, 0, false, false, true},
+      {"a row too many in a partition (n + 1)", 1, n1, input, 6999, false, false, false},
+      {"a row too many in a partition (its input has n - 500)", 0, n0, input, 6999, false, false,
+       false},
+      {"a row not in the input", 1, n1 - 1, alien, 5, false, false, false},
+      {"a duplicated row", 1, n1 - 1, NULL, 0, true, false, false},
+      {"a missing row", 1, n1 - 1, NULL, 0, false, false, false},
+      {"a missing row (a partition its input fills)", 0, n0 - 1, NULL, 0, false, false, false},
+      {"another row of the partition's input (not its first rows)", 1, n1 - 1, input, 6999,
+       false, false, false},
+      {"a row of another partition's input", 1, n1 - 1, input, 100, false, false, false},
+      {"rows 0 and 1 swapped (a limit of rows in order keeps them in order)", 1, n1, NULL, 0,
+       false, true, false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    parts m = parts_of(&got);
+    mutate(&m, cases[i].q, cases[i].keep, cases[i].dup ? m.b[cases[i].q] : cases[i].extra,
+           cases[i].extra_row, cases[i].swap);
+    rc = compare_parts(p, &m, &ref, &err);
+    if (cases[i].ok) EXPECT_PASS(cases[i].name, rc, err);
+    else EXPECT_FAIL(cases[i].name, rc, err);
+    parts_free(&m);
+  }
+  parts_free(&ps);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_batch_unref(alien);
+  fsh_plan_free(p);
+}
+
+/* A local limit after a hash repartition on key into 5: each partition's
+ * count is min(n, the rows whose key hashes there), the partition of a
+ * row computed here from its key (fsh_hash_columns, fsh_partition_hash). */
+static void local_limit_hash(void) {
+  const char *text = "{\"nodes\": [" SCAN(12000, 4, 5) ", {\"op\": \"repartition\", \"by\": "
+                     "\"hash\", \"keys\": [\"key\"], \"partitions\": 5}, {\"op\": \"limit\", "
+                     "\"n\": 2300, \"local\": true}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(12000, 4, 5) "]}");
+  if (!p || !input) goto out;
+  fsh_error err;
+  int64_t per[5] = {0};
+  uint64_t *h = calloc((size_t)input->length, sizeof *h);
+  int32_t *pid = calloc((size_t)input->length, sizeof *pid);
+  int32_t key = 1;
+  CHECK_OK(fsh_hash_columns(input, &key, 1, 0, h, &err));
+  CHECK_OK(fsh_partition_hash(h, input->length, 5, pid, &err));
+  for (int64_t i = 0; i < input->length; i++) per[pid[i]]++;
+  free(h);
+  free(pid);
+  fsh_plan_result got, ref;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts ps = parts_of(&got);
+  bool some_short = false, some_full = false;
+  for (int32_t q = 0; q < 5 && q < ps.n; q++) {
+    int64_t want = per[q] < 2300 ? per[q] : 2300;
+    some_short |= per[q] < 2300, some_full |= per[q] > 2300;
+    CHECK_MSG(rows_of(ps.b[q]) == want, "partition %d: %lld rows, naive %lld", (int)q,
+              (long long)rows_of(ps.b[q]), (long long)want);
+  }
+  CHECK_MSG(some_short && some_full, "the case needs partitions below and above n");
+  for (int32_t q = 0; q < 5 && q < ps.n; q++) {
+    if (!ps.b[q] || ps.b[q]->length < 2) continue;
+    parts m = parts_of(&got);
+    mutate(&m, q, m.b[q]->length - 1, NULL, 0, false);
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a missing row (hash partitioning: the count is fixed)", rc, err);
+    parts_free(&m);
+    m = parts_of(&got);
+    mutate(&m, q, m.b[q]->length - 1, m.b[q], 0, false);
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a duplicated row", rc, err);
+    parts_free(&m);
+  }
+  parts_free(&ps);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_plan_free(p);
+}
+
+/* A local limit after a random repartition: the partitions' counts are
+ * not fixed, only at most n each and min(n, rows) .. min(rows, n * parts)
+ * in all: a missing row passes, a partition over n or a total below the
+ * bound does not. */
+static void local_limit_random(void) {
+  const char *text = "{\"nodes\": [" SCAN(8000, 3, 6) ", {\"op\": \"repartition\", \"by\": "
+                     "\"random\", \"partitions\": 4, \"seed\": 9}, {\"op\": \"limit\", \"n\": 100, "
+                     "\"local\": true}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(8000, 3, 6) "]}");
+  if (!p || !input) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(strstr(err.message, "not fixed") != NULL);
+  CHECK_EQ_INT(got.rows, 400);
+  parts m = parts_of(&got);
+  mutate(&m, 2, 99, NULL, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_PASS("a missing row (the count is not fixed)", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  mutate(&m, 2, 100, m.b[0], 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a row too many in a partition", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  for (int32_t q = 0; q < 4; q++) mutate(&m, q, q ? 0 : 99, NULL, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("99 rows in all, below min(n, rows)", rc, err);
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_plan_free(p);
+}
+
+/* A local top-N (amount descending) over a scan's 5 partitions: as a
+ * limit, each partition sorted and its input partition's top n; rows
+ * swapped, or the 41st row for the 40th, fail. */
+static void local_top_n(void) {
+  const char *text = "{\"nodes\": [" SCAN(9000, 5, 7) ", {\"op\": \"top_n\", \"n\": 40, "
+                     "\"local\": true, \"keys\": [{\"column\": \"amount\", \"descending\": "
+                     "true}, \"id\"]}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *alien = reference_rows("{\"nodes\": [" SCAN(9000, 5, 8) "]}");
+  if (!p || !alien) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK_EQ_INT(got.rows, 200);
+  parts m = parts_of(&got);
+  mutate(&m, 3, 40, NULL, 0, true);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a partition out of order", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  mutate(&m, 3, 39, alien, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a row not in the input", rc, err);
+  parts_free(&m);
+  m = parts_of(&got);
+  mutate(&m, 3, 39, NULL, 0, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a missing row", rc, err);
+  parts_free(&m);
+  /* the 41st of partition 3 for its 40th: sorted, a row of its input
+   * partition, 40 rows -- but not its top 40 */
+  fsh_plan *p41 = plan_of("{\"nodes\": [" SCAN(9000, 5, 7) ", {\"op\": \"top_n\", \"n\": 41, "
+                          "\"local\": true, \"keys\": [{\"column\": \"amount\", \"descending\": "
+                          "true}, \"id\"]}]}");
+  if (p41) {
+    fsh_plan_result g41, r41;
+    run_both(p41, &g41, &r41);
+    parts m41 = parts_of(&g41);
+    m = parts_of(&got);
+    CHECK(rows_of(m41.b[3]) == 41);
+    if (rows_of(m41.b[3]) == 41) {
+      mutate(&m, 3, 39, m41.b[3], 40, false);
+      rc = compare_parts(p, &m, &ref, &err);
+      EXPECT_FAIL("the 41st row for the 40th (not the partition's top 40)", rc, err);
+    }
+    parts_free(&m);
+    parts_free(&m41);
+    fsh_plan_result_reset(&g41);
+    fsh_plan_result_reset(&r41);
+    fsh_plan_free(p41);
+  }
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(alien);
+  fsh_plan_free(p);
+}
+
+/* A local limit of a local sort (over a scan's 4 partitions): each
+ * partition's first n rows by the sort's keys; the (n+1)-th row of a
+ * partition for its n-th (sorted, a row of the partition, the count
+ * right) fails. */
+static void sorted_local_limit(void) {
+  static const char fmt[] = "{\"nodes\": [" SCAN(6000, 4, 3) ", {\"op\": \"sort\", \"local\": "
+                            "true, \"keys\": [\"amount\", \"id\"]}, {\"op\": \"limit\", \"n\": "
+                            "%d, \"local\": true}]}";
+  char text[2][512];
+  snprintf(text[0], sizeof text[0], fmt, 30);
+  snprintf(text[1], sizeof text[1], fmt, 31);
+  fsh_plan *p = plan_of(text[0]), *p31 = plan_of(text[1]);
+  if (!p || !p31) goto out;
+  fsh_plan_result got, ref, g31, r31;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  run_both(p31, &g31, &r31);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(strstr(err.message, "sorted input partition's first n") != NULL);
+  parts m = parts_of(&got), m31 = parts_of(&g31);
+  CHECK(rows_of(m.b[2]) == 30 && rows_of(m31.b[2]) == 31);
+  if (rows_of(m.b[2]) == 30 && rows_of(m31.b[2]) == 31) {
+    mutate(&m, 2, 29, m31.b[2], 30, false);
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("the 31st row for the 30th (not the partition's first 30)", rc, err);
+  }
+  parts_free(&m);
+  parts_free(&m31);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_result_reset(&g31);
+  fsh_plan_result_reset(&r31);
+out:
+  fsh_plan_free(p);
+  fsh_plan_free(p31);
+}
+
+/* A local sort over 4 partitions: the multiset is the reference's, each
+ * partition sorted (not the whole output) and holding its input
+ * partition's rows; rows swapped, or a row moved to another partition
+ * (kept sorted), fail. */
+static void local_sort(void) {
+  const char *text = "{\"nodes\": [" SCAN(6000, 4, 1) ", {\"op\": \"sort\", \"local\": true, "
+                     "\"keys\": [\"key\", \"id\"]}]}";
+  fsh_plan *p = plan_of(text);
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts m = parts_of(&got);
+  mutate(&m, 2, rows_of(m.b[2]), NULL, 0, true);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a partition out of order", rc, err);
+  parts_free(&m);
+  /* partition 1's last row (its largest) moved into partition 2, sorted
+   * again: both partitions sorted, the rows together the reference's --
+   * but not each partition's own */
+  m = parts_of(&got);
+  if (rows_of(m.b[1]) > 1 && rows_of(m.b[2]) > 1) {
+    int64_t n1 = rows_of(m.b[1]);
+    fsh_batch *last = fsh_batch_slice(m.b[1], n1 - 1, 1), *head = fsh_batch_slice(m.b[1], 0, n1 - 1);
+    fsh_batch *two[2] = {last, m.b[2]}, *p2 = NULL, *s2 = NULL;
+    CHECK_OK(fsh_concat(two, 2, &p2, &err));
+    int32_t keys[2] = {1, 0};
+    if (p2) CHECK_OK(fsh_sort_batch(p2, keys, 2, NULL, &s2, &err));
+    fsh_batch_unref(last);
+    fsh_batch_unref(p2);
+    fsh_batch_unref(m.b[1]);
+    fsh_batch_unref(m.b[2]);
+    m.b[1] = head, m.b[2] = s2;
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a row moved to another partition (both sorted)", rc, err);
+  }
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
+/* Column 1 ("n", int64) of a local aggregate's row i. */
+static int64_t col_n(const fsh_batch *b, int64_t i) {
+  const fsh_array *a = b->columns[1];
+  return ((const int64_t *)(const void *)a->buffers[1]->data)[a->offset + i];
+}
+
+/* A local aggregate by key (300 keys over 4 partitions: groups span
+ * them) against the reference's global groups: a key twice in a
+ * partition, a group missing, or a key not in the input fail. After a
+ * hash repartition on the key it is compared exactly. */
+static void local_aggregate(void) {
+  const char *text = "{\"nodes\": [" SCAN(6000, 4, 2) ", {\"op\": \"aggregate\", \"local\": "
+                     "true, \"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\", \"name\": "
+                     "\"n\"}]}]}";
+  fsh_plan *p = plan_of(text);
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(got.rows > ref.rows); /* groups span partitions */
+  parts m = parts_of(&got);
+  mutate(&m, 1, rows_of(m.b[1]), m.b[1], 3, false);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a group key twice in a partition", rc, err);
+  parts_free(&m);
+  /* a group's count wrong: partition 1's "n" of two groups of different
+   * counts swapped (the keys stay right) */
+  m = parts_of(&got);
+  if (m.b[1] && m.b[1]->length >= 2) {
+    fsh_batch *b = m.b[1];
+    int64_t j = 1;
+    while (j < b->length && col_n(b, j) == col_n(b, 0)) j++;
+    CHECK(j < b->length);
+    if (j < b->length) {
+      int64_t *idx = calloc((size_t)b->length, sizeof *idx);
+      for (int64_t i = 0; i < b->length; i++) idx[i] = i;
+      idx[0] = j, idx[j] = 0;
+      fsh_batch *sw = take(b, idx, b->length), *mixed = fsh_batch_new(b->schema, b->length);
+      free(idx);
+      CHECK(sw && mixed);
+      if (sw && mixed) {
+        mixed->columns[0] = fsh_array_ref(b->columns[0]);
+        mixed->columns[1] = fsh_array_ref(sw->columns[1]);
+        fsh_batch_unref(m.b[1]);
+        m.b[1] = mixed;
+        mixed = NULL;
+        rc = compare_parts(p, &m, &ref, &err);
+        EXPECT_FAIL("two groups' counts swapped in a partition", rc, err);
+      }
+      fsh_batch_unref(sw);
+      fsh_batch_unref(mixed);
+    }
+  }
+  parts_free(&m);
+  /* a group missing: the reference's first key dropped everywhere */
+  m = parts_of(&got);
+  for (int32_t q = 0; q < m.n; q++) {
+    if (!m.b[q]) continue;
+    int64_t *idx = calloc((size_t)m.b[q]->length + 1, sizeof *idx), k = 0;
+    const fsh_array *kc = m.b[q]->columns[0], *rc0 = ref.batches[0]->columns[0];
+    for (int64_t i = 0; i < m.b[q]->length; i++) {
+      bool same = fsh_array_is_valid(kc, i) == fsh_array_is_valid(rc0, 0) &&
+                  (!fsh_array_is_valid(kc, i) ||
+                   ((const int64_t *)(const void *)kc->buffers[1]->data)[kc->offset + i] ==
+                       ((const int64_t *)(const void *)rc0->buffers[1]->data)[rc0->offset]);
+      if (!same) idx[k++] = i;
+    }
+    fsh_batch *t = take(m.b[q], idx, k);
+    free(idx);
+    fsh_batch_unref(m.b[q]);
+    m.b[q] = t;
+  }
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("a group missing", rc, err);
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+  /* a key not of the input: the aggregate of another key range */
+  p = plan_of("{\"nodes\": [" SCAN(6000, 4, 2) ", {\"op\": \"aggregate\", \"local\": true, "
+              "\"keys\": [\"key\"], \"aggs\": [{\"fn\": \"count_star\", \"name\": \"n\"}]}]}");
+  fsh_plan *other = plan_of("{\"nodes\": [{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": "
+                            "6000, \"batch_rows\": 1000, \"partitions\": 4, \"key_range\": 600, "
+                            "\"seed\": 2}, {\"op\": \"aggregate\", \"local\": true, \"keys\": "
+                            "[\"key\"], \"aggs\": [{\"fn\": \"count_star\", \"name\": \"n\"}]}]}");
+  if (p && other) {
+    fsh_plan_result o2, oref;
+    run_both(p, &got, &ref);
+    run_both(other, &o2, &oref);
+    rc = fsh_plan_result_compare(p, &o2, &ref, &err);
+    EXPECT_FAIL("keys not of the input", rc, err);
+    fsh_plan_result_reset(&o2);
+    fsh_plan_result_reset(&oref);
+    fsh_plan_result_reset(&got);
+    fsh_plan_result_reset(&ref);
+  }
+  fsh_plan_free(p);
+  fsh_plan_free(other);
+  /* grouped by a hash repartition on the key: exact */
+  p = plan_of("{\"nodes\": [" SCAN(6000, 4, 2) ", {\"op\": \"repartition\", \"by\": \"hash\", "
+              "\"keys\": [\"key\"], \"partitions\": 3}, {\"op\": \"aggregate\", \"local\": true, "
+              "\"keys\": [\"key\"], \"aggs\": [{\"fn\": \"sum\", \"column\": \"amount\", "
+              "\"name\": \"s\"}]}]}");
+  if (p) {
+    run_both(p, &got, &ref);
+    rc = fsh_plan_result_compare(p, &got, &ref, &err);
+    EXPECT_PASS("a local aggregate after a hash repartition on its key", rc, err);
+    CHECK_MSG(err.message[0] == 0, "compared exactly, not '%s'", err.message);
+    CHECK_EQ_INT(got.rows, ref.rows);
+    fsh_plan_result_reset(&got);
+    fsh_plan_result_reset(&ref);
+  }
+  fsh_plan_free(p);
+}
+
+/* Column c (int64) of row i, or INT64_MIN when null. */
+static int64_t i64_or_null(const fsh_batch *b, int c, int64_t i) {
+  const fsh_array *a = b->columns[c];
+  if (!fsh_array_is_valid(a, i)) return INT64_MIN;
+  return ((const int64_t *)(const void *)a->buffers[1]->data)[a->offset + i];
+}
+
+/* The first row of b with key (column 1) k whose id (column 0) is not
+ * among ids[0, n), or -1. */
+static int64_t row_with_key(const fsh_batch *b, int64_t k, const int64_t *ids, int64_t n) {
+  for (int64_t i = 0; b && i < b->length; i++) {
+    if (i64_or_null(b, 1, i) != k) continue;
+    bool taken = false;
+    for (int64_t j = 0; j < n && !taken; j++) taken = ids[j] == i64_or_null(b, 0, i);
+    if (!taken) return i;
+  }
+  return -1;
+}
+
+/* A global top-N by a key with ties over a hash repartition (its rows not
+ * determined): the last row replaced by another input row of the same
+ * key passes (any of the tied rows will do); by a row of the same key
+ * that is not in the input, it fails (the membership check). */
+static void global_top_n_ties(void) {
+  const char *text = "{\"nodes\": [" SCAN(8000, 4, 5) ", {\"op\": \"repartition\", \"by\": "
+                     "\"hash\", \"keys\": [\"id\"], \"partitions\": 4}, {\"op\": \"top_n\", "
+                     "\"n\": 100, \"keys\": [\"key\"]}]}";
+  fsh_plan *p = plan_of(text);
+  fsh_batch *input = reference_rows("{\"nodes\": [" SCAN(8000, 4, 5) "]}");
+  fsh_batch *alien = reference_rows("{\"nodes\": [" SCAN(8000, 4, 6) "]}");
+  if (!p || !input || !alien) goto out;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts m = parts_of(&got);
+  CHECK(m.n == 1 && rows_of(m.b[0]) == 100);
+  if (m.n == 1 && rows_of(m.b[0]) == 100) {
+    int64_t ids[100], last = 99, k = i64_or_null(m.b[0], 1, last);
+    for (int64_t i = 0; i < 100; i++) ids[i] = i64_or_null(m.b[0], 0, i);
+    int64_t other = row_with_key(input, k, ids, 100), foreign = row_with_key(alien, k, NULL, 0);
+    CHECK_MSG(other >= 0 && foreign >= 0, "rows of key %lld: %lld %lld", (long long)k,
+              (long long)other, (long long)foreign);
+    if (other >= 0 && foreign >= 0) {
+      parts t = parts_of(&got);
+      mutate(&t, 0, last, input, other, false);
+      rc = compare_parts(p, &t, &ref, &err);
+      EXPECT_PASS("another input row of the last key (a tie)", rc, err);
+      parts_free(&t);
+      t = parts_of(&got);
+      mutate(&t, 0, last, alien, foreign, false);
+      rc = compare_parts(p, &t, &ref, &err);
+      EXPECT_FAIL("a row of the last key not in the input", rc, err);
+      parts_free(&t);
+    }
+  }
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+out:
+  fsh_batch_unref(input);
+  fsh_batch_unref(alien);
+  fsh_plan_free(p);
+}
+
+/* into_partitions as the last operator: exactly n partitions whose sizes
+ * differ by at most one row -- a row moved to the next partition (the
+ * rows and their order unchanged) or two partitions merged fail. */
+static void into_partitions_sizes(void) {
+  fsh_plan *p = plan_of("{\"nodes\": [" SCAN(5003, 3, 1) ", {\"op\": \"into_partitions\", "
+                        "\"partitions\": 4}]}");
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  parts m = parts_of(&got);
+  CHECK_EQ_INT(m.n, 4);
+  if (m.n == 4 && rows_of(m.b[0]) > 1 && m.b[1]) {
+    int64_t n0 = rows_of(m.b[0]);
+    fsh_batch *last = fsh_batch_slice(m.b[0], n0 - 1, 1), *head = fsh_batch_slice(m.b[0], 0, n0 - 1);
+    fsh_batch *two[2] = {last, m.b[1]}, *p1 = NULL;
+    CHECK_OK(fsh_concat(two, 2, &p1, &err));
+    fsh_batch_unref(last);
+    fsh_batch_unref(m.b[0]);
+    fsh_batch_unref(m.b[1]);
+    m.b[0] = head, m.b[1] = p1;
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("a row moved to the next partition", rc, err);
+  }
+  parts_free(&m);
+  m = parts_of(&got);
+  if (m.n == 4 && m.b[2] && m.b[3]) {
+    fsh_batch *two[2] = {m.b[2], m.b[3]}, *j = NULL;
+    CHECK_OK(fsh_concat(two, 2, &j, &err));
+    fsh_batch_unref(m.b[2]);
+    fsh_batch_unref(m.b[3]);
+    m.b[2] = j, m.b[3] = NULL, m.n = 3;
+    rc = compare_parts(p, &m, &ref, &err);
+    EXPECT_FAIL("3 partitions for 4", rc, err);
+  }
+  parts_free(&m);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
+/* A partition-dependent operator followed by others: ENOTSUP, naming it. */
+static void not_last(void) {
+  fsh_plan *p = plan_of("{\"nodes\": [" SCAN(3000, 3, 1) ", {\"op\": \"limit\", \"n\": 10, "
+                        "\"local\": true}, {\"op\": \"project\", \"columns\": [{\"name\": "
+                        "\"id\", \"expr\": {\"col\": \"id\"}}]}]}");
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  CHECK_MSG(rc == ENOTSUP && strstr(err.message, "limit") != NULL, "%d %s", rc, err.message);
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
+int main(int argc, char **argv) {
+  static const fsh_test_case cases[] = {
+      {"local_limit_scan", local_limit_scan},
+      {"local_limit_hash", local_limit_hash},
+      {"local_limit_random", local_limit_random},
+      {"local_top_n", local_top_n},
+      {"local_sort", local_sort},
+      {"sorted_local_limit", sorted_local_limit},
+      {"local_aggregate", local_aggregate},
+      {"global_top_n_ties", global_top_n_ties},
+      {"into_partitions_sizes", into_partitions_sizes},
+      {"not_last", not_last},
+  };
+  return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
