@@ -228,8 +228,11 @@ int plan_stage_encode_mode(const fsh_plan *p, int stage, int mode, fsh_buffer **
     return fsh_error_set(err, EINVAL, "plan stage %d: the plan has %d stage(s)", stage, n_stages);
   int *roots = fsh_malloc((size_t)p->n_nodes * sizeof *roots);
   bool *member = fsh_malloc((size_t)p->n_nodes * sizeof *member);
-  int32_t *inputs = fsh_malloc((size_t)p->n_nodes * sizeof *inputs);
-  pb_op **ops = fsh_calloc((size_t)p->n_nodes, sizeof *ops);
+  /* a scatter stage that recomputes encodes the staged read before the
+   * stage's members (up to every node): n_nodes + 1 operators and input
+   * exchanges at most */
+  int32_t *inputs = fsh_malloc(((size_t)p->n_nodes + 1) * sizeof *inputs);
+  pb_op **ops = fsh_calloc((size_t)p->n_nodes + 1, sizeof *ops);
   int rc = 0;
   if (!roots || !member || !inputs || !ops) rc = fsh_error_set(err, ENOMEM, "out of memory");
   pb_frag f;

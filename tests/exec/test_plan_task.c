@@ -345,6 +345,40 @@ static void test_examples_fs(void) {
   CHECK_EQ_INT(rmdir(dir), 0);
 }
 
+/* The smallest plans with a staged exchange -- a scan and the exchange
+ * alone -- where the scatter stage recomputes its input: its fragment
+ * holds the staged read AND every node of the plan (n_nodes + 1
+ * operators; the encoder once sized it n_nodes, a heap overflow under
+ * ASan). Run as tasks and compared with the reference. */
+static void test_minimal_staged_plans(void) {
+  static const char *const plans[] = {
+      "{\"nodes\": [{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 40000, "
+      "\"batch_rows\": 1500, \"partitions\": 5}, {\"op\": \"repartition\", \"by\": "
+      "\"range\", \"keys\": [\"amount\"], \"partitions\": 7}]}",
+      "{\"nodes\": [{\"op\": \"scan\", \"generate\": \"keyed\", \"rows\": 30000, "
+      "\"batch_rows\": 1000, \"partitions\": 4}, {\"op\": \"into_partitions\", "
+      "\"partitions\": 9}]}",
+  };
+  fsh_error err;
+  fsh_shuffle_backend *b = NULL;
+  CHECK_OK(fsh_shuffle_memory_new(&b, &err));
+  for (int i = 0; i < 2; i++) {
+    fsh_plan *p = NULL;
+    CHECK_OK(fsh_plan_from_json(plans[i], -1, 0, &p, &err));
+    if (!p) continue;
+    fsh_plan_job_stages js;
+    CHECK_OK(fsh_plan_job_stages_get(p, &js, &err));
+    bool scatters = false;
+    for (int k = 0; k < js.n; k++) scatters |= js.stages[k].scatter;
+    CHECK_MSG(scatters, "plan %d: no scatter stage", i);
+    fsh_plan_job_stages_free(&js);
+    check_plan(i ? "scan + into_partitions" : "scan + range repartition", p, b,
+               FSH_TASK_BACKEND_MEMORY);
+    fsh_plan_free(p);
+  }
+  fsh_shuffle_backend_destroy(b);
+}
+
 /* A range / into_partitions exchange is written staged, then scattered:
  * its stage's fragment as it is (not staged) is refused by the task with
  * EINVAL naming the exchange; a scatter without its samples or counts too. */
@@ -752,6 +786,7 @@ int main(int argc, char **argv) {
       {"examples_memory", test_examples_memory},
       {"examples_fs", test_examples_fs},
       {"staging_required", test_staging_required},
+      {"minimal_staged_plans", test_minimal_staged_plans},
       {"malformed", test_malformed},
       {"cancel_between_batches", test_cancel_between_batches},
       {"cancel_in_scan", test_cancel_in_scan},
