@@ -917,8 +917,17 @@ FSH_NODISCARD int fsh_plan_result_row_hashes(const fsh_plan_result *r, const int
  * the limit's input (a multiset: no row more often than there), that
  * input from a reference run of the plan up to it. Float values are
  * compared rounded to 12 significant digits (a sum or average computed in
- * another order differs in its last bits). 0 if they agree, EINVAL naming
- * the first difference. */
+ * another order differs in its last bits). A plan whose last operator's
+ * rows depend on the partitioning (a local limit / top-N, a local
+ * aggregate whose groups may span partitions, a local sort over several
+ * partitions, into_partitions) is compared as the plan allows: per
+ * partition against its input partition where the plan fixes the input's
+ * partitioning, by counts, membership and order otherwise
+ * (plan_compare.c). 0 if they agree -- err->message then empty for an
+ * exact comparison, else saying what was compared ("compared as the plan
+ * allows: ...") -- EINVAL naming the first difference, ENOTSUP when such an
+ * operator is followed by others (nothing a single-process run gives can
+ * be compared). */
 FSH_NODISCARD int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a,
                                           const fsh_plan_result *b, fsh_error *err);
 
