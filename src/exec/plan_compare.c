@@ -828,7 +828,23 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
     }
     if (node_partition_dependent(p, last))
       return ln->kind == PN_AGG ? compare_local_agg(p, ln, a, b, err)
-                                : compare_local_limit(p, ln, a, err);    if (ln->kind == PN_EXCHANGE && ln->xkind == PX_INTO_PARTITIONS && a->partition_batches) {
+                                : compare_local_limit(p, ln, a, err);
+    if (ln->kind == PN_INTO_BATCHES && a->partition_batches && a->batches) {
+      /* every batch of a partition holds exactly `rows` rows but its last,
+       * which holds 1 to `rows` (the rows and order: below) */
+      int64_t bi = 0;
+      for (int32_t q = 0; q < a->n_partitions; q++)
+        for (int64_t j = 0; j < a->partition_batches[q]; j++, bi++) {
+          int64_t len = bi < a->n_batches ? a->batches[bi]->length : -1;
+          bool last = j == a->partition_batches[q] - 1;
+          if (last ? len < 1 || len > ln->n : len != ln->n)
+            return fsh_error_set(err, EINVAL, "partition %d batch %lld holds %lld rows; "
+                                 "into_batches cuts batches of %lld rows (the last of a "
+                                 "partition 1 to %lld)", (int)q, (long long)j, (long long)len,
+                                 (long long)ln->n, (long long)ln->n);
+        }
+    }
+    if (ln->kind == PN_EXCHANGE && ln->xkind == PX_INTO_PARTITIONS && a->partition_batches) {
       /* exactly n partitions, sizes differing by at most one row (their
        * rows and order: the exact comparison below) */
       int64_t *rows = NULL, lo = INT64_MAX, hi = 0;

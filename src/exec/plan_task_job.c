@@ -166,8 +166,24 @@ int fsh_plan_job_plan(const fsh_plan *p, const fsh_plan_job_options *o, fsh_buff
   return rc;
 }
 
+/* Gives the rechunker's ready batches (all with finish) to sink. */
+static int sink_rechunked(fsh_rechunker *rk, fsh_plan_sink sink, void *sink_arg, int32_t part,
+                          fsh_error *err) {
+  for (;;) {
+    fsh_batch *y = NULL;
+    FSH_RETURN_NOT_OK(fsh_rechunker_pop(rk, &y, err));
+    if (!y) return 0;
+    int rc = sink(sink_arg, part, y, err);
+    fsh_batch_unref(y);
+    if (rc) return rc;
+  }
+}
+
 /* Reads result partition `part` of s into sink (sink(part, NULL) first),
- * checked against what its tasks wrote; *rows: the rows given. */
+ * checked against what its tasks wrote; *rows: the rows given. When the
+ * plan ends in into_batches, the batches given are cut again to its row
+ * count: the map-output writer coalesces what its task wrote into large
+ * blocks, so the result shuffle does not keep the task's batching. */
 static int read_result_partition(const plan_node *root, const fsh_sched_job_status *s,
                                  fsh_shuffle_backend *b, int32_t part, fsh_plan_sink sink,
                                  void *sink_arg, int64_t *rows, fsh_error *err) {
@@ -184,15 +200,25 @@ static int read_result_partition(const plan_node *root, const fsh_sched_job_stat
     return rc;
   }
   uint64_t sum = 0;
-  rc = sink(sink_arg, part, NULL, err);
+  fsh_rechunker *rk = NULL;
+  if (root->kind == PN_INTO_BATCHES) rc = fsh_rechunker_new(root->n, &rk, err);
+  if (!rc) rc = sink(sink_arg, part, NULL, err);
   while (!rc) {
     fsh_batch *x = NULL;
     if ((rc = st.get_next(&st, &x, err)) != 0 || !x) break;
     *rows += x->length;
-    if ((rc = plan_row_checksum(x, &sum, err)) == 0 && x->length > 0)
-      rc = sink(sink_arg, part, x, err);
+    if ((rc = plan_row_checksum(x, &sum, err)) == 0 && x->length > 0) {
+      if (!rk) rc = sink(sink_arg, part, x, err);
+      else if ((rc = fsh_rechunker_push(rk, x, err)) == 0)
+        rc = sink_rechunked(rk, sink, sink_arg, part, err);
+    }
     fsh_batch_unref(x);
   }
+  if (!rc && rk) {
+    fsh_rechunker_finish(rk);
+    rc = sink_rechunked(rk, sink, sink_arg, part, err);
+  }
+  fsh_rechunker_free(rk);
   st.release(&st);
   fsh_free(ms);
   if (rc == 0 && (*rows != s->result_rows[part] || sum != s->result_checksums[part]))

@@ -293,8 +293,8 @@ static void plans_on(fsh_task_backend kind) {
   /* sort and into_partitions: a staging and a scatter stage each */
   static const char *const names[] = {"repartition_hash.json", "broadcast_join.json",
                                       "limit.json", "gather.json", "sort.json",
-                                      "into_partitions.json"};
-  plans_list(kind, names, 6);
+                                      "into_partitions.json", "into_batches.json"};
+  plans_list(kind, names, 7);
 }
 
 static void plans_flight(void) { plans_on(FSH_TASK_BACKEND_FLIGHT); }

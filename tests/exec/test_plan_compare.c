@@ -677,6 +677,38 @@ static void into_partitions_sizes(void) {
   fsh_plan_free(p);
 }
 
+/* into_batches last: the in-process result passes; the same rows with
+ * each partition as one batch (what a shuffle's coalesced blocks give)
+ * fail, naming the batch; a partition's short batch anywhere but last
+ * fails. */
+static void into_batches_sizes(void) {
+  fsh_plan *p = plan_of("{\"nodes\": [" SCAN(5003, 3, 1) ", {\"op\": \"into_batches\", "
+                        "\"rows\": 700}]}");
+  if (!p) return;
+  fsh_plan_result got, ref;
+  fsh_error err;
+  run_both(p, &got, &ref);
+  int rc = fsh_plan_result_compare(p, &got, &ref, &err);
+  EXPECT_PASS("the in-process result", rc, err);
+  CHECK(got.n_batches > got.n_partitions);
+  parts m = parts_of(&got);
+  rc = compare_parts(p, &m, &ref, &err);
+  EXPECT_FAIL("each partition one batch", rc, err);
+  CHECK(strstr(err.message, "into_batches") != NULL);
+  parts_free(&m);
+  /* partition 0's first two batches swapped: a short one first */
+  if (got.partition_batches[0] >= 2) {
+    int64_t last = got.partition_batches[0] - 1;
+    fsh_batch *t = got.batches[0];
+    got.batches[0] = got.batches[last], got.batches[last] = t;
+    rc = fsh_plan_result_compare(p, &got, &ref, &err);
+    CHECK_MSG(rc != 0, "a short batch first in its partition passed");
+  }
+  fsh_plan_result_reset(&got);
+  fsh_plan_result_reset(&ref);
+  fsh_plan_free(p);
+}
+
 /* A partition-dependent operator followed by others: ENOTSUP, naming it. */
 static void not_last(void) {
   fsh_plan *p = plan_of("{\"nodes\": [" SCAN(3000, 3, 1) ", {\"op\": \"limit\", \"n\": 10, "
@@ -704,6 +736,7 @@ int main(int argc, char **argv) {
       {"local_aggregate", local_aggregate},
       {"global_top_n_ties", global_top_n_ties},
       {"into_partitions_sizes", into_partitions_sizes},
+      {"into_batches_sizes", into_batches_sizes},
       {"not_last", not_last},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
