@@ -27,7 +27,8 @@
  *  - size-aware reuse: a writer takes the smallest pooled memfd that holds
  *    what it expects (its opener's size, or the store's recent average),
  *    grows past a smaller one, and leaves one more than twice its need
- *    (+1 MiB) whole for a larger writer; the pool's caps (64 memfds, a
+ *    (+1 MiB) whole for a larger writer; a merge expects its parts' bytes;
+ *    the pool's caps (64 memfds, a
  *    quarter of the memory limit); the budget exact after every step. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -65,12 +66,12 @@ static fsh_shuffle_store_stats stats(fsh_shuffle_store *s) {
 /* Writes map output (shuffle, map 0, attempt 0) of `rows` synthetic rows of
  * seed `seed` (rows spread over PARTS partitions by row number), its
  * writer expecting `expect` bytes (0: unknown). */
-static void write_sized(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows,
-                        int64_t expect) {
+static void write_map(fixture *f, uint64_t shuffle, int64_t map, uint64_t seed, int64_t rows,
+                      int64_t expect) {
   fsh_shuffle_spec spec = {.shuffle_id = shuffle, .n_partitions = PARTS, .schema = f->schema};
   fsh_store_writer *w = NULL;
   fsh_error err = {{0}};
-  CHECK_OK(fsh_store_writer_open_sized(f->s, &spec, 0, 0, expect, &w, &err));
+  CHECK_OK(fsh_store_writer_open_sized(f->s, &spec, map, 0, expect, &w, &err));
   if (!w) return;
   fsh_batch *b = stu_synthetic(seed, rows);
   int32_t *parts = STU_OK(malloc(sizeof *parts * (size_t)rows));
@@ -81,6 +82,11 @@ static void write_sized(fixture *f, uint64_t shuffle, uint64_t seed, int64_t row
   fsh_map_output_reset(&m);
   fsh_batch_unref(b);
   free(parts);
+}
+
+static void write_sized(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows,
+                        int64_t expect) {
+  write_map(f, shuffle, 0, seed, rows, expect);
 }
 
 static void write_output(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows) {
@@ -102,10 +108,10 @@ static uint64_t ino_of_fd(int fd) {
 
 /* Rows of (shuffle, map 0, attempt 0), every partition decoded and
  * verified (block and partition checksums). */
-static int64_t count_rows(fixture *f, uint64_t shuffle) {
+static int64_t count_map_rows(fixture *f, uint64_t shuffle, int64_t map) {
   fsh_map_file *mf = NULL;
   fsh_error err = {{0}};
-  CHECK_OK(fsh_store_open(f->s, shuffle, 0, 0, &mf, &err));
+  CHECK_OK(fsh_store_open(f->s, shuffle, map, 0, &mf, &err));
   int64_t rows = 0;
   for (int32_t q = 0; mf && q < PARTS; q++) {
     fsh_map_file_cursor *c = NULL;
@@ -121,6 +127,8 @@ static int64_t count_rows(fixture *f, uint64_t shuffle) {
   fsh_map_file_close(mf);
   return rows;
 }
+
+static int64_t count_rows(fixture *f, uint64_t shuffle) { return count_map_rows(f, shuffle, 0); }
 
 static void release(fixture *f, uint64_t shuffle) {
   fsh_error err = {{0}};
@@ -740,7 +748,62 @@ static void pool_caps(void) {
   close_store(&f);
 }
 
+/* A merge says what it will write (its parts' bytes): with a small and a
+ * large memfd pooled, merging three ~1.5 MB outputs takes the large one,
+ * which a writer expecting one output's size would leave whole (more
+ * than twice its need + 1 MiB) -- so the large one's pages are reused by
+ * the writer that needs them; the merged output reads back whole. */
+static void merge_takes_its_size(void) {
+  fixture f = open_store("pool", (int64_t)256 << 20);
+  int64_t maps[3] = {0, 1, 2};
+  int32_t attempts[3] = {0, 0, 0};
+  for (int i = 0; i < 3; i++) write_map(&f, 1, maps[i], 100 + (uint64_t)i, 45000, 0);
+  fsh_store_location part = locate(&f, 1);
+  write_sized(&f, 4, 104, 3000, 1);
+  write_sized(&f, 5, 105, 200000, 1);
+  fsh_store_location small = locate(&f, 4), large = locate(&f, 5);
+  int64_t sum = 0;
+  for (int i = 0; i < 3; i++) {
+    fsh_store_location l;
+    fsh_error err = {{0}};
+    CHECK_OK(fsh_store_locate(f.s, 1, maps[i], 0, 0, &l, &err));
+    sum += l.size;
+    fsh_store_location_reset(&l);
+  }
+  CHECK_MSG(pages_of(large.size) >= sum && large.size <= 2 * sum + (1 << 20) &&
+            large.size > 2 * part.size + (1 << 20),
+            "sizes: large %lld, parts %lld (one %lld): not what this test needs",
+            (long long)large.size, (long long)sum, (long long)part.size);
+  release(&f, 4);
+  release(&f, 5);
+  CHECK_EQ_INT(pool(f.s).pooled, 2);
+  fsh_merge_task t = {.shuffle_id = 1, .map_id = 100, .attempt = 0, .drop_parts = false,
+                      .n_parts = 3, .part_maps = maps, .part_attempts = attempts};
+  fsh_map_output m = {0};
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_merge(f.s, &t, &m, &err));
+  fsh_map_output_reset(&m);
+  fsh_store_location merged;
+  CHECK_OK(fsh_store_locate(f.s, 1, 100, 0, 0, &merged, &err));
+  CHECK_MSG(merged.ino == large.ino, "the merge (%lld bytes expected) took inode %llu, not the "
+            "large %llu (small %llu)", (long long)sum, (unsigned long long)merged.ino,
+            (unsigned long long)large.ino, (unsigned long long)small.ino);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(small.size));
+  check_whole(small.fd, small.size, "merged");
+  check_budget(&f, "merged");
+  CHECK_EQ_INT(count_map_rows(&f, 1, 100), 3 * 45000);
+  release(&f, 1);
+  check_budget(&f, "released");
+  fsh_store_location_reset(&part);
+  fsh_store_location_reset(&small);
+  fsh_store_location_reset(&large);
+  fsh_store_location_reset(&merged);
+  close_store(&f);
+}
+
 FSH_TEST_MAIN(TEST(reuse_happens), TEST(held_image_not_reused), TEST(stale_answer_refused),
               TEST(spill_with_pool), TEST(idle_pool_drained), TEST(worker_drains_idle_pool),
               TEST(idle_never_kept), TEST(worker_idle_never_keeps), TEST(best_fit_chosen),
-              TEST(unhinted_expect_recent), TEST(pool_caps))
+              TEST(unhinted_expect_recent), TEST(pool_caps), TEST(merge_takes_its_size))
