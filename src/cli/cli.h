@@ -155,6 +155,9 @@ typedef struct cli_local_options {
   bool with_fs_dir;        /* the workers share base/fs as --fs-dir */
   int64_t operator_memory; /* > 0: the workers' --operator-memory */
   bool no_direct_reads;    /* the workers' --direct-reads off */
+  const char *pool_idle_ms, *builders_idle_ms; /* the workers' --pool-idle-ms and
+                                                  --builders-idle-ms ("never" or ms,
+                                                  checked), or NULL: their default */
 } cli_local_options;
 
 /* Starts the cluster into *c (large: keep it static) and waits until every

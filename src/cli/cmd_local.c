@@ -10,7 +10,9 @@
  *   cluster ready: N workers
  * then runs until SIGINT/SIGTERM (exit 0) or --run-seconds S. --auth-token T
  * is required by the driver and every worker (and sent between them);
- * --keepalive-ms N is the driver's Flight keepalive and the workers'. Every worker
+ * --keepalive-ms N is the driver's Flight keepalive and the workers';
+ * --pool-idle-ms / --builders-idle-ms MS|never go to every worker (see
+ * `flightshuffle worker`). Every worker
  * is stopped on every way out (SIGTERM, SIGKILL after 10 s; they also get
  * SIGTERM if this process dies: PR_SET_PDEATHSIG), and their spill
  * directories go: DIR/w<i> under --spill-dir DIR, else a temp directory.
@@ -38,6 +40,7 @@ static int local_usage(void) {
           "usage: flightshuffle local --workers N [--spill-dir DIR] [--memory-limit BYTES]\n"
           "                          [--run-seconds S] [--heartbeat-timeout-ms N]\n"
           "                          [--auth-token T] [--keepalive-ms N] [--direct-reads on|off]\n"
+          "                          [--pool-idle-ms MS|never] [--builders-idle-ms MS|never]\n"
           "  a driver and N worker processes on 127.0.0.1, until Ctrl-C (or S seconds);\n"
           "  worker i spills into DIR/w<i> (default: a temp directory), removed at the end\n"
           "  --auth-token: the driver and every worker require T of every caller (and\n"
@@ -45,7 +48,10 @@ static int local_usage(void) {
           "  --keepalive-ms: Flight keepalive of the driver's and the workers' connections\n"
           "  --direct-reads: the workers' flight tasks read each other's map outputs\n"
           "                  straight from files and memory (default on; off: DoGet, as\n"
-          "                  between hosts)\n");
+          "                  between hosts)\n"
+          "  --pool-idle-ms, --builders-idle-ms: every worker's (how long it keeps released\n"
+          "                  map outputs' memory and idle partition builders for the next\n"
+          "                  shuffle; default 3000; see `flightshuffle worker --help`)\n");
   return 2;
 }
 
@@ -81,7 +87,7 @@ static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
   snprintf(c->spill[i], sizeof c->spill[i], "%s/w%d", c->base, i + 1);
   snprintf(limit, sizeof limit, "%" PRId64, memory_limit);
   snprintf(keepalive, sizeof keepalive, "%lld", keepalive_ms);
-  const char *args[24] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
+  const char *args[32] = {"flightshuffle", "worker", "--listen", "127.0.0.1:0", "--spill-dir",
                           c->spill[i], "--memory-limit", limit, "--driver",
                           fsh_sched_driver_uri(c->driver)};
   int n = 10;
@@ -91,6 +97,8 @@ static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
   snprintf(opmem, sizeof opmem, "%" PRId64, lo->operator_memory);
   if (lo->operator_memory > 0) args[n++] = "--operator-memory", args[n++] = opmem;
   if (lo->no_direct_reads) args[n++] = "--direct-reads", args[n++] = "off";
+  if (lo->pool_idle_ms) args[n++] = "--pool-idle-ms", args[n++] = lo->pool_idle_ms;
+  if (lo->builders_idle_ms) args[n++] = "--builders-idle-ms", args[n++] = lo->builders_idle_ms;
   args[n] = NULL;
   sigset_t none;
   sigemptyset(&none);
@@ -229,6 +237,7 @@ int cmd_local(int argc, char **argv) {
   int64_t memory_limit = (int64_t)1 << 30;
   const char *spill_dir = NULL;
   bool no_direct_reads = false;
+  const char *pool_idle_ms = NULL, *builders_idle_ms = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -270,6 +279,12 @@ int cmd_local(int argc, char **argv) {
     } else if (strcmp(a, "--memory-limit") == 0) {
       if (!cli_parse_bytes(v, &memory_limit))
         return cli_fail(2, "local: --memory-limit '%s': expected bytes (e.g. 512M)", v);
+    } else if (strcmp(a, "--pool-idle-ms") == 0 || strcmp(a, "--builders-idle-ms") == 0) {
+      int64_t ms;
+      if (strcmp(v, "never") != 0 && !cli_parse_int(v, 0, 86400000, &ms))
+        return cli_fail(2, "local: %s '%s': expected milliseconds 0..86400000 or never", a, v);
+      if (a[2] == 'p') pool_idle_ms = v;
+      else builders_idle_ms = v;
     } else {
       cli_fail(2, "local: unknown option %s", a);
       return local_usage();
@@ -284,7 +299,8 @@ int cmd_local(int argc, char **argv) {
   cli_local_options lo = {.n_workers = (int)n_workers, .spill_dir = spill_dir,
                           .memory_limit = memory_limit, .auth_token = auth_token,
                           .keepalive_ms = keepalive_ms, .heartbeat_timeout_ms = timeout_ms,
-                          .no_direct_reads = no_direct_reads, .log = true};
+                          .no_direct_reads = no_direct_reads, .pool_idle_ms = pool_idle_ms,
+                          .builders_idle_ms = builders_idle_ms, .log = true};
   int rc = cli_local_start(&lo, &c);
   if (rc != 0) return rc; /* stopped already */
   {

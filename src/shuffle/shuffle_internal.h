@@ -314,6 +314,15 @@ FSH_NODISCARD int fsh_store_writer_write(fsh_store_writer *w, int32_t partition,
 FSH_NODISCARD int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out,
                                          fsh_error *err);
 void fsh_store_writer_abort(fsh_store_writer *w); /* NULL accepted */
+/* fsh_store_writer_open for a writer that expects to write about
+ * expect_bytes of image (a merge: the sum of its parts): the store's pool
+ * gives it the memfd that fits that best (store.c, pool_take). 0 (what
+ * fsh_store_writer_open passes): unknown, the store expects the moving
+ * average of such writers' images. */
+FSH_NODISCARD int fsh_store_writer_open_sized(fsh_shuffle_store *s, const fsh_shuffle_spec *spec,
+                                              int64_t map_id, int32_t attempt,
+                                              int64_t expect_bytes, fsh_store_writer **out,
+                                              fsh_error *err);
 /* fsh_map_file_writer_finish_partition through a store writer. */
 FSH_NODISCARD int fsh_store_writer_finish_partition(fsh_store_writer *w, int32_t partition,
                                                     fsh_error *err);
@@ -389,6 +398,8 @@ static inline void fsh_image_id_encode(uint8_t out[FSH_IMAGE_ID_BYTES], uint64_t
  * how many times it was emptied for being idle. */
 typedef struct fsh_store_pool_stats {
   int64_t pooled, pooled_bytes, reused, budget_used, idle_drains;
+  int64_t left_loose; /* writers that left every fitting memfd to a larger
+                         writer (too large for them: store.c, pool_loose) */
 } fsh_store_pool_stats;
 void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out);
 /* Closes every pooled memfd (its charge given back). */

@@ -68,6 +68,16 @@
  * bytes are charged to the budget (not reported in memory_bytes: it holds
  * no map output), and a writer whose growth the budget refuses empties it
  * before anything else; images evicted under pressure are not pooled.
+ * Reuse is size-aware (pool_take): an image must end its memfd (a reader
+ * finds its trailer there), so writing a small image over a large memfd
+ * truncates the rest, freeing pages a later large writer then allocates
+ * fresh. So a writer takes the smallest pooled memfd that holds what it
+ * expects to write -- a merge says (the sum of its parts,
+ * fsh_store_writer_open_sized), other writers are expected to write the
+ * moving average of such writers' images -- and when that one is more
+ * than twice its need + 1 MiB, the largest smaller one instead (growing
+ * past it keeps its pages), or none: the large one stays for a writer
+ * that needs it.
  * An idle pool is emptied too: once no memfd went in or out for
  * POOL_IDLE_MS (fsh_store_set_pool_idle_ms; the worker's --pool-idle-ms,
  * where "never" keeps it until a writer's budget needs its bytes, for a
@@ -136,6 +146,7 @@ typedef struct image_pool {
   int64_t last_use_ns; /* the last put or take (CLOCK_MONOTONIC) */
   int64_t idle_ms;     /* fsh_store_pool_drain_idle empties it after that long unused */
   int64_t idle_drains; /* times it did */
+  int64_t left_loose;  /* takes that left a too-large memfd for a larger writer */
 } image_pool;
 
 struct fsh_shuffle_store {
@@ -159,6 +170,8 @@ struct fsh_shuffle_store {
   int n_released, next_released;
   uint64_t release_gen; /* releases so far (under mu) */
   image_pool *pool;
+  atomic_llong recent_image; /* unhinted writers' image bytes, a moving average
+                                (their expected size for the pool, pool_take) */
 };
 
 /* ---- names ------------------------------------------------------------- */
@@ -299,6 +312,8 @@ typedef struct spill_out {
   int64_t map_id;
   int32_t attempt;
   bool reused;     /* img_fd came from the pool: it may be longer than img_size */
+  int64_t expect;  /* the image bytes its writer expects (0: unknown) */
+  bool hinted;     /* expect was its opener's, not the store's average */
   char file_name[SPILL_NAME_MAX];
   uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd), */
   int64_t img_size, img_cap; /* its bytes and capacity (charged) */
@@ -680,21 +695,47 @@ static bool pool_put(image_pool *p, int fd, int64_t size) {
   return ok;
 }
 
-/* Takes the most recently pooled memfd: its fd and the bytes of the budget
- * it holds (now the caller's). False when the pool is empty. */
-static bool pool_take(image_pool *p, int *fd, int64_t *bytes) {
+/* Whether a pooled memfd of `bytes` is too large for a writer expecting
+ * `need`: taken, its pages past the image would be truncated away at the
+ * image's end (a reader needs the memfd to end at its identity trailer),
+ * pages a larger writer (a merge) would otherwise reuse. */
+static bool pool_loose(int64_t bytes, int64_t need) {
+  return bytes > 2 * need + ((int64_t)1 << 20);
+}
+
+/* Takes the pooled memfd that suits a writer expecting `need` image bytes
+ * (0: unknown): the smallest that holds need (best fit), unless it is
+ * loose (pool_loose) -- then the largest smaller one, which the writer
+ * grows past keeping its pages, or none, so that the large one stays for a
+ * writer that needs it. need 0 takes the most recently pooled. Its fd and
+ * the bytes of the budget it holds (now the caller's); false when nothing
+ * suits. */
+static bool pool_take(image_pool *p, int64_t need, int *fd, int64_t *bytes) {
   pthread_mutex_lock(&p->mu);
-  bool ok = p->n > 0;
-  if (ok) {
+  int pick = -1;
+  if (p->n > 0 && need <= 0) {
+    pick = p->n - 1;
+  } else if (p->n > 0) {
+    int fit = -1, below = -1;
+    for (int i = 0; i < p->n; i++) {
+      int64_t b = p->img[i].bytes;
+      if (b >= need && (fit < 0 || b < p->img[fit].bytes)) fit = i;
+      if (b < need && (below < 0 || b > p->img[below].bytes)) below = i;
+    }
+    pick = fit >= 0 && !pool_loose(p->img[fit].bytes, need) ? fit : below;
+    if (pick < 0 && fit >= 0) p->left_loose++;
+  }
+  if (pick >= 0) {
+    *fd = p->img[pick].fd;
+    *bytes = p->img[pick].bytes;
+    memmove(&p->img[pick], &p->img[pick + 1], sizeof p->img[0] * (size_t)(p->n - pick - 1));
     p->n--;
-    *fd = p->img[p->n].fd;
-    *bytes = p->img[p->n].bytes;
     p->bytes -= *bytes;
     p->reused++;
     p->last_use_ns = mono_ns();
   }
   pthread_mutex_unlock(&p->mu);
-  return ok;
+  return pick >= 0;
 }
 
 /* Closes every pooled memfd and gives its charge back: the bytes freed. */
@@ -747,7 +788,8 @@ void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms) {
 void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out) {
   pthread_mutex_lock(&s->pool->mu);
   *out = (fsh_store_pool_stats){s->pool->n, s->pool->bytes, s->pool->reused,
-                                atomic_load(&s->used), s->pool->idle_drains};
+                                atomic_load(&s->used), s->pool->idle_drains,
+                                s->pool->left_loose};
   pthread_mutex_unlock(&s->pool->mu);
 }
 
@@ -816,7 +858,7 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
       o->img_cap == 0) { /* a released image's memfd, pages and all (see the top) */
     int fd;
     int64_t bytes;
-    if (pool_take(o->s->pool, &fd, &bytes)) {
+    if (pool_take(o->s->pool, o->expect, &fd, &bytes)) {
       o->img_fd = fd;
       o->img_cap = o->charged = bytes;
       o->reused = true;
@@ -988,6 +1030,10 @@ static int spill_close(fsh_output *out, bool abort, fsh_error *err) {
   } else if (!abort) {
     rc = image_finish(o, err);
   }
+  if (rc == 0 && !abort && !o->hinted) { /* the next unhinted writer's expected size */
+    int64_t was = atomic_load(&o->s->recent_image), size = out->position;
+    atomic_store(&o->s->recent_image, was > 0 ? (3 * was + size) / 4 : size);
+  }
   spill_out_free(o);
   return rc;
 }
@@ -1015,6 +1061,12 @@ static void result_discard(fsh_shuffle_store *s, spill_result *r) {
 
 int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, int64_t map_id,
                           int32_t attempt, fsh_store_writer **out, fsh_error *err) {
+  return fsh_store_writer_open_sized(s, spec, map_id, attempt, 0, out, err);
+}
+
+int fsh_store_writer_open_sized(fsh_shuffle_store *s, const fsh_shuffle_spec *spec,
+                                int64_t map_id, int32_t attempt, int64_t expect_bytes,
+                                fsh_store_writer **out, fsh_error *err) {
   fsh_store_writer *w = fsh_calloc(1, sizeof *w);
   spill_out *o = fsh_calloc(1, sizeof *o);
   entry *e = fsh_calloc(1, sizeof *e);
@@ -1037,6 +1089,8 @@ int fsh_store_writer_open(fsh_shuffle_store *s, const fsh_shuffle_spec *spec, in
   o->shuffle_id = spec->shuffle_id;
   o->map_id = map_id;
   o->attempt = attempt;
+  o->hinted = expect_bytes > 0;
+  o->expect = o->hinted ? expect_bytes : atomic_load(&s->recent_image);
   w->res.image_fd = -1;
   memcpy(o->what, w->what, sizeof o->what);
   spill_name(o->file_name, s->tag, spec->shuffle_id, map_id, attempt,

@@ -329,7 +329,9 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
                              .compression = info->compression};
     fsh_ipc_decoder *dec = NULL;
     int64_t small = test_hooks.small_block > 0 ? test_hooks.small_block : MERGE_SMALL_BLOCK;
-    rc = fsh_store_writer_open(s, &spec, t->map_id, t->attempt, &w, err);
+    int64_t expect = 0; /* its output: about its parts' bytes (the store's pool fits it) */
+    for (int32_t i = 0; i < t->n_parts; i++) expect += fsh_map_file_get_info(parts[i].f)->file_size;
+    rc = fsh_store_writer_open_sized(s, &spec, t->map_id, t->attempt, expect, &w, err);
     if (rc == 0) rc = merge_decoder(parts[0].f, &dec, err);
     const atomic_bool *cancel = fsh_worker_task_cancel_flag();
     for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {

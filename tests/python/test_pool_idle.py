@@ -6,7 +6,10 @@ caches (worker.c's keeper; store.c's memfd pool): `flightshuffle worker
 Bad values exit 2 naming the option and the value; with "never" the
 workers keep the released images' memfds between runs, so the bench says
 the first run began cold and every later one warm (from the workers' own
-"stats", summed), and its result line counts the warm runs.
+"stats", summed), and its result line counts the warm runs. `flightshuffle
+local --pool-idle-ms / --builders-idle-ms` checks them the same way and
+passes each to every worker it starts (their command lines), nothing when
+not given.
 
 The CLI is <dir of FSH_LIB>/flightshuffle (FSH_CLI overrides)."""
 import os
@@ -71,3 +74,49 @@ def test_bench_never_keeps_the_pool_warm(tmp_path):
     assert fields["pool_warm_runs"] == "2"
     assert fields["worker_pool_idle_ms"] == "never"
     assert float(fields["worker_cpu_s_per_gb_median"]) >= 0
+
+
+@pytest.mark.parametrize("option", ["--pool-idle-ms", "--builders-idle-ms"])
+@pytest.mark.parametrize("value", ["abc", "-5", "86400001", "10ms", "Never"])
+def test_local_rejects_bad_idle_ms(option, value):
+    p = subprocess.run([str(CLI), "local", "--workers", "1", option, value],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"local: {option} '{value}': expected milliseconds 0..86400000 or never" in p.stderr, \
+        p.stderr
+
+
+def _local_worker_args(tmp_path, extra):
+    """Starts `flightshuffle local --workers 2` with extra, waits for the
+    cluster, and returns each worker's command line (from /proc), then stops it."""
+    p = subprocess.Popen([str(CLI), "local", "--workers", "2", "--spill-dir", str(tmp_path),
+                          "--run-seconds", "60", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = []
+        for line in p.stdout:
+            m = re.match(r"worker \d+ \S+ pid (\d+)$", line.strip())
+            if m:
+                pids.append(int(m.group(1)))
+            if line.startswith("cluster ready"):
+                break
+        assert len(pids) == 2, p.stderr.read() if p.poll() is not None else pids
+        return [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] for pid in pids]
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+        p.stdout.close()
+        p.stderr.close()
+
+
+def test_local_passes_idle_ms_to_workers(tmp_path):
+    for argv in _local_worker_args(tmp_path, ["--pool-idle-ms", "never",
+                                              "--builders-idle-ms", "250"]):
+        assert argv[1] == b"worker", argv
+        i = argv.index(b"--pool-idle-ms")
+        assert argv[i + 1] == b"never", argv
+        i = argv.index(b"--builders-idle-ms")
+        assert argv[i + 1] == b"250", argv
+    # not given: the workers' own default (no option passed)
+    for argv in _local_worker_args(tmp_path / "b", []):
+        assert b"--pool-idle-ms" not in argv and b"--builders-idle-ms" not in argv, argv

@@ -23,7 +23,13 @@
  *    the budget exact throughout; a worker set so
  *    (fsh_shuffle_worker_set_idle_ms) keeps its pool and its builders'
  *    cache past the default idle time, and gives both back once set to a
- *    short window again. */
+ *    short window again;
+ *  - size-aware reuse: a writer takes the smallest pooled memfd that holds
+ *    what it expects (its opener's size, or the store's recent average),
+ *    grows past a smaller one, and leaves one more than twice its need
+ *    (+1 MiB) whole for a larger writer; a merge expects its parts' bytes;
+ *    the pool's caps (64 memfds, a
+ *    quarter of the memory limit); the budget exact after every step. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -58,12 +64,14 @@ static fsh_shuffle_store_stats stats(fsh_shuffle_store *s) {
 }
 
 /* Writes map output (shuffle, map 0, attempt 0) of `rows` synthetic rows of
- * seed `seed` (rows spread over PARTS partitions by row number). */
-static void write_output(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows) {
+ * seed `seed` (rows spread over PARTS partitions by row number), its
+ * writer expecting `expect` bytes (0: unknown). */
+static void write_map(fixture *f, uint64_t shuffle, int64_t map, uint64_t seed, int64_t rows,
+                      int64_t expect) {
   fsh_shuffle_spec spec = {.shuffle_id = shuffle, .n_partitions = PARTS, .schema = f->schema};
   fsh_store_writer *w = NULL;
   fsh_error err = {{0}};
-  CHECK_OK(fsh_store_writer_open(f->s, &spec, 0, 0, &w, &err));
+  CHECK_OK(fsh_store_writer_open_sized(f->s, &spec, map, 0, expect, &w, &err));
   if (!w) return;
   fsh_batch *b = stu_synthetic(seed, rows);
   int32_t *parts = STU_OK(malloc(sizeof *parts * (size_t)rows));
@@ -74,6 +82,15 @@ static void write_output(fixture *f, uint64_t shuffle, uint64_t seed, int64_t ro
   fsh_map_output_reset(&m);
   fsh_batch_unref(b);
   free(parts);
+}
+
+static void write_sized(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows,
+                        int64_t expect) {
+  write_map(f, shuffle, 0, seed, rows, expect);
+}
+
+static void write_output(fixture *f, uint64_t shuffle, uint64_t seed, int64_t rows) {
+  write_sized(f, shuffle, seed, rows, 0);
 }
 
 static fsh_store_location locate(fixture *f, uint64_t shuffle) {
@@ -91,10 +108,10 @@ static uint64_t ino_of_fd(int fd) {
 
 /* Rows of (shuffle, map 0, attempt 0), every partition decoded and
  * verified (block and partition checksums). */
-static int64_t count_rows(fixture *f, uint64_t shuffle) {
+static int64_t count_map_rows(fixture *f, uint64_t shuffle, int64_t map) {
   fsh_map_file *mf = NULL;
   fsh_error err = {{0}};
-  CHECK_OK(fsh_store_open(f->s, shuffle, 0, 0, &mf, &err));
+  CHECK_OK(fsh_store_open(f->s, shuffle, map, 0, &mf, &err));
   int64_t rows = 0;
   for (int32_t q = 0; mf && q < PARTS; q++) {
     fsh_map_file_cursor *c = NULL;
@@ -110,6 +127,8 @@ static int64_t count_rows(fixture *f, uint64_t shuffle) {
   fsh_map_file_close(mf);
   return rows;
 }
+
+static int64_t count_rows(fixture *f, uint64_t shuffle) { return count_map_rows(f, shuffle, 0); }
 
 static void release(fixture *f, uint64_t shuffle) {
   fsh_error err = {{0}};
@@ -557,6 +576,234 @@ static void worker_idle_never_keeps(void) {
   stu_rmdir(dir);
 }
 
+static int64_t pages_of(int64_t n) { return (n + 4095) / 4096 * 4096; }
+
+/* The pooled memfd open as fd is still whole: its size is the image's it
+ * held (the pool cuts only the identity trailer). */
+static void check_whole(int fd, int64_t size, const char *when) {
+  struct stat st;
+  CHECK_MSG(fstat(fd, &st) == 0 && st.st_size == size, "%s: the pooled memfd holds %lld "
+            "bytes, its image had %lld", when, (long long)st.st_size, (long long)size);
+}
+
+/* Size-aware reuse (store.c, pool_take). Three released images' memfds
+ * in the pool, small (~150 KB), medium (~1 MB) and large (~9 MB):
+ *  - a writer expecting the medium's size takes the medium (the smallest
+ *    that holds it), the others stay whole;
+ *  - with the medium gone, a writer expecting as much takes the small one
+ *    and grows past it (the large one is more than twice its need plus
+ *    1 MiB: left whole for a larger writer);
+ *  - a writer expecting the small size, with only the large pooled, takes
+ *    nothing (a fresh memfd; counted in left_loose), the large stays;
+ *  - a writer expecting the large size takes it;
+ * every image reads back whole, and the budget is exact after each step. */
+static void best_fit_chosen(void) {
+  fixture f = open_store("pool", (int64_t)256 << 20); /* pool: at most 64 MiB */
+  const int64_t rows[3] = {3000, 30000, 200000};
+  fsh_store_location l[3];
+  for (int i = 0; i < 3; i++) {
+    write_output(&f, 10 + (uint64_t)i, 60 + (uint64_t)i, rows[i]);
+    l[i] = locate(&f, 10 + (uint64_t)i);
+    CHECK_EQ_INT(l[i].kind, FSH_STORE_AT_MEMFD);
+  }
+  CHECK_MSG(pages_of(l[0].size) < l[1].size && l[2].size > 2 * l[1].size + (1 << 20),
+            "sizes %lld, %lld, %lld: not the small, medium, large this test needs",
+            (long long)l[0].size, (long long)l[1].size, (long long)l[2].size);
+  for (int i = 0; i < 3; i++) release(&f, 10 + (uint64_t)i);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.pooled, 3);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[0].size) + pages_of(l[1].size) + pages_of(l[2].size));
+  check_budget(&f, "three pooled");
+
+  /* best fit */
+  write_sized(&f, 20, 70, rows[1], l[1].size);
+  fsh_store_location a = locate(&f, 20);
+  CHECK_MSG(a.ino == l[1].ino, "expecting %lld bytes took inode %llu, not the medium %llu",
+            (long long)l[1].size, (unsigned long long)a.ino, (unsigned long long)l[1].ino);
+  p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[0].size) + pages_of(l[2].size));
+  check_whole(l[0].fd, l[0].size, "best fit");
+  check_whole(l[2].fd, l[2].size, "best fit");
+  check_budget(&f, "best fit");
+  CHECK_EQ_INT(count_rows(&f, 20), rows[1]);
+
+  /* only a loose one holds the need: the smaller one, grown past */
+  write_sized(&f, 21, 71, rows[1], l[1].size);
+  fsh_store_location b = locate(&f, 21);
+  CHECK_MSG(b.ino == l[0].ino, "expecting %lld bytes took inode %llu, not the small %llu",
+            (long long)l[1].size, (unsigned long long)b.ino, (unsigned long long)l[0].ino);
+  CHECK(b.size > pages_of(l[0].size));
+  p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 2);
+  CHECK_EQ_INT(p.pooled, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[2].size));
+  check_whole(l[2].fd, l[2].size, "grown past the small");
+  check_budget(&f, "grown past the small");
+  CHECK_EQ_INT(count_rows(&f, 21), rows[1]);
+
+  /* nothing that fits without truncating a larger writer's pages */
+  write_sized(&f, 22, 72, rows[0], l[0].size);
+  fsh_store_location c = locate(&f, 22);
+  CHECK(c.kind == FSH_STORE_AT_MEMFD && c.ino != l[2].ino);
+  p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 2);
+  CHECK_EQ_INT(p.left_loose, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[2].size));
+  check_whole(l[2].fd, l[2].size, "left loose");
+  check_budget(&f, "left loose");
+  CHECK_EQ_INT(count_rows(&f, 22), rows[0]);
+
+  /* the large one for a large writer */
+  write_sized(&f, 23, 73, rows[2], l[2].size);
+  fsh_store_location d = locate(&f, 23);
+  CHECK(d.ino == l[2].ino);
+  p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 3);
+  CHECK_EQ_INT(p.pooled, 0);
+  check_budget(&f, "large");
+  CHECK_EQ_INT(count_rows(&f, 23), rows[2]);
+
+  for (uint64_t sh = 20; sh <= 23; sh++) {
+    release(&f, sh);
+    check_budget(&f, "released");
+  }
+  CHECK_EQ_INT(pool(f.s).pooled, 4);
+  fsh_store_pool_drain(f.s);
+  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  for (int i = 0; i < 3; i++) fsh_store_location_reset(&l[i]);
+  fsh_store_location_reset(&a);
+  fsh_store_location_reset(&b);
+  fsh_store_location_reset(&c);
+  fsh_store_location_reset(&d);
+  close_store(&f);
+}
+
+/* A writer that does not say what it expects (a map task's) is expected
+ * to write about what such writers wrote lately: after three ~1 MB
+ * outputs, with a small and a large memfd pooled (written by writers that
+ * said their size, which does not move that average), it takes the small
+ * one and leaves the large one whole. */
+static void unhinted_expect_recent(void) {
+  fixture f = open_store("pool", (int64_t)256 << 20);
+  for (uint64_t sh = 1; sh <= 3; sh++) write_output(&f, sh, 80 + sh, 30000);
+  fsh_store_location m = locate(&f, 1);
+  write_sized(&f, 4, 84, 3000, 1);
+  write_sized(&f, 5, 85, 200000, 1);
+  fsh_store_location small = locate(&f, 4), large = locate(&f, 5);
+  CHECK(large.size > 2 * m.size + (1 << 20));
+  release(&f, 4);
+  release(&f, 5);
+  CHECK_EQ_INT(pool(f.s).pooled, 2);
+  check_budget(&f, "pooled");
+  write_output(&f, 6, 86, 30000);
+  fsh_store_location n = locate(&f, 6);
+  CHECK_MSG(n.ino == small.ino, "an unhinted ~%lld-byte writer took inode %llu, not the small "
+            "%llu (large %llu)", (long long)m.size, (unsigned long long)n.ino,
+            (unsigned long long)small.ino, (unsigned long long)large.ino);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(large.size));
+  check_whole(large.fd, large.size, "unhinted");
+  check_budget(&f, "unhinted");
+  CHECK_EQ_INT(count_rows(&f, 6), 30000);
+  fsh_store_location_reset(&m);
+  fsh_store_location_reset(&small);
+  fsh_store_location_reset(&large);
+  fsh_store_location_reset(&n);
+  close_store(&f);
+}
+
+/* The pool's caps: at most 64 memfds (POOL_MAX) however much budget is
+ * left, and at most a quarter of the memory limit in bytes; what does not
+ * fit is closed, and the budget stays exact. */
+static void pool_caps(void) {
+  fixture f = open_store("pool", (int64_t)1 << 30);
+  int before = image_memfds();
+  for (uint64_t sh = 100; sh < 165; sh++) write_output(&f, sh, sh, 200);
+  CHECK_EQ_INT(image_memfds(), before + 65);
+  for (uint64_t sh = 100; sh < 165; sh++) release(&f, sh);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.pooled, 64);
+  CHECK_EQ_INT(image_memfds(), before + 64);
+  check_budget(&f, "64 pooled");
+  fsh_store_pool_drain(f.s);
+  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  close_store(&f);
+
+  f = open_store("pool", (int64_t)8 << 20); /* pool: at most 2 MiB */
+  write_output(&f, 1, 91, 45000); /* ~1.5 MB each */
+  write_output(&f, 2, 92, 45000);
+  fsh_store_location a = locate(&f, 1), b = locate(&f, 2);
+  CHECK(pages_of(a.size) <= (2 << 20) && pages_of(a.size) + pages_of(b.size) > (2 << 20));
+  release(&f, 1);
+  release(&f, 2);
+  p = pool(f.s);
+  CHECK_EQ_INT(p.pooled, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(a.size));
+  CHECK_EQ_INT(stats(f.s).memory_bytes, 0);
+  check_budget(&f, "quarter");
+  fsh_store_location_reset(&a);
+  fsh_store_location_reset(&b);
+  close_store(&f);
+}
+
+/* A merge says what it will write (its parts' bytes): with a small and a
+ * large memfd pooled, merging three ~1.5 MB outputs takes the large one,
+ * which a writer expecting one output's size would leave whole (more
+ * than twice its need + 1 MiB) -- so the large one's pages are reused by
+ * the writer that needs them; the merged output reads back whole. */
+static void merge_takes_its_size(void) {
+  fixture f = open_store("pool", (int64_t)256 << 20);
+  int64_t maps[3] = {0, 1, 2};
+  int32_t attempts[3] = {0, 0, 0};
+  for (int i = 0; i < 3; i++) write_map(&f, 1, maps[i], 100 + (uint64_t)i, 45000, 0);
+  fsh_store_location part = locate(&f, 1);
+  write_sized(&f, 4, 104, 3000, 1);
+  write_sized(&f, 5, 105, 200000, 1);
+  fsh_store_location small = locate(&f, 4), large = locate(&f, 5);
+  int64_t sum = 0;
+  for (int i = 0; i < 3; i++) {
+    fsh_store_location l;
+    fsh_error err = {{0}};
+    CHECK_OK(fsh_store_locate(f.s, 1, maps[i], 0, 0, &l, &err));
+    sum += l.size;
+    fsh_store_location_reset(&l);
+  }
+  CHECK_MSG(pages_of(large.size) >= sum && large.size <= 2 * sum + (1 << 20) &&
+            large.size > 2 * part.size + (1 << 20),
+            "sizes: large %lld, parts %lld (one %lld): not what this test needs",
+            (long long)large.size, (long long)sum, (long long)part.size);
+  release(&f, 4);
+  release(&f, 5);
+  CHECK_EQ_INT(pool(f.s).pooled, 2);
+  fsh_merge_task t = {.shuffle_id = 1, .map_id = 100, .attempt = 0, .drop_parts = false,
+                      .n_parts = 3, .part_maps = maps, .part_attempts = attempts};
+  fsh_map_output m = {0};
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_merge(f.s, &t, &m, &err));
+  fsh_map_output_reset(&m);
+  fsh_store_location merged;
+  CHECK_OK(fsh_store_locate(f.s, 1, 100, 0, 0, &merged, &err));
+  CHECK_MSG(merged.ino == large.ino, "the merge (%lld bytes expected) took inode %llu, not the "
+            "large %llu (small %llu)", (long long)sum, (unsigned long long)merged.ino,
+            (unsigned long long)large.ino, (unsigned long long)small.ino);
+  fsh_store_pool_stats p = pool(f.s);
+  CHECK_EQ_INT(p.reused, 1);
+  CHECK_EQ_INT(p.pooled_bytes, pages_of(small.size));
+  check_whole(small.fd, small.size, "merged");
+  check_budget(&f, "merged");
+  CHECK_EQ_INT(count_map_rows(&f, 1, 100), 3 * 45000);
+  release(&f, 1);
+  check_budget(&f, "released");
+  fsh_store_location_reset(&part);
+  fsh_store_location_reset(&small);
+  fsh_store_location_reset(&large);
+  fsh_store_location_reset(&merged);
+  close_store(&f);
+}
+
 FSH_TEST_MAIN(TEST(reuse_happens), TEST(held_image_not_reused), TEST(stale_answer_refused),
               TEST(spill_with_pool), TEST(idle_pool_drained), TEST(worker_drains_idle_pool),
-              TEST(idle_never_kept), TEST(worker_idle_never_keeps))
+              TEST(idle_never_kept), TEST(worker_idle_never_keeps), TEST(best_fit_chosen),
+              TEST(unhinted_expect_recent), TEST(pool_caps), TEST(merge_takes_its_size))
