@@ -86,22 +86,6 @@ static double fault_count(void) {
   return (double)ru.ru_minflt + (double)ru.ru_majflt;
 }
 
-/* Minor + major page faults of another process (our server), 0 if unknown. */
-static double proc_fault_count(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  unsigned long long minflt = 0, majflt = 0;
-  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) != 2)
-    return 0;
-  return (double)(minflt + majflt);
-}
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -977,10 +961,10 @@ int main(int argc, char **argv) {
       row *w = &rows[i];
       int64_t n = w->large ? n_large : n_small;
       double cpu0 = cpu_seconds() + cli_proc_cpu_seconds(server.pid);
-      double flt0 = fault_count() + proc_fault_count(server.pid);
+      double flt0 = fault_count() + cli_proc_fault_count(server.pid);
       w->ours[r] = flight_run(clients, w->put, w->streams, w->large, n, false, &ok);
       w->cpu[r] = cpu_seconds() + cli_proc_cpu_seconds(server.pid) - cpu0;
-      w->faults[r] = fault_count() + proc_fault_count(server.pid) - flt0;
+      w->faults[r] = fault_count() + cli_proc_fault_count(server.pid) - flt0;
       if (verbose)
         fprintf(stderr, "run %d %s%d%c: %.2f GB/s, %.3f cpu-s/GB\n", r, w->put ? "put" : "get",
                 w->streams, w->large ? 'L' : 'S',
