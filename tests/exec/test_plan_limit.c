@@ -27,102 +27,7 @@
 
 #include "../test.h"
 
-#define N_WORKERS 3
-
-/* The workers' task-done hook: counts the tasks that ended cancelled. */
-typedef struct done_hook {
-  fsh_sched_notifier *n;
-  atomic_int cancelled;
-} done_hook;
-
-static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
-                           const char *error, const uint8_t *answer, int64_t answer_size) {
-  done_hook *h = ctx;
-  if (rc == ECANCELED) atomic_fetch_add(&h->cancelled, 1);
-  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
-}
-
-typedef struct cluster {
-  fsh_sched_driver *d;
-  done_hook hook[N_WORKERS];
-  fsh_shuffle_worker *w[N_WORKERS];
-  fsh_sched_notifier *n[N_WORKERS];
-  fsh_sched_heartbeat *h[N_WORKERS];
-  char fs_dir[64];
-} cluster;
-
-static void start_cluster(cluster *c) {
-  fsh_error err;
-  memset(c, 0, sizeof *c);
-  strcpy(c->fs_dir, "/tmp/fsh-test-limit-XXXXXX");
-  CHECK(mkdtemp(c->fs_dir) != NULL);
-  fsh_sched_driver_options o = {.listen = "127.0.0.1:0", .heartbeat_timeout_ms = 5000,
-                                .log = getenv("FSH_TEST_LOG") != NULL};
-  CHECK_OK(fsh_sched_driver_start(&o, &c->d, &err));
-  fsh_worker_task_kind kinds[1] = {fsh_plan_task_kind(NULL)};
-  for (int i = 0; c->d && i < N_WORKERS; i++) {
-    CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
-    c->hook[i].n = c->n[i];
-    atomic_init(&c->hook[i].cancelled, 0);
-    fsh_shuffle_worker_options wo = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
-                                     .n_threads = 6, .fs_dir = c->fs_dir,
-                                     .on_task_done = hook_task_done,
-                                     .on_task_done_ctx = &c->hook[i], .task_kinds = kinds,
-                                     .n_task_kinds = 1};
-    CHECK_OK(fsh_shuffle_worker_start(&wo, &c->w[i], &err));
-    if (!c->w[i]) continue;
-    fsh_sched_notifier_set_worker(c->n[i], fsh_shuffle_worker_uri(c->w[i]), false);
-    fsh_sched_heartbeat_options ho = {.driver_uri = fsh_sched_driver_uri(c->d),
-                                      .worker_uri = fsh_shuffle_worker_uri(c->w[i]),
-                                      .retry_ms = 50};
-    CHECK_OK(fsh_sched_heartbeat_start(&ho, &c->h[i], &err));
-  }
-  for (int tries = 0; c->d && tries < 200; tries++) {
-    fsh_sched_worker_list l = {0};
-    int64_t alive = 0;
-    if (fsh_sched_driver_workers(c->d, &l, &err) == 0) alive = fsh_sched_worker_list_alive(&l);
-    fsh_sched_worker_list_reset(&l);
-    if (alive == N_WORKERS) return;
-    usleep(20000);
-  }
-  CHECK_MSG(false, "the workers did not register");
-}
-
-/* Every store and the fs directory empty (skipped and cancelled tasks
- * leave nothing behind either) -- but worker `killed`'s (-1: none), which
- * plays a killed one (its store would be gone with it) -- then everything
- * stopped. */
-static void stop_cluster_but(cluster *c, int killed) {
-  for (int i = 0; i < N_WORKERS; i++) {
-    if (!c->w[i] || i == killed) continue;
-    fsh_shuffle_store_stats st;
-    fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c->w[i]), &st);
-    CHECK_MSG(st.map_outputs == 0, "worker %d still holds %lld map outputs", i,
-              (long long)st.map_outputs);
-  }
-  CHECK_MSG(fsh_test_dir_entries(c->fs_dir) == 0, "files left in %s", c->fs_dir);
-  for (int i = 0; i < N_WORKERS; i++) fsh_sched_heartbeat_stop(c->h[i]);
-  for (int i = 0; i < N_WORKERS; i++) fsh_shuffle_worker_stop(c->w[i], 1000);
-  fsh_sched_driver_stop(c->d, 1000);
-  for (int i = 0; i < N_WORKERS; i++) fsh_sched_notifier_free(c->n[i]);
-  CHECK_EQ_INT(rmdir(c->fs_dir), 0);
-}
-
-static void stop_cluster(cluster *c) { stop_cluster_but(c, -1); }
-
-static fsh_shuffle_backend *client_backend(cluster *c, fsh_task_backend kind) {
-  fsh_error err;
-  fsh_shuffle_backend *b = NULL;
-  if (kind == FSH_TASK_BACKEND_FS) {
-    CHECK_OK(fsh_shuffle_fs_new(c->fs_dir, &b, &err));
-    return b;
-  }
-  const char *peers[N_WORKERS];
-  for (int i = 0; i < N_WORKERS; i++) peers[i] = fsh_shuffle_worker_uri(c->w[i]);
-  fsh_shuffle_flight_options fo = {.peers = peers, .n_peers = N_WORKERS};
-  CHECK_OK(fsh_shuffle_flight_new(&fo, &b, &err));
-  return b;
-}
+#include "plan_cluster_fixture.h"
 
 /* Submits p as a job (slots per worker: slots, 0 the default). */
 static uint64_t submit(cluster *c, const fsh_plan *p, fsh_task_backend kind, int32_t slots) {
@@ -255,6 +160,7 @@ static void check_stages(const fsh_plan *p, int64_t n, bool ordered) {
 static void small_limits(fsh_task_backend kind) {
   cluster c;
   start_cluster(&c);
+  wait_workers(&c);
   fsh_plan *ordered = scan_limit(48000, -1001, 50);
   fsh_plan *unordered = hashed_limit(48000, -1001, 50);
   check_stages(ordered, 50, true);
@@ -290,6 +196,7 @@ static void small_limits_fs(void) { small_limits(FSH_TASK_BACKEND_FS); }
 static void edge_limits(void) {
   cluster c;
   start_cluster(&c);
+  wait_workers(&c);
   struct {
     const char *name;
     fsh_plan *p;
@@ -361,6 +268,7 @@ static void sparse_limit(void) {
             (long long)total, (long long)max, (long long)n, (long long)(2 * n));
   cluster c;
   start_cluster(&c);
+  wait_workers(&c);
   fsh_plan *p = hashed_limit(48000, 990, n);
   if (p) {
     outcome o = finish(&c, "sparse limit", p, submit(&c, p, FSH_TASK_BACKEND_FLIGHT, 1),
@@ -395,6 +303,7 @@ static int lost_counted_output_n(bool all_needed) {
   int recomputed = 0;
   cluster c;
   start_cluster(&c);
+  wait_workers(&c);
   /* ~10 rows a task of 2000: n needs several tasks (a slot each) */
   fsh_plan *p = scan_limit(48000, 990, n);
   fsh_error err;
@@ -546,6 +455,7 @@ static void local_operators_cluster(void) {
   };
   cluster c;
   start_cluster(&c);
+  wait_workers(&c);
   for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
     char text[1024];
     snprintf(text, sizeof text, "{\"nodes\": [%s, %s]}", scan, tails[i]);
