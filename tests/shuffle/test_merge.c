@@ -14,6 +14,13 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#if defined(__x86_64__)
+/* libxxhash's run-time dispatched XXH3 (xxh_x86dispatch.h; not includable
+ * beside XXH_INLINE_ALL), which map_file.c checksums the blocks it writes
+ * with */
+XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t len);
+#endif
+
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/worker_internal.h"
 #include "shuffle_testutil.h"
@@ -337,6 +344,36 @@ static void merge_detects_corrupt_part(void) { corrupt_part(0); }
 /* the same, the part read block by block */
 static void merge_detects_corrupt_part_by_block(void) { corrupt_part(1); }
 
+/* The map side checksums its blocks with libxxhash's dispatched XXH3
+ * (AVX2 / AVX-512, map_file.c); the merge (get_block) verifies them with
+ * the inlined baseline (SSE2) XXH3. The two must agree at every length
+ * (each of XXH3's size classes: 0-16, 17-128, 129-240, long with a partial
+ * stripe and several stripes and blocks) and alignment, or a merge of good
+ * parts fails with a checksum mismatch (the corrupt-part cases above say
+ * that a real mismatch is caught). */
+static void verify_hash_is_xxh3(void) {
+#if defined(__x86_64__)
+  enum { N = (1 << 20) + 64 };
+  uint8_t *buf = fsh_malloc(N);
+  CHECK(buf != NULL);
+  if (!buf) return;
+  uint64_t x = 0x9e3779b97f4a7c15u;
+  for (size_t i = 0; i < N; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    buf[i] = (uint8_t)x;
+  }
+  int bad = 0;
+  for (size_t len = 0; len <= 4200; len++)
+    for (size_t off = 0; off < 3; off++)
+      bad += XXH3_64bits_dispatch(buf + off * 7, len) != XXH3_64bits(buf + off * 7, len);
+  const size_t big[] = {65536, 65537, 262143, 1 << 20};
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+    bad += XXH3_64bits_dispatch(buf + 5, big[i]) != XXH3_64bits(buf + 5, big[i]);
+  CHECK_EQ_INT(bad, 0);
+  fsh_free(buf);
+#endif
+}
+
 /* fsh_map_file_get_partitions (the whole index at once) gives what
  * fsh_map_file_get_partition gives partition by partition; a damaged index
  * entry is refused. */
@@ -431,6 +468,7 @@ int main(int argc, char **argv) {
       {"merge_of_empty_parts", merge_of_empty_parts},
       {"merge_detects_corrupt_part", merge_detects_corrupt_part},
       {"merge_detects_corrupt_part_by_block", merge_detects_corrupt_part_by_block},
+      {"verify_hash_is_xxh3", verify_hash_is_xxh3},
       {"merge_by_block_memory", merge_by_block_memory},
       {"merge_by_block_spilled", merge_by_block_spilled},
       {"release_during_merge_memory", release_during_merge_memory},
