@@ -586,6 +586,35 @@ static void check_whole(int fd, int64_t size, const char *when) {
             "bytes, its image had %lld", when, (long long)st.st_size, (long long)size);
 }
 
+/* The pool's counters best_fit_chosen expects after a step. */
+typedef struct pool_counts {
+  int64_t reused, pooled, left_loose, pooled_bytes;
+} pool_counts;
+
+/* A step of best_fit_chosen: a writer of `shuffle` (seed 50 + shuffle)
+ * expecting `expect` bytes writes `rows` rows; then the pool's counters
+ * are `want`, the budget is exact and the output reads back whole. Its
+ * location (a memfd) for the caller's checks of which memfd it took. */
+static fsh_store_location pooled_write(fixture *f, uint64_t shuffle, int64_t rows,
+                                       int64_t expect, pool_counts want, const char *step) {
+  write_sized(f, shuffle, 50 + shuffle, rows, expect);
+  fsh_store_location l = locate(f, shuffle);
+  CHECK_MSG(l.kind == FSH_STORE_AT_MEMFD, "%s: shuffle %llu not in a memfd", step,
+            (unsigned long long)shuffle);
+  fsh_store_pool_stats p = pool(f->s);
+  CHECK_MSG(p.reused == want.reused && p.pooled == want.pooled &&
+                p.left_loose == want.left_loose && p.pooled_bytes == want.pooled_bytes,
+            "%s: reused %lld, pooled %lld, left loose %lld, pooled bytes %lld; expected %lld, "
+            "%lld, %lld, %lld",
+            step, (long long)p.reused, (long long)p.pooled, (long long)p.left_loose,
+            (long long)p.pooled_bytes, (long long)want.reused, (long long)want.pooled,
+            (long long)want.left_loose, (long long)want.pooled_bytes);
+  check_budget(f, step);
+  CHECK_MSG(count_rows(f, shuffle) == rows, "%s: shuffle %llu does not read back %lld rows", step,
+            (unsigned long long)shuffle, (long long)rows);
+  return l;
+}
+
 /* Size-aware reuse (store.c, pool_take). Three released images' memfds
  * in the pool, small (~150 KB), medium (~1 MB) and large (~9 MB):
  *  - a writer expecting the medium's size takes the medium (the smallest
@@ -616,53 +645,37 @@ static void best_fit_chosen(void) {
   check_budget(&f, "three pooled");
 
   /* best fit */
-  write_sized(&f, 20, 70, rows[1], l[1].size);
-  fsh_store_location a = locate(&f, 20);
+  fsh_store_location a = pooled_write(
+      &f, 20, rows[1], l[1].size,
+      (pool_counts){.reused = 1, .pooled = 2, .pooled_bytes = pages_of(l[0].size) + pages_of(l[2].size)},
+      "best fit");
   CHECK_MSG(a.ino == l[1].ino, "expecting %lld bytes took inode %llu, not the medium %llu",
             (long long)l[1].size, (unsigned long long)a.ino, (unsigned long long)l[1].ino);
-  p = pool(f.s);
-  CHECK_EQ_INT(p.reused, 1);
-  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[0].size) + pages_of(l[2].size));
   check_whole(l[0].fd, l[0].size, "best fit");
   check_whole(l[2].fd, l[2].size, "best fit");
-  check_budget(&f, "best fit");
-  CHECK_EQ_INT(count_rows(&f, 20), rows[1]);
 
   /* only a loose one holds the need: the smaller one, grown past */
-  write_sized(&f, 21, 71, rows[1], l[1].size);
-  fsh_store_location b = locate(&f, 21);
+  fsh_store_location b =
+      pooled_write(&f, 21, rows[1], l[1].size,
+                   (pool_counts){.reused = 2, .pooled = 1, .pooled_bytes = pages_of(l[2].size)},
+                   "grown past the small");
   CHECK_MSG(b.ino == l[0].ino, "expecting %lld bytes took inode %llu, not the small %llu",
             (long long)l[1].size, (unsigned long long)b.ino, (unsigned long long)l[0].ino);
   CHECK(b.size > pages_of(l[0].size));
-  p = pool(f.s);
-  CHECK_EQ_INT(p.reused, 2);
-  CHECK_EQ_INT(p.pooled, 1);
-  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[2].size));
   check_whole(l[2].fd, l[2].size, "grown past the small");
-  check_budget(&f, "grown past the small");
-  CHECK_EQ_INT(count_rows(&f, 21), rows[1]);
 
   /* nothing that fits without truncating a larger writer's pages */
-  write_sized(&f, 22, 72, rows[0], l[0].size);
-  fsh_store_location c = locate(&f, 22);
-  CHECK(c.kind == FSH_STORE_AT_MEMFD && c.ino != l[2].ino);
-  p = pool(f.s);
-  CHECK_EQ_INT(p.reused, 2);
-  CHECK_EQ_INT(p.left_loose, 1);
-  CHECK_EQ_INT(p.pooled_bytes, pages_of(l[2].size));
+  fsh_store_location c = pooled_write(
+      &f, 22, rows[0], l[0].size,
+      (pool_counts){.reused = 2, .pooled = 1, .left_loose = 1, .pooled_bytes = pages_of(l[2].size)},
+      "left loose");
+  CHECK(c.ino != l[2].ino);
   check_whole(l[2].fd, l[2].size, "left loose");
-  check_budget(&f, "left loose");
-  CHECK_EQ_INT(count_rows(&f, 22), rows[0]);
 
   /* the large one for a large writer */
-  write_sized(&f, 23, 73, rows[2], l[2].size);
-  fsh_store_location d = locate(&f, 23);
+  fsh_store_location d = pooled_write(
+      &f, 23, rows[2], l[2].size, (pool_counts){.reused = 3, .pooled = 0, .left_loose = 1}, "large");
   CHECK(d.ino == l[2].ino);
-  p = pool(f.s);
-  CHECK_EQ_INT(p.reused, 3);
-  CHECK_EQ_INT(p.pooled, 0);
-  check_budget(&f, "large");
-  CHECK_EQ_INT(count_rows(&f, 23), rows[2]);
 
   for (uint64_t sh = 20; sh <= 23; sh++) {
     release(&f, sh);
