@@ -429,18 +429,39 @@ static void idle_pool_drained(void) {
 }
 #undef IDLE
 
-/* A worker empties its idle pool by itself (its keeper thread), and keeps
- * it for a writer that comes within the idle time. */
-static void worker_drains_idle_pool(void) {
+/* A worker (listening on a loopback port, memory limit 64 MiB, one
+ * spill dir) and its store as a fixture; *w NULL when it did not start
+ * (the dir then removed). Stop it with stop_worker. */
+static fixture start_worker(fsh_shuffle_worker **w) {
   char *dir = stu_mkdtemp("poolw");
   const char *dirs[1] = {dir};
   fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = dirs, .n_spill_dirs = 1,
                                   .memory_limit = (int64_t)64 << 20};
-  fsh_shuffle_worker *w = NULL;
   fsh_error err = {{0}};
-  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  *w = NULL;
+  CHECK_OK(fsh_shuffle_worker_start(&o, w, &err));
+  if (!*w) {
+    stu_rmdir(dir);
+    return (fixture){0};
+  }
+  return (fixture){.dir = dir, .s = fsh_shuffle_worker_store(*w),
+                   .schema = STU_OK(fsh_synthetic_schema())};
+}
+
+/* Stops w (started by start_worker as f) and checks it left no file. */
+static void stop_worker(fsh_shuffle_worker *w, fixture *f) {
+  fsh_shuffle_worker_stop(w, 0);
+  fsh_schema_unref(f->schema);
+  CHECK_EQ_INT(stu_count_files(f->dir), 0);
+  stu_rmdir(f->dir);
+}
+
+/* A worker empties its idle pool by itself (its keeper thread), and keeps
+ * it for a writer that comes within the idle time. */
+static void worker_drains_idle_pool(void) {
+  fsh_shuffle_worker *w = NULL;
+  fixture f = start_worker(&w);
   if (!w) return;
-  fixture f = {.dir = dir, .s = fsh_shuffle_worker_store(w), .schema = STU_OK(fsh_synthetic_schema())};
   fsh_store_set_pool_idle_ms(f.s, 1500);
   write_output(&f, 1, 61, 20000);
   release(&f, 1);
@@ -471,10 +492,7 @@ static void worker_drains_idle_pool(void) {
   while (fsh_partition_builder_cache_bytes() > 0 && ms_now() - t0 < 6000) sleep_ms(50);
   CHECK_MSG(fsh_partition_builder_cache_bytes() == 0, "the builders' cache holds %lld bytes",
             (long long)fsh_partition_builder_cache_bytes());
-  fsh_shuffle_worker_stop(w, 0);
-  fsh_schema_unref(f.schema);
-  CHECK_EQ_INT(stu_count_files(dir), 0);
-  stu_rmdir(dir);
+  stop_worker(w, &f);
 }
 
 /* Idle time "never": kept past any idle time, yet emptied by a writer
@@ -532,16 +550,9 @@ static void idle_never_kept(void) {
  * cache past the default idle time (3 s, plus the keeper's 1 s tick); set
  * back to a short window, it gives both back. */
 static void worker_idle_never_keeps(void) {
-  char *dir = stu_mkdtemp("poolw");
-  const char *dirs[1] = {dir};
-  fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = dirs, .n_spill_dirs = 1,
-                                  .memory_limit = (int64_t)64 << 20};
   fsh_shuffle_worker *w = NULL;
-  fsh_error err = {{0}};
-  CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
+  fixture f = start_worker(&w);
   if (!w) return;
-  fixture f = {.dir = dir, .s = fsh_shuffle_worker_store(w),
-               .schema = STU_OK(fsh_synthetic_schema())};
   fsh_shuffle_worker_set_idle_ms(w, -1, -1);
   write_output(&f, 1, 81, 20000);
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
@@ -570,10 +581,7 @@ static void worker_idle_never_keeps(void) {
             (long long)p.idle_drains);
   CHECK_MSG(fsh_partition_builder_cache_bytes() == 0, "the builders' cache holds %lld bytes",
             (long long)fsh_partition_builder_cache_bytes());
-  fsh_shuffle_worker_stop(w, 0);
-  fsh_schema_unref(f.schema);
-  CHECK_EQ_INT(stu_count_files(dir), 0);
-  stu_rmdir(dir);
+  stop_worker(w, &f);
 }
 
 static int64_t pages_of(int64_t n) { return (n + 4095) / 4096 * 4096; }
