@@ -68,6 +68,45 @@ def gone(pid):
     return False
 
 
+def run_killing_a_worker(plan, pick, *extra, timeout_s=90, env=None, stderr_too=False):
+    """Runs `flightshuffle run PLAN --workers 3 EXTRA... --heartbeat-timeout-ms
+    1000 --verify` and SIGKILLs one worker: the one pick(line, workers)
+    first names (its URI; workers: URI -> pid from the CLI's `worker N URI
+    pid P` lines so far; pick returns None to wait on). Every stdout line
+    must come within timeout_s of the start. Returns (stdout -- stderr
+    merged in with stderr_too --, stderr or None, exit code, workers,
+    killed URI or None)."""
+    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3", *extra,
+                          "--heartbeat-timeout-ms", "1000", "--verify"],
+                         stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE,
+                         text=True, env=env)
+    out, workers, killed = [], {}, None
+    deadline = time.time() + timeout_s
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("worker ") and " pid " in line:
+                f = line.split()
+                workers[f[2]] = int(f[-1])
+            if killed is None:
+                killed = pick(line, workers)
+                if killed is not None:
+                    os.kill(workers[killed], signal.SIGKILL)
+            assert time.time() < deadline
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = None if stderr_too else p.stderr.read()
+    return "".join(out), err, p.returncode, workers, killed
+
+
+def first_worker(workers):
+    return next(iter(workers), None)
+
+
 @pytest.mark.parametrize("backend", ["flight", "fs"])
 @pytest.mark.parametrize("plan", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_on_three_workers(plan, backend):
@@ -195,32 +234,17 @@ def test_kill_a_worker_after_its_merge_is_published(tmp_path):
     plan = tmp_path / "big.json"
     plan.write_text(json.dumps(BIG))
     env = dict(os.environ, FSH_DRIVER_LOG="1")
-    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3", "--pre-shuffle-merge",
-                          "on", "--heartbeat-timeout-ms", "1000", "--verify"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    out, uris, killed = [], {}, None
-    deadline = time.time() + 90
-    try:
-        for line in p.stdout:
-            out.append(line)
-            if line.startswith("worker ") and " pid " in line:
-                f = line.split()
-                uris[f[2]] = int(f[-1])
-            # a plan stage merges runs of consecutive map ids held by one
-            # worker, so whether a given stage merges depends on placement:
-            # the first merge of any stage is the one to kill after
-            m = re.search(r"stage \d+: merge \d+ published on (\S+)", line)
-            if killed is None and m and m.group(1) in uris:
-                killed = m.group(1)
-                os.kill(uris[killed], signal.SIGKILL)
-            assert time.time() < deadline
-        p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    text = "".join(out)
-    assert p.returncode == 0, text[-5000:]
+
+    def after_a_merge(line, workers):
+        # a plan stage merges runs of consecutive map ids held by one
+        # worker, so whether a given stage merges depends on placement:
+        # the first merge of any stage is the one to kill after
+        m = re.search(r"stage \d+: merge \d+ published on (\S+)", line)
+        return m.group(1) if m and m.group(1) in workers else None
+
+    text, _, code, uris, killed = run_killing_a_worker(
+        plan, after_a_merge, "--pre-shuffle-merge", "on", env=env, stderr_too=True)
+    assert code == 0, text[-5000:]
     assert killed is not None, "no merge was published:\n" + text[-5000:]
     res = result_line("\n".join(l for l in text.splitlines()
                                  if not l.startswith("flightshuffle: ")))
@@ -267,36 +291,21 @@ BIG_SORT = {
 def test_kill_a_worker_mid_plan(tmp_path, which):
     plan = tmp_path / "big.json"
     plan.write_text(json.dumps(BIG if which == "join_group_by" else BIG_SORT))
-    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3",
-                          "--heartbeat-timeout-ms", "1000", "--verify"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = []
-    pids = []
-    killed = None
-    deadline = time.time() + 60
-    try:
-        for line in p.stdout:
-            out.append(line)
-            if line.startswith("worker "):
-                pids.append(int(line.split()[-1]))
-            # mid-plan: some outputs of the first stage exist and the last
-            # stage has not finished a task (a stage can pass between two
-            # progress lines on a fast or quiet machine: do not wait for
-            # one exact moment)
-            if killed is None and line.startswith("progress: stage 1 "):
-                counts = [tuple(map(int, w.split("/"))) for w in line.split()[3::3]]
-                if counts[0][0] >= 1 and counts[-1][0] == 0:
-                    killed = pids[0]
-                    os.kill(killed, signal.SIGKILL)
-            assert time.time() < deadline
-        p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    text = "".join(out)
-    err = p.stderr.read()
-    assert p.returncode == 0, f"stdout: {text}\nstderr: {err}"
+
+    def mid_plan(line, workers):
+        # mid-plan: some outputs of the first stage exist and the last
+        # stage has not finished a task (a stage can pass between two
+        # progress lines on a fast or quiet machine: do not wait for one
+        # exact moment)
+        if line.startswith("progress: stage 1 "):
+            counts = [tuple(map(int, w.split("/"))) for w in line.split()[3::3]]
+            if counts[0][0] >= 1 and counts[-1][0] == 0:
+                return first_worker(workers)
+        return None
+
+    text, err, code, workers, killed = run_killing_a_worker(plan, mid_plan, timeout_s=60)
+    pids = list(workers.values())
+    assert code == 0, f"stdout: {text}\nstderr: {err}"
     assert killed is not None, "the first stage ended before a worker could be killed:\n" + text
     res = result_line(text)
     assert res["verified"] == "yes"
@@ -390,30 +399,17 @@ def test_kill_a_worker_holding_a_limits_rows(tmp_path):
     assert n > 1000
     plan = tmp_path / "limit_all.json"
     plan.write_text(json.dumps({"nodes": [scan, keep, {"op": "limit", "n": n}]}))
-    p = subprocess.Popen([str(CLI), "run", str(plan), "--workers", "3",
-                          "--heartbeat-timeout-ms", "1000", "--verify"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, pids, killed = [], [], None
-    deadline = time.time() + 90
-    try:
-        for line in p.stdout:
-            out.append(line)
-            if line.startswith("worker "):
-                pids.append(int(line.split()[-1]))
-            if killed is None and line.startswith("progress: stage 1 "):
-                done = int(line.split()[3].split("/")[0])
-                if 6 <= done < 40:
-                    killed = pids[0]
-                    os.kill(killed, signal.SIGKILL)
-            assert time.time() < deadline
-        p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    text = "".join(out)
-    err = p.stderr.read()
-    assert p.returncode == 0, f"stdout: {text}\nstderr: {err}"
+
+    def six_upstream_done(line, workers):
+        if line.startswith("progress: stage 1 "):
+            done = int(line.split()[3].split("/")[0])
+            if 6 <= done < 40:
+                return first_worker(workers)
+        return None
+
+    text, err, code, workers, killed = run_killing_a_worker(plan, six_upstream_done)
+    pids = list(workers.values())
+    assert code == 0, f"stdout: {text}\nstderr: {err}"
     assert killed is not None, "the limit's stage ended before a worker could be killed:\n" + text
     res = result_line(text)
     assert res["verified"] == "yes" and int(res["rows"]) == n
