@@ -486,52 +486,6 @@ int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
   return 0;
 }
 
-/* Writes the pieces (stored blocks of other map-output files of the same
- * schema, each verified by the caller) as ONE new block of partition pi:
- * staged and hashed like a block flush_partition writes (its checksum the
- * xxh3 of the pieces in order); `last`: the partition is finished with it
- * (its only block is then hashed once, as the partition's checksum). */
-int fsh_map_file_writer_write_gathered(fsh_map_file_writer *w, int32_t partition,
-                                       const struct iovec *iov, int n, int64_t rows, bool last,
-                                       fsh_error *err) {
-  if (w->failed)
-    return fsh_error_set(err, w->failed, "the writer failed earlier: %s", w->failure);
-  int64_t len = 0;
-  for (int i = 0; i < n; i++) len += (int64_t)iov[i].iov_len;
-  if (partition < 0 || partition >= w->n_partitions || n < 0 || rows < 0 || len % 8 != 0)
-    return fsh_error_set(err, EINVAL, "%s: %d gathered pieces of %lld bytes, %lld rows for "
-                         "partition %d of %d", w->what, n, (long long)len, (long long)rows,
-                         partition, w->n_partitions);
-  if (w->parts[partition].finished)
-    return fsh_error_set(err, EINVAL, "%s: a gathered block for partition %d, already finished",
-                         w->what, partition);
-  FSH_RETURN_NOT_OK(flush_partition(w, partition, false, err));
-  part_buf *p = &w->parts[partition];
-  bool single = last && p->n_blocks == 0;
-  int rc = 0;
-  if (part_block_room(p) != 0) rc = fsh_error_set(err, ENOMEM, "out of memory for the block list");
-  if (rc == 0 && !single && !p->hash && !(p->hash = hash_state_new()))
-    rc = fsh_error_set(err, ENOMEM, "out of memory for a checksum state");
-  if (rc == 0 && !w->stage && !(w->stage = fsh_malloc((size_t)STAGE_BYTES)))
-    rc = fsh_error_set(err, ENOMEM, "out of memory for the write stage");
-  if (rc == 0 && STAGE_BYTES - w->staged < STAGE_ROOM_BYTES) rc = stage_flush(w, err);
-  block_ctx t = {.w = w, .part = single ? NULL : p->hash, .staged = true, .from = w->staged};
-  fsh_output tee = {.writev = block_writev, .ctx = &t, .name = w->out->name};
-  int64_t start = w->sink.position;
-  /* in writes of at most 64 pieces (an iovec array the output takes) */
-  for (int i = 0; rc == 0 && i < n; i += 64) rc = tee.writev(&tee, iov + i, n - i < 64 ? n - i : 64, err);
-  if (rc != 0) return writer_fail(w, rc, err);
-  uint64_t sum = block_digest(&t);
-  p->blocks[p->n_blocks++] = (fsh_map_file_block){
-      .offset = start, .length = w->sink.position - start, .rows = rows, .checksum = sum};
-  if (single) p->single = true, p->single_sum = sum;
-  p->rows += rows;
-  p->bytes += w->sink.position - start;
-  w->n_blocks++;
-  if (last) w->any_finished = true, p->finished = true;
-  return 0;
-}
-
 int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec, int64_t map_id,
                              int32_t attempt, const fsh_map_file_options *opts,
                              fsh_map_file_writer **w_out, fsh_error *err) {

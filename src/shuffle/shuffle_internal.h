@@ -8,10 +8,8 @@
  *   [schema_length, data_end) blocks: each block is consecutive framed IPC
  *                             messages (dictionary batches, then ONE
  *                             record batch: the block's batches
- *                             concatenated; one per batch when they
- *                             cannot be, or when the pre-shuffle merge
- *                             gathered small blocks into one) of ONE
- *                             partition, written by a
+ *                             concatenated; one per batch only when they
+ *                             cannot be) of ONE partition, written by a
  *                             fresh encoder, so every block carries the
  *                             dictionaries it needs (self-contained)
  *   [data_end, data_end + 8)  the end-of-stream marker FFFFFFFF 00000000
@@ -144,17 +142,6 @@ FSH_NODISCARD int fsh_map_file_writer_close(fsh_map_file_writer *w, fsh_map_outp
 FSH_NODISCARD int fsh_map_file_writer_write_block(fsh_map_file_writer *w, int32_t partition,
                                                   const uint8_t *data, int64_t len, int64_t rows,
                                                   uint64_t checksum, fsh_error *err);
-/* Writes n pieces (whole stored blocks of other map-output files of the
- * same schema, each a multiple of 8 bytes of framed IPC messages, checked
- * by the caller against its own checksum; rows: their rows together) as
- * ONE new block of `partition`, copied as they are: a block of several
- * record-batch messages (the pre-shuffle merge of small blocks,
- * worker_merge.c). Its checksum is computed over the bytes written. last:
- * the partition is finished with this block (as finish_partition). Errors
- * fail the writer as write's do. */
-FSH_NODISCARD int fsh_map_file_writer_write_gathered(fsh_map_file_writer *w, int32_t partition,
-                                                     const struct iovec *iov, int n,
-                                                     int64_t rows, bool last, fsh_error *err);
 /* Writes partition's buffered batches as its last block (hashed once when
  * it is the partition's only block): later writes to it are EINVAL, and
  * so is write_rows after any finish. Lets a writer fed one partition at a
@@ -343,10 +330,6 @@ FSH_NODISCARD int fsh_store_writer_finish_partition(fsh_store_writer *w, int32_t
 FSH_NODISCARD int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition,
                                                const uint8_t *data, int64_t len, int64_t rows,
                                                uint64_t checksum, fsh_error *err);
-/* fsh_map_file_writer_write_gathered through a store writer. */
-FSH_NODISCARD int fsh_store_writer_write_gathered(fsh_store_writer *w, int32_t partition,
-                                                  const struct iovec *iov, int n, int64_t rows,
-                                                  bool last, fsh_error *err);
 /* Removes one held map output (memory and spill file; readers that opened
  * it go on unharmed). False when it is not held. */
 bool fsh_store_drop(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, int32_t attempt);

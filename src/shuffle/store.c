@@ -1124,12 +1124,6 @@ int fsh_store_writer_write_block(fsh_store_writer *w, int32_t partition, const u
   return fsh_map_file_writer_write_block(w->mw, partition, data, len, rows, checksum, err);
 }
 
-int fsh_store_writer_write_gathered(fsh_store_writer *w, int32_t partition,
-                                    const struct iovec *iov, int n, int64_t rows, bool last,
-                                    fsh_error *err) {
-  return fsh_map_file_writer_write_gathered(w->mw, partition, iov, n, rows, last, err);
-}
-
 /* Brings the budget's charge for the writer's partition builders to what
  * they hold now (w->mw NULL: nothing). Growth the budget refuses first
  * drops the idle builders' cache, then evicts older images; memory the

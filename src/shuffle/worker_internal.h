@@ -81,10 +81,6 @@ typedef struct fsh_merge_test_hooks {
   int64_t *by_block; /* if set: += 1 for every part read block by block (not atomic) */
   int64_t small_block; /* blocks averaging fewer bytes are re-encoded (0: 64 KiB);
                           < 0: never (every block copied as stored) */
-  int64_t *gathered; /* if set: += 1 for every partition whose small blocks were
-                        gathered as stored (not re-encoded; not atomic) */
-  bool no_gather;    /* small blocks of an uncompressed shuffle re-encoded too */
-  int64_t gather_max; /* the largest gathered block (0: 4 MiB) */
 } fsh_merge_test_hooks;
 void fsh_merge_set_test_hooks(const fsh_merge_test_hooks *h);
 

@@ -194,11 +194,12 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
 /* A partition's blocks are re-encoded when they average fewer bytes. */
 #define MERGE_SMALL_BLOCK ((int64_t)64 << 10)
 
-/* Where block k of part x's partition e lies in x's data (read at once),
- * verified against its checksum first. */
-static int block_at(part_src *x, const fsh_map_file_partition *e, int64_t k, const uint8_t **out,
-                    fsh_error *err) {
+/* Block k of part i's partition e, verified against its checksum: a new
+ * reference (a slice of the part's data, or the block read alone). */
+static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fsh_buffer **out,
+                     fsh_error *err) {
   const fsh_map_file_block *b = &e->blocks[k];
+  if (!x->data) return fsh_map_file_read_block(x->f, e, k, out, err);
   const uint8_t *at = x->data->data + (b->offset - x->base);
   if (XXH3_64bits(at, (size_t)b->length) != b->checksum) {
     const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
@@ -209,67 +210,9 @@ static int block_at(part_src *x, const fsh_map_file_partition *e, int64_t k, con
                          (long long)b->offset, (long long)b->length,
                          fsh_map_file_name(x->f));
   }
-  *out = at;
-  return 0;
-}
-
-/* Block k of part i's partition e, verified against its checksum: a new
- * reference (a slice of the part's data, or the block read alone). */
-static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fsh_buffer **out,
-                     fsh_error *err) {
-  const fsh_map_file_block *b = &e->blocks[k];
-  if (!x->data) return fsh_map_file_read_block(x->f, e, k, out, err);
-  const uint8_t *at = NULL;
-  FSH_RETURN_NOT_OK(block_at(x, e, k, &at, err));
   if (!(*out = fsh_buffer_slice(x->data, b->offset - x->base, b->length)))
     return fsh_error_set(err, ENOMEM, "out of memory");
   return 0;
-}
-
-/* A gathered block holds at most this many bytes (the writer's default
- * block size). */
-#define MERGE_GATHER_MAX FSH_MAP_FILE_DEFAULT_BLOCK_BYTES
-
-/* Scratch of gather_partition, kept across partitions. */
-typedef struct gather_scratch {
-  struct iovec *iov;
-  int cap;
-} gather_scratch;
-
-/* Writes partition p of every part (each part's data read at once) as
- * blocks gathered from the parts' verified blocks, copied as stored, one
- * after another, up to MERGE_GATHER_MAX bytes a block: no decode, concat
- * or encode (a block of several record-batch messages; shuffle_internal.h).
- * The partition is finished with its last block. */
-static int gather_partition(fsh_store_writer *w, gather_scratch *sc, const fsh_merge_task *t,
-                            part_src *parts, int32_t p, fsh_error *err) {
-  int n = 0;
-  int64_t bytes = 0, rows = 0;
-  int64_t gather_max = test_hooks.gather_max > 0 ? test_hooks.gather_max : MERGE_GATHER_MAX;
-  for (int32_t i = 0; i < t->n_parts; i++) {
-    const fsh_map_file_partition *e = &parts[i].ents[p];
-    for (int64_t k = 0; k < e->n_blocks; k++) {
-      const fsh_map_file_block *b = &e->blocks[k];
-      const uint8_t *at = NULL;
-      int rc = block_at(&parts[i], e, k, &at, err);
-      if (rc != 0) return part_lost(t, i, rc);
-      if (n > 0 && (bytes + b->length > gather_max || n == (1 << 20))) {
-        FSH_RETURN_NOT_OK(fsh_store_writer_write_gathered(w, p, sc->iov, n, rows, false, err));
-        n = 0, bytes = 0, rows = 0;
-      }
-      if (n == sc->cap) {
-        int cap = sc->cap ? sc->cap * 2 : 256;
-        struct iovec *v = fsh_realloc(sc->iov, sizeof *v * (size_t)cap);
-        if (!v) return fsh_error_set(err, ENOMEM, "out of memory gathering partition %d", p);
-        sc->iov = v, sc->cap = cap;
-      }
-      sc->iov[n++] = (struct iovec){(void *)at, (size_t)b->length};
-      bytes += b->length, rows += b->rows;
-    }
-  }
-  if (test_hooks.gathered) (*test_hooks.gathered)++;
-  return n > 0 ? fsh_store_writer_write_gathered(w, p, sc->iov, n, rows, true, err)
-               : fsh_store_writer_finish_partition(w, p, err);
 }
 
 /* Decodes the framed IPC messages of verified block k of part x's
@@ -311,22 +254,14 @@ static int reencode_block(fsh_store_writer *w, fsh_ipc_decoder *dec, part_src *x
 
 /* Writes partition p of every part into w, block by block, each verified
  * against its checksum first: copied as stored, or (dec != NULL and the
- * blocks average under `small` bytes) gathered into fewer blocks copied as
- * stored (sc != NULL: no compression; and every part's data read at once)
- * or else decoded and written again as batches, the partition then
- * finished (its buffered batches written as blocks). */
+ * blocks average under `small` bytes) decoded and written again as batches,
+ * the partition then finished (its buffered batches written as blocks). */
 static int merge_partition(fsh_store_writer *w, fsh_ipc_decoder *dec, int64_t small,
-                           gather_scratch *sc, const fsh_merge_task *t, part_src *parts,
-                           int32_t p, fsh_error *err) {
+                           const fsh_merge_task *t, part_src *parts, int32_t p, fsh_error *err) {
   int32_t n = t->n_parts;
   int64_t blocks = 0, bytes = 0;
-  bool whole = true; /* every part's data read at once */
-  for (int32_t i = 0; i < n; i++) {
-    blocks += parts[i].ents[p].n_blocks, bytes += parts[i].ents[p].bytes;
-    if (parts[i].ents[p].n_blocks > 0 && !parts[i].data) whole = false;
-  }
+  for (int32_t i = 0; i < n; i++) blocks += parts[i].ents[p].n_blocks, bytes += parts[i].ents[p].bytes;
   bool reencode = dec && blocks > 1 && bytes < small * blocks;
-  if (reencode && sc && whole) return gather_partition(w, sc, t, parts, p, err);
   for (int32_t i = 0; i < n; i++) {
     const fsh_map_file_partition *e = &parts[i].ents[p];
     for (int64_t k = 0; k < e->n_blocks; k++) {
@@ -398,17 +333,12 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
     for (int32_t i = 0; i < t->n_parts; i++) expect += fsh_map_file_get_info(parts[i].f)->file_size;
     rc = fsh_store_writer_open_sized(s, &spec, t->map_id, t->attempt, expect, &w, err);
     if (rc == 0) rc = merge_decoder(parts[0].f, &dec, err);
-    /* uncompressed small blocks are gathered as stored (a compressed
-     * shuffle's are re-encoded: fewer, larger buffers compress better) */
-    gather_scratch sc = {0};
-    bool gather = info->compression == FSH_COMPRESSION_NONE && !test_hooks.no_gather;
     const atomic_bool *cancel = fsh_worker_task_cancel_flag();
     for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {
       if (cancel && atomic_load(cancel))
         rc = fsh_error_set(err, ECANCELED, "cancelled");
-      if (rc == 0) rc = merge_partition(w, dec, small, gather ? &sc : NULL, t, parts, p, err);
+      if (rc == 0) rc = merge_partition(w, dec, small, t, parts, p, err);
     }
-    fsh_free(sc.iov);
     fsh_ipc_decoder_free(dec);
     if (rc != 0 && rc != ENOMEM && w) rc = fsh_error_prefix(err, rc, "%s: ", what);
   }

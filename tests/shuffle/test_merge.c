@@ -58,19 +58,7 @@ typedef struct seen {
   int64_t len, blocks, rows;
   uint64_t row_sum;
   uint64_t *row_h; /* [rows]: each row's hash, in the order read */
-  int64_t *blen;   /* [blocks]: each block's length */
 } seen;
-
-/* Blocks of at most max bytes that the blocks of a (their lengths, in
- * order) fill one after another, a block never split. */
-static int64_t packed_blocks(const seen *a, int64_t max) {
-  int64_t n = 0, cur = 0;
-  for (int64_t k = 0; k < a->blocks; k++) {
-    if (n == 0 || cur + a->blen[k] > max) n++, cur = 0;
-    cur += a->blen[k];
-  }
-  return n;
-}
 
 static void read_partition(fsh_shuffle_store *s, int64_t map, int32_t attempt, int32_t p,
                            seen *acc) {
@@ -87,8 +75,7 @@ static void read_partition(fsh_shuffle_store *s, int64_t map, int32_t attempt, i
     acc->cat = STU_OK(realloc(acc->cat, (size_t)(acc->len + b->size + 1)));
     memcpy(acc->cat + acc->len, b->data, (size_t)b->size);
     acc->len += b->size;
-    acc->blen = STU_OK(realloc(acc->blen, sizeof *acc->blen * (size_t)(acc->blocks + 1)));
-    acc->blen[acc->blocks++] = b->size;
+    acc->blocks++;
     fsh_buffer_unref(b);
   }
   fsh_map_file_partition_reset(&part);
@@ -130,12 +117,6 @@ static void merge_and_check_with(int n, const int64_t (*rows)[NP], int64_t limit
   fsh_merge_test_hooks h = {0};
   if (hooks) h = *hooks;
   h.small_block = reencode ? 0 : -1;
-  /* small blocks of an uncompressed shuffle, every part read at once:
-   * gathered as stored into blocks of up to gather_max bytes, not
-   * re-encoded */
-  bool gather = reencode && comp == FSH_COMPRESSION_NONE && !h.no_gather && h.whole_max == 0;
-  int64_t gathered = 0;
-  h.gathered = &gathered;
   fsh_merge_set_test_hooks(&h);
   char *dir = stu_mkdtemp("merge");
   fsh_shuffle_store *s = new_store(dir, limit);
@@ -165,7 +146,7 @@ static void merge_and_check_with(int n, const int64_t (*rows)[NP], int64_t limit
     CHECK_EQ_INT(m.rows[p], r);
     CHECK_EQ_INT(want[p].rows, r);
     CHECK_EQ_INT(want[p].len, b);
-    if (reencode && !gather && want[p].blocks > 1) continue; /* new blocks: checked below */
+    if (reencode && want[p].blocks > 1) continue; /* new blocks: checked below */
     CHECK_EQ_INT(m.bytes[p], b);
     CHECK(m.checksums[p] == XXH3_64bits(want[p].cat, (size_t)want[p].len));
     if (n == 1) CHECK(m.checksums[p] == parts[0].checksums[p]);
@@ -176,9 +157,6 @@ static void merge_and_check_with(int n, const int64_t (*rows)[NP], int64_t limit
   fsh_shuffle_store_stats st;
   fsh_shuffle_store_get_stats(s, &st);
   CHECK_EQ_INT(st.map_outputs, 1);
-  int64_t several = 0; /* partitions of several blocks: gathered, or re-encoded */
-  for (int32_t p = 0; p < NP; p++) several += want[p].blocks > 1;
-  CHECK_EQ_INT(gathered, gather ? several : 0);
   /* copied: its blocks are the parts' bytes, in order. Re-encoded (a
    * partition of several small blocks): one block now (the rows are far
    * under 4 MiB), fewer bytes when uncompressed, the output's bytes and
@@ -187,20 +165,7 @@ static void merge_and_check_with(int n, const int64_t (*rows)[NP], int64_t limit
   for (int32_t p = 0; p < NP; p++) {
     seen got = {0};
     read_partition(s, 0, 5, p, &got);
-    if (gather && want[p].blocks > 1) {
-      /* the parts' blocks byte for byte, in fewer blocks (one under 4 MiB) */
-      if (h.gather_max == 0) CHECK_EQ_INT(got.blocks, 1);
-      else CHECK_MSG(got.blocks == packed_blocks(&want[p], h.gather_max),
-                     "partition %d: %lld blocks gathered from %lld (%lld bytes, %lld a block at "
-                     "most; %lld expected)", p, (long long)got.blocks, (long long)want[p].blocks,
-                     (long long)got.len, (long long)h.gather_max,
-                     (long long)packed_blocks(&want[p], h.gather_max));
-      for (int64_t k = 0; k < got.blocks; k++)
-        CHECK(got.blen[k] <= (h.gather_max ? h.gather_max : 4 << 20));
-      CHECK_EQ_INT(got.len, want[p].len);
-      CHECK(got.len == want[p].len && memcmp(got.cat, want[p].cat, (size_t)got.len) == 0);
-      if (m.rows) CHECK(m.checksums[p] == XXH3_64bits(got.cat, (size_t)got.len));
-    } else if (reencode && want[p].blocks > 1) {
+    if (reencode && want[p].blocks > 1) {
       CHECK_EQ_INT(got.blocks, 1);
       if (comp == FSH_COMPRESSION_NONE)
         CHECK_MSG(got.len < want[p].len, "partition %d: %lld bytes re-encoded, %lld copied", p,
@@ -223,10 +188,8 @@ static void merge_and_check_with(int n, const int64_t (*rows)[NP], int64_t limit
               "partition %d: the merged rows are not the parts' rows in order", p);
     free(got.cat);
     free(got.row_h);
-    free(got.blen);
     free(want[p].cat);
     free(want[p].row_h);
-    free(want[p].blen);
   }
   fsh_map_output_reset(&m);
   for (int i = 0; i < n; i++) fsh_map_output_reset(&parts[i]);
@@ -244,19 +207,6 @@ static void merge_and_check(int n, const int64_t (*rows)[NP], int64_t limit, fsh
 }
 
 static void merge_adds_up_memory(void) { merge_and_check(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE); }
-static void merge_adds_up_spilled_none(void) { merge_and_check(4, k_rows, 0, FSH_COMPRESSION_NONE); }
-/* gathered blocks of at most 12 KiB: a partition of several gathered blocks */
-static void merge_gathers_in_pieces(void) {
-  fsh_merge_test_hooks h = {.gather_max = 12 << 10};
-  merge_and_check_with(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE, true, &h);
-}
-/* re-encoded when told so (the small blocks of a compressed shuffle are:
- * merge_adds_up_spilled, merge_of_one_part) */
-static void merge_reencodes_memory(void) {
-  fsh_merge_test_hooks h = {.no_gather = true};
-  merge_and_check_with(4, k_rows, 1 << 30, FSH_COMPRESSION_NONE, true, &h);
-}
-static void merge_adds_up_zstd(void) { merge_and_check(4, k_rows, 1 << 30, FSH_COMPRESSION_ZSTD); }
 static void merge_adds_up_spilled(void) { merge_and_check(3, k_rows, 0, FSH_COMPRESSION_LZ4_FRAME); }
 static void merge_of_one_part(void) { merge_and_check(1, k_rows + 2, 1 << 30, FSH_COMPRESSION_ZSTD); }
 /* blocks copied as stored, byte for byte */
@@ -510,10 +460,6 @@ int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"merge_adds_up_memory", merge_adds_up_memory},
       {"merge_adds_up_spilled", merge_adds_up_spilled},
-      {"merge_adds_up_spilled_none", merge_adds_up_spilled_none},
-      {"merge_adds_up_zstd", merge_adds_up_zstd},
-      {"merge_gathers_in_pieces", merge_gathers_in_pieces},
-      {"merge_reencodes_memory", merge_reencodes_memory},
       {"merge_of_one_part", merge_of_one_part},
       {"merge_copies_memory", merge_copies_memory},
       {"merge_copies_spilled", merge_copies_spilled},
