@@ -72,12 +72,22 @@ static fsh_sched_notifier *notifier;
 static const uint8_t tag[] = {8, 1, 16, 2, 24, 3, 32, 4};
 static uint8_t answer[120];
 static atomic_llong answered;
+static long long switches; /* the calling threads' context switches (joined one at a time) */
+
+static long thread_switches(void) {
+  struct rusage u;
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw + u.ru_nivcsw;
+}
 
 static double notify_once(void) {
+  long s0 = thread_switches();
   double t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
   if (fsh_sched_notify_task_done(notifier, tag, sizeof tag, 0, NULL, answer, sizeof answer))
     atomic_fetch_add(&answered, 1);
-  return clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+  double cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+  switches += thread_switches() - s0;
+  return cpu;
 }
 
 static double fresh_cpu; /* the notices' threads' CPU, summed (joined one at a time) */
@@ -88,11 +98,12 @@ static void *fresh_main(void *arg) {
 }
 
 typedef struct sample {
-  double thread_us, process_us, wall_us; /* per notice */
+  double thread_us, process_us, wall_us, switches; /* per notice */
 } sample;
 
 static sample run_case(int kind, int n) {
   fresh_cpu = 0;
+  switches = 0;
   double thread = 0, p0 = process_cpu_s(), w0 = clock_s(CLOCK_MONOTONIC);
   for (int i = 0; i < n; i++) {
     if (kind < 2) {
@@ -108,7 +119,8 @@ static sample run_case(int kind, int n) {
   }
   if (kind == 2) thread = fresh_cpu;
   double p1 = process_cpu_s(), w1 = clock_s(CLOCK_MONOTONIC);
-  return (sample){thread / n * 1e6, (p1 - p0) / n * 1e6, (w1 - w0) / n * 1e6};
+  return (sample){thread / n * 1e6, (p1 - p0) / n * 1e6, (w1 - w0) / n * 1e6,
+                  (double)switches / n};
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -190,12 +202,14 @@ int main(int argc, char **argv) {
 
   printf("bench_notify: %d notices a run (%d with a delay), answer delay %d us, %d runs\n", n,
          (n + 4) / 5, delay_us, runs);
-  printf("  %-9s %26s %26s %26s  (us per notice, min/median/max)\n", "", "calling thread CPU",
-         "process CPU", "wall");
+  printf("  %-9s %26s %26s %26s %8s  (per notice: us min/median/max; context switches of "
+         "the calling thread, median)\n", "", "calling thread CPU", "process CPU", "wall",
+         "switches");
   double med[3][3];
   for (int k = 0; k < 3; k++) {
-    double v[3][64];
+    double v[3][64], sw[64];
     for (int r = 0; r < runs; r++) {
+      sw[r] = s[k][r].switches;
       v[0][r] = s[k][r].thread_us;
       v[1][r] = s[k][r].process_us;
       v[2][r] = s[k][r].wall_us;
@@ -210,7 +224,7 @@ int main(int argc, char **argv) {
       med[k][m] = median(v[m], runs);
       printf(" %8.1f/%8.1f/%8.1f", lo, med[k][m], hi);
     }
-    printf("\n");
+    printf(" %8.1f\n", median(sw, runs));
   }
   bool verified = atomic_load(&answered) == sent && received == sent;
   printf("  thread CPU vs baseline: delay %.2fx, fresh %.2fx; %lld of %lld answered, %lld "
