@@ -30,13 +30,19 @@ static int g_workers = N_WORKERS;
 typedef struct done_hook {
   fsh_sched_notifier *n;
   atomic_int cancelled;
+  /* tasks that succeeded and whose task-done the driver took: the driver
+   * records it under its lock before answering, so from then on it counts
+   * this worker's output as done */
+  atomic_int done_recorded;
 } done_hook;
 
 static bool hook_task_done(void *ctx, const uint8_t *tag, int64_t tag_size, int rc,
                            const char *error, const uint8_t *answer, int64_t answer_size) {
   done_hook *h = ctx;
   if (rc == ECANCELED && error && strstr(error, "cancelled")) atomic_fetch_add(&h->cancelled, 1);
-  return fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+  bool taken = fsh_sched_notify_task_done(h->n, tag, tag_size, rc, error, answer, answer_size);
+  if (taken && rc == 0) atomic_fetch_add(&h->done_recorded, 1);
+  return taken;
 }
 
 typedef struct cluster {
@@ -63,6 +69,7 @@ static void start_cluster_with(cluster *c, int no_fs, const fsh_plan_task_run_op
     CHECK_OK(fsh_sched_notifier_new(fsh_sched_driver_uri(c->d), NULL, &c->n[i], &err));
     c->hook[i].n = c->n[i];
     atomic_init(&c->hook[i].cancelled, 0);
+    atomic_init(&c->hook[i].done_recorded, 0);
     fsh_shuffle_worker_options wo = {.listen = "127.0.0.1:0", .memory_limit = 64 << 20,
                                      .n_threads = 6, .fs_dir = i == no_fs ? NULL : c->fs_dir,
                                      .on_task_done = hook_task_done,

@@ -319,12 +319,14 @@ static int lost_counted_output_n(bool all_needed) {
                                         s.stages[0].tasks_total);
     fsh_sched_job_status_reset(&s);
     if (over) break;
-    /* the worker holding a done output of the limit's stage (its only
-     * shuffle so far) */
+    /* a worker holding an output of the limit's stage (its only shuffle
+     * so far) that the driver has recorded as done: its task-done was
+     * taken (not one still on its way, which would make the loss a retry
+     * of a running attempt rather than a lost done output) */
     for (int i = 0; counting && i < N_WORKERS && victim < 0; i++) {
       fsh_shuffle_store_stats st;
       fsh_shuffle_store_get_stats(fsh_shuffle_worker_store(c.w[i]), &st);
-      if (st.map_outputs > 0) victim = i;
+      if (st.map_outputs > 0 && atomic_load(&c.hook[i].done_recorded) > 0) victim = i;
     }
     if (victim < 0) usleep(1000);
   }
@@ -352,11 +354,11 @@ static int lost_counted_output_n(bool all_needed) {
 static void lost_counted_output(void) { (void)lost_counted_output_n(false); }
 
 /* Every row needed: the lost output's task must run again. The victim is
- * a worker whose store holds an output; that output's task-done may still
- * be on its way to the driver when the worker is declared dead (then no
- * done output is lost and nothing is recomputed): the scenario is run
- * again, at most 5 times, until a done output was lost -- every run must
- * end with every row. */
+ * a worker holding an output the driver recorded as done, so its loss is
+ * a lost done output; the stage could still end between the choice and
+ * the declaration (then nothing is lost): the scenario is run again, at
+ * most 5 times, until a done output was lost -- every run must end with
+ * every row. */
 static void lost_output_every_row_needed(void) {
   int recomputed = 0;
   for (int run = 0; run < 5 && recomputed == 0; run++) recomputed = lost_counted_output_n(true);
