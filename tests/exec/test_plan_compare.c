@@ -338,7 +338,15 @@ static void local_limit_random(void) {
   expect_change(p, &got, &ref,
                 (change){"a row too many in a partition", .q = 2, .keep = 100, .dup = true,
                          .dup_part = 0});
+  /* a row moved from partition 0 to partition 2: 99 and 101 rows, the
+   * total and every row's membership unchanged -- only the bound of n
+   * rows per partition catches it */
   parts m = parts_of(&got);
+  move_last_row(&m, 0, 2, NULL, 0);
+  CHECK_EQ_INT(rows_of(m.b[2]), 101);
+  expect_parts(p, &m, &ref, false, "a row moved into a full partition (101 rows, n = 100)",
+               &err);
+  m = parts_of(&got);
   for (int32_t q = 0; q < 4; q++) mutate(&m, q, q ? 0 : 99, NULL, 0, false);
   expect_parts(p, &m, &ref, false, "99 rows in all, below min(n, rows)", &err);
   reset_both(&got, &ref);
