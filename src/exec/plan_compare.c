@@ -148,6 +148,31 @@ static int top_n_source(const fsh_plan *p, int64_t *n) {
   return g->n_partitions <= 1 ? r->inputs[0] : -1;
 }
 
+/* Whether every hash of sub (sorted, n) is in sup (sorted, m) at least as
+ * often; *bad: the first sorted hash that is not (when false). */
+static bool multiset_within(const uint64_t *sub, int64_t n, const uint64_t *sup, int64_t m,
+                            uint64_t *bad) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++) {
+    while (k < m && sup[k] < sub[i]) k++;
+    if (k == m || sup[k] != sub[i]) {
+      *bad = sub[i];
+      return false;
+    }
+    k++;
+  }
+  return true;
+}
+
+/* A sorted copy of h[0, n) (*out fsh_malloc'd). */
+static int sorted_copy(const uint64_t *h, int64_t n, uint64_t **out, fsh_error *err) {
+  if (!(*out = fsh_malloc((size_t)(n ? n : 1) * sizeof **out)))
+    return fsh_error_set(err, ENOMEM, "out of memory");
+  if (n) memcpy(*out, h, (size_t)n * sizeof **out);
+  qsort(*out, (size_t)n, sizeof **out, cmp_u64);
+  return 0;
+}
+
 /* The row hashes of a streamed result (a sink): 8 bytes a row, the
  * batches not kept. */
 typedef struct hash_sink {
@@ -179,55 +204,67 @@ static int hash_sink_put(void *arg, int32_t part, fsh_batch *b, fsh_error *err) 
   return 0;
 }
 
-/* Result a of p, which ends in a limit of n rows over node src: a global
- * limit has min(n, rows of src) rows, and every row of a is a row of src
- * (as multisets: no row more often than src has it), src's rows from a
- * single-process reference run of the plan up to src (streamed: only
- * their hashes are held). */
-static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src, int64_t n,
-                            bool global, int64_t *in_rows, fsh_error *err) {
+/* The row hashes of node src's rows in a single-process reference run of
+ * the plan up to src, sorted (streamed: only the hashes are held); what
+ * names the operator reading src, for the message. */
+static int reference_input_hashes(const fsh_plan *p, int src, const char *what, hash_sink *out,
+                                  fsh_error *err) {
   fsh_plan view = *p; /* the plan up to src: its nodes are the first src + 1 */
   view.n_nodes = src + 1;
-  hash_sink in = {0};
-  fsh_plan_run_options ro = {.reference = true, .sink = hash_sink_put, .sink_arg = &in};
+  *out = (hash_sink){0};
+  fsh_plan_run_options ro = {.reference = true, .sink = hash_sink_put, .sink_arg = out};
   fsh_plan_result run;
   int rc = fsh_plan_run(&view, &ro, &run, err);
   fsh_plan_result_reset(&run);
   if (rc) {
-    fsh_free(in.h);
-    return fsh_error_prefix(err, rc, "the limit's input (a reference run): ");
+    fsh_free(out->h);
+    *out = (hash_sink){0};
+    return fsh_error_prefix(err, rc, "the %s's input (a reference run): ", what);
   }
-  if (in_rows) *in_rows = in.n;
+  if (out->n > 1) qsort(out->h, (size_t)out->n, sizeof *out->h, cmp_u64);
+  return 0;
+}
+
+/* Every row of a a row of `in` (sorted hashes of what's input), as
+ * multisets: no row more often than there; EINVAL naming the first row
+ * that is not. *ha / *na (ha may be NULL): a's row hashes in its order
+ * (fsh_malloc'd). */
+static int check_rows_within(const fsh_plan_result *a, const hash_sink *in, const char *what,
+                             uint64_t **ha, int64_t *na, fsh_error *err) {
+  uint64_t *h = NULL, *sorted = NULL, bad = 0;
+  int64_t n = 0;
+  int rc = row_hashes(a, NULL, 0, true, &h, &n, err);
+  if (!rc) rc = sorted_copy(h, n, &sorted, err);
+  if (!rc && !multiset_within(sorted, n, in->h, in->n, &bad)) {
+    int64_t row = 0;
+    while (row < n && h[row] != bad) row++;
+    rc = fsh_error_set(err, EINVAL, "row %lld is not a row of the %s's input (%lld rows, a "
+                       "reference run), or is there fewer times than in the result",
+                       (long long)row, what, (long long)in->n);
+  }
+  fsh_free(sorted);
+  if (ha && !rc) {
+    *ha = h, *na = n;
+  } else {
+    fsh_free(h);
+  }
+  return rc;
+}
+
+/* Result a of p, which ends in a limit of n rows over node src: a global
+ * limit has min(n, rows of src) rows, and every row of a is a row of src
+ * (check_rows_within against a reference run of the plan up to src). */
+static int check_limit_rows(const fsh_plan *p, const fsh_plan_result *a, int src, int64_t n,
+                            bool global, fsh_error *err) {
+  hash_sink in;
+  int rc = reference_input_hashes(p, src, "limit", &in, err);
+  if (rc) return rc;
   int64_t want = in.n < n ? in.n : n;
-  uint64_t *ha = NULL, *sorted = NULL;
-  int64_t na = 0;
   if (global && a->rows != want)
     rc = fsh_error_set(err, EINVAL, "%lld rows; a limit of %lld over %lld rows has %lld",
                        (long long)a->rows, (long long)n, (long long)in.n, (long long)want);
-  if (!rc) rc = row_hashes(a, NULL, 0, true, &ha, &na, err);
-  if (!rc && !(sorted = fsh_malloc((size_t)(na ? na : 1) * sizeof *sorted)))
-    rc = fsh_error_set(err, ENOMEM, "out of memory");
-  if (!rc) {
-    memcpy(sorted, ha, (size_t)na * sizeof *sorted);
-    qsort(sorted, (size_t)na, sizeof *sorted, cmp_u64);
-    if (in.n > 1) qsort(in.h, (size_t)in.n, sizeof *in.h, cmp_u64);
-    int64_t i = 0, k = 0;
-    for (; i < na; i++) { /* the next input row of that hash not yet taken */
-      while (k < in.n && in.h[k] < sorted[i]) k++;
-      if (k == in.n || in.h[k] != sorted[i]) break;
-      k++;
-    }
-    if (i < na) {
-      int64_t row = 0;
-      while (row < na && ha[row] != sorted[i]) row++;
-      rc = fsh_error_set(err, EINVAL, "row %lld is not a row of the limit's input (%lld rows, "
-                         "a reference run), or is there fewer times than in the result",
-                         (long long)row, (long long)in.n);
-    }
-  }
-  fsh_free(ha);
+  if (!rc) rc = check_rows_within(a, &in, "limit", NULL, NULL, err);
   fsh_free(in.h);
-  fsh_free(sorted);
   return rc;
 }
 
@@ -342,6 +379,30 @@ static void parts_sink_free(parts_sink *ps) {
   ps->h = NULL;
 }
 
+/* Each partition q of a (whose row hashes, in a's order, are ha) holds
+ * exactly the rows of want->h[q], as multisets; `what` says what those
+ * are ("its input partition ..."). EINVAL naming the first partition that
+ * does not. */
+static int check_partitions_hold(const fsh_plan_result *a, const uint64_t *ha,
+                                 const parts_sink *want, const char *what, fsh_error *err) {
+  int64_t *rows = NULL, start = 0;
+  int rc = partition_rows(a, &rows, err);
+  for (int32_t q = 0; !rc && q < a->n_partitions && q < want->n; start += rows[q], q++) {
+    uint64_t *x = NULL, *y = NULL;
+    if (rows[q] != want->h[q].n)
+      rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows; %s has %lld", (int)q,
+                         (long long)rows[q], what, (long long)want->h[q].n);
+    if (!rc && (rc = sorted_copy(ha + start, rows[q], &x, err)) == 0 &&
+        (rc = sorted_copy(want->h[q].h, rows[q], &y, err)) == 0 && rows[q] &&
+        memcmp(x, y, (size_t)rows[q] * sizeof *x) != 0)
+      rc = fsh_error_set(err, EINVAL, "partition %d's rows are not those of %s", (int)q, what);
+    fsh_free(x);
+    fsh_free(y);
+  }
+  fsh_free(rows);
+  return rc;
+}
+
 /* The row hashes of each of node src's partitions (in their order) from
  * an in-process partitioned run of the plan up to src (its own memory
  * backend). */
@@ -360,31 +421,6 @@ static int input_partitions(const fsh_plan *p, int src, parts_sink *out, fsh_err
     parts_sink_free(out);
     return fsh_error_prefix(err, rc, "the input's partitions (an in-process run): ");
   }
-  return 0;
-}
-
-/* Whether every hash of sub (sorted, n) is in sup (sorted, m) at least as
- * often; *bad: the first sorted hash that is not (when false). */
-static bool multiset_within(const uint64_t *sub, int64_t n, const uint64_t *sup, int64_t m,
-                            uint64_t *bad) {
-  int64_t k = 0;
-  for (int64_t i = 0; i < n; i++) {
-    while (k < m && sup[k] < sub[i]) k++;
-    if (k == m || sup[k] != sub[i]) {
-      *bad = sub[i];
-      return false;
-    }
-    k++;
-  }
-  return true;
-}
-
-/* A sorted copy of h[0, n) (*out fsh_malloc'd). */
-static int sorted_copy(const uint64_t *h, int64_t n, uint64_t **out, fsh_error *err) {
-  if (!(*out = fsh_malloc((size_t)(n ? n : 1) * sizeof **out)))
-    return fsh_error_set(err, ENOMEM, "out of memory");
-  if (n) memcpy(*out, h, (size_t)n * sizeof **out);
-  qsort(*out, (size_t)n, sizeof **out, cmp_u64);
   return 0;
 }
 
@@ -516,7 +552,7 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
   int32_t np = last->n_partitions;
   hash_sink in = {0};
   parts_sink ip = {0};
-  uint64_t *ha = NULL, *sa = NULL, *tmp = NULL, bad = 0;
+  uint64_t *ha = NULL, *tmp = NULL, bad = 0;
   int64_t na = 0, *out_rows = NULL;
   int rc = partition_rows(a, &out_rows, err);
   if (!rc && a->n_partitions != np)
@@ -526,25 +562,8 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
     if (out_rows[q] > n)
       rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows, more than the local %s's %lld",
                          (int)q, (long long)out_rows[q], last->user_op, (long long)n);
-  if (!rc) { /* src from the reference */
-    fsh_plan view = *p;
-    view.n_nodes = src + 1;
-    fsh_plan_run_options ro = {.reference = true, .sink = hash_sink_put, .sink_arg = &in};
-    fsh_plan_result run;
-    rc = fsh_plan_run(&view, &ro, &run, err);
-    fsh_plan_result_reset(&run);
-    if (rc) rc = fsh_error_prefix(err, rc, "the %s's input (a reference run): ", last->user_op);
-    else qsort(in.h, (size_t)in.n, sizeof *in.h, cmp_u64);
-  }
-  if (!rc) rc = row_hashes(a, NULL, 0, true, &ha, &na, err);
-  if (!rc) rc = sorted_copy(ha, na, &sa, err);
-  if (!rc && !multiset_within(sa, na, in.h, in.n, &bad)) {
-    int64_t row = 0;
-    while (row < na && ha[row] != bad) row++;
-    rc = fsh_error_set(err, EINVAL, "row %lld is not a row of the %s's input (%lld rows, a "
-                       "reference run), or is there fewer times than in the result",
-                       (long long)row, last->user_op, (long long)in.n);
-  }
+  if (!rc) rc = reference_input_hashes(p, src, last->user_op, &in, err);
+  if (!rc) rc = check_rows_within(a, &in, last->user_op, &ha, &na, err);
   if (!rc && fixed && (rc = input_partitions(p, src, &ip, err)) == 0) {
     int64_t sum = 0;
     for (int32_t q = 0; q < ip.n; q++) sum += ip.h[q].n;
@@ -637,7 +656,6 @@ static int compare_local_limit(const fsh_plan *p, const plan_node *last, const f
                      : ", each partition sorted by its keys");
   fsh_free(out_rows);
   fsh_free(ha);
-  fsh_free(sa);
   fsh_free(in.h);
   parts_sink_free(&ip);
   return rc;
@@ -763,26 +781,9 @@ static int compare_local_agg(const fsh_plan *p, const plan_node *last,
   if (!rc && fixed) {
     parts_sink per = {0};
     if ((rc = agg_per_partition(p, last, &per, err)) == 0 &&
-        (rc = row_hashes(a, NULL, 0, true, &ha, &na, err)) == 0) {
-      for (int32_t q = 0; q < np && q < per.n && !rc; q++) {
-        uint64_t *x = NULL, *y = NULL;
-        int64_t start = 0, len = 0, bi = 0; /* partition q: rows [start, start + len) */
-        for (int32_t k = 0; k <= q; k++)
-          for (int64_t j = 0; j < a->partition_batches[k]; j++)
-            *(k < q ? &start : &len) += a->batches[bi++]->length;
-        if (len != per.h[q].n)
-          rc = fsh_error_set(err, EINVAL, "partition %d has %lld groups; the aggregate of its "
-                             "input partition has %lld", (int)q, (long long)len,
-                             (long long)per.h[q].n);
-        if (!rc && (rc = sorted_copy(ha + start, len, &x, err)) == 0 &&
-            (rc = sorted_copy(per.h[q].h, per.h[q].n, &y, err)) == 0 &&
-            len && memcmp(x, y, (size_t)len * sizeof *x) != 0)
-          rc = fsh_error_set(err, EINVAL, "partition %d's rows differ from the aggregate of its "
-                             "input partition (an in-process run of its input)", (int)q);
-        fsh_free(x);
-        fsh_free(y);
-      }
-    }
+        (rc = row_hashes(a, NULL, 0, true, &ha, &na, err)) == 0)
+      rc = check_partitions_hold(a, ha, &per, "the aggregate of its input partition (an "
+                                 "in-process run of its input)", err);
     fsh_free(ha);
     parts_sink_free(&per);
   }
@@ -899,7 +900,7 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
     src = top_n_source(p, &limit);
     global = true;
   }
-  if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, NULL, err);
+  if (src >= 0) rc = check_limit_rows(p, a, src, limit, global, err);
   if (rc || order != FSH_PLAN_ORDER_KEYS) return rc;
   if (a->n_partitions > 1) {
     /* a local sort / top-N over several partitions: each partition in order */
@@ -918,28 +919,9 @@ int fsh_plan_result_compare(const fsh_plan *p, const fsh_plan_result *a, const f
     if (!rc && per_part) {
       parts_sink ip = {0};
       if ((rc = row_hashes(a, NULL, 0, true, &ha, &na, err)) == 0 &&
-          (rc = input_partitions(p, ln->inputs[0], &ip, err)) == 0) {
-        int64_t start = 0;
-        for (int32_t q = 0; q < a->n_partitions && q < ip.n && !rc; q++) {
-          int64_t len = 0;
-          uint64_t *x = NULL, *y = NULL;
-          for (int64_t k = 0, bi = 0; k < q + 1; k++)
-            for (int64_t j = 0; j < a->partition_batches[k]; j++, bi++)
-              if (k == q) len += a->batches[bi]->length;
-          if (len != ip.h[q].n)
-            rc = fsh_error_set(err, EINVAL, "partition %d has %lld rows, its input partition "
-                               "%lld (a local sort keeps a partition's rows)", (int)q,
-                               (long long)len, (long long)ip.h[q].n);
-          if (!rc && (rc = sorted_copy(ha + start, len, &x, err)) == 0 &&
-              (rc = sorted_copy(ip.h[q].h, len, &y, err)) == 0 && len &&
-              memcmp(x, y, (size_t)len * sizeof *x) != 0)
-            rc = fsh_error_set(err, EINVAL, "partition %d's rows are not its input partition's "
-                               "(a local sort keeps a partition's rows)", (int)q);
-          fsh_free(x);
-          fsh_free(y);
-          start += len;
-        }
-      }
+          (rc = input_partitions(p, ln->inputs[0], &ip, err)) == 0)
+        rc = check_partitions_hold(a, ha, &ip, "its input partition (a local sort keeps a "
+                                   "partition's rows)", err);
       fsh_free(ha);
       parts_sink_free(&ip);
     }
