@@ -221,6 +221,20 @@ static inline void check_only_recomputed(const fsh_sched_job_status *s, uint32_t
   CHECK_MSG((!why || strstr(r, why)) && (!why2 || strstr(r, why2)), "%s", r);
 }
 
+/* Waits (up to 10 s) until n workers are alive in the driver. */
+static inline void wait_alive(cluster *c, int64_t n) {
+  fsh_error err;
+  int64_t alive = 0;
+  for (int t = 0; t < 1000 && alive < n; t++) {
+    fsh_sched_worker_list l;
+    CHECK_OK(fsh_sched_driver_workers(c->d, &l, &err));
+    alive = fsh_sched_worker_list_alive(&l);
+    fsh_sched_worker_list_reset(&l);
+    if (alive < n) sleep_ms(10);
+  }
+  CHECK_MSG(alive == n, "%lld of %lld workers registered", (long long)alive, (long long)n);
+}
+
 /* Every worker of c is still alive at the driver (none was declared dead). */
 static inline void check_all_alive(cluster *c) {
   fsh_error err;

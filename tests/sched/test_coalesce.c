@@ -257,6 +257,7 @@ static void job_with_runs(void) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 3000, true);
+  wait_alive(&c, N_WORKERS); /* the slots the runs are sized by */
   fsh_sched_shuffle_job j = JOB;
   j.maps = 8;
   j.reduces = 16;
@@ -316,11 +317,14 @@ static void job_with_runs(void) {
 }
 
 /* Incremental: sizes unknown when the reduces start, so a run per slot
- * (3 workers x 2); they start before the last map output. */
+ * (3 workers x 2: every worker registered before the job, since the runs
+ * are chosen by the workers alive when the first map output exists);
+ * they start before the last map output. */
 static void incremental_job_with_runs(void) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 3000, true);
+  wait_alive(&c, N_WORKERS);
   fsh_sched_shuffle_job j = JOB;
   j.incremental = true;
   j.maps = 30;

@@ -563,20 +563,6 @@ static void finished_jobs_are_freed(void) {
   stop_cluster(&c);
 }
 
-/* Waits (up to 10 s) until n workers are alive in the driver. */
-static void wait_alive(cluster *c, int64_t n) {
-  fsh_error err;
-  int64_t alive = 0;
-  for (int t = 0; t < 1000 && alive < n; t++) {
-    fsh_sched_worker_list l;
-    CHECK_OK(fsh_sched_driver_workers(c->d, &l, &err));
-    alive = fsh_sched_worker_list_alive(&l);
-    fsh_sched_worker_list_reset(&l);
-    if (alive < n) sleep_ms(10);
-  }
-  CHECK_MSG(alive == n, "%lld of %lld workers registered", (long long)alive, (long long)n);
-}
-
 /* A superseded attempt still running on a live worker is cancelled there:
  * the worker running a long map is declared dead (it is alive); its
  * attempt ends with ECANCELED well before it would have finished, its late
