@@ -94,7 +94,9 @@ def test_idle_worker_gives_memory_back(tmp_path):
         for _, pid in ws:
             grew = peak[pid] - base[pid]
             kept = status_bytes(pid, "VmRSS") - base[pid]
-            assert grew > 128 << 20, f"worker {pid} grew by {grew} bytes only: not a large shuffle"
+            # each worker runs about half of the 16 maps and reduces (512 MiB in all), but the
+            # split is whoever asks first: 122 MiB on one worker was seen in a CI run
+            assert grew > 64 << 20, f"worker {pid} grew by {grew} bytes only: not a large shuffle"
             assert kept < grew / 5, (f"worker {pid}: RSS {kept} bytes above its start after idle, "
                                      f"its peak was {grew} above")
     finally:
