@@ -4,66 +4,7 @@
  * gone (host down, link cut, process stopped) while a call waits on it. */
 #include "flight/wire.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* EXPERIMENT (bench/flight/OFFCPU.md session 8; removed again in a later
- * commit, re-apply this one's diff to repeat the sweep):
- * FSH_GRPC_ARGS="[c:|s:]key=int,..." overrides the integer channel
- * arguments below or appends them (a key the caller set before, e.g.
- * client.c's, is appended again: gRPC takes the last), c: client only, s:
- * server only. bench/flight/arg_sweep.sh drives it. */
-static struct {
-  char side;
-  char *key;
-  int value;
-} exp_args[16];
-static size_t exp_n;
-static char exp_buf[1024];
-static pthread_once_t exp_once = PTHREAD_ONCE_INIT;
-
-static void exp_parse(void) {
-  const char *e = getenv("FSH_GRPC_ARGS");
-  if (!e || !*e) return;
-  snprintf(exp_buf, sizeof exp_buf, "%s", e);
-  char *save = NULL;
-  for (char *tok = strtok_r(exp_buf, ",", &save); tok && exp_n < 16;
-       tok = strtok_r(NULL, ",", &save)) {
-    char side = 'b';
-    if ((tok[0] == 'c' || tok[0] == 's') && tok[1] == ':') side = tok[0], tok += 2;
-    char *eq = strchr(tok, '=');
-    if (!eq) continue;
-    *eq = 0;
-    exp_args[exp_n].side = side;
-    exp_args[exp_n].key = tok;
-    exp_args[exp_n].value = atoi(eq + 1);
-    fprintf(stderr, "FSH_GRPC_ARGS: %c %s=%d\n", side, tok, exp_args[exp_n].value);
-    exp_n++;
-  }
-}
-
-static size_t exp_apply(grpc_arg *args, size_t n, size_t cap, bool client) {
-  pthread_once(&exp_once, exp_parse);
-  for (size_t i = 0; i < exp_n; i++) {
-    if (exp_args[i].side == (client ? 's' : 'c')) continue;
-    size_t j = 0;
-    while (j < n && strcmp(args[j].key, exp_args[i].key) != 0) j++;
-    if (j == n) {
-      if (n == cap) {
-        fprintf(stderr, "FSH_GRPC_ARGS: no room for %s\n", exp_args[i].key);
-        continue;
-      }
-      n++;
-    }
-    args[j].type = GRPC_ARG_INTEGER;
-    args[j].key = exp_args[i].key;
-    args[j].value.integer = exp_args[i].value;
-  }
-  return n;
-}
 
 static int64_t clamp_keepalive(int64_t option) {
   if (option < 0) return -1;
@@ -135,5 +76,5 @@ size_t fsh_flight_transport_args(grpc_arg *args, size_t cap, int64_t keepalive_m
     args[n].key = (char *)keepalive[i].key;
     args[n].value.integer = keepalive[i].value;
   }
-  return exp_apply(args, n, cap, client);
+  return n;
 }
