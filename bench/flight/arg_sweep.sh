@@ -11,7 +11,7 @@
 # server only) or "-" for none; call the unchanged one "base". FSH_GRPC_ARGS
 # is read by an experiment hook in src/flight/transport.c that is NOT in the
 # tree: apply it first with
-#   git show 0000000 -- src/flight/transport.c | git apply   (see OFFCPU.md)
+#   git show b642d92 -- src/flight/transport.c | git apply   (OFFCPU.md, session 8)
 # ROWSETS: comma-separated --only values (get, put, get4S, ...). Each round
 # runs every rowset under every variant once, `--runs 3 --mib 1024 --no-rss`
 # with pyarrow, the variants' order rotated by one per round. BENCH names the
