@@ -524,6 +524,26 @@ static grpc_byte_buffer *readahead_take(fsh_flight_rpc *r, int64_t stall_ms) {
   return m;
 }
 
+/* Whether a small call's status is in already, without waiting (a
+ * pluck with a deadline in the past); if so it is collected. chttp2
+ * completes the status only once the stream was closed and every received
+ * byte was taken by a receive: then there is no further message to ask
+ * for. A single answer's status comes in the same packet as the answer,
+ * so a call of one result needs no second receive batch and no second
+ * wait. */
+static bool status_in(fsh_flight_rpc *r) {
+  if (!r->own_cq || r->recv_pending) return false;
+  pthread_mutex_lock(&r->status_mu);
+  bool in = r->status_done;
+  if (!in) {
+    grpc_event ev =
+        grpc_completion_queue_pluck(r->cq, &r->tag_status, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+    in = r->status_done = ev.type == GRPC_OP_COMPLETE;
+  }
+  pthread_mutex_unlock(&r->status_mu);
+  return in;
+}
+
 /* One receive is kept in flight ahead of the caller, so that gRPC takes in
  * the next message while the caller decodes this one: on a read-ahead call
  * the poller restarts it as soon as a message is in (readahead_take), else
@@ -535,11 +555,15 @@ int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg, fsh_error *er
     *msg = r->first_msg;
     r->first_msg = NULL;
     if (*msg) {
-      if (r->prefetch) (void)recv_start(r); /* a failure shows at the next receive */
+      r->after_first = true; /* no receive started: see status_in */
       return 0;
     }
     r->recv_done = true;
     return fsh_flight_rpc_finish(r, err);
+  }
+  if (r->after_first) {
+    r->after_first = false;
+    if (!r->recv_done && status_in(r)) r->recv_done = true; /* no more messages */
   }
   if (r->recv_done) return fsh_flight_rpc_finish(r, err);
   if (r->readahead) {
