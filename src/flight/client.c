@@ -379,8 +379,9 @@ static int failed(fsh_flight_rpc *r, const char *what, fsh_error *err) {
  * received message was read, so with a stream of several responses a
  * batch holding both would never complete.) Per call, a DoAction that
  * answers nothing is 2 batches and 2 plucks, the second one already
- * complete, where separate steps took 5 and 4 (bench/shuffle/NOTIFY.md,
- * "Session 8"). */
+ * complete, where separate steps took 4 and 4; one that answers one
+ * result, 2 and 2 when its status came with it (status_in), where they
+ * took 5 and 5 (bench/shuffle/NOTIFY.md, "Session 8"). */
 static int send_unary(fsh_flight_rpc *r, grpc_byte_buffer *msg, fsh_error *err) {
   grpc_op ops[5];
   memset(ops, 0, sizeof ops);
@@ -525,12 +526,13 @@ static grpc_byte_buffer *readahead_take(fsh_flight_rpc *r, int64_t stall_ms) {
 }
 
 /* Whether a small call's status is in already, without waiting (a
- * pluck with a deadline in the past); if so it is collected. chttp2
- * completes the status only once the stream was closed and every received
- * byte was taken by a receive: then there is no further message to ask
- * for. A single answer's status comes in the same packet as the answer,
- * so a call of one result needs no second receive batch and no second
- * wait. */
+ * pluck with a deadline in the past: the queue, then one non-blocking
+ * poll); if so it is collected. chttp2 completes the status only once the
+ * stream was closed and every received byte was taken by a receive: then
+ * there is no further message to ask for. When a single answer's status
+ * came in with it, the call needs no second receive batch and no second
+ * wait; when it did not (a server that sends the status as a packet of
+ * its own), the look cost one non-blocking poll. */
 static bool status_in(fsh_flight_rpc *r) {
   if (!r->own_cq || r->recv_pending) return false;
   pthread_mutex_lock(&r->status_mu);
