@@ -166,7 +166,7 @@ static void rs_do_action(raw_server *s, grpc_byte_buffer *req) {
     static const char junk[] = "\xff\xff\xff\xff";
     grpc_slice sl = grpc_slice_from_static_buffer(junk, 4);
     (void)rs_send(s, grpc_raw_byte_buffer_create(&sl, 1));
-    rs_sleep(s, 2000); /* the client gives up on it: the close comes first */
+    rs_sleep(s, 5000); /* the client gives up on it: the close comes first */
     rs_status(s, GRPC_STATUS_OK, "");
   } else {
     rs_status(s, GRPC_STATUS_UNIMPLEMENTED, "no such action");
@@ -401,24 +401,29 @@ static void test_large_result(void) {
 
 /* The client's deadline runs out while the server holds the answer:
  * DEADLINE_EXCEEDED at the deadline, the server sees the cancel; the next
- * call on the same client has a deadline of its own and succeeds. */
+ * call on the same client has a deadline of its own and succeeds (a
+ * client with a long deadline checks, after it, that the server saw the
+ * cancel). */
 static void test_deadline(void) {
   raw_server *s = rs_start();
-  fsh_flight_client *c = open_client(s->uri, 300);
+  fsh_flight_client *c = open_client(s->uri, 500);
   fsh_error err = {{0}};
   fsh_flight_result_list l = {0};
   double t0 = now_s();
   CHECK_EQ_INT(action(c, "sleep", "5000", &l, &err), ETIMEDOUT);
   double dt = now_s() - t0;
-  CHECK_MSG(dt >= 0.25 && dt < 2.5, "failed after %.2f s", dt);
+  CHECK_MSG(dt >= 0.45 && dt < 3, "failed after %.2f s", dt);
   char want[128];
   snprintf(want, sizeof want, "DoAction %s: DEADLINE_EXCEEDED", s->uri);
   CHECK_MSG(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
   CHECK(l.n == 0);
-  CHECK_OK(action(c, "results", "2", &l, &err)); /* the server handled the cancel first */
+  CHECK_OK(action(c, "results", "2", &l, &err));
   CHECK(results_are(&l, 2));
   fsh_flight_result_list_reset(&l);
+  fsh_flight_client *c2 = open_client(s->uri, 20000);
+  CHECK_OK(action(c2, "results", "0", &l, &err)); /* handled after the cancelled call */
   CHECK_EQ_INT(atomic_load(&s->cancelled), 1);
+  fsh_flight_client_close(c2);
   fsh_flight_client_close(c);
   rs_stop(s);
 }
@@ -439,7 +444,7 @@ static void test_bad_message(void) {
             "%s", err.message);
   CHECK(l.n == 0);
   CHECK_OK(action(c, "results", "0", &l, &err)); /* after the server saw the cancel */
-  CHECK_MSG(now_s() - t0 < 1.5, "the bad message's call was not cancelled: %.2f s",
+  CHECK_MSG(now_s() - t0 < 4, "the bad message's call was not cancelled: %.2f s",
             now_s() - t0);
   CHECK_EQ_INT(atomic_load(&s->cancelled), 1);
   fsh_flight_client_close(c);
