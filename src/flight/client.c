@@ -380,8 +380,9 @@ static int failed(fsh_flight_rpc *r, const char *what, fsh_error *err) {
  * batch holding both would never complete.) Per call, a DoAction that
  * answers nothing is 2 batches and 2 plucks, the second one already
  * complete, where separate steps took 4 and 4; one that answers one
- * result, 2 and 2 when its status came with it (status_in), where they
- * took 5 and 5 (bench/shuffle/NOTIFY.md, "Session 8"). */
+ * result, 3 and 3, of which only the first waits when the status came
+ * with the answer, where they took 5 and 5 (bench/shuffle/NOTIFY.md,
+ * "Session 8"). */
 static int send_unary(fsh_flight_rpc *r, grpc_byte_buffer *msg, fsh_error *err) {
   grpc_op ops[5];
   memset(ops, 0, sizeof ops);
@@ -525,27 +526,6 @@ static grpc_byte_buffer *readahead_take(fsh_flight_rpc *r, int64_t stall_ms) {
   return m;
 }
 
-/* Whether a small call's status is in already, without waiting (a
- * pluck with a deadline in the past: the queue, then one non-blocking
- * poll); if so it is collected. chttp2 completes the status only once the
- * stream was closed and every received byte was taken by a receive: then
- * there is no further message to ask for. When a single answer's status
- * came in with it, the call needs no second receive batch and no second
- * wait; when it did not (a server that sends the status as a packet of
- * its own), the look cost one non-blocking poll. */
-static bool status_in(fsh_flight_rpc *r) {
-  if (!r->own_cq || r->recv_pending) return false;
-  pthread_mutex_lock(&r->status_mu);
-  bool in = r->status_done;
-  if (!in) {
-    grpc_event ev =
-        grpc_completion_queue_pluck(r->cq, &r->tag_status, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
-    in = r->status_done = ev.type == GRPC_OP_COMPLETE;
-  }
-  pthread_mutex_unlock(&r->status_mu);
-  return in;
-}
-
 /* One receive is kept in flight ahead of the caller, so that gRPC takes in
  * the next message while the caller decodes this one: on a read-ahead call
  * the poller restarts it as soon as a message is in (readahead_take), else
@@ -557,15 +537,17 @@ int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg, fsh_error *er
     *msg = r->first_msg;
     r->first_msg = NULL;
     if (*msg) {
-      r->after_first = true; /* no receive started: see status_in */
+      /* The next receive at once: when the status came with this answer,
+       * it completes inside grpc_call_start_batch (end of stream) and the
+       * next call here waits for nothing. (Looking first whether the
+       * status is in, a pluck with a past deadline, saved this batch but
+       * cost a non-blocking poll whenever the status came in a packet of
+       * its own; it measured no better: NOTIFY.md, "Session 8".) */
+      if (r->prefetch) (void)recv_start(r); /* a failure shows at the next receive */
       return 0;
     }
     r->recv_done = true;
     return fsh_flight_rpc_finish(r, err);
-  }
-  if (r->after_first) {
-    r->after_first = false;
-    if (!r->recv_done && status_in(r)) r->recv_done = true; /* no more messages */
   }
   if (r->recv_done) return fsh_flight_rpc_finish(r, err);
   if (r->readahead) {

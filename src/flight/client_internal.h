@@ -78,7 +78,6 @@ typedef struct fsh_flight_rpc {
    * fsh_flight_rpc_recv. */
   bool first_ready;
   grpc_byte_buffer *first_msg;
-  bool after_first; /* it was handed out: the next receive looks at the status first */
   bool recv_done; /* end of the response stream (or a failed receive) */
   bool prefetch;     /* keep a receive in flight ahead of the caller */
   bool recv_pending; /* a RECV_MESSAGE batch is in flight (under wait_mu if readahead) */
