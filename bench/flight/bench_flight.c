@@ -826,28 +826,51 @@ static void ping(fsh_flight_client *c) {
   fsh_flight_result_list_reset(&res);
 }
 
-/* Microseconds per call, median of `runs` rounds of n calls: a DoAction on
- * an open client (reuse), or a client opened, pinged once and closed
- * (open_close). Another client stays open meanwhile (`keep`), as in a
- * process that talks to more than one peer, and as pyarrow's side (its
- * bulk clients stay open). */
+/* One row of the small-call table: per call, over `runs` rounds, the
+ * wall microseconds (sorted: min, median, max) and the medians of the
+ * calling thread's CPU microseconds and of this whole process's (the
+ * client's; gRPC's own threads included, the server is another process). */
+typedef struct call_row {
+  double wall[MAX_RUNS];
+  double thread_cpu, proc_cpu;
+} call_row;
+
+static double thread_cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double median_of(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* `runs` rounds of n calls: a DoAction on an open client (reuse), or a
+ * client opened, pinged once and closed (open_close). Another client stays
+ * open meanwhile (`keep`), as in a process that talks to more than one
+ * peer, and as pyarrow's side (its bulk clients stay open). Returns the
+ * median wall microseconds per call. */
 static double small_call_us(const char *uri, bool open_close, int n, int runs,
-                            fsh_flight_client *keep) {
-  double per[MAX_RUNS];
+                            fsh_flight_client *keep, call_row *row) {
+  double tcpu[MAX_RUNS], pcpu[MAX_RUNS];
   fsh_flight_client_options co = {.uri = uri};
   fsh_error err;
   for (int r = 0; r < runs; r++) {
-    double t0 = now();
+    double t0 = now(), c0 = thread_cpu_seconds(), p0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
       fsh_flight_client *c = keep;
       if (open_close && fsh_flight_client_open(&co, &c, &err)) die("client", &err);
       ping(c);
       if (open_close) fsh_flight_client_close(c);
     }
-    per[r] = (now() - t0) / n * 1e6;
+    row->wall[r] = (now() - t0) / n * 1e6;
+    tcpu[r] = (thread_cpu_seconds() - c0) / n * 1e6;
+    pcpu[r] = (cpu_seconds() - p0) / n * 1e6;
   }
-  qsort(per, (size_t)runs, sizeof *per, cmp_double);
-  return runs % 2 ? per[runs / 2] : (per[runs / 2 - 1] + per[runs / 2]) / 2;
+  row->thread_cpu = median_of(tcpu, runs);
+  row->proc_cpu = median_of(pcpu, runs);
+  return median_of(row->wall, runs);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
@@ -1057,15 +1080,19 @@ int main(int argc, char **argv) {
 
   /* Small calls: latency, not bytes. */
   double call_us[2] = {0, 0}, py_call_us[2] = {0, 0};
+  call_row call_rows[2];
   bool with_calls = !only || strcmp(only, "calls") == 0;
   if (with_calls) {
     ping(clients[0]); /* connected, warm */
-    printf("\n  small calls, microseconds per call (median of %d rounds of %d): ours / "
-           "pyarrow.flight\n", runs, SMALL_CALLS);
+    printf("\n  small calls, microseconds per call (median of %d rounds of %d; ours also "
+           "min-max, and the client's CPU: calling thread / process): ours / pyarrow.flight\n",
+           runs, SMALL_CALLS);
     for (int oc = 0; oc < 2; oc++) {
-      call_us[oc] = small_call_us(uri, oc, SMALL_CALLS, runs, clients[0]);
-      printf("  %-44s %7.1f", oc ? "connect + DoAction + close (one new client)"
-                                 : "DoAction on an open client", call_us[oc]);
+      call_us[oc] = small_call_us(uri, oc, SMALL_CALLS, runs, clients[0], &call_rows[oc]);
+      printf("  %-44s %7.1f (%.1f-%.1f; cpu %.1f / %.1f)",
+             oc ? "connect + DoAction + close (one new client)" : "DoAction on an open client",
+             call_us[oc], call_rows[oc].wall[0], call_rows[oc].wall[runs - 1],
+             call_rows[oc].thread_cpu, call_rows[oc].proc_cpu);
       if (py_ok) {
         char cmd[64];
         snprintf(cmd, sizeof cmd, "ping %d %d %d", oc, SMALL_CALLS, runs);
@@ -1115,7 +1142,10 @@ int main(int argc, char **argv) {
          verified ? "yes" : "no", mib, runs, tcp1.med, doget1_vs_tcp, doget1_large_vs_tcp);
   if (py_ok && n_rows > 0) printf("%s min_vs_pyarrow=%.2f", res_rows, min_vs_py);
   if (with_calls) {
-    printf(" call_us=%.1f open_call_close_us=%.1f", call_us[0], call_us[1]);
+    printf(" call_us=%.1f open_call_close_us=%.1f call_thread_cpu_us=%.1f call_cpu_us=%.1f "
+           "open_call_close_cpu_us=%.1f",
+           call_us[0], call_us[1], call_rows[0].thread_cpu, call_rows[0].proc_cpu,
+           call_rows[1].proc_cpu);
     if (py_ok)
       printf(" pyarrow_call_us=%.1f pyarrow_open_call_close_us=%.1f", py_call_us[0],
              py_call_us[1]);

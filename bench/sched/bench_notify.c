@@ -11,11 +11,13 @@
  *   fresh     as delay, each notice from a new thread (as a worker's task
  *             thread: one per task, notifying once as it ends)
  *
+ * The stand-in answers --results empty Results (default 1; the real
+ * driver answers "task-done" with none, a worker "locate" with one).
  * The stand-in only counts the bodies it got; verified = every notice was
  * answered (fsh_sched_notify_task_done returned true) and the stand-in
  * received exactly as many "task-done" bodies as were sent.
  *
- *   build/bench_notify [--notices N] [--delay-us D] [--runs R]
+ *   build/bench_notify [--notices N] [--delay-us D] [--runs R] [--results 0|1]
  *
  * Ends with one machine-readable `result:` line. */
 #define _GNU_SOURCE
@@ -38,6 +40,7 @@
 
 typedef struct shared { /* MAP_SHARED between the bench and the stand-in */
   atomic_int delay_us;
+  atomic_int results; /* empty Results per answer */
   atomic_llong received;
 } shared;
 
@@ -50,7 +53,9 @@ static int standin_action(void *ctx, fsh_flight_call *call, const fsh_flight_act
   int d = atomic_load(&sh->delay_us);
   if (d > 0) usleep((useconds_t)d);
   atomic_fetch_add(&sh->received, 1);
-  return fsh_flight_result_list_push(out, "", 0); /* the driver answers one empty result */
+  for (int i = atomic_load(&sh->results); i > 0; i--)
+    FSH_RETURN_NOT_OK(fsh_flight_result_list_push(out, "", 0));
+  return 0;
 }
 
 static double clock_s(clockid_t c) {
@@ -134,17 +139,19 @@ static double median(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  int n = 1000, delay_us = 5000, runs = 3;
+  int n = 1000, delay_us = 5000, runs = 3, results = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--notices") == 0) n = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--delay-us") == 0) delay_us = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--results") == 0) results = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: bench_notify [--notices N] [--delay-us D] [--runs R]\n");
+      fprintf(stderr,
+              "usage: bench_notify [--notices N] [--delay-us D] [--runs R] [--results 0|1]\n");
       return 2;
     }
   }
-  if (n < 1 || runs < 1 || runs > 64 || delay_us < 0) {
+  if (n < 1 || runs < 1 || runs > 64 || delay_us < 0 || results < 0 || results > 100) {
     fprintf(stderr, "bench_notify: bad arguments\n");
     return 2;
   }
@@ -152,6 +159,7 @@ int main(int argc, char **argv) {
   if (sh == MAP_FAILED) return 1;
   atomic_init(&sh->delay_us, 0);
   atomic_init(&sh->received, 0);
+  atomic_init(&sh->results, results);
   int pipefd[2];
   if (pipe(pipefd) != 0) return 1;
   pid_t pid = fork();
@@ -200,8 +208,8 @@ int main(int argc, char **argv) {
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
 
-  printf("bench_notify: %d notices a run (%d with a delay), answer delay %d us, %d runs\n", n,
-         (n + 4) / 5, delay_us, runs);
+  printf("bench_notify: %d notices a run (%d with a delay), answer delay %d us, %d result%s an "
+         "answer, %d runs\n", n, (n + 4) / 5, delay_us, results, results == 1 ? "" : "s", runs);
   printf("  %-9s %26s %26s %26s %8s  (per notice: us min/median/max; context switches of "
          "the calling thread, median)\n", "", "calling thread CPU", "process CPU", "wall",
          "switches");
@@ -230,9 +238,11 @@ int main(int argc, char **argv) {
   printf("  thread CPU vs baseline: delay %.2fx, fresh %.2fx; %lld of %lld answered, %lld "
          "received\n", med[1][0] / med[0][0], med[2][0] / med[0][0],
          (long long)atomic_load(&answered), sent, received);
-  printf("result: name=bench_notify notices=%d delay_us=%d runs=%d baseline_thread_us=%.1f "
+  printf("result: name=bench_notify notices=%d delay_us=%d results=%d runs=%d "
+         "baseline_thread_us=%.1f baseline_process_us=%.1f baseline_wall_us=%.1f "
          "delay_thread_us=%.1f fresh_thread_us=%.1f fresh_process_us=%.1f delay_vs_baseline=%.2f "
-         "fresh_vs_baseline=%.2f verified=%s\n", n, delay_us, runs, med[0][0], med[1][0],
+         "fresh_vs_baseline=%.2f verified=%s\n", n, delay_us, results, runs, med[0][0], med[0][1],
+         med[0][2], med[1][0],
          med[2][0], med[2][1], med[1][0] / med[0][0], med[2][0] / med[0][0],
          verified ? "yes" : "no");
   return verified ? 0 : 1;

@@ -190,6 +190,21 @@ int fsh_flight_rpc_error(fsh_flight_rpc *r, int code, fsh_error *err) {
   return fsh_error_prefix(err, code, "%s %s: ", r->method, r->client->uri);
 }
 
+/* Asks for the initial metadata in a batch of its own (tag_initial),
+ * unless it was asked for already: gRPC 1.51 completes the status only
+ * once it was. If the batch cannot start, there is nothing to collect. */
+static grpc_call_error request_initial_md(fsh_flight_rpc *r) {
+  if (r->initial_md_requested) return GRPC_CALL_OK;
+  r->initial_md_requested = true;
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_INITIAL_METADATA;
+  op.data.recv_initial_metadata.recv_initial_metadata = &r->initial_md;
+  grpc_call_error ce = grpc_call_start_batch(r->call, &op, 1, &r->tag_initial, NULL);
+  if (ce != GRPC_CALL_OK) r->initial_md_done = true; /* nothing to collect */
+  return ce;
+}
+
 int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *auth_override,
                          fsh_flight_rpc **out, fsh_error *err) {
   *out = NULL;
@@ -263,15 +278,11 @@ int fsh_flight_rpc_start(fsh_flight_client *c, const char *method, const char *a
   op.data.recv_status_on_client.status = &r->status;
   op.data.recv_status_on_client.status_details = &r->details;
   grpc_call_error ce = grpc_call_start_batch(r->call, &op, 1, &r->tag_status, NULL);
-  if (ce == GRPC_CALL_OK) {
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_INITIAL_METADATA;
-    op.data.recv_initial_metadata.recv_initial_metadata = &r->initial_md;
-    ce = grpc_call_start_batch(r->call, &op, 1, &r->tag_initial, NULL);
-    if (ce != GRPC_CALL_OK) r->initial_md_done = true; /* nothing to collect */
-  } else {
-    r->status_done = r->initial_md_done = true; /* nothing to collect */
-  }
+  if (ce != GRPC_CALL_OK) {
+    r->status_done = r->initial_md_done = r->initial_md_requested = true; /* nothing to collect */
+  } else if (!r->own_cq) {
+    ce = request_initial_md(r);
+  } /* else it goes with the first send: fsh_flight_rpc_send */
   if (ce != GRPC_CALL_OK) {
     fsh_flight_rpc_unref(r);
     return fsh_error_set(err, EIO, "%s %s: gRPC: %s", method, c->uri,
@@ -331,6 +342,7 @@ static bool pluck(fsh_flight_rpc *r, fsh_flight_tag *tag) { return pluck_within(
 int fsh_flight_rpc_finish(fsh_flight_rpc *r, fsh_error *err) {
   pthread_mutex_lock(&r->status_mu);
   if (!r->status_done) {
+    (void)request_initial_md(r); /* a small call that sent nothing */
     (void)pluck(r, &r->tag_status);
     r->status_done = true;
   }
@@ -360,10 +372,68 @@ static int failed(fsh_flight_rpc *r, const char *what, fsh_error *err) {
                        r->client->uri, what);
 }
 
+/* fsh_flight_rpc_send of a small call's request: ONE batch sends the
+ * initial metadata, msg and the half-close and receives the initial
+ * metadata and the first response, one pluck. (The status stays in the
+ * batch started with the call: chttp2 completes it only once every
+ * received message was read, so with a stream of several responses a
+ * batch holding both would never complete.) Per call, a DoAction that
+ * answers nothing is 2 batches and 2 plucks, the second one already
+ * complete, where separate steps took 4 and 4; one that answers one
+ * result, 3 and 3, of which only the first waits when the status came
+ * with the answer, where they took 5 and 5 (bench/shuffle/NOTIFY.md,
+ * "Session 8"). */
+static int send_unary(fsh_flight_rpc *r, grpc_byte_buffer *msg, fsh_error *err) {
+  grpc_op ops[5];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].data.send_initial_metadata.count = r->n_send_md;
+  ops[0].data.send_initial_metadata.metadata = r->n_send_md ? r->send_md : NULL;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = msg;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &r->initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &r->recv_msg;
+  r->sent_initial_md = r->sent_close = r->initial_md_requested = true;
+  grpc_call_error ce = grpc_call_start_batch(r->call, ops, 5, &r->tag_send, NULL);
+  if (ce != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(msg);
+    r->initial_md_requested = false; /* fsh_flight_rpc_finish asks on its own */
+    r->recv_done = true;
+    return fsh_error_set(err, EIO, "%s %s: gRPC: %s", r->method, r->client->uri,
+                         grpc_call_error_to_string(ce));
+  }
+  bool ok = pluck_within(r, &r->tag_send, r->client->stall_ms);
+  grpc_byte_buffer_destroy(msg); /* only once the batch completed (grpc.h) */
+  r->initial_md_done = true;     /* as every op of the batch */
+  if (ok) {
+    r->first_msg = r->recv_msg;
+    r->recv_msg = NULL;
+    r->first_ready = true;
+    return 0;
+  }
+  /* The status says what failed (a deadline, the stall timeout, a refused
+   * connection, the server's error); an OK one: the server ended the call
+   * before it took the request, as when a separate send fails. */
+  if (r->recv_msg) grpc_byte_buffer_destroy(r->recv_msg);
+  r->recv_msg = NULL;
+  r->recv_done = true;
+  return failed(r, "sending", err);
+}
+
 int fsh_flight_rpc_send(fsh_flight_rpc *r, grpc_byte_buffer *msg, bool close, fsh_error *err) {
+  if (r->own_cq && msg && close && !r->sent_initial_md && !r->initial_md_requested)
+    return send_unary(r, msg, err);
   grpc_op ops[3];
   size_t n = 0;
   memset(ops, 0, sizeof ops);
+  if (request_initial_md(r) != GRPC_CALL_OK) { /* a small call sending in steps */
+    if (msg) grpc_byte_buffer_destroy(msg);
+    return fsh_error_set(err, EIO, "%s %s: gRPC: cannot start receiving", r->method,
+                         r->client->uri);
+  }
   if (!r->sent_initial_md) {
     ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].data.send_initial_metadata.count = r->n_send_md;
@@ -462,6 +532,23 @@ static grpc_byte_buffer *readahead_take(fsh_flight_rpc *r, int64_t stall_ms) {
  * it is started as a message is handed out. */
 int fsh_flight_rpc_recv(fsh_flight_rpc *r, grpc_byte_buffer **msg, fsh_error *err) {
   *msg = NULL;
+  if (r->first_ready) { /* what the unary batch received */
+    r->first_ready = false;
+    *msg = r->first_msg;
+    r->first_msg = NULL;
+    if (*msg) {
+      /* The next receive at once: when the status came with this answer,
+       * it completes inside grpc_call_start_batch (end of stream) and the
+       * next call here waits for nothing. (Looking first whether the
+       * status is in, a pluck with a past deadline, saved this batch but
+       * cost a non-blocking poll whenever the status came in a packet of
+       * its own; it measured no better: NOTIFY.md, "Session 8".) */
+      if (r->prefetch) (void)recv_start(r); /* a failure shows at the next receive */
+      return 0;
+    }
+    r->recv_done = true;
+    return fsh_flight_rpc_finish(r, err);
+  }
   if (r->recv_done) return fsh_flight_rpc_finish(r, err);
   if (r->readahead) {
     *msg = readahead_take(r, r->client->stall_ms);
@@ -522,7 +609,11 @@ void fsh_flight_rpc_unref(fsh_flight_rpc *r) {
       (void)pluck(r, &r->tag_recv);
     }
     if (r->recv_msg) grpc_byte_buffer_destroy(r->recv_msg);
-    if (!r->status_done) (void)pluck(r, &r->tag_status);
+    if (r->first_msg) grpc_byte_buffer_destroy(r->first_msg);
+    if (!r->status_done) {
+      (void)request_initial_md(r); /* a small call that sent nothing */
+      (void)pluck(r, &r->tag_status);
+    }
     if (!r->initial_md_done) (void)pluck(r, &r->tag_initial);
     r->status_done = r->initial_md_done = true;
     grpc_call_unref(r->call);

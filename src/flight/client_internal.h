@@ -67,9 +67,17 @@ typedef struct fsh_flight_rpc {
   bool sent_close;
   grpc_metadata send_md[1];
   size_t n_send_md;
-  /* receives; the initial metadata is asked for with the call (gRPC 1.51
-   * completes the status only once it was: a call whose sends fail before
-   * any receive would otherwise never end) and collected with the status */
+  /* receives; the initial metadata is asked for with the call's first
+   * batch -- a bulk call's at its start, a small call's (own_cq) in its
+   * unary batch (fsh_flight_rpc_send) -- because gRPC 1.51 completes the
+   * status only once it was (a call whose sends fail before any receive
+   * would otherwise never end); a bulk call collects it with the status */
+  bool initial_md_requested;
+  /* A small call's unary batch received the first response (first_msg;
+   * NULL = the stream ended without one), not yet handed out by
+   * fsh_flight_rpc_recv. */
+  bool first_ready;
+  grpc_byte_buffer *first_msg;
   bool recv_done; /* end of the response stream (or a failed receive) */
   bool prefetch;     /* keep a receive in flight ahead of the caller */
   bool recv_pending; /* a RECV_MESSAGE batch is in flight (under wait_mu if readahead) */
@@ -105,7 +113,11 @@ FSH_NODISCARD int fsh_flight_rpc_start(fsh_flight_client *c, const char *method,
  * (may be NULL; always destroyed), then, with close, the half-close.
  * Blocks until gRPC took it (at most the client's stall timeout, if set:
  * then the call is cancelled with DEADLINE_EXCEEDED). A failure reports
- * the call's status. */
+ * the call's status.
+ * A small call's (own_cq) first send of a message with close is its
+ * unary batch: the same batch also receives the initial metadata and the
+ * first response, so it returns once that is in (or the stream ended,
+ * within the stall timeout likewise); fsh_flight_rpc_recv hands it out. */
 FSH_NODISCARD int fsh_flight_rpc_send(fsh_flight_rpc *r, grpc_byte_buffer *msg, bool close,
                                       fsh_error *err);
 /* Receives the next message into *msg (the caller destroys it); *msg NULL
