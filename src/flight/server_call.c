@@ -212,7 +212,7 @@ void srv_call_pump(fsh_flight_call *c) {
     if (c->recv_done) srv_call_finish(c, GRPC_STATUS_OK, NULL);
     return;
   }
-  grpc_op ops[2];
+  grpc_op ops[3];
   size_t n = 0;
   if (!c->initial_md_sent) srv_fill_initial_md(c, &ops[n++]);
   memset(&ops[n], 0, sizeof ops[n]);
@@ -220,6 +220,19 @@ void srv_call_pump(fsh_flight_call *c) {
   ops[n].data.send_message.send_message = bb;
   n++;
   c->send_buf = bb;
+  if (c->produce_last && c->recv_done) {
+    /* a list's last message (DoAction's last result, ListFlights' last
+     * info) with the OK status: one packet and one wake-up of the client
+     * instead of two (bench/shuffle/NOTIFY.md, session 8: ~0.7x the
+     * latency and CPU of a one-result call). The send's completion ends
+     * the call: status_started stops the pump. */
+    memset(&ops[n], 0, sizeof ops[n]);
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
+    n++;
+    c->final_code = GRPC_STATUS_OK;
+    c->produce_done = c->status_started = true;
+  }
   if (srv_start_batch(c, ops, n, &c->tag_send)) c->send_pending = true;
 }
 

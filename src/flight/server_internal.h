@@ -149,6 +149,8 @@ struct fsh_flight_call {
   bool recv_done;   /* no more client messages (half-close, or none expected) */
   bool recv_paused; /* DoExchange: the sink said EBUSY; read again after a send */
   bool produce_done; /* ops->produce said done: never called again */
+  bool produce_last; /* ops->produce set it with a message: that message is the
+                        stream's last, so the OK status goes out in its batch */
   bool initial_md_sent;
   bool status_started;
   bool failed;      /* an op failed or the call was cancelled */

@@ -103,16 +103,16 @@ static int srv_list_produce(fsh_flight_call *c, grpc_byte_buffer **out, bool *do
   switch (c->method) {
     case SRV_LIST_FLIGHTS:
       if (i >= c->infos.n) break;
-      c->next_item++;
+      c->produce_last = ++c->next_item >= c->infos.n;
       return fsh_flight_wire_encode_info(&c->infos.items[i], out, err);
     case SRV_DO_ACTION:
       if (i >= c->results.n) break;
-      c->next_item++;
+      c->produce_last = ++c->next_item >= c->results.n;
       return fsh_flight_wire_encode_bytes(FSH_WIRE_RESULT, c->results.items[i].data,
                                           c->results.items[i].size, out, err);
     case SRV_LIST_ACTIONS:
       if (i >= c->action_types.n) break;
-      c->next_item++;
+      c->produce_last = ++c->next_item >= c->action_types.n;
       return fsh_flight_wire_encode_action_type(&c->action_types.items[i], out, err);
     default: break;
   }
