@@ -10,6 +10,8 @@
  * checked against an independently built batch; the types it refuses;
  * malformed parts; allocation failures. */
 #include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <flightshuffle/ipc.h>
 #include <flightshuffle/kernels.h>
@@ -499,6 +501,135 @@ static void test_alloc_failures(void) {
   fsh_batch_unref(big);
 }
 
+/* ---- a stream file's batches spliced (the pyarrow test's driver) ---------- */
+
+/* Splices every record batch of the stream at `in` into one and writes a
+ * stream of that one batch to `out` (or `out`.refused, holding the reason,
+ * when the splicer refuses the schema); the spliced bytes must be the
+ * decode / concat / encode path's. */
+static void splice_stream(const char *in, const char *out) {
+  fsh_error err = {{0}};
+  fsh_input *input = NULL;
+  fsh_buffer *buf = NULL;
+  CHECK_OK(fsh_input_open_path(in, &input, &err));
+  if (!input) return;
+  CHECK_OK(input->read(input, input->size(input), &buf, &err));
+  input->close(input);
+  if (!buf) return;
+  fsh_ipc_decoder *d = NULL;
+  CHECK_OK(fsh_ipc_decoder_new(&d, &err));
+  fsh_ipc_splicer *s = NULL;
+  fsh_buffer *parts[64];
+  int n = 0;
+  bool refused = false;
+  for (int64_t at = 0; at + 8 <= buf->size && !refused;) {
+    uint32_t mlen;
+    memcpy(&mlen, buf->data + at + 4, 4);
+    if (mlen == 0) break; /* end of stream */
+    fsh_buffer *md = SBH_OK(fsh_buffer_slice(buf, at + 8, mlen));
+    fsh_ipc_message_type type;
+    int64_t body = 0;
+    CHECK_OK(fsh_ipc_peek_message(md, &type, &body, &err));
+    if (type == FSH_IPC_SCHEMA) {
+      fsh_batch *none = NULL;
+      CHECK_OK(fsh_ipc_decode_message(d, md, NULL, &none, &err));
+      int rc = fsh_ipc_splicer_new(fsh_ipc_decoder_schema(d), &s, &err);
+      if (rc == ENOTSUP) refused = true;
+      else CHECK_OK(rc);
+    } else if (s && n < 64) {
+      int64_t framed = 0, rows = 0;
+      CHECK_OK(fsh_ipc_splicer_add(s, buf, at, buf->size - at, &framed, &rows, &err));
+      CHECK_EQ_INT(framed, 8 + mlen + body);
+      parts[n++] = SBH_OK(fsh_buffer_slice(buf, at, 8 + mlen + body));
+    }
+    fsh_buffer_unref(md);
+    at += 8 + mlen + body;
+  }
+  char path[4096];
+  if (refused) {
+    snprintf(path, sizeof path, "%s.refused", out);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) fprintf(f, "%s\n", err.message), fclose(f);
+  } else if (s && n > 0) {
+    fsh_schema *schema = fsh_ipc_decoder_schema(d);
+    check_splice(schema, parts, n, true, in); /* the bytes: the decode path's */
+    const uint8_t *bytes = NULL;
+    int64_t len = 0, rows = 0;
+    CHECK_OK(fsh_ipc_splicer_finish(s, &bytes, &len, &rows, &err));
+    fsh_ipc_write_options o;
+    fsh_ipc_write_options_init(&o);
+    fsh_ipc_encoder *enc = NULL;
+    fsh_ipc_payload p = {0};
+    fsh_output *o2 = NULL;
+    CHECK_OK(fsh_ipc_encoder_new(schema, &o, &enc, &err));
+    CHECK_OK(fsh_ipc_encode_schema(enc, &p, &err));
+    CHECK_OK(fsh_output_open_path(out, &o2, &err));
+    static const uint8_t eos[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0};
+    struct iovec v[2] = {{(void *)bytes, (size_t)len}, {(void *)eos, 8}};
+    if (o2 && bytes) {
+      CHECK_OK(fsh_ipc_write_payload(o2, &p, &err));
+      CHECK_OK(o2->writev(o2, v, 2, &err));
+      CHECK_OK(o2->close(o2, false, &err));
+    }
+    fsh_ipc_payload_reset(&p);
+    fsh_ipc_encoder_free(enc);
+  }
+  for (int i = 0; i < n; i++) fsh_buffer_unref(parts[i]);
+  fsh_ipc_splicer_free(s);
+  fsh_ipc_decoder_free(d);
+  fsh_buffer_unref(buf);
+}
+
+/* FSH_SPLICE_IN and FSH_SPLICE_OUT set (tests/python/test_splice_pyarrow.py):
+ * that stream spliced. Else a stream of our own (slices of the every-type
+ * batch), spliced and read back: one batch, the stream's rows. */
+static void stream_file(void) {
+  const char *in = getenv("FSH_SPLICE_IN"), *out = getenv("FSH_SPLICE_OUT");
+  if (in && out) {
+    splice_stream(in, out);
+    return;
+  }
+  fsh_error err = {{0}};
+  char *dir = SBH_OK(strdup("/tmp/fsh_splice_XXXXXX"));
+  CHECK(mkdtemp(dir) != NULL);
+  char pin[256], pout[256];
+  snprintf(pin, sizeof pin, "%s/in.arrows", dir);
+  snprintf(pout, sizeof pout, "%s/out.arrows", dir);
+  fsh_batch *big = kh_big_batch(4, 2);
+  fsh_batch *b = columns_of(big, false);
+  fsh_batch *sl[3] = {SBH_OK(fsh_batch_slice(b, 1, 9)), SBH_OK(fsh_batch_slice(b, 4, 0)),
+                      SBH_OK(fsh_batch_slice(b, 10, 13))};
+  fsh_output *o = NULL;
+  fsh_ipc_stream_writer *w = NULL;
+  CHECK_OK(fsh_output_open_path(pin, &o, &err));
+  CHECK_OK(fsh_ipc_stream_writer_open(o, b->schema, NULL, &w, &err));
+  for (int i = 0; i < 3; i++) CHECK_OK(fsh_ipc_stream_writer_write(w, sl[i], &err));
+  CHECK_OK(fsh_ipc_stream_writer_close(w, &err));
+  splice_stream(pin, pout);
+  fsh_batch_stream st = {0};
+  CHECK_OK(fsh_ipc_open_path(pout, &st, &err));
+  fsh_batch *got = NULL, *more = NULL;
+  if (st.get_next) {
+    CHECK_OK(st.get_next(&st, &got, &err));
+    CHECK_OK(st.get_next(&st, &more, &err));
+    st.release(&st);
+  }
+  CHECK(got != NULL && more == NULL);
+  fsh_batch *want = NULL;
+  CHECK_OK(fsh_concat(sl, 3, &want, &err));
+  if (got && want) CHECK_MSG(fsh_batch_equals(got, want, &err), "%s", err.message);
+  fsh_batch_unref(got);
+  fsh_batch_unref(want);
+  for (int i = 0; i < 3; i++) fsh_batch_unref(sl[i]);
+  fsh_batch_unref(b);
+  fsh_batch_unref(big);
+  unlink(pin);
+  unlink(pout);
+  rmdir(dir);
+  free(dir);
+}
+
 FSH_TEST_MAIN(TEST(test_random_slices_every_type), TEST(test_one_part_and_empty_parts),
               TEST(test_validity_values), TEST(test_foreign_offsets), TEST(test_refused_types),
-              TEST(test_bad_parts), TEST(test_alloc_failures))
+              TEST(test_bad_parts), TEST(test_alloc_failures), TEST(stream_file))
