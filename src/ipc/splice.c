@@ -52,6 +52,12 @@ struct fsh_ipc_splicer {
   /* per message (cap each): the cursors into its nodes and buffers */
   int64_t *node_i, *buf_i;
   slice *slices; /* [depth][cap] */
+  /* [cap][n_bufs]: each message's buffers as the measuring pass checked
+   * them, for the writing pass */
+  struct seen_buf {
+    const uint8_t *p;
+    int64_t size;
+  } *seen;
   /* the output's layout (n_nodes, n_bufs) and where the walk is in it */
   fsh_ipc_node *out_nodes;
   fsh_ipc_range *out_ranges;
@@ -155,6 +161,7 @@ void fsh_ipc_splicer_free(fsh_ipc_splicer *s) {
   fsh_free(s->node_i);
   fsh_free(s->buf_i);
   fsh_free(s->slices);
+  fsh_free(s->seen);
   fsh_free(s->out_nodes);
   fsh_free(s->out_ranges);
   fsh_buffer_unref(s->out);
@@ -190,6 +197,10 @@ static int grow(fsh_ipc_splicer *s) {
   slice *c = fsh_realloc(s->slices, sizeof *c * (size_t)cap * (size_t)s->depth);
   if (!c) return ENOMEM;
   s->slices = c;
+  size_t per = (size_t)(s->n_bufs ? s->n_bufs : 1);
+  struct seen_buf *v = fsh_realloc(s->seen, sizeof *v * (size_t)cap * per);
+  if (!v) return ENOMEM;
+  s->seen = v;
   s->cap = cap;
   return 0;
 }
@@ -294,12 +305,19 @@ static int serr(int32_t part, int32_t n, const char *path, fsh_error *err, int c
                        msg);
 }
 
-/* Part i's next buffer (of its field's k-th), checked to lie in its body
- * and to hold at least `min` bytes: *p its bytes. */
+/* Part i's buffer k of its field, checked (measuring) to lie in its body
+ * and to hold at least `min` bytes: *p its bytes. Writing, the checked
+ * buffer is taken as it is. */
 static int part_buffer(fsh_ipc_splicer *s, int32_t i, int64_t k, int64_t min, const char *what,
                        const char *path, const uint8_t **p, int64_t *size, fsh_error *err) {
   const splice_msg *m = &s->msgs[i];
   int64_t idx = s->buf_i[i] + k;
+  struct seen_buf *seen = &s->seen[(size_t)i * (size_t)s->n_bufs + (size_t)idx];
+  if (s->writing) {
+    *p = seen->p;
+    *size = seen->size;
+    return 0;
+  }
   const uint8_t *e = m->bufs + 16 * idx;
   int64_t off = fsh_fb_load_i64(e), len = fsh_fb_load_i64(e + 8);
   if (off < 0 || len < 0 || off > m->body_length - len)
@@ -309,8 +327,8 @@ static int part_buffer(fsh_ipc_splicer *s, int32_t i, int64_t k, int64_t min, co
   if (min < 0 || len < min)
     return serr(i, s->n, path, err, EINVAL, "buffer %lld (%s) holds %lld bytes, %lld needed",
                 (long long)idx, what, (long long)len, (long long)min);
-  *p = m->body + off;
-  *size = len;
+  *p = seen->p = m->body + off;
+  *size = seen->size = len;
   return 0;
 }
 
