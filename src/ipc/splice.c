@@ -14,6 +14,7 @@
  * write the body into the splicer's scratch buffer. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +22,10 @@
 #include "ipc/writer_internal.h"
 
 #define SPLICE_MAX_DEPTH 64
+/* Lengths (a message's rows, a field node's slots, and their sums) past
+ * this are refused: every size computed from them (offsets, bitmaps)
+ * then fits an int64. */
+#define SPLICE_MAX_LENGTH (INT64_MAX >> 4)
 
 typedef struct splice_msg {
   fsh_buffer *buf;      /* reference: holds every pointer below */
@@ -62,6 +67,7 @@ struct fsh_ipc_splicer {
   fsh_ipc_node *out_nodes;
   fsh_ipc_range *out_ranges;
   int64_t on, ob, body;
+  bool too_big; /* measuring: the body passed SPLICE_MAX_LENGTH */
   bool writing;
   uint8_t *dst; /* the body being written (writing) */
   fsh_buffer *out; /* scratch: the last spliced message */
@@ -234,6 +240,9 @@ int fsh_ipc_splicer_add(fsh_ipc_splicer *s, fsh_buffer *buf, int64_t off, int64_
     return fsh_error_set(err, EINVAL, "splice: a record batch of %lld field nodes and %lld "
                          "buffers; the schema needs %lld and %lld", (long long)h.nodes.n,
                          (long long)h.buffers.n, (long long)s->n_nodes, (long long)s->n_bufs);
+  if (h.length > SPLICE_MAX_LENGTH || s->rows > SPLICE_MAX_LENGTH - h.length)
+    return fsh_error_set(err, EINVAL, "splice: a record batch of %lld rows (%lld held)",
+                         (long long)h.length, (long long)s->rows);
   if (grow(s) != 0) return fsh_error_set(err, ENOMEM, "splice: out of memory");
   s->msgs[s->n++] = (splice_msg){
       .buf = fsh_buffer_ref(buf),
@@ -338,7 +347,10 @@ static int part_buffer(fsh_ipc_splicer *s, int32_t i, int64_t k, int64_t min, co
 static uint8_t *out_buffer(fsh_ipc_splicer *s, int64_t bytes, bool zero) {
   if (!s->writing) {
     s->out_ranges[s->ob++] = (fsh_ipc_range){s->body, bytes};
-    s->body += fsh_round_up(bytes, FSH_IPC_ALIGN);
+    if (bytes > SPLICE_MAX_LENGTH || s->body > SPLICE_MAX_LENGTH - fsh_round_up(bytes, 8))
+      s->too_big = true;
+    else
+      s->body += fsh_round_up(bytes, FSH_IPC_ALIGN);
     return NULL;
   }
   fsh_ipc_range r = s->out_ranges[s->ob++];
@@ -393,6 +405,9 @@ static int walk_offsets(fsh_ipc_splicer *s, int level, int w, bool data, const c
       if (first < 0 || last < first)
         return serr(i, s->n, path, err, EINVAL, "offsets not increasing (%lld .. %lld)",
                     (long long)first, (long long)last);
+      if (last - first > SPLICE_MAX_LENGTH - pos)
+        return serr(i, s->n, path, err, EINVAL, "offsets span %lld values, %lld before",
+                    (long long)(last - first), (long long)pos);
     }
     if (d) {
       int64_t delta = pos - first;
@@ -403,7 +418,9 @@ static int walk_offsets(fsh_ipc_splicer *s, int level, int w, bool data, const c
         }
       } else {
         for (int64_t k = 1; k <= len; k++) {
-          int64_t v = fsh_fb_load_i64(p + (off + k) * 8) + delta;
+          /* unsigned: offsets between the first and last are not checked
+           * (fsh_batch_validate's job), and must not overflow here */
+          uint64_t v = (uint64_t)fsh_fb_load_i64(p + (off + k) * 8) + (uint64_t)delta;
           memcpy(d + (at + k) * 8, &v, 8);
         }
       }
@@ -456,11 +473,17 @@ static int walk(fsh_ipc_splicer *s, const fsh_field *f, int level, const char *p
     int64_t nl = fsh_fb_load_i64(e), nn = fsh_fb_load_i64(e + 8);
     sl[i].node_length = nl;
     sl[i].node_nulls = nn;
-    total += sl[i].len;
-    if (s->writing) continue;
-    if (nl < 0 || nn < 0 || nn > nl)
+    if (s->writing) {
+      total += sl[i].len;
+      continue;
+    }
+    if (nl < 0 || nn < 0 || nn > nl || nl > SPLICE_MAX_LENGTH)
       return serr(i, n, path, err, EINVAL, "field node %lld has length %lld and null count %lld",
                   (long long)(s->node_i[i] - 1), (long long)nl, (long long)nn);
+    if (sl[i].len < 0 || sl[i].len > SPLICE_MAX_LENGTH - total)
+      return serr(i, n, path, err, EINVAL, "%lld slots spliced, %lld more", (long long)total,
+                  (long long)sl[i].len);
+    total += sl[i].len;
     if (sl[i].off < 0 || sl[i].len < 0 || sl[i].off > nl - sl[i].len)
       return serr(i, n, path, err, EINVAL, "slots [%lld, %lld) needed of %lld",
                   (long long)sl[i].off, (long long)(sl[i].off + sl[i].len), (long long)nl);
@@ -540,9 +563,10 @@ static int walk(fsh_ipc_splicer *s, const fsh_field *f, int level, const char *p
       return walk(s, &f->children[0], level + 1, path, err);
     }
     case FSH_TYPE_STRUCT: {
-      slice *c = s->slices + (size_t)(level + 1) * (size_t)s->cap;
+      /* (a struct without children has no level below it) */
+      slice *c = f->n_children ? s->slices + (size_t)(level + 1) * (size_t)s->cap : NULL;
       for (int32_t i = 0; i < n; i++) {
-        c[i] = (slice){sl[i].off, sl[i].len, 0, 0};
+        if (c) c[i] = (slice){sl[i].off, sl[i].len, 0, 0};
         s->buf_i[i] += 1;
       }
       return walk_children(s, f, level, path, err);
@@ -573,6 +597,7 @@ static int walk(fsh_ipc_splicer *s, const fsh_field *f, int level, const char *p
  * and buffers, checks every part) or writing (into s->dst). */
 static int pass(fsh_ipc_splicer *s, bool writing, fsh_error *err) {
   s->writing = writing;
+  s->too_big = false;
   s->on = s->ob = s->body = 0;
   for (int32_t i = 0; i < s->n; i++) s->node_i[i] = s->buf_i[i] = 0;
   for (int64_t c = 0; c < s->schema->n_fields; c++) {
@@ -589,6 +614,9 @@ int fsh_ipc_splicer_finish(fsh_ipc_splicer *s, const uint8_t **out, int64_t *len
   *rows = 0;
   if (s->n == 0) return fsh_error_set(err, EINVAL, "splice: no message to splice");
   FSH_RETURN_NOT_OK(pass(s, false, err));
+  if (s->too_big)
+    return fsh_error_set(err, EINVAL, "splice: %d messages of %lld rows make a body over %lld "
+                         "bytes", s->n, (long long)s->rows, (long long)SPLICE_MAX_LENGTH);
   const uint8_t *md = NULL;
   int64_t mlen = 0;
   FSH_RETURN_NOT_OK(fsh_ipc_encoder_batch_metadata(s->enc, s->rows, s->out_nodes, s->on,
