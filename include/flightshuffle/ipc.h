@@ -159,6 +159,51 @@ FSH_NODISCARD int fsh_ipc_decode_framed(fsh_ipc_decoder *d, fsh_buffer *buf, int
                                         int64_t avail, int64_t *framed, fsh_batch **batch,
                                         fsh_error *err);
 fsh_schema *fsh_ipc_decoder_schema(const fsh_ipc_decoder *d); /* borrowed; NULL before */
+
+/* Splicer: joins framed, uncompressed record-batch messages of one schema
+ * into ONE record-batch message built straight from their bodies (no
+ * decode into arrays): per column the parts' buffers concatenated --
+ * fixed-width values appended, offsets rebased, validity and boolean
+ * bitmaps shifted to the bit they land on (a bitmap made when some parts
+ * have nulls and others none; null counts summed), struct, list, map and
+ * fixed-size-list children recursively. The bytes are exactly what
+ * fsh_ipc_encode_batch writes (uncompressed) for fsh_concat of the decoded
+ * messages. Every part is checked as fsh_ipc_decode_framed checks it
+ * (nodes, buffer ranges and sizes against the body), plus the offsets a
+ * rebase reads, so a splice never reads outside a message. */
+typedef struct fsh_ipc_splicer fsh_ipc_splicer;
+/* ENOTSUP (message naming the field) when the schema has a column it does
+ * not splice: dictionary-encoded fields and unions (callers decode and
+ * concatenate those). */
+FSH_NODISCARD int fsh_ipc_splicer_new(fsh_schema *schema, fsh_ipc_splicer **out,
+                                      fsh_error *err);
+void fsh_ipc_splicer_free(fsh_ipc_splicer *s); /* NULL accepted */
+/* Holds the framed message at buf[off, off + avail) (a reference on buf
+ * is kept until finish or clear): its framing and metadata verified, an
+ * uncompressed record batch with the nodes and buffers the schema needs
+ * (its body is checked by finish). *framed: the bytes it takes (8 +
+ * metadata + body, within avail); *rows: its length. */
+FSH_NODISCARD int fsh_ipc_splicer_add(fsh_ipc_splicer *s, fsh_buffer *buf, int64_t off,
+                                      int64_t avail, int64_t *framed, int64_t *rows,
+                                      fsh_error *err);
+/* Messages held, their rows, and the sum of their body lengths. */
+int32_t fsh_ipc_splicer_count(const fsh_ipc_splicer *s);
+int64_t fsh_ipc_splicer_rows(const fsh_ipc_splicer *s);
+int64_t fsh_ipc_splicer_body_bytes(const fsh_ipc_splicer *s);
+/* Held message i (< count): its framed bytes and rows (borrowed). */
+void fsh_ipc_splicer_message(const fsh_ipc_splicer *s, int32_t i, const uint8_t **data,
+                             int64_t *length, int64_t *rows);
+/* Writes the held messages (at least one) as one framed message:
+ * *out[0, *length) (a multiple of 8) is lent -- the splicer's scratch,
+ * valid until its next finish or free -- and *rows its rows; the messages
+ * are let go. On error (EINVAL naming the message and field of a part
+ * that does not fit the schema or its body; EOVERFLOW when the values of
+ * a 32-bit-offset column add up past INT32_MAX; ENOMEM) *out is NULL and
+ * the messages are still held (fsh_ipc_splicer_message gives them). */
+FSH_NODISCARD int fsh_ipc_splicer_finish(fsh_ipc_splicer *s, const uint8_t **out,
+                                         int64_t *length, int64_t *rows, fsh_error *err);
+/* Lets every held message go. */
+void fsh_ipc_splicer_clear(fsh_ipc_splicer *s);
 /* Decodes a Schema flatbuffer table held standalone (the File footer's, or
  * Flight's GetSchema bytes which are an encapsulated Schema message). */
 FSH_NODISCARD int fsh_ipc_decode_schema_message(fsh_buffer *metadata, fsh_schema **out,

@@ -81,6 +81,11 @@ typedef struct fsh_merge_test_hooks {
   int64_t *by_block; /* if set: += 1 for every part read block by block (not atomic) */
   int64_t small_block; /* blocks averaging fewer bytes are re-encoded (0: 64 KiB);
                           < 0: never (every block copied as stored) */
+  bool no_splice;        /* re-encode by decode / concat / encode even where the
+                            blocks could be spliced (fsh_ipc_splicer) */
+  int64_t splice_target; /* a spliced block is written once its messages' bodies
+                            reach this many bytes (0: the writer's 4 MiB) */
+  int64_t *spliced;      /* if set: += 1 for every spliced block written (not atomic) */
 } fsh_merge_test_hooks;
 void fsh_merge_set_test_hooks(const fsh_merge_test_hooks *h);
 

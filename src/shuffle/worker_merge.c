@@ -7,12 +7,17 @@
  * stored, never decoded: its rows and bytes are the sums of the parts',
  * its checksum the xxh3 of the concatenated blocks. A partition of small
  * blocks (1000 partitions of a 512 KiB map task: ~500-byte blocks, half
- * of it IPC metadata and framing) is re-encoded instead: its blocks are
- * decoded and their batches written again through the writer, which
- * concatenates them into blocks of up to 4 MiB (compressed again with the
- * shuffle's codec) -- the same rows in the same order, far fewer blocks
- * and bytes for every later reader to fetch, hash and decode; its rows
- * are the parts' sum, bytes and checksum those of the new blocks. Schemas
+ * of it IPC metadata and framing) is re-encoded instead -- the same rows
+ * in the same order, far fewer blocks and bytes for every later reader to
+ * fetch, hash and decode; its rows are the parts' sum, bytes and checksum
+ * those of the new blocks. In an uncompressed shuffle whose schema
+ * fsh_ipc_splicer takes (no unions), the blocks' record batch messages
+ * are spliced (ipc.h): one message built straight from their bodies,
+ * written as a block whenever the bodies held reach 4 MiB -- byte for
+ * byte what the decode path writes when its batches concatenate into one
+ * block. Otherwise (compressed, unions) the blocks are decoded and their
+ * batches written again through the writer, which concatenates them into
+ * blocks of up to 4 MiB (compressed again with the shuffle's codec). Schemas
  * with dictionaries are always copied (a block carries its dictionaries).
  * The merged output is written through a store writer
  * like any map output (memory budget, spill), published under its own
@@ -33,6 +38,18 @@
 
 #define XXH_INLINE_ALL /* header-only use of Debian's libxxhash-dev */
 #include <xxhash.h>
+
+/* A spliced block is hashed right after it is written, while it is in
+ * cache: by libxxhash's run-time dispatched XXH3 (AVX2 / AVX-512 where the
+ * CPU has them; the same hash as the inlined baseline code, as map_file.c
+ * hashes blocks). The input verify stays inlined: it reads each part's
+ * pages for the first time and is bound by memory (PROFILE_1000.md 7b). */
+#if defined(__x86_64__)
+XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t len);
+#define WARM_HASH XXH3_64bits_dispatch
+#else
+#define WARM_HASH XXH3_64bits
+#endif
 
 #include "shuffle/worker_internal.h"
 
@@ -252,30 +269,110 @@ static int reencode_block(fsh_store_writer *w, fsh_ipc_decoder *dec, part_src *x
   return rc;
 }
 
+/* Writes the messages spliced so far (sp holds at least one) as one block
+ * of partition p of w: its checksum the XXH3 of the spliced message (what
+ * readers verify). Values of a 32-bit-offset column that would overflow
+ * when spliced (EOVERFLOW) are written one message a block, as stored. */
+static int flush_splice(fsh_store_writer *w, fsh_ipc_splicer *sp, const fsh_merge_task *t,
+                        int32_t p, fsh_error *err) {
+  const uint8_t *out = NULL;
+  int64_t len = 0, rows = 0;
+  int rc = fsh_ipc_splicer_finish(sp, &out, &len, &rows, err);
+  if (rc == 0) {
+    if (test_hooks.spliced) (*test_hooks.spliced)++;
+    return fsh_store_writer_write_block(w, p, out, len, rows, WARM_HASH(out, (size_t)len), err);
+  }
+  if (rc == EOVERFLOW) {
+    rc = 0;
+    for (int32_t i = 0; rc == 0 && i < fsh_ipc_splicer_count(sp); i++) {
+      fsh_ipc_splicer_message(sp, i, &out, &len, &rows);
+      rc = fsh_store_writer_write_block(w, p, out, len, rows, WARM_HASH(out, (size_t)len), err);
+    }
+  } else if (rc != ENOMEM) {
+    rc = fsh_error_prefix(err, rc, "shuffle %" PRIu64 " partition %d, merged into map %" PRId64
+                          " attempt %d: ", t->shuffle_id, p, t->map_id, t->attempt);
+  }
+  fsh_ipc_splicer_clear(sp);
+  return rc;
+}
+
+/* Adds the framed record batch messages of verified block k of part x's
+ * partition e to sp (their rows must be the block's index entry's),
+ * flushing a spliced block into partition e of w whenever the held bodies
+ * reach `target` bytes. */
+static int splice_block(fsh_store_writer *w, fsh_ipc_splicer *sp, int64_t target,
+                        const fsh_merge_task *t, part_src *x, const fsh_map_file_partition *e,
+                        int64_t k, fsh_buffer *blk, fsh_error *err) {
+  int64_t at = 0, rows = 0;
+  int rc = 0;
+  const char *why = NULL;
+  while (rc == 0 && !why && at < blk->size) {
+    int64_t framed = 0, r = 0;
+    rc = fsh_ipc_splicer_add(sp, blk, at, blk->size - at, &framed, &r, err);
+    if (rc == 0 && framed % 8) why = "a message not padded to 8 bytes";
+    if (rc == 0 && !why) {
+      rows += r;
+      at += framed;
+      if (fsh_ipc_splicer_body_bytes(sp) >= target) rc = flush_splice(w, sp, t, e->partition, err);
+    }
+  }
+  if (rc == 0 && !why && rows != e->blocks[k].rows) why = "its rows differ from its index entry's";
+  const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
+  if (rc == 0 && why)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
+                         "%d: block %lld of %s, message at %lld: %s", fi->shuffle_id, fi->map_id,
+                         fi->attempt, e->partition, (long long)k, fsh_map_file_name(x->f),
+                         (long long)at, why);
+  if (rc != 0 && rc != ENOMEM)
+    return fsh_error_prefix(err, rc, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
+                            "%d: block %lld of %s: ", fi->shuffle_id, fi->map_id, fi->attempt,
+                            e->partition, (long long)k, fsh_map_file_name(x->f));
+  return rc;
+}
+
+/* How small blocks are re-encoded: spliced (sp; blocks of up to `target`
+ * body bytes) when the schema allows and nothing is compressed, else
+ * decoded and written again through the writer (dec); neither: copied. */
+typedef struct merge_coder {
+  fsh_ipc_decoder *dec;
+  fsh_ipc_splicer *sp;
+  int64_t small, target;
+} merge_coder;
+
 /* Writes partition p of every part into w, block by block, each verified
- * against its checksum first: copied as stored, or (dec != NULL and the
- * blocks average under `small` bytes) decoded and written again as batches,
- * the partition then finished (its buffered batches written as blocks). */
-static int merge_partition(fsh_store_writer *w, fsh_ipc_decoder *dec, int64_t small,
-                           const fsh_merge_task *t, part_src *parts, int32_t p, fsh_error *err) {
+ * against its checksum first: copied as stored, or (mc re-encodes and the
+ * blocks average under mc->small bytes) spliced (mc->sp), or decoded and
+ * written again as batches (mc->dec), the partition then finished (its
+ * buffered batches written as blocks). */
+static int merge_partition(fsh_store_writer *w, const merge_coder *mc, const fsh_merge_task *t,
+                           part_src *parts, int32_t p, fsh_error *err) {
   int32_t n = t->n_parts;
   int64_t blocks = 0, bytes = 0;
   for (int32_t i = 0; i < n; i++) blocks += parts[i].ents[p].n_blocks, bytes += parts[i].ents[p].bytes;
-  bool reencode = dec && blocks > 1 && bytes < small * blocks;
+  bool reencode = (mc->dec || mc->sp) && blocks > 1 && bytes < mc->small * blocks;
+  bool splice = reencode && mc->sp;
   for (int32_t i = 0; i < n; i++) {
     const fsh_map_file_partition *e = &parts[i].ents[p];
     for (int64_t k = 0; k < e->n_blocks; k++) {
       fsh_buffer *blk = NULL;
       int grc = get_block(&parts[i], e, k, &blk, err);
-      if (grc != 0) return part_lost(t, i, grc);
+      if (grc != 0) {
+        if (mc->sp) fsh_ipc_splicer_clear(mc->sp);
+        return part_lost(t, i, grc);
+      }
       const fsh_map_file_block *b = &e->blocks[k];
-      int rc = reencode ? reencode_block(w, dec, &parts[i], e, k, blk, err)
-                        : fsh_store_writer_write_block(w, p, blk->data, b->length, b->rows,
-                                                       b->checksum, err);
+      int rc = splice     ? splice_block(w, mc->sp, mc->target, t, &parts[i], e, k, blk, err)
+               : reencode ? reencode_block(w, mc->dec, &parts[i], e, k, blk, err)
+                          : fsh_store_writer_write_block(w, p, blk->data, b->length, b->rows,
+                                                         b->checksum, err);
       fsh_buffer_unref(blk);
-      if (rc != 0) return rc;
+      if (rc != 0) {
+        if (mc->sp) fsh_ipc_splicer_clear(mc->sp);
+        return rc;
+      }
     }
   }
+  if (splice) return fsh_ipc_splicer_count(mc->sp) > 0 ? flush_splice(w, mc->sp, t, p, err) : 0;
   return reencode ? fsh_store_writer_finish_partition(w, p, err) : 0;
 }
 
@@ -286,15 +383,23 @@ static bool field_has_dictionary(const fsh_field *f, int depth) {
   return false;
 }
 
-/* A decoder holding part 0's schema, for re-encoding small blocks; *out
- * NULL (blocks always copied) when the schema has dictionaries or the
- * tests turned re-encoding off. */
-static int merge_decoder(fsh_map_file *f, fsh_ipc_decoder **out, fsh_error *err) {
-  *out = NULL;
+/* How part 0's small blocks are re-encoded (merge_coder): a splicer when
+ * the shuffle is uncompressed and fsh_ipc_splicer takes the schema (the
+ * tests may turn it off), else a decoder holding the schema; neither
+ * (blocks always copied) when the schema has dictionaries or the tests
+ * turned re-encoding off. */
+static int merge_coder_open(fsh_map_file *f, merge_coder *mc, fsh_error *err) {
   fsh_schema *schema = fsh_map_file_schema(f);
   if (test_hooks.small_block < 0) return 0;
   for (int64_t i = 0; i < schema->n_fields; i++)
     if (field_has_dictionary(&schema->fields[i], 0)) return 0;
+  if (fsh_map_file_get_info(f)->compression == FSH_COMPRESSION_NONE && !test_hooks.no_splice) {
+    fsh_error why = {{0}};
+    int rc = fsh_ipc_splicer_new(schema, &mc->sp, &why);
+    if (rc == 0) return 0;
+    if (rc == ENOMEM) return fsh_error_set(err, ENOMEM, "out of memory");
+    /* ENOTSUP (a union): decoded and concatenated instead */
+  }
   fsh_ipc_decoder *d = NULL;
   fsh_batch *none = NULL;
   int rc = fsh_ipc_decoder_new(&d, err);
@@ -304,7 +409,7 @@ static int merge_decoder(fsh_map_file *f, fsh_ipc_decoder **out, fsh_error *err)
     fsh_ipc_decoder_free(d);
     return rc;
   }
-  *out = d;
+  mc->dec = d;
   return 0;
 }
 
@@ -327,19 +432,22 @@ int fsh_shuffle_store_merge(fsh_shuffle_store *s, const fsh_merge_task *t, fsh_m
     fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = info->n_partitions,
                              .schema = fsh_map_file_schema(parts[0].f),
                              .compression = info->compression};
-    fsh_ipc_decoder *dec = NULL;
-    int64_t small = test_hooks.small_block > 0 ? test_hooks.small_block : MERGE_SMALL_BLOCK;
+    merge_coder mc = {
+        .small = test_hooks.small_block > 0 ? test_hooks.small_block : MERGE_SMALL_BLOCK,
+        .target = test_hooks.splice_target > 0 ? test_hooks.splice_target
+                                               : FSH_MAP_FILE_DEFAULT_BLOCK_BYTES};
     int64_t expect = 0; /* its output: about its parts' bytes (the store's pool fits it) */
     for (int32_t i = 0; i < t->n_parts; i++) expect += fsh_map_file_get_info(parts[i].f)->file_size;
     rc = fsh_store_writer_open_sized(s, &spec, t->map_id, t->attempt, expect, &w, err);
-    if (rc == 0) rc = merge_decoder(parts[0].f, &dec, err);
+    if (rc == 0) rc = merge_coder_open(parts[0].f, &mc, err);
     const atomic_bool *cancel = fsh_worker_task_cancel_flag();
     for (int32_t p = 0; rc == 0 && p < info->n_partitions; p++) {
       if (cancel && atomic_load(cancel))
         rc = fsh_error_set(err, ECANCELED, "cancelled");
-      if (rc == 0) rc = merge_partition(w, dec, small, t, parts, p, err);
+      if (rc == 0) rc = merge_partition(w, &mc, t, parts, p, err);
     }
-    fsh_ipc_decoder_free(dec);
+    fsh_ipc_decoder_free(mc.dec);
+    fsh_ipc_splicer_free(mc.sp);
     if (rc != 0 && rc != ENOMEM && w) rc = fsh_error_prefix(err, rc, "%s: ", what);
   }
   for (int32_t i = 0; i < t->n_parts; i++) part_src_reset(&parts[i]);
