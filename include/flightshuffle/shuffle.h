@@ -201,8 +201,12 @@ typedef struct fsh_shuffle_store fsh_shuffle_store;
 typedef enum fsh_store_images {
   FSH_STORE_IMAGES_VM = 0,
   FSH_STORE_IMAGES_MEMFD = 1,
-  FSH_STORE_IMAGES_PRIVATE = 2
+  FSH_STORE_IMAGES_PRIVATE = 2,
+  FSH_STORE_IMAGES_VM_4K = 3 /* VM on 4 KiB pages (no MADV_HUGEPAGE): to measure */
 } fsh_store_images;
+/* "vm", "memfd", "private", "vm-4k" (the worker's --images): false if
+ * name is none of those. */
+bool fsh_store_images_parse(const char *name, fsh_store_images *out);
 typedef struct fsh_shuffle_store_options {
   const char *const *spill_dirs; /* created if missing; may be none */
   int n_spill_dirs;

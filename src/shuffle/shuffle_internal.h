@@ -405,9 +405,10 @@ int fsh_store_spill_dirs(const fsh_shuffle_store *s, const char *const **dirs);
 static inline void fsh_image_id_encode(uint8_t out[FSH_IMAGE_ID_BYTES], uint64_t shuffle_id,
                                        int64_t map_id, int32_t attempt, uint64_t image_id,
                                        int64_t size);
-/* The store's pool of released memfds kept for reuse: how many, their
- * bytes (charged to the budget, not counted in memory_bytes), how many
- * images reused one so far, all the budget charged (pool included), and
+/* The store's pool of released memfds and VM mappings (one or the other,
+ * as the store's images are) kept for reuse: how many, their bytes
+ * (charged to the budget, not counted in memory_bytes), how many images
+ * reused one so far, all the budget charged (pool included), and
  * how many times it was emptied for being idle. */
 typedef struct fsh_store_pool_stats {
   int64_t pooled, pooled_bytes, reused, budget_used, idle_drains;

@@ -30,7 +30,26 @@
  * time as before. The head holds no image reference, so eviction still
  * frees the memory.
  *
- * Shared images: unless the store's options say private_images, a memory
+ * VM images (the default, fsh_store_images VM): a memory image lives in an
+ * anonymous private mapping of its own (vm_resize), its start 2 MiB-aligned
+ * and advised MADV_HUGEPAGE once it is at least 2 MiB (THP "madvise" mode:
+ * writing fresh huge pages costs ~1/6 of a memfd's tmpfs pages, and a
+ * peer's process_vm_readv of them ~1/4 of reading a memfd), and
+ * MADV_DONTFORK (a fork's copy-on-write sharing makes a peer's copy 10x
+ * slower); written with memcpy from the writer's iovecs as a private
+ * image is, grown with mremap (in place, or moved to a fresh aligned range:
+ * page tables move, no byte is copied), shrunk to its pages at close, and
+ * its identity trailer (shuffle_internal.h) written right after its bytes.
+ * This process's readers read it in place. A same-host reader copies the
+ * blocks it wants out of this process with process_vm_readv at the
+ * address "locate" answers (flight_fetch.c), checking the trailer before
+ * and after the copy. A released VM image goes to the same pool as memfds
+ * (below), its trailer's image id cleared first (vm_image_release: the
+ * reuse guard, as no lease exists for anonymous memory); so does an
+ * unmapped one. FSH_STORE_IMAGES_VM_4K is the same without huge pages
+ * (to measure). A refused mapping falls back to fsh_realloc (private).
+ *
+ * Shared images (FSH_STORE_IMAGES_MEMFD): a memory
  * image lives in the pages of a memfd (memfd_create) -- the same memory,
  * charged the same way: written with pwritev (the kernel allocates and
  * fills its pages: no page fault per 4 KiB, which is what made writing
@@ -46,7 +65,8 @@
  * 8192 memfds): a store holding thousands of images must not starve the
  * sockets and files of its fds.
  *
- * Reused memfds: tmpfs allocating a page for every 4 KiB written was the
+ * Reused memfds (and VM mappings, pooled the same way, pages and all):
+ * tmpfs allocating a page for every 4 KiB written was the
  * largest cost of writing an image, and freeing them again at release a
  * further one. (Not zeroing: a page pwrite fills whole is not cleared --
  * clear_page is 0.2% of a cold 64 x 64 map window, all of it the heap's
@@ -161,6 +181,7 @@ struct fsh_shuffle_store {
   int64_t memory_limit;
   bool shared_images; /* memory images in memfds (see the top) */
   bool vm_images;     /* memory images in anonymous VM mappings (see the top) */
+  bool vm_huge;       /* ... advised to huge pages (not FSH_STORE_IMAGES_VM_4K) */
   atomic_llong used; /* bytes charged */
   atomic_uint next_dir;
   atomic_ullong seq;
@@ -638,11 +659,22 @@ static void image_no_pool(fsh_buffer *image) {
 
 static int64_t vm_pages(int64_t n) { return (n + VM_PAGE - 1) / VM_PAGE * VM_PAGE; }
 
+/* The mapping for a capacity of `want` image bytes and the trailer: whole
+ * 2 MiB from 1 MiB on, so that every 2 MiB of it the writer reaches is
+ * inside the mapping when first touched -- the kernel gives a huge page
+ * only to an aligned 2 MiB wholly mapped and not yet touched; a range
+ * first touched while the mapping ended inside it stays on 4 KiB pages.
+ * (Pages past the capacity are neither charged nor touched.) */
+static int64_t vm_len(int64_t want) {
+  int64_t n = want + FSH_IMAGE_ID_BYTES;
+  return n >= VM_HUGE / 2 ? (n + VM_HUGE - 1) / VM_HUGE * VM_HUGE : vm_pages(n);
+}
+
 /* Huge pages for a mapping of at least 2 MiB (THP "madvise" mode), and no
  * copy of it in a forked child: a child sharing the pages copy-on-write
  * makes a reader's process_vm_readv of them ~10x slower. */
-static void vm_advise(uint8_t *p, int64_t len) {
-  if (len >= VM_HUGE) (void)madvise(p, (size_t)len, MADV_HUGEPAGE);
+static void vm_advise(const fsh_shuffle_store *s, uint8_t *p, int64_t len) {
+  if (len >= VM_HUGE && s->vm_huge) (void)madvise(p, (size_t)len, MADV_HUGEPAGE);
   (void)madvise(p, (size_t)len, MADV_DONTFORK);
 }
 
@@ -667,7 +699,7 @@ static uint8_t *vm_reserve(int64_t len) {
  * or moved by mremap (page tables move, no byte is copied) to an aligned
  * range, or shrunk in place. False when refused (the mapping unchanged). */
 static bool vm_resize(spill_out *o, int64_t want) {
-  int64_t len = vm_pages(want + FSH_IMAGE_ID_BYTES);
+  int64_t len = vm_len(want);
   if (!o->img) {
     uint8_t *r = vm_reserve(len);
     if (!r) return false;
@@ -677,7 +709,7 @@ static bool vm_resize(spill_out *o, int64_t want) {
       munmap(r, (size_t)len);
       return false;
     }
-    vm_advise(p, len);
+    vm_advise(o->s, p, len);
     o->img = p;
     o->img_map = len;
     o->vm = true;
@@ -700,7 +732,7 @@ static bool vm_resize(spill_out *o, int64_t want) {
   }
   o->img = q;
   o->img_map = len;
-  if (len >= VM_HUGE) vm_advise(q, len);
+  if (len >= VM_HUGE) vm_advise(o->s, q, len);
   return true;
 }
 
@@ -1028,6 +1060,11 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
   }
   if (!o->file && o->img_size + total > o->img_cap) {
     int64_t want = image_grow(o->img_cap, o->img_size + total);
+    /* a new VM image: at once the size its writer expects (from 1 MiB on,
+     * so that it is on huge pages from its start: vm_len) */
+    if (o->img_cap == 0 && !o->img && o->s->vm_images && !o->no_vm &&
+        o->expect >= VM_HUGE / 2 && o->expect > want)
+      want = o->expect;
     const char *why = NULL;
     bool room = charge(o->s, want - o->charged);
     if (!room && pool_drain(o->s->pool) > 0) room = charge(o->s, want - o->charged);
@@ -1109,7 +1146,10 @@ static int image_finish(spill_out *o, fsh_error *err) {
   uint64_t image_id = 0;
   if (o->vm) { /* shrunk to its pages, its identity trailer after it
                   (shuffle_internal.h); read in place by this process */
-    if (o->img_map > vm_pages(size + FSH_IMAGE_ID_BYTES)) (void)vm_resize(o, size);
+    if (o->img_map > vm_pages(size + FSH_IMAGE_ID_BYTES)) { /* shrunk to its pages */
+      void *q = mremap(o->img, (size_t)o->img_map, (size_t)vm_pages(size + FSH_IMAGE_ID_BYTES), 0);
+      if (q != MAP_FAILED) o->img_map = vm_pages(size + FSH_IMAGE_ID_BYTES);
+    }
     image_id = atomic_fetch_add(&g_image_ids, 1u) + 1;
     fsh_image_id_encode(o->img + size, o->shuffle_id, o->map_id, o->attempt, image_id, size);
     vm_image *m = fsh_malloc(sizeof *m);
@@ -1818,10 +1858,22 @@ void fsh_shuffle_store_free(fsh_shuffle_store *s) {
   fsh_free(s);
 }
 
+bool fsh_store_images_parse(const char *name, fsh_store_images *out) {
+  static const struct { const char *name; fsh_store_images v; } kinds[] = {
+      {"vm", FSH_STORE_IMAGES_VM}, {"memfd", FSH_STORE_IMAGES_MEMFD},
+      {"private", FSH_STORE_IMAGES_PRIVATE}, {"vm-4k", FSH_STORE_IMAGES_VM_4K}};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(name, kinds[i].name) == 0) {
+      *out = kinds[i].v;
+      return true;
+    }
+  return false;
+}
+
 int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_store **out,
                           fsh_error *err) {
   if (!opts || !out || opts->n_spill_dirs < 0 || (opts->n_spill_dirs > 0 && !opts->spill_dirs) ||
-      opts->memory_limit < 0 || (unsigned)opts->images > FSH_STORE_IMAGES_PRIVATE)
+      opts->memory_limit < 0 || (unsigned)opts->images > FSH_STORE_IMAGES_VM_4K)
     return fsh_error_set(err, EINVAL, "store: bad options (spill directories or memory limit)");
   fsh_shuffle_store *s = fsh_calloc(1, sizeof *s);
   if (!s) return fsh_error_set(err, ENOMEM, "store: out of memory");
@@ -1867,7 +1919,8 @@ int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_sto
   s->memory_limit = opts->memory_limit;
   fsh_store_images im = opts->private_images ? FSH_STORE_IMAGES_PRIVATE : opts->images;
   s->shared_images = im == FSH_STORE_IMAGES_MEMFD;
-  s->vm_images = im == FSH_STORE_IMAGES_VM;
+  s->vm_images = im == FSH_STORE_IMAGES_VM || im == FSH_STORE_IMAGES_VM_4K;
+  s->vm_huge = im == FSH_STORE_IMAGES_VM;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   s->tag = key_hash((uint64_t)getpid(), ts.tv_nsec, (int32_t)ts.tv_sec) ^ (uint64_t)(uintptr_t)s;

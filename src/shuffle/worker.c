@@ -911,6 +911,8 @@ static int action_cancel(fsh_shuffle_worker *w, const fsh_flight_action *a,
   return 0;
 }
 
+/* pooled_memfds (the key kept for its readers: bench shuffle, the python
+ * tests) counts the pooled images of either kind, memfds and VM mappings. */
 static int action_stats(fsh_shuffle_worker *w, fsh_flight_result_list *out, fsh_error *err) {
   fsh_shuffle_store_stats st;
   fsh_shuffle_store_get_stats(w->store, &st);
