@@ -118,6 +118,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -676,6 +677,11 @@ static int64_t vm_len(int64_t want) {
 static void vm_advise(const fsh_shuffle_store *s, uint8_t *p, int64_t len) {
   if (len >= VM_HUGE && s->vm_huge) (void)madvise(p, (size_t)len, MADV_HUGEPAGE);
   (void)madvise(p, (size_t)len, MADV_DONTFORK);
+#ifdef PR_SET_VMA_ANON_NAME /* "[anon:fsh-image]" in /proc/<pid>/maps (where the kernel
+                               names anonymous memory) */
+  (void)prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)p, (unsigned long)len,
+              (unsigned long)"fsh-image");
+#endif
 }
 
 /* An address range of len bytes (a page multiple), 2 MiB-aligned when it
