@@ -138,22 +138,25 @@ int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size) 
  *
  * The spans read are copies the reader owns, and the batches decoded are
  * slices of them (no further copy), so a span lives until its batches are
- * consumed. Large spans come from a small process-wide pool of mappings
- * (huge pages, not inherited by a fork) so that they are not page-faulted
- * afresh for every source -- a fresh anonymous mapping per span pays the
- * kernel's zeroing of every page, as much CPU as the copy itself
- * (bench/shuffle/PROFILE_VM.md). A mapping goes back to the pool when its
- * last slice is released; fr_spans_drop empties it (the worker's keeper,
- * when it drops its other idle caches). */
+ * consumed: a reducer holds up to its bytes-in-flight bound of them (64
+ * MiB by default; ~64 spans of a 64 x 64 4 GiB shuffle). Large spans come
+ * from a process-wide pool of mappings (4 KiB pages: fresh huge pages cost
+ * 3x more than fresh small ones on a host that takes freed memory back,
+ * PROFILE_VM.md; not inherited by a fork) large enough for that working
+ * set, so that they are not page-faulted afresh for every source -- a
+ * fresh anonymous mapping per span pays the kernel's zeroing of every
+ * page, more CPU than the copy itself. A mapping goes back to the pool
+ * when its last slice is released; fr_spans_drop empties it (the worker's
+ * keeper, when it drops its other idle caches). */
 
 int (*fr_test_vm_errno)(void);
 void (*fr_test_after_vm_data)(void *ctx);
 void *fr_test_after_vm_data_ctx;
 
 #define SPAN_POOL_MIN ((int64_t)256 << 10) /* smaller spans: fsh_buffer_new */
-#define SPAN_POOL_MAX 8
+#define SPAN_POOL_MAX 256
 #define SPAN_POOL_BYTES ((int64_t)512 << 20)
-#define SPAN_HUGE ((int64_t)2 << 20)
+#define SPAN_GRAIN ((int64_t)64 << 10) /* mappings are whole 64 KiB */
 
 typedef struct span_map {
   void *p;
@@ -201,7 +204,7 @@ void fr_spans_stats(int64_t *maps, int64_t *reused, int64_t *pooled_bytes) {
 }
 
 /* A buffer of n bytes (contents undefined) for a span: from the pool (the
- * smallest mapping that holds n, unless it is more than twice n + 2 MiB)
+ * smallest mapping that holds n, unless it is more than twice n + 64 KiB)
  * or a new mapping; small ones from the heap. NULL: out of memory. */
 static fsh_buffer *span_take(int64_t n) {
   if (n < SPAN_POOL_MIN) return fsh_buffer_new(n, false);
@@ -210,7 +213,7 @@ static fsh_buffer *span_take(int64_t n) {
   int pick = -1;
   pthread_mutex_lock(&g_spans.mu);
   for (int i = 0; i < g_spans.n; i++)
-    if ((int64_t)g_spans.m[i].len >= n && (int64_t)g_spans.m[i].len <= 2 * n + SPAN_HUGE &&
+    if ((int64_t)g_spans.m[i].len >= n && (int64_t)g_spans.m[i].len <= 2 * n + SPAN_GRAIN &&
         (pick < 0 || g_spans.m[i].len < g_spans.m[pick].len))
       pick = i;
   if (pick >= 0) {
@@ -222,13 +225,12 @@ static fsh_buffer *span_take(int64_t n) {
   if (pick >= 0) {
     atomic_fetch_add(&g_spans.reused, 1);
   } else {
-    int64_t len = (n + SPAN_HUGE - 1) / SPAN_HUGE * SPAN_HUGE;
+    int64_t len = (n + SPAN_GRAIN - 1) / SPAN_GRAIN * SPAN_GRAIN;
     void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       fsh_free(s);
       return NULL;
     }
-    (void)madvise(p, (size_t)len, MADV_HUGEPAGE);
     (void)madvise(p, (size_t)len, MADV_DONTFORK);
     *s = (span_map){p, (size_t)len};
     atomic_fetch_add(&g_spans.maps, 1);
