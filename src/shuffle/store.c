@@ -661,14 +661,16 @@ static void image_no_pool(fsh_buffer *image) {
 static int64_t vm_pages(int64_t n) { return (n + VM_PAGE - 1) / VM_PAGE * VM_PAGE; }
 
 /* The mapping for a capacity of `want` image bytes and the trailer: whole
- * 2 MiB from 1 MiB on, so that every 2 MiB of it the writer reaches is
- * inside the mapping when first touched -- the kernel gives a huge page
- * only to an aligned 2 MiB wholly mapped and not yet touched; a range
- * first touched while the mapping ended inside it stays on 4 KiB pages.
- * (Pages past the capacity are neither charged nor touched.) */
+ * 2 MiB where the capacity reaches at least halfway into them, so that
+ * every 2 MiB of it the writer fills is inside the mapping when first
+ * touched -- the kernel gives a huge page only to an aligned 2 MiB wholly
+ * mapped and not yet touched (a range first touched while the mapping
+ * ended inside it stays on 4 KiB pages) -- and pages for a shorter tail:
+ * a huge page faulted for a few KiB of image is 2 MiB zeroed (a 2.1 MB
+ * image of a 1000 x 1000 2 GiB shuffle would fault two). */
 static int64_t vm_len(int64_t want) {
-  int64_t n = want + FSH_IMAGE_ID_BYTES;
-  return n >= VM_HUGE / 2 ? (n + VM_HUGE - 1) / VM_HUGE * VM_HUGE : vm_pages(n);
+  int64_t n = want + FSH_IMAGE_ID_BYTES, whole = n / VM_HUGE * VM_HUGE;
+  return n - whole >= VM_HUGE / 2 ? whole + VM_HUGE : whole + vm_pages(n - whole);
 }
 
 /* Huge pages for a mapping of at least 2 MiB (THP "madvise" mode), and no
