@@ -116,7 +116,7 @@ static int bench_usage(void) {
           "  partition; auto, the default: 64M, lowered so that every slot gets a task;\n"
           "  with --incremental on: one run per slot).\n"
           "  --worker-pool-idle-ms: every worker's --pool-idle-ms and --builders-idle-ms\n"
-          "  (how long its released memory images' memfds and its map builders are kept\n"
+          "  (how long its released memory images and its map builders are kept\n"
           "  for the next run; default: the worker's, 3000, shorter than the time\n"
           "  between runs, so every run starts cold; never: kept, so runs after the\n"
           "  first reuse them). Each run says whether the workers' pool was warm.\n"

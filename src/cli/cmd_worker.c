@@ -51,7 +51,7 @@ static int worker_usage(void) {
           "                     plan-fragment tasks (they spill to the --spill-dir's)\n"
           "  --direct-reads: flight tasks read the map outputs of workers on this\n"
           "                  host straight from their files and memory (default on)\n"
-          "  --pool-idle-ms: released map outputs' memory (memfds) is kept for the next\n"
+          "  --pool-idle-ms: released map outputs' memory (images) is kept for the next\n"
           "                 shuffle's map outputs until unused that long (default 3000;\n"
           "                 never: until the memory limit needs it). Reused pages make\n"
           "                 the map phase cheaper; kept ones are memory held idle\n"
