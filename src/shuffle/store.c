@@ -703,11 +703,15 @@ static uint8_t *vm_reserve(int64_t len) {
 }
 
 /* Room for want bytes of image and its identity trailer in o's VM
- * mapping: a new one (aligned, advised), or the old one grown in place
- * or moved by mremap (page tables move, no byte is copied) to an aligned
- * range, or shrunk in place. False when refused (the mapping unchanged). */
+ * mapping: a new one (aligned, advised) -- as long as the image its writer
+ * expects, from 1 MiB on, so that it is on huge pages from its start
+ * (vm_len; only the capacity asked is charged: pages past it are not
+ * touched before it grows) -- or the old one when it is long enough, or
+ * grown in place or moved by mremap (page tables move, no byte is copied)
+ * to an aligned range. False when refused (the mapping unchanged). */
 static bool vm_resize(spill_out *o, int64_t want) {
   int64_t len = vm_len(want);
+  if (!o->img && o->expect >= VM_HUGE / 2 && vm_len(o->expect) > len) len = vm_len(o->expect);
   if (!o->img) {
     uint8_t *r = vm_reserve(len);
     if (!r) return false;
@@ -723,12 +727,11 @@ static bool vm_resize(spill_out *o, int64_t want) {
     o->vm = true;
     return true;
   }
-  if (len == o->img_map) return true;
+  if (len <= o->img_map) return true; /* (shrunk only when finished: image_finish) */
   void *q = MAP_FAILED;
-  /* in place: a shrink, or a growth that keeps huge pages possible */
-  if (len < o->img_map || len < VM_HUGE || (uintptr_t)o->img % (uintptr_t)VM_HUGE == 0)
+  /* in place: a growth that keeps huge pages possible */
+  if (len < VM_HUGE || (uintptr_t)o->img % (uintptr_t)VM_HUGE == 0)
     q = mremap(o->img, (size_t)o->img_map, (size_t)len, 0);
-  if (q == MAP_FAILED && len < o->img_map) return false;
   if (q == MAP_FAILED) {
     uint8_t *r = vm_reserve(len);
     if (!r) return false;
@@ -1068,11 +1071,6 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
   }
   if (!o->file && o->img_size + total > o->img_cap) {
     int64_t want = image_grow(o->img_cap, o->img_size + total);
-    /* a new VM image: at once the size its writer expects (from 1 MiB on,
-     * so that it is on huge pages from its start: vm_len) */
-    if (o->img_cap == 0 && !o->img && o->s->vm_images && !o->no_vm &&
-        o->expect >= VM_HUGE / 2 && o->expect > want)
-      want = o->expect;
     const char *why = NULL;
     bool room = charge(o->s, want - o->charged);
     if (!room && pool_drain(o->s->pool) > 0) room = charge(o->s, want - o->charged);

@@ -15,7 +15,9 @@
  *    the charge back; an idle pool is drained likewise;
  *  - an image evicted to a spill file by a later writer is unmapped (no
  *    reader holds it), not pooled, and still reads back from its file;
- *  - a budget smaller than the output: it spills, nothing stays charged. */
+ *  - a budget smaller than the output: it spills, nothing stays charged;
+ *  - a new writer is charged for its capacity, not for the (larger) image
+ *    size the store expects of it. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -308,6 +310,36 @@ static void small_budget_spills(void) {
   close_store(&f);
 }
 
+/* A new VM image is mapped as long as its writer expects (huge pages from
+ * its start) but charged only for what it holds: a writer just opened
+ * after a 6 MB image (the store's expectation now) holds its first
+ * growth's 64 KiB of the budget, not 6 MB -- concurrent writers (a task's
+ * attempts) must not exhaust a small budget up front. Its image then
+ * reads back whole. */
+static void charged_by_capacity_not_expectation(void) {
+  fixture f = open_store("vm", (int64_t)256 << 20);
+  write_map(&f, 8, 0, 18, 200000); /* ~6.4 MB: the expectation */
+  int64_t before = pool(f.s).budget_used;
+  fsh_shuffle_spec spec = {.shuffle_id = 8, .n_partitions = PARTS, .schema = f.schema};
+  fsh_store_writer *w = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_store_writer_open(f.s, &spec, 1, 0, &w, &err)); /* writes the schema */
+  int64_t held = pool(f.s).budget_used - before;
+  CHECK_MSG(held > 0 && held <= (64 << 10), "a new writer holds %lld bytes of the budget",
+            (long long)held);
+  fsh_batch *b = stu_synthetic(19, 20000);
+  CHECK_OK(fsh_store_writer_write(w, 0, b, &err));
+  fsh_batch_unref(b);
+  fsh_map_output m = {0};
+  CHECK_OK(fsh_store_writer_close(w, &m, &err));
+  CHECK_EQ_INT(m.rows ? m.rows[0] : -1, 20000);
+  fsh_map_output_reset(&m);
+  CHECK_EQ_INT(count_rows(&f, 8, 1), 20000);
+  check_budget(&f, "after");
+  release(&f, 8);
+  close_store(&f);
+}
+
 FSH_TEST_MAIN(TEST(written_grown_and_located), TEST(not_inherited_by_fork),
               TEST(pooled_reused_and_drained), TEST(evicted_unmapped),
-              TEST(small_budget_spills))
+              TEST(small_budget_spills), TEST(charged_by_capacity_not_expectation))
