@@ -128,7 +128,11 @@ static bool mapping_of(uint64_t addr, uint64_t *lo, uint64_t *hi, char *flags, s
       continue;
     }
     if (!in) continue;
-    if (strncmp(line, "VmFlags:", 8) == 0) snprintf(flags, n, "%s", line + 8);
+    if (strncmp(line, "VmFlags:", 8) == 0) {
+      size_t k = strlen(line + 8) < n ? strlen(line + 8) : n - 1;
+      memcpy(flags, line + 8, k);
+      flags[k] = '\0';
+    }
     if (strncmp(line, "AnonHugePages:", 14) == 0) *huge_kb = atol(line + 14);
   }
   fclose(fp);
@@ -169,8 +173,8 @@ static void written_grown_and_located_of(fsh_store_images images) {
   for (int64_t k = 0; k < l.part.n_blocks; k++)
     CHECK(l.part.blocks[k].offset + l.part.blocks[k].length <= l.size);
   uint64_t lo = 0, hi = 0;
-  char flags[256];
-  long huge_kb;
+  char flags[256] = "";
+  long huge_kb = -1;
   CHECK(mapping_of(l.addr, &lo, &hi, flags, sizeof flags, &huge_kb));
   CHECK_MSG(lo <= l.addr && hi >= l.addr + (uint64_t)l.size + FSH_IMAGE_ID_BYTES &&
                 hi - l.addr < (uint64_t)l.size + FSH_IMAGE_ID_BYTES + 4096,
