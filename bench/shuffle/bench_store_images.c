@@ -93,7 +93,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) { /* 0 private, 1 shared */
       fsh_shuffle_store *s = NULL;
       fsh_shuffle_store_options o = {.memory_limit = (int64_t)1 << 50, .name = "bench",
-                                     .private_images = k == 0};
+                                     .images = k == 0 ? FSH_STORE_IMAGES_PRIVATE
+                                                      : FSH_STORE_IMAGES_MEMFD};
       if (fsh_shuffle_store_new(&o, &s, &err) != 0) die("store", &err);
       double t0 = bench_now();
       for (int m = 0; m < maps; m++) {

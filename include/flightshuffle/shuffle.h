@@ -193,13 +193,27 @@ FSH_NODISCARD int fsh_shuffle_fs_new(const char *dir, fsh_shuffle_backend **out,
  * directories: the leftovers of a crashed earlier run. A spill directory
  * belongs to one worker. Thread-safe. */
 typedef struct fsh_shuffle_store fsh_shuffle_store;
+/* Where a store keeps its memory images (src/shuffle/store.c has the
+ * details): VM, anonymous memory (huge pages) that same-host readers copy
+ * with process_vm_readv; MEMFD, memfds they open through /proc (for
+ * hosts that forbid process_vm_readv: ptrace restrictions); PRIVATE,
+ * fsh_malloc'd memory nobody else reads (same-host readers use DoGet). */
+typedef enum fsh_store_images {
+  FSH_STORE_IMAGES_VM = 0,
+  FSH_STORE_IMAGES_MEMFD = 1,
+  FSH_STORE_IMAGES_PRIVATE = 2,
+  FSH_STORE_IMAGES_VM_4K = 3 /* VM on 4 KiB pages (no MADV_HUGEPAGE): to measure */
+} fsh_store_images;
+/* "vm", "memfd", "private", "vm-4k" (the worker's --images): false if
+ * name is none of those. */
+bool fsh_store_images_parse(const char *name, fsh_store_images *out);
 typedef struct fsh_shuffle_store_options {
   const char *const *spill_dirs; /* created if missing; may be none */
   int n_spill_dirs;
   int64_t memory_limit; /* bytes of images kept in memory (0: all spill) */
   const char *name;     /* for messages (the worker's URI); NULL = "store" */
-  bool private_images;  /* memory images in fsh_malloc'd memory instead of
-                           memfds that same-host readers can open */
+  bool private_images;  /* images = PRIVATE (kept for older callers) */
+  fsh_store_images images; /* default (0) VM */
 } fsh_shuffle_store_options;
 
 typedef struct fsh_shuffle_store_stats {
@@ -427,6 +441,7 @@ typedef struct fsh_shuffle_worker_options {
   const fsh_worker_task_kind *task_kinds; /* [n_task_kinds], copied at start */
   int n_task_kinds;
   bool no_direct_reads; /* its flight tasks read same-host peers via DoGet too */
+  fsh_store_images images; /* its store's memory images (default VM) */
 } fsh_shuffle_worker_options;
 
 FSH_NODISCARD int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts,

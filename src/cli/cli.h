@@ -158,6 +158,7 @@ typedef struct cli_local_options {
   const char *pool_idle_ms, *builders_idle_ms; /* the workers' --pool-idle-ms and
                                                   --builders-idle-ms ("never" or ms,
                                                   checked), or NULL: their default */
+  const char *images;      /* the workers' --images (checked), or NULL: their default */
 } cli_local_options;
 
 /* Starts the cluster into *c (large: keep it static) and waits until every

@@ -83,6 +83,7 @@ typedef struct bench_opts {
   int64_t reduce_task_bytes; /* coalesced reduces: 0 a task per partition, < 0 auto */
   const char *worker_idle_ms; /* --worker-pool-idle-ms as given ("never" or ms), or NULL */
   const char *builders_idle_ms; /* --worker-builders-idle-ms, or NULL: worker_idle_ms */
+  const char *worker_images; /* --worker-images (checked), or NULL: the workers' default */
 } bench_opts;
 
 static int bench_usage(void) {
@@ -93,7 +94,7 @@ static int bench_usage(void) {
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
           "         [--direct on|off|both] [--merge on|off|auto|both] [--merge-threshold T]\n"
           "         [--reduce-task-bytes B|auto] [--worker-pool-idle-ms MS|never]\n"
-          "         [--worker-builders-idle-ms MS|never]\n"
+          "         [--worker-builders-idle-ms MS|never] [--worker-images vm|memfd|private|vm-4k]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
           "  in flight per worker (default 2); the memory backend runs N threads.\n"
@@ -115,12 +116,13 @@ static int bench_usage(void) {
           "  partition; auto, the default: 64M, lowered so that every slot gets a task;\n"
           "  with --incremental on: one run per slot).\n"
           "  --worker-pool-idle-ms: every worker's --pool-idle-ms and --builders-idle-ms\n"
-          "  (how long its released memory images' memfds and its map builders are kept\n"
+          "  (how long its released memory images and its map builders are kept\n"
           "  for the next run; default: the worker's, 3000, shorter than the time\n"
           "  between runs, so every run starts cold; never: kept, so runs after the\n"
           "  first reuse them). Each run says whether the workers' pool was warm.\n"
           "  --worker-builders-idle-ms: the workers' --builders-idle-ms alone (default:\n"
-          "  --worker-pool-idle-ms's).\n");
+          "  --worker-pool-idle-ms's).\n"
+          "  --worker-images: every worker's --images (default: the worker's, vm).\n");
   return 2;
 }
 
@@ -217,6 +219,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
                         a, v);
       if (a[9] == 'p') o->worker_idle_ms = v;
       else o->builders_idle_ms = v;
+    } else if (strcmp(a, "--worker-images") == 0) {
+      fsh_store_images kind;
+      if (!fsh_store_images_parse(v, &kind))
+        return cli_fail(2, "bench shuffle: --worker-images '%s': expected vm, memfd, private "
+                        "or vm-4k", v);
+      o->worker_images = v;
     } else if (strcmp(a, "--fail-worker") == 0) {
       char *end = NULL;
       o->fail_worker = strtod(v, &end);
@@ -352,6 +360,10 @@ static int start_worker(cluster *c, int i, const bench_opts *o) {
   if (o->builders_idle_ms || o->worker_idle_ms) {
     args[k++] = (char *)"--builders-idle-ms";
     args[k++] = (char *)(o->builders_idle_ms ? o->builders_idle_ms : o->worker_idle_ms);
+  }
+  if (o->worker_images) {
+    args[k++] = (char *)"--images";
+    args[k++] = (char *)o->worker_images;
   }
   args[k++] = (char *)"--driver";
   args[k++] = (char *)fsh_sched_driver_uri(c->driver);
@@ -1122,7 +1134,7 @@ int cmd_bench(int argc, char **argv) {
            "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
            "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
            "idle_gap_ms_median=%.1f direct=%s reduce_tasks=%d worker_cpu_s_per_gb_median=%.3f "
-           "pool_warm_runs=%d worker_pool_idle_ms=%s\n",
+           "pool_warm_runs=%d worker_pool_idle_ms=%s worker_images=%s\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
            fsh_compression_name(o.compression), o.runs, tot[1], map[1], red[1], sock[1],
@@ -1130,7 +1142,8 @@ int cmd_bench(int argc, char **argv) {
            recomputed, ff[1], gap[1],
            o.backend != FSH_TASK_BACKEND_FLIGHT ? "n/a" : o.direct_both ? "on" :
            o.direct_off ? "off" : "on", st[o.runs - 1].reduce_tasks, cpu_gb[1], warm_runs,
-           o.worker_idle_ms ? o.worker_idle_ms : "default");
+           o.worker_idle_ms ? o.worker_idle_ms : "default",
+           o.worker_images ? o.worker_images : "default");
     if (o.direct_both) {
       double t_off[3], gb_off[3], red_off[3];
       summarize(st_on, o.runs, offsetof(run_stats, total), t_off);

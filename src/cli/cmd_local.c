@@ -41,6 +41,7 @@ static int local_usage(void) {
           "                          [--run-seconds S] [--heartbeat-timeout-ms N]\n"
           "                          [--auth-token T] [--keepalive-ms N] [--direct-reads on|off]\n"
           "                          [--pool-idle-ms MS|never] [--builders-idle-ms MS|never]\n"
+          "                          [--images vm|memfd|private|vm-4k]\n"
           "  a driver and N worker processes on 127.0.0.1, until Ctrl-C (or S seconds);\n"
           "  worker i spills into DIR/w<i> (default: a temp directory), removed at the end\n"
           "  --auth-token: the driver and every worker require T of every caller (and\n"
@@ -51,7 +52,9 @@ static int local_usage(void) {
           "                  between hosts)\n"
           "  --pool-idle-ms, --builders-idle-ms: every worker's (how long it keeps released\n"
           "                  map outputs' memory and idle partition builders for the next\n"
-          "                  shuffle; default 3000; see `flightshuffle worker --help`)\n");
+          "                  shuffle; default 3000; see `flightshuffle worker --help`)\n"
+          "  --images: every worker's (where its in-memory map outputs live; default vm;\n"
+          "            memfd where process_vm_readv is not permitted)\n");
   return 2;
 }
 
@@ -99,6 +102,7 @@ static int start_worker(cli_local *c, int i, const cli_local_options *lo) {
   if (lo->no_direct_reads) args[n++] = "--direct-reads", args[n++] = "off";
   if (lo->pool_idle_ms) args[n++] = "--pool-idle-ms", args[n++] = lo->pool_idle_ms;
   if (lo->builders_idle_ms) args[n++] = "--builders-idle-ms", args[n++] = lo->builders_idle_ms;
+  if (lo->images) args[n++] = "--images", args[n++] = lo->images;
   args[n] = NULL;
   sigset_t none;
   sigemptyset(&none);
@@ -237,7 +241,7 @@ int cmd_local(int argc, char **argv) {
   int64_t memory_limit = (int64_t)1 << 30;
   const char *spill_dir = NULL;
   bool no_direct_reads = false;
-  const char *pool_idle_ms = NULL, *builders_idle_ms = NULL;
+  const char *pool_idle_ms = NULL, *builders_idle_ms = NULL, *images = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -285,6 +289,11 @@ int cmd_local(int argc, char **argv) {
         return cli_fail(2, "local: %s '%s': expected milliseconds 0..86400000 or never", a, v);
       if (a[2] == 'p') pool_idle_ms = v;
       else builders_idle_ms = v;
+    } else if (strcmp(a, "--images") == 0) {
+      fsh_store_images kind;
+      if (!fsh_store_images_parse(v, &kind))
+        return cli_fail(2, "local: --images '%s': expected vm, memfd, private or vm-4k", v);
+      images = v;
     } else {
       cli_fail(2, "local: unknown option %s", a);
       return local_usage();
@@ -300,7 +309,8 @@ int cmd_local(int argc, char **argv) {
                           .memory_limit = memory_limit, .auth_token = auth_token,
                           .keepalive_ms = keepalive_ms, .heartbeat_timeout_ms = timeout_ms,
                           .no_direct_reads = no_direct_reads, .pool_idle_ms = pool_idle_ms,
-                          .builders_idle_ms = builders_idle_ms, .log = true};
+                          .builders_idle_ms = builders_idle_ms, .images = images,
+                          .log = true};
   int rc = cli_local_start(&lo, &c);
   if (rc != 0) return rc; /* stopped already */
   {

@@ -42,6 +42,7 @@ static int worker_usage(void) {
           "       [--operator-memory BYTES]\n"
           "       [--driver URI] [--keepalive-ms N] [--direct-reads on|off]\n"
           "       [--pool-idle-ms MS|never] [--builders-idle-ms MS|never]\n"
+          "       [--images vm|memfd|private|vm-4k]\n"
           "  --driver: join that driver's cluster (register, then heartbeat)\n"
           "  --keepalive-ms: Flight keepalive of every connection (a silent peer is\n"
           "                  dropped after about twice that; default 10000)\n"
@@ -50,10 +51,15 @@ static int worker_usage(void) {
           "                     plan-fragment tasks (they spill to the --spill-dir's)\n"
           "  --direct-reads: flight tasks read the map outputs of workers on this\n"
           "                  host straight from their files and memory (default on)\n"
-          "  --pool-idle-ms: released map outputs' memory (memfds) is kept for the next\n"
+          "  --pool-idle-ms: released map outputs' memory (images) is kept for the next\n"
           "                 shuffle's map outputs until unused that long (default 3000;\n"
           "                 never: until the memory limit needs it). Reused pages make\n"
           "                 the map phase cheaper; kept ones are memory held idle\n"
+          "  --images: where map outputs kept in memory live: vm (default: anonymous\n"
+          "            memory on huge pages, read by same-host peers with\n"
+          "            process_vm_readv), memfd (memfds they open: for hosts whose\n"
+          "            ptrace restrictions forbid process_vm_readv), private (no\n"
+          "            same-host direct reads), vm-4k (vm on 4 KiB pages)\n"
           "  --builders-idle-ms: the same for the map tasks' partition builders, once\n"
           "                 no task ran that long (default 3000)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
@@ -111,6 +117,9 @@ int cmd_worker(int argc, char **argv) {
       if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
         return cli_fail(2, "worker: --direct-reads '%s': expected on or off", v);
       o.no_direct_reads = strcmp(v, "off") == 0;
+    } else if (strcmp(a, "--images") == 0) {
+      if (!fsh_store_images_parse(v, &o.images))
+        return cli_fail(2, "worker: --images '%s': expected vm, memfd, private or vm-4k", v);
     } else if (strcmp(a, "--pool-idle-ms") == 0 || strcmp(a, "--builders-idle-ms") == 0) {
       if (!parse_idle_ms(v, a[2] == 'p' ? &pool_idle_ms : &builders_idle_ms))
         return cli_fail(2, "worker: %s '%s': expected milliseconds 0..86400000 or never", a, v);

@@ -21,7 +21,10 @@
  * (a mapping costs more than copying a few KiB) -- and each block goes
  * through the same checks, decoding and queueing as a bundled block of a
  * DoGet. A mapping never faults: spill files and published memory images
- * are never truncated, only unlinked, which leaves a mapping whole. */
+ * are never truncated, only unlinked, which leaves a mapping whole. A VM
+ * image (anonymous memory of the worker's) is copied instead, the span
+ * of a source's blocks at once with process_vm_readv into a buffer of the
+ * reader's (fr_direct_vm_read), whose blocks are then fed the same way. */
 #include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -739,7 +742,33 @@ static int run_slots(fetch *f, fsh_error *err) {
   }
   int64_t g = r->count; /* a source's slots: its partitions of the run */
   for (int64_t k = 0; rc == 0 && k < job->n_slots;) {
-    if (direct && d.a.sources[k].kind != FSH_STORE_AT_NONE) {
+    if (direct && d.a.sources[k].kind == FSH_STORE_AT_VM) {
+      char path[200];
+      fsh_buffer *span = NULL;
+      int64_t lo = 0;
+      int vr = fr_direct_vm_read(&d, k, g, &span, &lo, path, sizeof path);
+      if (vr == 0) { /* every block of the source's partitions is in span */
+        rc = direct_decoder(f, &d, err);
+        for (int64_t kk = k; rc == 0 && kk < k + g; kk++)
+          rc = direct_slot(f, kk, &d.a.sources[kk], -1, path, span, lo, err);
+        fsh_buffer_unref(span);
+        k += g;
+        continue;
+      }
+      for (int64_t kk = k; kk < k + g; kk++) d.a.sources[kk].kind = FSH_STORE_AT_NONE;
+      atomic_fetch_add(&fb_stats_of(r->st)->direct_fallbacks, 1);
+      if (vr == -2) { /* may not read its memory: this peer's all fetched, from now on too */
+        if (fb_same_host(r->st, job->uri, 0) > 0)
+          fprintf(stderr, "flightshuffle: flight shuffle: worker %s: reading its memory "
+                  "images with process_vm_readv is not permitted here (EPERM: ptrace "
+                  "restrictions, e.g. kernel.yama.ptrace_scope >= 1, or a container "
+                  "without CAP_SYS_PTRACE): its map outputs are fetched with DoGet from now "
+                  "on; set kernel.yama.ptrace_scope=0, or run the workers with "
+                  "--images memfd, to read them directly\n", job->uri);
+        fb_same_host(r->st, job->uri, -1);
+        for (int64_t j = k + g; j < job->n_slots; j++) d.a.sources[j].kind = FSH_STORE_AT_NONE;
+      }
+    } else if (direct && d.a.sources[k].kind != FSH_STORE_AT_NONE) {
       char path[4200];
       int fd = same_file(&d, k, g) ? fr_direct_open(&d, k, path, sizeof path) : -1;
       if (fd >= 0) { /* one open for all the source's partitions of the run */

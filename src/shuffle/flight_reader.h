@@ -19,7 +19,8 @@
  * Same-host peers (flight_direct.c): a job first asks its worker where
  * the map outputs are ("locate"); when the worker runs on this host the
  * job reads the located ones straight from the worker's spill files and
- * memory images and fetches only the others with DoGet -- slots still
+ * memory images (memfds; VM images with process_vm_readv) and fetches
+ * only the others with DoGet -- slots still
  * taken in ascending order (a DoGet per run of consecutive fetched ones),
  * so the rule above holds. */
 #ifndef FSH_FLIGHT_READER_H
@@ -144,6 +145,30 @@ void fr_direct_reset(fr_direct *d);
  * or another one (read it with DoGet), -2 when this process may not open
  * it (permissions, e.g. another user's worker: DoGet everything). */
 int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size);
+
+/* Reads VM entries [k, k + g) of d (one source's partitions of a run,
+ * all naming one image: else -1) with process_vm_readv: the identity
+ * trailer, then the bytes their blocks span into *span (a buffer the
+ * caller owns; NULL when they have no blocks; *span_lo the span's offset
+ * in the image), then the trailer again. 0 only when both trailers name
+ * the image located (the store clears the id before reusing or unmapping
+ * the image, so bytes copied between them are its own); -1 when the image
+ * is gone or another (a short copy, EFAULT, ESRCH, a changed trailer, out
+ * of memory: read it with DoGet); -2 when this process may not read the
+ * worker's memory (EPERM: ptrace restrictions -- DoGet this peer from now
+ * on). path: what was read, for messages. */
+int fr_direct_vm_read(const fr_direct *d, int64_t k, int64_t g, fsh_buffer **span,
+                      int64_t *span_lo, char *path, size_t path_size);
+/* The span pool's mappings made and reuses so far, and bytes pooled now. */
+void fr_spans_stats(int64_t *maps, int64_t *reused, int64_t *pooled_bytes);
+
+/* Tests only: fr_test_vm_errno (when set) is asked before every
+ * process_vm_readv of a VM read; non-zero is taken as that call's errno
+ * (EPERM where a test runs as root). fr_test_after_vm_data (when set) is
+ * called between a VM read's data copy and its second trailer check. */
+extern int (*fr_test_vm_errno)(void);
+extern void (*fr_test_after_vm_data)(void *ctx);
+extern void *fr_test_after_vm_data_ctx;
 
 /* Tests only: called (when set) by a job right after its worker answered
  * a locate, before anything located is opened -- where a test releases

@@ -344,7 +344,8 @@ FSH_NODISCARD int fsh_store_open(fsh_shuffle_store *s, uint64_t shuffle_id, int6
 typedef enum fsh_store_at {
   FSH_STORE_AT_NONE = 0,  /* not readable directly (a private memory image) */
   FSH_STORE_AT_FILE = 1,  /* a spill file: name in spill directory dir */
-  FSH_STORE_AT_MEMFD = 2  /* a memory image: memfd fd of this process */
+  FSH_STORE_AT_MEMFD = 2, /* a memory image: memfd fd of this process */
+  FSH_STORE_AT_VM = 3     /* a VM image: addr in this process's memory */
 } fsh_store_at;
 typedef struct fsh_store_location {
   fsh_store_at kind;
@@ -354,7 +355,10 @@ typedef struct fsh_store_location {
                        (and the number reused) any time after */
   uint64_t dev, ino; /* the file's or memfd's identity (st_dev, st_ino) */
   int64_t size;     /* its size (the map-output file's) */
-  uint64_t image_id; /* MEMFD: the image's identity trailer's id (below) */
+  uint64_t image_id; /* MEMFD, VM: the image's identity trailer's id (below) */
+  uint64_t addr;     /* VM: the image's address (valid while it is held; the
+                        trailer's id is cleared before it is reused or
+                        unmapped) */
   fsh_map_file_partition part; /* the partition's verified index entry */
   fsh_buffer *schema_msg;      /* its verified schema message (reference) */
 } fsh_store_location;
@@ -386,15 +390,25 @@ int fsh_store_spill_dirs(const fsh_shuffle_store *s, const char *const **dirs);
  * and the memfd is pooled only when no other process holds it open or
  * mapped (a write lease proves it), so a same-host reader that checks the
  * trailer right after opening never takes a reused memfd for the image it
- * located. */
+ * located.
+ *
+ * A VM image (anonymous memory, store.c) has the same trailer right after
+ * its S bytes in its mapping. No lease exists for anonymous memory: the
+ * trailer's image id is cleared (a sequentially consistent store) before
+ * the mapping is pooled or unmapped, and a same-host reader copies the
+ * trailer, then the bytes it wants, then the trailer again
+ * (process_vm_readv, flight_fetch.c), and uses the bytes only when both
+ * copies name the image it located -- a seqlock whose sequence is the
+ * image id, which never repeats. */
 #define FSH_IMAGE_ID_MAGIC "FSHIMGID"
 #define FSH_IMAGE_ID_BYTES 48
 static inline void fsh_image_id_encode(uint8_t out[FSH_IMAGE_ID_BYTES], uint64_t shuffle_id,
                                        int64_t map_id, int32_t attempt, uint64_t image_id,
                                        int64_t size);
-/* The store's pool of released memfds kept for reuse: how many, their
- * bytes (charged to the budget, not counted in memory_bytes), how many
- * images reused one so far, all the budget charged (pool included), and
+/* The store's pool of released memfds and VM mappings (one or the other,
+ * as the store's images are) kept for reuse: how many, their bytes
+ * (charged to the budget, not counted in memory_bytes), how many images
+ * reused one so far, all the budget charged (pool included), and
  * how many times it was emptied for being idle. */
 typedef struct fsh_store_pool_stats {
   int64_t pooled, pooled_bytes, reused, budget_used, idle_drains;
@@ -420,6 +434,10 @@ void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms);
  * (kernels.h; process-wide). Both FSH_WORKER_IDLE_MS_DEFAULT at start.
  * Thread-safe; the keeper applies them at its next tick. */
 #define FSH_WORKER_IDLE_MS_DEFAULT 3000
+/* Frees the flight reader's pooled span buffers of VM reads
+ * (flight_direct.c; process-wide): the worker's keeper calls it when it
+ * drops its idle partition builders. */
+void fr_spans_drop(void);
 void fsh_shuffle_worker_set_idle_ms(fsh_shuffle_worker *w, int64_t pool_ms,
                                     int64_t builders_ms);
 
@@ -557,11 +575,16 @@ static inline uint64_t fsh_le_get64(const uint8_t *p) {
  *   (u32 length, the spill directory); the schema message's metadata of
  *   the first located map output (S bytes, 0 when none is); then per
  *   ticket entry, in order: u8 kind (fsh_store_at), 3 zero bytes, i32
- *   dir index (FILE) or fd (MEMFD), u64 dev, u64 ino, i64 file size, i64
- *   partition rows, i64 partition bytes, u64 partition checksum, i64
- *   n_blocks, u64 image id (MEMFD: its identity trailer's, below; else 0),
+ *   dir index (FILE) or fd (MEMFD) or 0 (VM), u64 dev (VM: the image's
+ *   address in the worker's memory), u64 ino (VM: 0), i64 file size (VM:
+ *   the image's), i64 partition rows, i64 partition bytes, u64 partition
+ *   checksum, i64 n_blocks, u64 image id (MEMFD, VM: its identity
+ *   trailer's, below; else 0),
  *   u32 name length N (FILE: 1 .. 255, else 0), the name, then
  *   n_blocks x (i64 offset, i64 length, i64 rows, u64 checksum).
+ * A kind the reader does not know (a later one) is read as NONE, its name
+ * and blocks skipped (VM, 3, was added so: a reader older than it
+ * rejected the whole answer, and read everything with DoGet).
  * A map output not held, or not readable directly, is kind NONE (0) with
  * zeros: the reader fetches it with DoGet, which says what is wrong. The
  * answer names files only inside the worker's declared spill
@@ -577,7 +600,8 @@ typedef struct fsh_locate_source {
   int64_t size, rows, bytes;
   uint64_t checksum;
   int64_t n_blocks;
-  uint64_t image_id;             /* MEMFD: its identity trailer's id */
+  uint64_t image_id;             /* MEMFD, VM: its identity trailer's id */
+  uint64_t addr;                 /* VM: the image's address in process pid */
   /* what was asked (set by the reader, fr_direct_locate, not decoded):
    * a memfd's identity trailer must name it */
   uint64_t want_shuffle_id;

@@ -30,7 +30,26 @@
  * time as before. The head holds no image reference, so eviction still
  * frees the memory.
  *
- * Shared images: unless the store's options say private_images, a memory
+ * VM images (the default, fsh_store_images VM): a memory image lives in an
+ * anonymous private mapping of its own (vm_resize), its start 2 MiB-aligned
+ * and advised MADV_HUGEPAGE once it is at least 2 MiB (THP "madvise" mode:
+ * writing fresh huge pages costs ~1/6 of a memfd's tmpfs pages, and a
+ * peer's process_vm_readv of them ~1/4 of reading a memfd), and
+ * MADV_DONTFORK (a fork's copy-on-write sharing makes a peer's copy 10x
+ * slower); written with memcpy from the writer's iovecs as a private
+ * image is, grown with mremap (in place, or moved to a fresh aligned range:
+ * page tables move, no byte is copied), shrunk to its pages at close, and
+ * its identity trailer (shuffle_internal.h) written right after its bytes.
+ * This process's readers read it in place. A same-host reader copies the
+ * blocks it wants out of this process with process_vm_readv at the
+ * address "locate" answers (flight_fetch.c), checking the trailer before
+ * and after the copy. A released VM image goes to the same pool as memfds
+ * (below), its trailer's image id cleared first (vm_image_release: the
+ * reuse guard, as no lease exists for anonymous memory); so does an
+ * unmapped one. FSH_STORE_IMAGES_VM_4K is the same without huge pages
+ * (to measure). A refused mapping falls back to fsh_realloc (private).
+ *
+ * Shared images (FSH_STORE_IMAGES_MEMFD): a memory
  * image lives in the pages of a memfd (memfd_create) -- the same memory,
  * charged the same way: written with pwritev (the kernel allocates and
  * fills its pages: no page fault per 4 KiB, which is what made writing
@@ -46,7 +65,8 @@
  * 8192 memfds): a store holding thousands of images must not starve the
  * sockets and files of its fds.
  *
- * Reused memfds: tmpfs allocating a page for every 4 KiB written was the
+ * Reused memfds (and VM mappings, pooled the same way, pages and all):
+ * tmpfs allocating a page for every 4 KiB written was the
  * largest cost of writing an image, and freeing them again at release a
  * further one. (Not zeroing: a page pwrite fills whole is not cleared --
  * clear_page is 0.2% of a cold 64 x 64 map window, all of it the heap's
@@ -98,6 +118,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -115,6 +136,7 @@ typedef struct entry {
   fsh_schema *schema;
   fsh_buffer *image;  /* in memory, or NULL */
   int image_fd;       /* the image's memfd (while image is set), or -1 */
+  bool image_vm;      /* the image is an anonymous VM image (see the top) */
   uint64_t image_dev, image_ino; /* its identity, for same-host readers */
   uint64_t image_id;  /* its identity trailer's id (shuffle_internal.h) */
   int64_t charged;    /* bytes of the budget it holds */
@@ -140,7 +162,8 @@ typedef struct image_pool {
   atomic_int refs;
   fsh_shuffle_store *s; /* whose budget it is charged to; NULL once freed */
   int n;
-  struct { int fd; int64_t bytes; } img[POOL_MAX];
+  struct { int fd; uint8_t *addr; int64_t bytes; } img[POOL_MAX]; /* a memfd (fd >= 0), or a
+                                          VM image's mapping of `bytes` at addr */
   int64_t bytes, max_bytes; /* charged; at most */
   int64_t reused;
   int64_t last_use_ns; /* the last put or take (CLOCK_MONOTONIC) */
@@ -158,6 +181,8 @@ struct fsh_shuffle_store {
   int n_dirs;
   int64_t memory_limit;
   bool shared_images; /* memory images in memfds (see the top) */
+  bool vm_images;     /* memory images in anonymous VM mappings (see the top) */
+  bool vm_huge;       /* ... advised to huge pages (not FSH_STORE_IMAGES_VM_4K) */
   atomic_llong used; /* bytes charged */
   atomic_uint next_dir;
   atomic_ullong seq;
@@ -298,6 +323,7 @@ static void entry_destroy(fsh_shuffle_store *s, entry *e) {
 typedef struct spill_result {
   fsh_buffer *image;
   int image_fd; /* its memfd (owned by the image), or -1 */
+  bool image_vm; /* a VM image */
   uint64_t image_dev, image_ino, image_id;
   int64_t charged;
   char *path;
@@ -315,8 +341,13 @@ typedef struct spill_out {
   int64_t expect;  /* the image bytes its writer expects (0: unknown) */
   bool hinted;     /* expect was its opener's, not the store's average */
   char file_name[SPILL_NAME_MAX];
-  uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd), */
+  uint8_t *img;    /* memory mode: the image so far (fsh_malloc'd, or when vm
+                      an anonymous mapping of img_map bytes: img_cap + the
+                      identity trailer, rounded up to pages), */
   int64_t img_size, img_cap; /* its bytes and capacity (charged) */
+  bool vm;         /* img is a VM mapping */
+  bool no_vm;      /* a VM mapping was refused: fsh_realloc from then on */
+  int64_t img_map;
   int img_fd;      /* or: the memfd holding its bytes (img NULL), or -1 */
   bool no_memfd;   /* memfd refused: fsh_realloc from then on */
   int64_t charged;
@@ -602,11 +633,131 @@ typedef struct shm_image {
   atomic_bool no_pool; /* evicted: closed when released, not pooled */
 } shm_image;
 
+/* A finished VM image: its mapping (len bytes: the image's size bytes,
+ * its identity trailer, the rest of the last page) and the pool it goes
+ * to once released. */
+typedef struct vm_image {
+  uint8_t *p;
+  int64_t size, len;
+  image_pool *pool; /* a reference */
+  atomic_bool no_pool; /* evicted: unmapped when released, not pooled */
+} vm_image;
+
 static void shm_image_release(void *ctx);
+static void vm_image_release(void *ctx);
 
 static void image_no_pool(fsh_buffer *image) {
   if (image->release == shm_image_release)
     atomic_store(&((shm_image *)image->release_ctx)->no_pool, true);
+  if (image->release == vm_image_release)
+    atomic_store(&((vm_image *)image->release_ctx)->no_pool, true);
+}
+
+/* ---- VM images: anonymous memory (see the top) -------------------------- */
+
+#define VM_HUGE ((int64_t)2 << 20)
+#define VM_PAGE ((int64_t)4096)
+
+static int64_t vm_pages(int64_t n) { return (n + VM_PAGE - 1) / VM_PAGE * VM_PAGE; }
+
+/* The mapping for a capacity of `want` image bytes and the trailer: whole
+ * 2 MiB where the capacity reaches at least halfway into them, so that
+ * every 2 MiB of it the writer fills is inside the mapping when first
+ * touched -- the kernel gives a huge page only to an aligned 2 MiB wholly
+ * mapped and not yet touched (a range first touched while the mapping
+ * ended inside it stays on 4 KiB pages) -- and pages for a shorter tail:
+ * a huge page faulted for a few KiB of image is 2 MiB zeroed (a 2.1 MB
+ * image of a 1000 x 1000 2 GiB shuffle would fault two). */
+static int64_t vm_len(int64_t want) {
+  int64_t n = want + FSH_IMAGE_ID_BYTES, whole = n / VM_HUGE * VM_HUGE;
+  return n - whole >= VM_HUGE / 2 ? whole + VM_HUGE : whole + vm_pages(n - whole);
+}
+
+/* Huge pages for a mapping of at least 2 MiB (THP "madvise" mode), and no
+ * copy of it in a forked child: a child sharing the pages copy-on-write
+ * makes a reader's process_vm_readv of them ~10x slower. */
+static void vm_advise(const fsh_shuffle_store *s, uint8_t *p, int64_t len) {
+  if (len >= VM_HUGE && s->vm_huge) (void)madvise(p, (size_t)len, MADV_HUGEPAGE);
+  (void)madvise(p, (size_t)len, MADV_DONTFORK);
+#ifdef PR_SET_VMA_ANON_NAME /* "[anon:fsh-image]" in /proc/<pid>/maps (where the kernel
+                               names anonymous memory) */
+  (void)prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)p, (unsigned long)len,
+              (unsigned long)"fsh-image");
+#endif
+}
+
+/* An address range of len bytes (a page multiple), 2 MiB-aligned when it
+ * is at least that long (a huge page needs an aligned 2 MiB of the
+ * mapping), reserved without access: NULL when refused. */
+static uint8_t *vm_reserve(int64_t len) {
+  int64_t extra = len >= VM_HUGE ? VM_HUGE : 0;
+  uint8_t *r = mmap(NULL, (size_t)(len + extra), PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return NULL;
+  if (!extra) return r;
+  uint8_t *a = (uint8_t *)(((uintptr_t)r + (uintptr_t)VM_HUGE - 1) & ~((uintptr_t)VM_HUGE - 1));
+  size_t head = (size_t)(a - r), tail = (size_t)extra - head;
+  if (head) munmap(r, head);
+  if (tail) munmap(a + len, tail);
+  return a;
+}
+
+/* Room for want bytes of image and its identity trailer in o's VM
+ * mapping: a new one (aligned, advised) -- as long as the image its writer
+ * expects, from 1 MiB on, so that it is on huge pages from its start
+ * (vm_len; only the capacity asked is charged: pages past it are not
+ * touched before it grows) -- or the old one when it is long enough, or
+ * grown in place or moved by mremap (page tables move, no byte is copied)
+ * to an aligned range. False when refused (the mapping unchanged). */
+static bool vm_resize(spill_out *o, int64_t want) {
+  int64_t len = vm_len(want);
+  if (!o->img && o->expect >= VM_HUGE / 2 && vm_len(o->expect) > len) len = vm_len(o->expect);
+  if (!o->img) {
+    uint8_t *r = vm_reserve(len);
+    if (!r) return false;
+    void *p = mmap(r, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+      munmap(r, (size_t)len);
+      return false;
+    }
+    vm_advise(o->s, p, len);
+    o->img = p;
+    o->img_map = len;
+    o->vm = true;
+    return true;
+  }
+  if (len <= o->img_map) return true; /* (shrunk only when finished: image_finish) */
+  void *q = MAP_FAILED;
+  /* in place: a growth that keeps huge pages possible */
+  if (len < VM_HUGE || (uintptr_t)o->img % (uintptr_t)VM_HUGE == 0)
+    q = mremap(o->img, (size_t)o->img_map, (size_t)len, 0);
+  if (q == MAP_FAILED) {
+    uint8_t *r = vm_reserve(len);
+    if (!r) return false;
+    q = mremap(o->img, (size_t)o->img_map, (size_t)len, MREMAP_MAYMOVE | MREMAP_FIXED, r);
+    if (q == MAP_FAILED) {
+      munmap(r, (size_t)len);
+      return false;
+    }
+  }
+  o->img = q;
+  o->img_map = len;
+  if (len >= VM_HUGE) vm_advise(o->s, q, len);
+  return true;
+}
+
+/* Clears the image id of the identity trailer after size bytes at p: the
+ * reuse guard of a VM image (sequentially consistent: before any later
+ * write to the mapping, or its unmapping, is visible). */
+static void vm_clear_id(uint8_t *p, int64_t size) {
+  uint8_t *id = p + size + 32;
+  if ((uintptr_t)id % 8 == 0) {
+    __atomic_store_n((uint64_t *)(void *)id, (uint64_t)0, __ATOMIC_SEQ_CST);
+  } else {
+    memset(id, 0, 8);
+    atomic_thread_fence(memory_order_seq_cst);
+  }
 }
 
 /* Identity trailer ids: unique in the process, never 0. */
@@ -640,9 +791,15 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Frees a pooled image: a memfd closed, a VM mapping unmapped. */
+static void pooled_free(int fd, uint8_t *addr, int64_t bytes) {
+  if (fd >= 0) image_fd_close(fd);
+  else munmap(addr, (size_t)bytes);
+}
+
 static void pool_unref(image_pool *p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
-  for (int i = 0; i < p->n; i++) image_fd_close(p->img[i].fd);
+  for (int i = 0; i < p->n; i++) pooled_free(p->img[i].fd, p->img[i].addr, p->img[i].bytes);
   pthread_mutex_destroy(&p->mu);
   fsh_free(p);
 }
@@ -687,8 +844,31 @@ static bool pool_put(image_pool *p, int fd, int64_t size) {
   bool ok = p->s && p->n < POOL_MAX && p->bytes + bytes <= p->max_bytes && charge(p->s, bytes);
   if (ok) {
     p->img[p->n].fd = fd;
+    p->img[p->n].addr = NULL;
     p->img[p->n++].bytes = bytes;
     p->bytes += bytes;
+    p->last_use_ns = mono_ns();
+  }
+  pthread_mutex_unlock(&p->mu);
+  return ok;
+}
+
+/* Keeps a released VM image's mapping (len bytes at addr, its identity
+ * trailer's id already cleared: vm_image_release) for reuse when the pool
+ * has room and the budget takes it (true: the pool owns it now); false:
+ * the caller unmaps it. No lease is needed: a same-host reader copies
+ * with process_vm_readv and uses what it copied only while the trailer
+ * still names the image it located (flight_fetch.c), and the id was
+ * cleared before anything of the mapping can be reused. */
+static bool pool_put_vm(image_pool *p, uint8_t *addr, int64_t len) {
+  pthread_mutex_lock(&p->mu);
+  bool ok = len > 0 && p->s && p->n < POOL_MAX && p->bytes + len <= p->max_bytes &&
+            charge(p->s, len);
+  if (ok) {
+    p->img[p->n].fd = -1;
+    p->img[p->n].addr = addr;
+    p->img[p->n++].bytes = len;
+    p->bytes += len;
     p->last_use_ns = mono_ns();
   }
   pthread_mutex_unlock(&p->mu);
@@ -710,7 +890,7 @@ static bool pool_loose(int64_t bytes, int64_t need) {
  * writer that needs it. need 0 takes the most recently pooled. Its fd and
  * the bytes of the budget it holds (now the caller's); false when nothing
  * suits. */
-static bool pool_take(image_pool *p, int64_t need, int *fd, int64_t *bytes) {
+static bool pool_take(image_pool *p, int64_t need, int *fd, uint8_t **addr, int64_t *bytes) {
   pthread_mutex_lock(&p->mu);
   int pick = -1;
   if (p->n > 0 && need <= 0) {
@@ -727,6 +907,7 @@ static bool pool_take(image_pool *p, int64_t need, int *fd, int64_t *bytes) {
   }
   if (pick >= 0) {
     *fd = p->img[pick].fd;
+    *addr = p->img[pick].addr;
     *bytes = p->img[pick].bytes;
     memmove(&p->img[pick], &p->img[pick + 1], sizeof p->img[0] * (size_t)(p->n - pick - 1));
     p->n--;
@@ -738,18 +919,20 @@ static bool pool_take(image_pool *p, int64_t need, int *fd, int64_t *bytes) {
   return pick >= 0;
 }
 
-/* Closes every pooled memfd and gives its charge back: the bytes freed. */
+/* Closes (unmaps) every pooled image and gives its charge back: the bytes
+ * freed. */
 static int64_t pool_drain(image_pool *p) {
-  int fds[POOL_MAX], n;
+  __typeof__(p->img[0]) imgs[POOL_MAX];
+  int n;
   pthread_mutex_lock(&p->mu);
   n = p->n;
   int64_t bytes = p->bytes;
-  for (int i = 0; i < n; i++) fds[i] = p->img[i].fd;
+  memcpy(imgs, p->img, sizeof imgs[0] * (size_t)n);
   p->n = 0;
   p->bytes = 0;
   if (p->s && bytes) uncharge(p->s, bytes);
   pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < n; i++) image_fd_close(fds[i]);
+  for (int i = 0; i < n; i++) pooled_free(imgs[i].fd, imgs[i].addr, imgs[i].bytes);
   return bytes;
 }
 
@@ -757,7 +940,8 @@ void fsh_store_pool_drain(fsh_shuffle_store *s) { (void)pool_drain(s->pool); }
 
 int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
   image_pool *p = s->pool;
-  int fds[POOL_MAX], n = 0;
+  __typeof__(p->img[0]) imgs[POOL_MAX];
+  int n = 0;
   int64_t bytes = 0;
   pthread_mutex_lock(&p->mu);
   int64_t unused_ms = (mono_ns() - p->last_use_ns) / 1000000;
@@ -767,7 +951,7 @@ int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
                                                 a writer's take meanwhile is not lost */
     n = p->n;
     bytes = p->bytes;
-    for (int i = 0; i < n; i++) fds[i] = p->img[i].fd;
+    memcpy(imgs, p->img, sizeof imgs[0] * (size_t)n);
     p->n = 0;
     p->bytes = 0;
     p->idle_drains++;
@@ -775,7 +959,8 @@ int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
     *due_ms = -1;
   }
   pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < n; i++) image_fd_close(fds[i]); /* not under the lock */
+  for (int i = 0; i < n; i++) pooled_free(imgs[i].fd, imgs[i].addr, imgs[i].bytes); /* not
+                                                                          under the lock */
   return bytes;
 }
 
@@ -795,15 +980,20 @@ void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out) {
 
 static void img_free(spill_out *o) {
   if (o->img_fd >= 0) image_fd_close(o->img_fd);
-  fsh_free(o->img);
+  if (o->vm && o->img) munmap(o->img, (size_t)o->img_map);
+  else fsh_free(o->img);
   o->img = NULL;
+  o->vm = false;
+  o->img_map = 0;
   o->img_fd = -1;
   o->img_size = o->img_cap = 0;
 }
 
 /* Room for `want` bytes of image: fsh_realloc of its pages (true), or
- * nothing to do for a memfd, which grows as written; false when refused.
- * The first growth of a shared-images store makes the memfd. */
+ * nothing to do for a memfd, which grows as written, or vm_resize of a VM
+ * mapping; false when refused. The first growth of a shared-images store
+ * makes the memfd, of a VM-images store the mapping (refused: fsh_realloc
+ * from then on). */
 static bool img_resize(spill_out *o, int64_t want) {
   if (o->s->shared_images && o->img_fd < 0 && !o->img && !o->no_memfd) {
     int fd = -1;
@@ -817,6 +1007,11 @@ static bool img_resize(spill_out *o, int64_t want) {
     }
   }
   if (o->img_fd >= 0) return true;
+  if (o->vm) return vm_resize(o, want);
+  if (o->s->vm_images && !o->img && !o->no_vm) {
+    if (vm_resize(o, want)) return true;
+    o->no_vm = true;
+  }
   uint8_t *p = fsh_realloc(o->img, (size_t)want);
   if (p) o->img = p;
   return p != NULL;
@@ -854,13 +1049,23 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
   spill_out *o = out->ctx;
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += (int64_t)iov[i].iov_len;
-  if (!o->file && o->img_fd < 0 && !o->img && !o->no_memfd && o->s->shared_images &&
-      o->img_cap == 0) { /* a released image's memfd, pages and all (see the top) */
+  if (!o->file && o->img_fd < 0 && !o->img && o->img_cap == 0 &&
+      ((!o->no_memfd && o->s->shared_images) || (!o->no_vm && o->s->vm_images))) {
+    /* a released image's memfd or mapping, pages and all (see the top) */
     int fd;
+    uint8_t *addr;
     int64_t bytes;
-    if (pool_take(o->s->pool, o->expect, &fd, &bytes)) {
-      o->img_fd = fd;
-      o->img_cap = o->charged = bytes;
+    if (pool_take(o->s->pool, o->expect, &fd, &addr, &bytes)) {
+      if (fd >= 0) {
+        o->img_fd = fd;
+        o->img_cap = bytes;
+      } else {
+        o->img = addr;
+        o->vm = true;
+        o->img_map = bytes;
+        o->img_cap = bytes - FSH_IMAGE_ID_BYTES;
+      }
+      o->charged = bytes;
       o->reused = true;
     }
   }
@@ -913,6 +1118,17 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
 
 static void image_release(void *ctx) { fsh_free(ctx); }
 
+/* A VM image's last reference: its image id cleared (the reuse guard),
+ * then its mapping to the pool, or unmapped. */
+static void vm_image_release(void *ctx) {
+  vm_image *m = ctx;
+  vm_clear_id(m->p, m->size);
+  if (atomic_load(&m->no_pool) || !pool_put_vm(m->pool, m->p, m->len))
+    munmap(m->p, (size_t)m->len);
+  pool_unref(m->pool);
+  fsh_free(m);
+}
+
 /* An image's last reference: its memfd to the pool, or closed. */
 static void shm_image_release(void *ctx) {
   shm_image *m = ctx;
@@ -929,10 +1145,35 @@ static int image_finish(spill_out *o, fsh_error *err) {
   int64_t size = o->img_size, keep = size > 0 ? size : 1;
   fsh_buffer *b = NULL;
   struct stat st;
-  if (o->img_fd >= 0 && size == 0) img_free(o); /* nothing to share: as a private one */
+  if ((o->img_fd >= 0 || o->vm) && size == 0) img_free(o); /* nothing to share: as a
+                                                               private one */
   if (o->img_fd < 0) o->no_memfd = true;
+  if (!o->vm) o->no_vm = true;
   uint64_t image_id = 0;
-  if (o->img_fd >= 0) { /* mapped read-only for this process's readers
+  if (o->vm) { /* shrunk to its pages, its identity trailer after it
+                  (shuffle_internal.h); read in place by this process */
+    if (o->img_map > vm_pages(size + FSH_IMAGE_ID_BYTES)) { /* shrunk to its pages */
+      void *q = mremap(o->img, (size_t)o->img_map, (size_t)vm_pages(size + FSH_IMAGE_ID_BYTES), 0);
+      if (q != MAP_FAILED) o->img_map = vm_pages(size + FSH_IMAGE_ID_BYTES);
+    }
+    image_id = atomic_fetch_add(&g_image_ids, 1u) + 1;
+    fsh_image_id_encode(o->img + size, o->shuffle_id, o->map_id, o->attempt, image_id, size);
+    vm_image *m = fsh_malloc(sizeof *m);
+    if (m) {
+      *m = (vm_image){o->img, size, o->img_map, o->s->pool, false};
+      atomic_fetch_add(&o->s->pool->refs, 1);
+    }
+    if (m && !(b = fsh_buffer_wrap(o->img, size, vm_image_release, m))) {
+      pool_unref(m->pool);
+      fsh_free(m);
+    }
+    if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
+    o->img_cap = size;
+    if (o->charged > size) {
+      uncharge(o->s, o->charged - size);
+      o->charged = size;
+    }
+  } else if (o->img_fd >= 0) { /* mapped read-only for this process's readers
                           (not populated: most partitions are read by
                           other processes; bench_store_images measured
                           write + read back faster so), its identity
@@ -991,11 +1232,15 @@ static int image_finish(spill_out *o, fsh_error *err) {
     if (!b) return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
   }
   o->result->image_fd = o->img_fd;
+  o->result->image_vm = o->vm;
   if (o->img_fd >= 0) {
     o->result->image_dev = (uint64_t)st.st_dev, o->result->image_ino = (uint64_t)st.st_ino;
     o->result->image_id = image_id;
   }
+  if (o->vm) o->result->image_id = image_id;
   o->img = NULL;
+  o->vm = false;
+  o->img_map = 0;
   o->img_fd = -1; /* the buffer owns it now */
   o->img_size = o->img_cap = 0;
   o->result->image = b;
@@ -1209,6 +1454,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
   w->e = NULL;
   e->image = w->res.image;
   e->image_fd = w->res.image_fd;
+  e->image_vm = w->res.image_vm;
   e->image_dev = w->res.image_dev;
   e->image_ino = w->res.image_ino;
   e->image_id = w->res.image_id;
@@ -1252,6 +1498,7 @@ int fsh_store_writer_close(fsh_store_writer *w, fsh_map_output *out, fsh_error *
 typedef struct held_where {
   int image_fd; /* a memory image's memfd (-1: not shareable, or a file) */
   uint64_t image_dev, image_ino, image_id;
+  uint64_t vm_addr; /* a VM image's address (0: not one) */
   char *path;   /* a spill file (owned), or NULL */
 } held_where;
 
@@ -1274,7 +1521,8 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
       image = fsh_buffer_ref(e->image);
       memcpy(name, e->image_name, sizeof name);
       if (where)
-        *where = (held_where){e->image_fd, e->image_dev, e->image_ino, e->image_id, NULL};
+        *where = (held_where){e->image_fd, e->image_dev, e->image_ino, e->image_id,
+                              e->image_vm ? (uint64_t)(uintptr_t)e->image->data : 0, NULL};
     } else if (!(path = fsh_strdup(e->path))) {
       oom = true;
     }
@@ -1306,7 +1554,7 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
                          PRId32 ": spill file %s is missing from disk (deleted, or released "
                          "meanwhile): the map output is lost", s->name,
                          shuffle_id, map_id, attempt, path);
-    if (rc == 0 && where) *where = (held_where){-1, 0, 0, 0, path};
+    if (rc == 0 && where) *where = (held_where){-1, 0, 0, 0, 0, path};
     else fsh_free(path);
   }
   if (rc == 0)
@@ -1348,7 +1596,7 @@ int fsh_store_locate_run(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_
                          fsh_error *err) {
   memset(out, 0, sizeof *out * (size_t)(count > 0 ? count : 0));
   fsh_map_file *f = NULL;
-  held_where w = {-1, 0, 0, 0, NULL};
+  held_where w = {-1, 0, 0, 0, 0, NULL};
   int rc = open_held(s, shuffle_id, map_id, attempt, &f, &w, err);
   if (rc != 0) return rc;
   const fsh_map_file_info *info = fsh_map_file_get_info(f);
@@ -1372,6 +1620,10 @@ int fsh_store_locate_run(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_
       where.dev = (uint64_t)st.st_dev;
       where.ino = (uint64_t)st.st_ino;
     }
+  } else if (rc == 0 && w.vm_addr) {
+    where.kind = FSH_STORE_AT_VM;
+    where.addr = w.vm_addr;
+    where.image_id = w.image_id;
   } else if (rc == 0 && w.image_fd >= 0) {
     where.kind = FSH_STORE_AT_MEMFD;
     where.fd = w.image_fd;
@@ -1391,6 +1643,7 @@ int fsh_store_locate_run(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_
     o->dev = where.dev;
     o->ino = where.ino;
     o->image_id = where.image_id;
+    o->addr = where.addr;
     if (where.kind == FSH_STORE_AT_FILE && !(o->name = fsh_strdup(where.name)))
       rc = fsh_error_set(err, ENOMEM, "store %s: out of memory", s->name);
   }
@@ -1611,10 +1864,22 @@ void fsh_shuffle_store_free(fsh_shuffle_store *s) {
   fsh_free(s);
 }
 
+bool fsh_store_images_parse(const char *name, fsh_store_images *out) {
+  static const struct { const char *name; fsh_store_images v; } kinds[] = {
+      {"vm", FSH_STORE_IMAGES_VM}, {"memfd", FSH_STORE_IMAGES_MEMFD},
+      {"private", FSH_STORE_IMAGES_PRIVATE}, {"vm-4k", FSH_STORE_IMAGES_VM_4K}};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(name, kinds[i].name) == 0) {
+      *out = kinds[i].v;
+      return true;
+    }
+  return false;
+}
+
 int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_store **out,
                           fsh_error *err) {
   if (!opts || !out || opts->n_spill_dirs < 0 || (opts->n_spill_dirs > 0 && !opts->spill_dirs) ||
-      opts->memory_limit < 0)
+      opts->memory_limit < 0 || (unsigned)opts->images > FSH_STORE_IMAGES_VM_4K)
     return fsh_error_set(err, EINVAL, "store: bad options (spill directories or memory limit)");
   fsh_shuffle_store *s = fsh_calloc(1, sizeof *s);
   if (!s) return fsh_error_set(err, ENOMEM, "store: out of memory");
@@ -1658,7 +1923,10 @@ int fsh_shuffle_store_new(const fsh_shuffle_store_options *opts, fsh_shuffle_sto
     return rc;
   }
   s->memory_limit = opts->memory_limit;
-  s->shared_images = !opts->private_images;
+  fsh_store_images im = opts->private_images ? FSH_STORE_IMAGES_PRIVATE : opts->images;
+  s->shared_images = im == FSH_STORE_IMAGES_MEMFD;
+  s->vm_images = im == FSH_STORE_IMAGES_VM || im == FSH_STORE_IMAGES_VM_4K;
+  s->vm_huge = im == FSH_STORE_IMAGES_VM;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   s->tag = key_hash((uint64_t)getpid(), ts.tv_nsec, (int32_t)ts.tv_sec) ^ (uint64_t)(uintptr_t)s;

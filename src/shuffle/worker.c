@@ -219,6 +219,7 @@ static void *keeper_main(void *arg) {
     pthread_mutex_unlock(&k->mu);
     bool dropped = stale && fsh_partition_builder_cache_bytes() > 0;
     if (dropped) fsh_partition_builder_cache_drop();
+    if (stale) fr_spans_drop(); /* the reader's VM read buffers (munmap: no trim) */
     pthread_mutex_lock(&k->mu);
     if (drained || dropped) k->trim_wanted = true;
     if (k->trim_wanted && idle) {
@@ -910,6 +911,8 @@ static int action_cancel(fsh_shuffle_worker *w, const fsh_flight_action *a,
   return 0;
 }
 
+/* pooled_memfds (the key kept for its readers: bench shuffle, the python
+ * tests) counts the pooled images of either kind, memfds and VM mappings. */
 static int action_stats(fsh_shuffle_worker *w, fsh_flight_result_list *out, fsh_error *err) {
   fsh_shuffle_store_stats st;
   fsh_shuffle_store_get_stats(w->store, &st);
@@ -1057,7 +1060,7 @@ int fsh_shuffle_worker_start(const fsh_shuffle_worker_options *opts, fsh_shuffle
   fsh_shuffle_store_options so = {.spill_dirs = opts->spill_dirs,
                                   .n_spill_dirs = opts->n_spill_dirs,
                                   .memory_limit = opts->memory_limit,
-                                  .name = opts->listen};
+                                  .name = opts->listen, .images = opts->images};
   int rc = fsh_shuffle_store_new(&so, &w->store, err);
   if (rc != 0) {
     fsh_worker_tasks_free(w->tasks);

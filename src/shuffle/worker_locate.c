@@ -2,7 +2,8 @@
  * shuffle_internal.h): the worker's "locate" action, which says where a
  * ticket's map outputs' blocks of one partition (or of each partition of
  * the ticket's run) are (a spill file in one
- * of its spill directories, or a memory image's memfd) so that a reader
+ * of its spill directories, a memory image's memfd, or a VM image's
+ * address in the worker's memory) so that a reader
  * on the same host reads them without a DoGet; the answer's decoder for
  * that reader (flight_direct.c); and this host's identity, which both
  * sides compare. */
@@ -150,15 +151,16 @@ int fsh_worker_locate(fsh_shuffle_store *store, const uint8_t *body, int64_t siz
       size_t name_len = l->kind == FSH_STORE_AT_FILE ? strlen(l->name) : 0;
       bool ok = l->kind != FSH_STORE_AT_NONE && name_len < 256;
       put32(&b, ok ? (uint32_t)l->kind : 0);
-      put32(&b, ok ? (uint32_t)(l->kind == FSH_STORE_AT_FILE ? l->dir : l->fd) : 0);
-      put64(&b, ok ? l->dev : 0);
-      put64(&b, ok ? l->ino : 0);
+      bool vm = ok && l->kind == FSH_STORE_AT_VM;
+      put32(&b, ok && !vm ? (uint32_t)(l->kind == FSH_STORE_AT_FILE ? l->dir : l->fd) : 0);
+      put64(&b, vm ? l->addr : ok ? l->dev : 0);
+      put64(&b, ok && !vm ? l->ino : 0);
       put64(&b, ok ? (uint64_t)l->size : 0);
       put64(&b, ok ? (uint64_t)l->part.rows : 0);
       put64(&b, ok ? (uint64_t)l->part.bytes : 0);
       put64(&b, ok ? l->part.checksum : 0);
       put64(&b, ok ? (uint64_t)l->part.n_blocks : 0);
-      put64(&b, ok && l->kind == FSH_STORE_AT_MEMFD ? l->image_id : 0);
+      put64(&b, ok && (l->kind == FSH_STORE_AT_MEMFD || vm) ? l->image_id : 0);
       put32(&b, ok ? (uint32_t)name_len : 0);
       if (!ok) continue;
       put_bytes(&b, l->name, (int64_t)name_len);
@@ -255,14 +257,24 @@ int fsh_locate_answer_decode(const uint8_t *p, int64_t size, int64_t n_sources,
     s->image_id = fsh_le_get64(q + 64);
     int64_t name_len = fsh_le_get32(q + 72);
     at += FSH_LOCATE_SOURCE_BYTES;
-    if (kind > FSH_STORE_AT_MEMFD || s->n_blocks < 0 || s->size < 0 || s->rows < 0 ||
+    if (s->n_blocks < 0 || s->size < 0 || s->rows < 0 ||
         s->bytes < 0 || s->dir_or_fd < 0 || name_len > 255 ||
-        (kind == FSH_STORE_AT_FILE) != (name_len > 0) ||
+        (kind <= FSH_STORE_AT_VM && (kind == FSH_STORE_AT_FILE) != (name_len > 0)) ||
         (kind == FSH_STORE_AT_FILE && s->dir_or_fd >= a.n_dirs)) {
       rc = bad_answer(at - FSH_LOCATE_SOURCE_BYTES, "a malformed entry", err);
       break;
     }
-    s->kind = (fsh_store_at)kind;
+    /* a kind of a later version: not readable directly (name and blocks
+     * skipped below) */
+    s->kind = kind > FSH_STORE_AT_VM ? FSH_STORE_AT_NONE : (fsh_store_at)kind;
+    if (s->kind == FSH_STORE_AT_VM) {
+      s->addr = s->dev;
+      s->dev = 0;
+      if (s->addr == 0 || s->image_id == 0) {
+        rc = bad_answer(at - FSH_LOCATE_SOURCE_BYTES, "a VM image without address or id", err);
+        break;
+      }
+    }
     if (name_len > size - at || s->n_blocks > (size - at - name_len) / 32) {
       rc = bad_answer(at, "an entry's name or blocks overrun it", err);
       break;

@@ -52,6 +52,32 @@ def test_bench_rejects_bad_idle_ms(tmp_path, args, needle):
     assert needle in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("cmd,option", [
+    (["worker", "--listen", "127.0.0.1:0"], "--images"),
+    (["local", "--workers", "1"], "--images"),
+    (["bench", "shuffle", *SMALL, "--backend", "flight"], "--worker-images"),
+])
+@pytest.mark.parametrize("value", ["VM", "shm", "", "memfd2"])
+def test_rejects_bad_images(tmp_path, cmd, option, value):
+    p = subprocess.run([str(CLI), *cmd, option, value], capture_output=True, text=True,
+                       timeout=30, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{option} '{value}': expected vm, memfd, private or vm-4k" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("images", ["vm", "memfd"])
+def test_bench_images_warm_pool(tmp_path, images):
+    """Each kind of image is pooled between runs and reused (--worker-images)."""
+    p = subprocess.run([str(CLI), "bench", "shuffle", "--spill-dir", str(tmp_path), *SMALL,
+                        "--backend", "flight", "--runs", "2", "--worker-pool-idle-ms", "never",
+                        "--worker-images", images],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"worker_images={images}" in p.stdout and "verified=yes" in p.stdout, p.stdout
+    pools = re.findall(r"pool (cold|warm) as the run began: (\d+) memfds", p.stdout)
+    assert [s for s, _ in pools] == ["cold", "warm"], p.stdout
+
+
 def test_bench_never_keeps_the_pool_warm(tmp_path):
     p = subprocess.run([str(CLI), "bench", "shuffle", "--spill-dir", str(tmp_path), *SMALL,
                         "--backend", "flight", "--runs", "3", "--worker-pool-idle-ms", "never"],

@@ -8,6 +8,10 @@ a few seconds later the pool is empty (stats and the worker's own
 RSS has fallen well below its peak: what it holds beyond its RSS at start
 is under a fifth of what the shuffle made it grow by (measured: 4-5%;
 before the keeper: 33%, and the whole pool, ~0.25 GB a worker, kept idle).
+Run with the workers' default memory images (--images vm: anonymous
+mappings, named "[anon:fsh-image]" in /proc/<pid>/maps where the kernel
+names them; the stats line's pooled_memfds counts pooled images of either
+kind) and with --images memfd.
 
 The CLI is <dir of FSH_LIB>/flightshuffle (FSH_CLI overrides)."""
 import os
@@ -46,6 +50,12 @@ def image_memfds(pid):
     return n
 
 
+def image_maps(pid):
+    """Mappings of VM images (named by the store where the kernel allows)."""
+    return sum("[anon:fsh-image]" in line
+               for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
+
+
 def stats(uri):
     c = flight.connect(uri)
     try:
@@ -58,11 +68,12 @@ def stats(uri):
                      "pooled_memfds", "pooled_bytes"], map(int, m.groups())))
 
 
-def test_idle_worker_gives_memory_back(tmp_path):
+@pytest.mark.parametrize("images", ["vm", "memfd"])
+def test_idle_worker_gives_memory_back(tmp_path, images):
     spill = tmp_path / "spill"
     log = open(tmp_path / "local.log", "w")
     proc = subprocess.Popen([str(CLI), "local", "--workers", "2", "--spill-dir", str(spill),
-                             "--memory-limit", "4G"],
+                             "--memory-limit", "4G", "--images", images],
                             stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         driver, ws = read_cluster_ready(proc, 2)
@@ -77,12 +88,18 @@ def test_idle_worker_gives_memory_back(tmp_path):
         # released (the job settles after its releases), the pool kept for a next shuffle
         pooled = sum(stats(uri)["pooled_memfds"] for uri, _ in ws)
         assert pooled > 0, "nothing pooled right after the release"
+        if images == "vm":
+            assert all(image_memfds(pid) == 0 for _, pid in ws), "memfds with --images vm"
+        named = sum(image_maps(pid) for _, pid in ws)  # 0 where the kernel names none
+        if images == "vm":
+            print(f"pooled images {pooled}, named VM image mappings {named}")
 
         # then idle: the pool goes (3 s unused, the keeper ticks every second)
         deadline = time.time() + 15
         while True:
             st = {pid: stats(uri) for uri, pid in ws}
-            gone = all(s["pooled_memfds"] == 0 and image_memfds(pid) == 0 for pid, s in st.items())
+            gone = all(s["pooled_memfds"] == 0 and image_memfds(pid) == 0 and
+                       image_maps(pid) == 0 for pid, s in st.items())
             if gone or time.time() > deadline:
                 break
             time.sleep(0.2)
@@ -90,6 +107,7 @@ def test_idle_worker_gives_memory_back(tmp_path):
             assert s == dict(map_outputs=0, memory_bytes=0, spilled_outputs=0, spilled_bytes=0,
                              pooled_memfds=0, pooled_bytes=0), (pid, s)
             assert image_memfds(pid) == 0, pid
+            assert image_maps(pid) == 0, pid
         time.sleep(0.5)  # the trim after the drain
         for _, pid in ws:
             grew = peak[pid] - base[pid]

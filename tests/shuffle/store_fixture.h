@@ -16,14 +16,21 @@ typedef struct fixture {
   fsh_schema *schema;
 } fixture;
 
-static inline fixture open_store(const char *tag, int64_t limit) {
+/* A store of the given kind of memory images (open_store: the default,
+ * VM). */
+static inline fixture open_store_images(const char *tag, int64_t limit, fsh_store_images images) {
   fixture f = {.dir = stu_mkdtemp(tag)};
   const char *dirs[1] = {f.dir};
-  fsh_shuffle_store_options o = {.spill_dirs = dirs, .n_spill_dirs = 1, .memory_limit = limit};
+  fsh_shuffle_store_options o = {.spill_dirs = dirs, .n_spill_dirs = 1, .memory_limit = limit,
+                                 .images = images};
   fsh_error err = {{0}};
   CHECK_OK(fsh_shuffle_store_new(&o, &f.s, &err));
   f.schema = STU_OK(fsh_synthetic_schema());
   return f;
+}
+
+static inline fixture open_store(const char *tag, int64_t limit) {
+  return open_store_images(tag, limit, FSH_STORE_IMAGES_VM);
 }
 
 static inline void close_store(fixture *f) {

@@ -9,7 +9,18 @@
  * clear error (through DoGet), never rows; one evicted from memory to a
  * spill file between locate and read still reads right (through DoGet);
  * one whose memfd is reused for the same map output written again between
- * locate and read is refused by its identity and read through DoGet. */
+ * locate and read is refused by its identity and read through DoGet.
+ *
+ * Each of those runs with memfd images (--images memfd) and again with VM
+ * images (the default: read with process_vm_readv; "_vm" tests), where an
+ * evicted image is unmapped (the copy faults: EFAULT) and a released one
+ * has its trailer's id cleared before its mapping is pooled or reused.
+ * VM only: an image released and rewritten between the reader's data copy
+ * and its second trailer check is refused (DoGet serves the new rows);
+ * a copy refused with EPERM (ptrace restrictions, simulated: the tests run
+ * as root) sends that peer's reads to DoGet from then on, no further
+ * locate; one refused with ESRCH falls back once and the next read is
+ * direct again. */
 #define _GNU_SOURCE /* memmem */
 #include <sys/stat.h>
 
@@ -19,12 +30,16 @@
 #include "shuffle/shuffle_internal.h"
 #include "shuffle/shuffle_testutil.h"
 
+/* The workers' memory images: memfds for the tests as they were written,
+ * VM for their "_vm" runs. */
+static fsh_store_images g_images = FSH_STORE_IMAGES_MEMFD;
+
 static fsh_shuffle_worker *start_worker(const char *dir, int64_t limit) {
   fsh_error err = {{0}};
   fsh_shuffle_worker *w = NULL;
   fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = &dir,
                                   .n_spill_dirs = dir ? 1 : 0, .memory_limit = limit,
-                                  .n_threads = 2};
+                                  .n_threads = 2, .images = g_images};
   CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
   return w;
 }
@@ -151,17 +166,21 @@ static void same_host_reads_directly(void) {
               "backend %d direct off: direct %lld fetched %lld locates %lld", i,
               (long long)g.direct_sources, (long long)g.fetched_sources, (long long)g.locates);
   }
-  /* worker 0's two images are memfds; the release pools them for reuse
-   * (no reader holds them any more), and emptying the pool closes them */
-  CHECK_EQ_INT(count_image_memfds(), 2);
+  /* worker 0's two images are memfds (VM: none); the release pools them
+   * for reuse (no reader holds them any more), and emptying the pool
+   * closes them */
+  bool vm = g_images == FSH_STORE_IMAGES_VM;
+  CHECK_EQ_INT(count_image_memfds(), vm ? 0 : 2);
   fsh_error err = {{0}};
   CHECK_OK(fsh_shuffle_release(p.b[0], 70, &err));
   fsh_store_pool_stats ps;
   fsh_store_get_pool_stats(fsh_shuffle_worker_store(p.w[0]), &ps);
   CHECK_EQ_INT(ps.pooled, 2);
-  CHECK_EQ_INT(count_image_memfds(), 2);
+  CHECK_EQ_INT(count_image_memfds(), vm ? 0 : 2);
   fsh_store_pool_drain(fsh_shuffle_worker_store(p.w[0]));
   CHECK_EQ_INT(count_image_memfds(), 0);
+  fsh_store_get_pool_stats(fsh_shuffle_worker_store(p.w[0]), &ps);
+  CHECK(ps.pooled == 0 && ps.pooled_bytes == 0);
   stu_plan_free(&plan);
   pair_stop(&p);
 }
@@ -195,7 +214,27 @@ static void locate_answer(void) {
       CHECK(a.host_len == (int64_t)strlen(fsh_host_identity()) &&
             memcmp(a.host, fsh_host_identity(), (size_t)a.host_len) == 0);
       const fsh_locate_source *s = &a.sources[0];
-      CHECK_EQ_INT(s->kind, i == 0 ? FSH_STORE_AT_MEMFD : FSH_STORE_AT_FILE);
+      bool vm = g_images == FSH_STORE_IMAGES_VM;
+      CHECK_EQ_INT(s->kind, i == 1 ? FSH_STORE_AT_FILE
+                            : vm   ? FSH_STORE_AT_VM
+                                   : FSH_STORE_AT_MEMFD);
+      if (i == 0 && vm) { /* its address in this process: the trailer is there */
+        CHECK(s->addr != 0 && s->image_id != 0 && s->dir_or_fd == 0);
+        uint8_t want[FSH_IMAGE_ID_BYTES];
+        fsh_image_id_encode(want, 71, 0, 0, s->image_id, s->size);
+        if (s->addr)
+          CHECK(memcmp((const uint8_t *)(uintptr_t)s->addr + s->size, want, sizeof want) == 0);
+        fsh_map_file *f = NULL; /* the blocks are the image's own index entries */
+        CHECK_OK(fsh_store_open(fsh_shuffle_worker_store(p.w[0]), 71, 0, 0, &f, &err));
+        fsh_map_file_partition part = {0};
+        if (f) CHECK_OK(fsh_map_file_get_partition(f, 1, &part, &err));
+        CHECK_EQ_INT(part.n_blocks, s->n_blocks);
+        for (int64_t k = 0; k < part.n_blocks && k < s->n_blocks; k++)
+          CHECK(part.blocks[k].offset == (int64_t)fsh_le_get64(s->blocks + 32 * k) &&
+                part.blocks[k].checksum == fsh_le_get64(s->blocks + 32 * k + 24));
+        fsh_map_file_partition_reset(&part);
+        fsh_map_file_close(f);
+      }
       CHECK_EQ_INT(a.sources[1].kind, FSH_STORE_AT_NONE);
       CHECK_EQ_INT(a.n_dirs, 1);
       CHECK_EQ_INT(s->rows, plan.maps[i].out.rows[1]);
@@ -625,9 +664,247 @@ static void evicted_between_locate_and_read(void) {
   stu_rmdir(dir);
 }
 
+/* ---- VM images ---------------------------------------------------------- */
+
+static void with_vm(void (*test)(void)) {
+  g_images = FSH_STORE_IMAGES_VM;
+  test();
+  g_images = FSH_STORE_IMAGES_MEMFD;
+}
+
+static void same_host_reads_directly_vm(void) { with_vm(same_host_reads_directly); }
+static void locate_answer_vm(void) { with_vm(locate_answer); }
+static void released_between_locate_and_read_vm(void) {
+  with_vm(released_between_locate_and_read);
+}
+static void reused_between_locate_and_read_vm(void) { with_vm(reused_between_locate_and_read); }
+static void evicted_between_locate_and_read_vm(void) {
+  with_vm(evicted_between_locate_and_read);
+}
+
+/* A VM image released and its mapping reused at once for the same map
+ * output written again (same address, same size, same bytes but for the
+ * trailer's image id) after the reader copied the blocks and before it
+ * checked the trailer again: the copy is not used (its trailer names
+ * another image), the read goes through DoGet and yields the rows written. */
+static void reused_between_copy_and_check_vm(void) {
+  g_images = FSH_STORE_IMAGES_VM;
+  pair p;
+  bool ok = pair_start(&p);
+  g_images = FSH_STORE_IMAGES_MEMFD;
+  if (!ok) return;
+  stu_plan plan;
+  make_plan(&plan, 77, 2, 2, 3000);
+  run_maps(&p, &plan);
+  fsh_shuffle_store *store = fsh_shuffle_worker_store(p.w[0]);
+  fsh_store_location before_loc;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_store_locate(store, 77, 0, 0, 1, &before_loc, &err));
+  CHECK_EQ_INT(before_loc.kind, FSH_STORE_AT_VM);
+  fsh_store_pool_stats before_pool;
+  fsh_store_get_pool_stats(store, &before_pool);
+  fsh_shuffle_flight_stats before = stats(p.b[1]);
+  race r = {.store = store, .shuffle_id = 77, .writer = p.b[0], .plan = &plan, .map = 0};
+  fr_test_after_vm_data_ctx = &r;
+  fr_test_after_vm_data = reuse_after_locate;
+  int only0[] = {0};
+  stu_check_partition(p.b[1], &plan, 1, only0, 1, "reused after the copy");
+  fr_test_after_vm_data = NULL;
+  fr_test_after_vm_data_ctx = NULL;
+  CHECK_EQ_INT(r.calls, 1);
+  fsh_store_pool_stats after_pool;
+  fsh_store_get_pool_stats(store, &after_pool);
+  CHECK_MSG(after_pool.reused - before_pool.reused == 1, "%lld images reused",
+            (long long)(after_pool.reused - before_pool.reused));
+  fsh_store_location after_loc; /* the very mapping, rewritten */
+  CHECK_OK(fsh_store_locate(store, 77, 0, 0, 1, &after_loc, &err));
+  CHECK_MSG(after_loc.addr == before_loc.addr && after_loc.size == before_loc.size &&
+                after_loc.image_id != before_loc.image_id,
+            "addr %llx size %lld id %llu, was %llx %lld %llu", (unsigned long long)after_loc.addr,
+            (long long)after_loc.size, (unsigned long long)after_loc.image_id,
+            (unsigned long long)before_loc.addr, (long long)before_loc.size,
+            (unsigned long long)before_loc.image_id);
+  fsh_store_location_reset(&before_loc);
+  fsh_store_location_reset(&after_loc);
+  fsh_shuffle_flight_stats after = stats(p.b[1]);
+  CHECK_MSG(after.direct_fallbacks - before.direct_fallbacks == 1 &&
+                after.direct_sources == before.direct_sources &&
+                after.fetched_sources - before.fetched_sources == 1,
+            "fallbacks %lld direct %lld fetched %lld",
+            (long long)(after.direct_fallbacks - before.direct_fallbacks),
+            (long long)(after.direct_sources - before.direct_sources),
+            (long long)(after.fetched_sources - before.fetched_sources));
+  /* and the next read of it is direct again */
+  stu_check_partition(p.b[1], &plan, 0, only0, 1, "after the reuse");
+  CHECK_EQ_INT(stats(p.b[1]).direct_sources - after.direct_sources, 1);
+  CHECK_OK(fsh_shuffle_release(p.b[0], 77, &err));
+  stu_plan_free(&plan);
+  pair_stop(&p);
+}
+
+static int g_vm_errno, g_vm_errno_calls, g_vm_errno_times;
+
+static int vm_errno_hook(void) {
+  if (g_vm_errno_times == 0) return 0;
+  g_vm_errno_times--;
+  g_vm_errno_calls++;
+  return g_vm_errno;
+}
+
+/* process_vm_readv refused. EPERM (a host's ptrace restrictions; set by a
+ * hook: these tests run as root): that source comes through DoGet, and
+ * every later read of that peer too, without a locate; the rows are the
+ * ones written. ESRCH (the process gone; here simulated once): a DoGet
+ * for that source only, the next read direct again. */
+static void copy_refused_vm(void) {
+  g_images = FSH_STORE_IMAGES_VM;
+  pair p;
+  bool ok = pair_start(&p);
+  g_images = FSH_STORE_IMAGES_MEMFD;
+  if (!ok) return;
+  stu_plan plan;
+  make_plan(&plan, 78, 3, 2, 3000);
+  run_maps(&p, &plan);
+  int only0[] = {0};
+  fr_test_vm_errno = vm_errno_hook;
+  /* ESRCH once */
+  g_vm_errno = ESRCH, g_vm_errno_times = 1, g_vm_errno_calls = 0;
+  fsh_shuffle_flight_stats s0 = stats(p.b[1]);
+  stu_check_partition(p.b[1], &plan, 0, only0, 1, "ESRCH");
+  fsh_shuffle_flight_stats s1 = stats(p.b[1]);
+  CHECK_EQ_INT(g_vm_errno_calls, 1);
+  CHECK_MSG(s1.direct_fallbacks - s0.direct_fallbacks == 1 &&
+                s1.fetched_sources - s0.fetched_sources == 1 && s1.direct_sources == s0.direct_sources,
+            "ESRCH: fallbacks %lld fetched %lld direct %lld",
+            (long long)(s1.direct_fallbacks - s0.direct_fallbacks),
+            (long long)(s1.fetched_sources - s0.fetched_sources),
+            (long long)(s1.direct_sources - s0.direct_sources));
+  stu_check_partition(p.b[1], &plan, 1, only0, 1, "after ESRCH");
+  fsh_shuffle_flight_stats s2 = stats(p.b[1]);
+  CHECK_EQ_INT(s2.direct_sources - s1.direct_sources, 1);
+  /* EPERM: from now on DoGet for that peer */
+  g_vm_errno = EPERM, g_vm_errno_times = 1000, g_vm_errno_calls = 0;
+  stu_check_partition(p.b[1], &plan, 2, only0, 1, "EPERM");
+  fsh_shuffle_flight_stats s3 = stats(p.b[1]);
+  CHECK_EQ_INT(g_vm_errno_calls, 1);
+  CHECK_MSG(s3.direct_fallbacks - s2.direct_fallbacks == 1 &&
+                s3.fetched_sources - s2.fetched_sources == 1 && s3.direct_sources == s2.direct_sources &&
+                s3.locates - s2.locates == 1,
+            "EPERM: fallbacks %lld fetched %lld direct %lld locates %lld",
+            (long long)(s3.direct_fallbacks - s2.direct_fallbacks),
+            (long long)(s3.fetched_sources - s2.fetched_sources),
+            (long long)(s3.direct_sources - s2.direct_sources),
+            (long long)(s3.locates - s2.locates));
+  stu_check_partition(p.b[1], &plan, 0, only0, 1, "after EPERM");
+  stu_check_partition(p.b[1], &plan, 1, NULL, 0, "after EPERM, both maps");
+  fsh_shuffle_flight_stats s4 = stats(p.b[1]);
+  CHECK_EQ_INT(g_vm_errno_calls, 1); /* never asked again */
+  CHECK_MSG(s4.locates == s3.locates && s4.direct_fallbacks == s3.direct_fallbacks &&
+                s4.fetched_sources - s3.fetched_sources == 2,
+            "after EPERM: locates %lld fallbacks %lld fetched %lld",
+            (long long)(s4.locates - s3.locates),
+            (long long)(s4.direct_fallbacks - s3.direct_fallbacks),
+            (long long)(s4.fetched_sources - s3.fetched_sources));
+  fr_test_vm_errno = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_release(p.b[0], 78, &err));
+  stu_plan_free(&plan);
+  pair_stop(&p);
+}
+
+/* Large VM reads copy each source's span into a buffer from the reader's
+ * span pool: after the first read's batches are consumed, the next read
+ * of the same span reuses its mapping instead of faulting a new one; the
+ * rows are the
+ * ones written; fr_spans_drop empties the pool. */
+static void large_spans_pooled_vm(void) {
+  g_images = FSH_STORE_IMAGES_VM;
+  pair p;
+  bool ok = pair_start(&p);
+  g_images = FSH_STORE_IMAGES_MEMFD;
+  if (!ok) return;
+  stu_plan plan;
+  make_plan(&plan, 79, 2, 2, 60000);
+  plan.spec.compression = FSH_COMPRESSION_NONE; /* partitions of ~1 MB */
+  run_maps(&p, &plan);
+  CHECK(plan.maps[0].out.bytes[0] >= (256 << 10));
+  int only0[] = {0};
+  fr_spans_drop();
+  int64_t maps0, reused0, pooled0;
+  fr_spans_stats(&maps0, &reused0, &pooled0);
+  CHECK_EQ_INT(pooled0, 0);
+  fsh_shuffle_flight_stats s0 = stats(p.b[1]);
+  stu_check_partition(p.b[1], &plan, 0, only0, 1, "large span");
+  stu_check_partition(p.b[1], &plan, 0, only0, 1, "large span again"); /* the same size */
+  fsh_shuffle_flight_stats s1 = stats(p.b[1]);
+  CHECK_EQ_INT(s1.direct_sources - s0.direct_sources, 2);
+  int64_t maps1, reused1, pooled1;
+  fr_spans_stats(&maps1, &reused1, &pooled1);
+  CHECK_MSG(maps1 - maps0 == 1 && reused1 - reused0 == 1 && pooled1 > 0,
+            "span mappings made %lld, reused %lld, pooled %lld", (long long)(maps1 - maps0),
+            (long long)(reused1 - reused0), (long long)pooled1);
+  fr_spans_drop();
+  fr_spans_stats(&maps1, &reused1, &pooled1);
+  CHECK_EQ_INT(pooled1, 0);
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_release(p.b[0], 79, &err));
+  stu_plan_free(&plan);
+  pair_stop(&p);
+}
+
+/* A locate entry of a kind this reader does not know (a later version's)
+ * is read as not directly readable (NONE), the rest of the answer as
+ * usual. */
+static void unknown_kind_not_direct(void) {
+  g_images = FSH_STORE_IMAGES_VM;
+  pair p;
+  bool ok = pair_start(&p);
+  g_images = FSH_STORE_IMAGES_MEMFD;
+  if (!ok) return;
+  stu_plan plan;
+  make_plan(&plan, 80, 2, 2, 3000);
+  run_maps(&p, &plan);
+  fsh_error err = {{0}};
+  fsh_ticket_source srcs[1] = {{0, 0}};
+  fsh_shuffle_ticket t = {.shuffle_id = 80, .partition = 1, .n_sources = 1, .sources = srcs};
+  fsh_buffer *tb = NULL;
+  CHECK_OK(fsh_shuffle_ticket_encode(&t, &tb, &err));
+  fsh_flight_result_list res = {0};
+  if (tb)
+    CHECK_OK(fsh_worker_locate(fsh_shuffle_worker_store(p.w[0]), tb->data, tb->size, &res, &err));
+  fsh_buffer_unref(tb);
+  if (res.n == 1) {
+    uint8_t *raw = res.items[0].data;
+    int64_t n = res.items[0].size;
+    fsh_locate_answer a = {0};
+    CHECK_OK(fsh_locate_answer_decode(raw, n, 1, &a, &err));
+    CHECK_EQ_INT(a.sources ? (int)a.sources[0].kind : -1, FSH_STORE_AT_VM);
+    int64_t entry = a.sources ? (a.sources[0].blocks - raw) - FSH_LOCATE_SOURCE_BYTES : -1;
+    int64_t n_blocks = a.sources ? a.sources[0].n_blocks : 0;
+    fsh_locate_answer_reset(&a);
+    CHECK(entry > 0 && n_blocks > 0 && fsh_le_get32(raw + entry) == FSH_STORE_AT_VM);
+    if (entry > 0) {
+      fsh_le_put32(raw + entry, 9);
+      CHECK_OK(fsh_locate_answer_decode(raw, n, 1, &a, &err));
+      CHECK_EQ_INT(a.sources ? (int)a.sources[0].kind : -1, FSH_STORE_AT_NONE);
+      CHECK_EQ_INT(a.sources ? a.sources[0].n_blocks : -1, n_blocks);
+      fsh_locate_answer_reset(&a);
+    }
+  }
+  fsh_flight_result_list_reset(&res);
+  CHECK_OK(fsh_shuffle_release(p.b[0], 80, &err));
+  stu_plan_free(&plan);
+  pair_stop(&p);
+}
+
 FSH_TEST_MAIN(TEST(same_host_reads_directly), TEST(locate_answer),
               TEST(corrupted_file_read_directly), TEST(large_partitions_mapped),
               TEST(small_sources_use_doget),
               TEST(small_partition_runs_use_doget),
               TEST(released_between_locate_and_read),
-              TEST(evicted_between_locate_and_read), TEST(reused_between_locate_and_read))
+              TEST(evicted_between_locate_and_read), TEST(reused_between_locate_and_read),
+              TEST(same_host_reads_directly_vm), TEST(locate_answer_vm),
+              TEST(released_between_locate_and_read_vm),
+              TEST(evicted_between_locate_and_read_vm), TEST(reused_between_locate_and_read_vm),
+              TEST(reused_between_copy_and_check_vm), TEST(copy_refused_vm),
+              TEST(large_spans_pooled_vm), TEST(unknown_kind_not_direct))

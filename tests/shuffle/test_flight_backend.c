@@ -26,13 +26,20 @@
 #include "shuffle/shuffle_testutil.h"
 #include "shuffle/worker_internal.h" /* fsh_worker_tasks: reads run as worker tasks */
 
-static fsh_shuffle_worker *start_worker(const char *const *dirs, int n_dirs, int64_t limit) {
+static fsh_shuffle_worker *start_worker_images(const char *const *dirs, int n_dirs,
+                                               int64_t limit, fsh_store_images images) {
   fsh_error err = {{0}};
   fsh_shuffle_worker *w = NULL;
   fsh_shuffle_worker_options o = {.listen = "127.0.0.1:0", .spill_dirs = dirs,
-                                  .n_spill_dirs = n_dirs, .memory_limit = limit, .n_threads = 2};
+                                  .n_spill_dirs = n_dirs, .memory_limit = limit, .n_threads = 2,
+                                  .images = images};
   CHECK_OK(fsh_shuffle_worker_start(&o, &w, &err));
   return w;
+}
+
+/* A worker with the default memory images (VM). */
+static fsh_shuffle_worker *start_worker(const char *const *dirs, int n_dirs, int64_t limit) {
+  return start_worker_images(dirs, n_dirs, limit, FSH_STORE_IMAGES_VM);
 }
 
 /* A backend writing to w (or reader-only when w is NULL) with the given
@@ -384,16 +391,21 @@ static int raw_get_rc(const char *uri, uint64_t id, int32_t q, uint8_t flags, fs
 
 /* Flips one byte in the middle of the first block of `partition` of map
  * 0 attempt 0 of shuffle id in w's memory image (a memfd, shared with the
- * mapping the worker serves from). */
+ * mapping the worker serves from; or a VM image, in this very process's
+ * memory). */
 static bool corrupt_image(fsh_shuffle_worker *w, uint64_t id, int32_t partition) {
   fsh_error err = {{0}};
   fsh_store_location loc;
   memset(&loc, 0, sizeof loc);
   CHECK_OK(fsh_store_locate(fsh_shuffle_worker_store(w), id, 0, 0, partition, &loc, &err));
-  bool ok = loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks > 0;
-  CHECK_MSG(ok, "map 0 is not a memfd image (kind %d, %" PRId64 " blocks)", (int)loc.kind,
-            loc.part.n_blocks);
-  if (ok) {
+  bool ok = (loc.kind == FSH_STORE_AT_MEMFD || loc.kind == FSH_STORE_AT_VM) &&
+            loc.part.n_blocks > 0;
+  CHECK_MSG(ok, "map 0 is not a memfd or VM image (kind %d, %" PRId64 " blocks)",
+            (int)loc.kind, loc.part.n_blocks);
+  if (ok && loc.kind == FSH_STORE_AT_VM) {
+    int64_t at = loc.part.blocks[0].offset + loc.part.blocks[0].length / 2;
+    ((uint8_t *)(uintptr_t)loc.addr)[at] ^= 0x5A;
+  } else if (ok) {
     int64_t at = loc.part.blocks[0].offset + loc.part.blocks[0].length / 2;
     uint8_t byte = 0;
     ok = pread(loc.fd, &byte, 1, at) == 1;
@@ -414,8 +426,8 @@ static bool corrupt_image(fsh_shuffle_worker *w, uint64_t id, int32_t partition)
  * finds the damage itself: EIO naming the worker, map output and
  * partition, and reports that map output lost. The other partitions, and
  * the damaged one once the byte is restored, read back whole. */
-static void image_corruption_detected(void) {
-  fsh_shuffle_worker *w = start_worker(NULL, 0, 1 << 30); /* memory images */
+static void image_corruption_detected_of(fsh_store_images images) {
+  fsh_shuffle_worker *w = start_worker_images(NULL, 0, 1 << 30, images); /* memory images */
   if (!w) return;
   const char *uri = fsh_shuffle_worker_uri(w);
   fsh_shuffle_backend *local = backend_for(w, &uri, 1);
@@ -466,6 +478,13 @@ static void image_corruption_detected(void) {
   fsh_shuffle_backend_destroy(direct);
   fsh_shuffle_backend_destroy(local);
   fsh_shuffle_worker_stop(w, 1000);
+}
+
+/* ... in a VM image (read directly with process_vm_readv), and in a
+ * memfd (read directly through /proc/<pid>/fd). */
+static void image_corruption_detected(void) {
+  image_corruption_detected_of(FSH_STORE_IMAGES_VM);
+  image_corruption_detected_of(FSH_STORE_IMAGES_MEMFD);
 }
 
 /* One map output dropped from a live worker's store: a reader on that very
@@ -1233,16 +1252,19 @@ static void check_bundle(const fsh_flight_message *m, int64_t *blocks, int64_t *
 
 /* The lifetime of the bundles' bytes: the server sends a bundle as gRPC
  * slices pointing into the memory images, without copying. A shuffle
- * released while its DoGet streams -- and its images' memfds then
+ * released while its DoGet streams -- and its images' memfds (VM
+ * mappings) then
  * reused by the next shuffle's map outputs, written over -- leaves what
  * was already handed to gRPC intact: every block received matches the
  * checksum in its header (computed here), the map output being sent
  * goes out whole, and the stream then completes or ends with NOT_FOUND
  * naming the next map output. A reader that goes away right
  * after the release (the call cancelled while gRPC may still hold slices)
- * leaks nothing and touches nothing freed (ASan). The store ends empty. */
-static void released_mid_stream(void) {
-  fsh_shuffle_worker *w = start_worker(NULL, 0, (int64_t)1 << 30);
+ * leaks nothing and touches nothing freed (ASan). The store ends empty.
+ * With VM images (their mappings pooled and reused the same way) and
+ * with memfds. */
+static void released_mid_stream_of(fsh_store_images images) {
+  fsh_shuffle_worker *w = start_worker_images(NULL, 0, (int64_t)1 << 30, images);
   if (!w) return;
   const char *uri = fsh_shuffle_worker_uri(w);
   fsh_shuffle_backend *local = backend_for(w, &uri, 1);
@@ -1335,6 +1357,11 @@ static void released_mid_stream(void) {
   CHECK_EQ_INT(st.map_outputs, 0);
   fsh_shuffle_backend_destroy(local);
   fsh_shuffle_worker_stop(w, 1000);
+}
+
+static void released_mid_stream(void) {
+  released_mid_stream_of(FSH_STORE_IMAGES_VM);
+  released_mid_stream_of(FSH_STORE_IMAGES_MEMFD);
 }
 
 FSH_TEST_MAIN(TEST(spill_round_robin), TEST(oldest_output_spills_first),

@@ -29,7 +29,9 @@
  *    grows past a smaller one, and leaves one more than twice its need
  *    (+1 MiB) whole for a larger writer; a merge expects its parts' bytes;
  *    the pool's caps (64 memfds, a
- *    quarter of the memory limit); the budget exact after every step. */
+ *    quarter of the memory limit); the budget exact after every step.
+ * Every store here keeps memfd images (FSH_STORE_IMAGES_MEMFD: the default
+ * is VM images, whose pool test_store_vm checks). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -146,7 +148,7 @@ static void check_budget(fixture *f, const char *when) {
 }
 
 static void reuse_happens(void) {
-  fixture f = open_store("pool", (int64_t)64 << 20);
+  fixture f = open_store_images("pool", (int64_t)64 << 20, FSH_STORE_IMAGES_MEMFD);
   write_output(&f, 1, 11, 20000);
   fsh_store_location a = locate(&f, 1);
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_MEMFD);
@@ -198,7 +200,7 @@ static void reuse_happens(void) {
  * the old ones. */
 static void held_image_not_reused(void) {
   for (int only_mapped = 0; only_mapped < 2; only_mapped++) {
-    fixture f = open_store("pool", (int64_t)64 << 20);
+    fixture f = open_store_images("pool", (int64_t)64 << 20, FSH_STORE_IMAGES_MEMFD);
     write_output(&f, 1, 21, 20000);
     fsh_store_location a = locate(&f, 1);
     char path[64];
@@ -260,7 +262,7 @@ static void answer_for(fixture *f, uint64_t shuffle, fr_direct *d) {
  * is refused; the new one opens the image. An answer for another map
  * output than asked is refused too. */
 static void stale_answer_refused(void) {
-  fixture f = open_store("pool", (int64_t)64 << 20);
+  fixture f = open_store_images("pool", (int64_t)64 << 20, FSH_STORE_IMAGES_MEMFD);
   write_output(&f, 5, 31, 20000);
   fr_direct old;
   answer_for(&f, 5, &old);
@@ -310,7 +312,7 @@ static void stale_answer_refused(void) {
  * when its output outgrows the budget; afterwards only the pool (or
  * nothing) is charged and the spilled output reads back whole. */
 static void spill_with_pool(void) {
-  fixture f = open_store("pool", (int64_t)4 << 20); /* pool: at most 1 MiB */
+  fixture f = open_store_images("pool", (int64_t)4 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 1 MiB */
   write_output(&f, 1, 41, 3000);            /* ~150 KB image */
   release(&f, 1);
   CHECK_EQ_INT(pool(f.s).pooled, 1);
@@ -368,7 +370,7 @@ static int image_memfds(void) {
  * drain W ms after a pool event began answers due in [IDLE - W, IDLE]. */
 #define IDLE 1000
 static void idle_pool_drained(void) {
-  fixture f = open_store("pool", (int64_t)64 << 20);
+  fixture f = open_store_images("pool", (int64_t)64 << 20, FSH_STORE_IMAGES_MEMFD);
   int before = image_memfds();
   int64_t due = 0;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
@@ -498,7 +500,7 @@ static void worker_drains_idle_pool(void) {
 /* Idle time "never": kept past any idle time, yet emptied by a writer
  * whose budget needs the bytes (and by an explicit drain). */
 static void idle_never_kept(void) {
-  fixture f = open_store("pool", (int64_t)4 << 20); /* pool: at most 1 MiB */
+  fixture f = open_store_images("pool", (int64_t)4 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 1 MiB */
   fsh_store_set_pool_idle_ms(f.s, -1);
   write_output(&f, 1, 71, 3000); /* ~150 KB image */
   release(&f, 1);
@@ -635,7 +637,7 @@ static fsh_store_location pooled_write(fixture *f, uint64_t shuffle, uint64_t se
  *  - a writer expecting the large size takes it;
  * every image reads back whole, and the budget is exact after each step. */
 static void best_fit_chosen(void) {
-  fixture f = open_store("pool", (int64_t)256 << 20); /* pool: at most 64 MiB */
+  fixture f = open_store_images("pool", (int64_t)256 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 64 MiB */
   const int64_t rows[3] = {3000, 30000, 200000};
   fsh_store_location l[3];
   for (int i = 0; i < 3; i++) {
@@ -706,7 +708,7 @@ static void best_fit_chosen(void) {
  * said their size, which does not move that average), it takes the small
  * one and leaves the large one whole. */
 static void unhinted_expect_recent(void) {
-  fixture f = open_store("pool", (int64_t)256 << 20);
+  fixture f = open_store_images("pool", (int64_t)256 << 20, FSH_STORE_IMAGES_MEMFD);
   for (uint64_t sh = 1; sh <= 3; sh++) write_output(&f, sh, 80 + sh, 30000);
   fsh_store_location m = locate(&f, 1);
   write_sized(&f, 4, 84, 3000, 1);
@@ -735,7 +737,7 @@ static void unhinted_expect_recent(void) {
  * left, and at most a quarter of the memory limit in bytes; what does not
  * fit is closed, and the budget stays exact. */
 static void pool_caps(void) {
-  fixture f = open_store("pool", (int64_t)1 << 30);
+  fixture f = open_store_images("pool", (int64_t)1 << 30, FSH_STORE_IMAGES_MEMFD);
   int before = image_memfds();
   for (uint64_t sh = 100; sh < 165; sh++) write_output(&f, sh, sh, 200);
   CHECK_EQ_INT(image_memfds(), before + 65);
@@ -748,7 +750,7 @@ static void pool_caps(void) {
   CHECK_EQ_INT(pool(f.s).budget_used, 0);
   close_store(&f);
 
-  f = open_store("pool", (int64_t)8 << 20); /* pool: at most 2 MiB */
+  f = open_store_images("pool", (int64_t)8 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 2 MiB */
   write_output(&f, 1, 91, 45000); /* ~1.5 MB each */
   write_output(&f, 2, 92, 45000);
   fsh_store_location a = locate(&f, 1), b = locate(&f, 2);
@@ -771,7 +773,7 @@ static void pool_caps(void) {
  * than twice its need + 1 MiB) -- so the large one's pages are reused by
  * the writer that needs them; the merged output reads back whole. */
 static void merge_takes_its_size(void) {
-  fixture f = open_store("pool", (int64_t)256 << 20);
+  fixture f = open_store_images("pool", (int64_t)256 << 20, FSH_STORE_IMAGES_MEMFD);
   int64_t maps[3] = {0, 1, 2};
   int32_t attempts[3] = {0, 0, 0};
   for (int i = 0; i < 3; i++) write_map(&f, 1, maps[i], 100 + (uint64_t)i, 45000, 0);
