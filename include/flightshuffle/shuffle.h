@@ -277,7 +277,7 @@ void fsh_shuffle_store_get_stats(fsh_shuffle_store *s, fsh_shuffle_store_stats *
  *    pooled_memfds=N pooled_bytes=N" (the store's fsh_shuffle_store_stats,
  *    then the released memory images' memfds its pool keeps for reuse and
  *    their bytes: charged to the budget, not in memory_bytes; emptied
- *    after ~3 s unused). A malformed body is
+ *    after ~30 s unused). A malformed body is
  *    INVALID_ARGUMENT naming what is wrong; a task that fails answers its
  *    error prefixed with the task ("map task 3 attempt 0 of shuffle 1 on
  *    worker grpc://...: ...");

@@ -117,9 +117,10 @@ static int bench_usage(void) {
           "  with --incremental on: one run per slot).\n"
           "  --worker-pool-idle-ms: every worker's --pool-idle-ms and --builders-idle-ms\n"
           "  (how long its released memory images and its map builders are kept\n"
-          "  for the next run; default: the worker's, 3000, shorter than the time\n"
-          "  between runs, so every run starts cold; never: kept, so runs after the\n"
-          "  first reuse them). Each run says whether the workers' pool was warm.\n"
+          "  for the next run; default: the worker's, 30000 for the pool and 3000\n"
+          "  for the builders, so runs after the first reuse the pool; 0: every\n"
+          "  run starts cold; never: kept until the memory limit needs it). Each\n"
+          "  run says whether the workers' pool was warm.\n"
           "  --worker-builders-idle-ms: the workers' --builders-idle-ms alone (default:\n"
           "  --worker-pool-idle-ms's).\n"
           "  --worker-images: every worker's --images (default: the worker's, vm).\n");

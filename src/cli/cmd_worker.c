@@ -52,7 +52,7 @@ static int worker_usage(void) {
           "  --direct-reads: flight tasks read the map outputs of workers on this\n"
           "                  host straight from their files and memory (default on)\n"
           "  --pool-idle-ms: released map outputs' memory (images) is kept for the next\n"
-          "                 shuffle's map outputs until unused that long (default 3000;\n"
+          "                 shuffle's map outputs until unused that long (default 30000;\n"
           "                 never: until the memory limit needs it). Reused pages make\n"
           "                 the map phase cheaper; kept ones are memory held idle\n"
           "  --images: where map outputs kept in memory live: vm (default: anonymous\n"
@@ -86,7 +86,7 @@ int cmd_worker(int argc, char **argv) {
   memset(&topts, 0, sizeof topts);
   const char *dirs[WORKER_MAX_DIRS];
   const char *driver = NULL;
-  int64_t pool_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT, builders_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT;
+  int64_t pool_idle_ms = FSH_WORKER_POOL_IDLE_MS_DEFAULT, builders_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

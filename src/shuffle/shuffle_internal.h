@@ -419,7 +419,7 @@ void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out);
 /* Closes every pooled memfd (its charge given back). */
 void fsh_store_pool_drain(fsh_shuffle_store *s);
 /* Closes every pooled memfd (its charge given back) when no memfd went in
- * or out of the pool for the store's pool idle time (default 3 s): the
+ * or out of the pool for the store's pool idle time (default 30 s): the
  * bytes given back (0: nothing done). *due_ms: in how many ms the pool
  * would be idle that long if nothing happens meanwhile (0 now), or -1
  * when it is empty. Thread-safe; closes the memfds outside its locks. */
@@ -431,9 +431,14 @@ void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms);
 /* A worker's idle times (worker.c, its keeper thread), each in ms, < 0 for
  * never: its store's pool's (above), and how long no task may run and no
  * shuffle be released before it drops the partition builders' cache
- * (kernels.h; process-wide). Both FSH_WORKER_IDLE_MS_DEFAULT at start.
- * Thread-safe; the keeper applies them at its next tick. */
+ * (kernels.h; process-wide). At start: FSH_WORKER_POOL_IDLE_MS_DEFAULT and
+ * FSH_WORKER_IDLE_MS_DEFAULT. The pool's is longer: its huge pages, once
+ * given back, cost ~1.3 CPU-s per GiB to fault in again on a VM whose
+ * free pages the host reclaims (bench/shuffle/PROFILE_VM.md), so shuffles
+ * up to half a minute apart reuse them; the builders' reuse saved nothing
+ * measurable. Thread-safe; the keeper applies them at its next tick. */
 #define FSH_WORKER_IDLE_MS_DEFAULT 3000
+#define FSH_WORKER_POOL_IDLE_MS_DEFAULT 30000
 /* Frees the flight reader's pooled span buffers of VM reads
  * (flight_direct.c; process-wide): the worker's keeper calls it when it
  * drops its idle partition builders. */

@@ -152,7 +152,7 @@ typedef struct entry {
 
 #define RELEASED_MAX 1024
 #define POOL_MAX 64
-#define POOL_IDLE_MS FSH_WORKER_IDLE_MS_DEFAULT /* a pool unused that long is emptied
+#define POOL_IDLE_MS FSH_WORKER_POOL_IDLE_MS_DEFAULT /* a pool unused that long is emptied
                                                  (the worker asks) */
 
 /* Released memfds kept for reuse (see the top). Its own object with a

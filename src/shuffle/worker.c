@@ -165,7 +165,7 @@ static int do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *fi
  * worker, it calls malloc_trim(0) (glibc; at most once per TRIM_MIN_MS in
  * the process: it walks every arena); every KEEPER_TICK_MS it asks the
  * store to empty a pool that went unused for its idle time
- * (fsh_store_pool_drain_idle, 3 s), and once no task ran and nothing was
+ * (fsh_store_pool_drain_idle, 30 s), and once no task ran and nothing was
  * released for its builders' idle time (3 s) it drops the builders' cache
  * (the same back-to-back reuse gone stale; also on a worker whose pool
  * stays empty: everything spilled, or private images), trimming again
