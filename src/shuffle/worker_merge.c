@@ -232,6 +232,24 @@ static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fs
   return 0;
 }
 
+/* The outcome of re-encoding block k of part x's partition e: rc, or EINVAL
+ * when `why` says what is wrong with the message at `at`; an error other
+ * than ENOMEM names the shuffle, map output, partition and block. */
+static int block_outcome(part_src *x, const fsh_map_file_partition *e, int64_t k, int64_t at,
+                         const char *why, int rc, fsh_error *err) {
+  const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
+  if (rc == 0 && why)
+    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
+                         "%d: block %lld of %s, message at %lld: %s", fi->shuffle_id, fi->map_id,
+                         fi->attempt, e->partition, (long long)k, fsh_map_file_name(x->f),
+                         (long long)at, why);
+  if (rc != 0 && rc != ENOMEM)
+    return fsh_error_prefix(err, rc, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
+                            "%d: block %lld of %s: ", fi->shuffle_id, fi->map_id, fi->attempt,
+                            e->partition, (long long)k, fsh_map_file_name(x->f));
+  return rc;
+}
+
 /* Decodes the framed IPC messages of verified block k of part x's
  * partition e with dec (fsh_ipc_decode_framed: where they lie in blk) and
  * writes its record batches to partition e of w; the block's rows must be
@@ -256,17 +274,7 @@ static int reencode_block(fsh_store_writer *w, fsh_ipc_decoder *dec, part_src *x
     if (rc == 0 && !why) at += framed;
   }
   if (rc == 0 && !why && rows != e->blocks[k].rows) why = "its rows differ from its index entry's";
-  const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
-  if (rc == 0 && why)
-    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
-                         "%d: block %lld of %s, message at %lld: %s", fi->shuffle_id, fi->map_id,
-                         fi->attempt, e->partition, (long long)k, fsh_map_file_name(x->f),
-                         (long long)at, why);
-  if (rc != 0 && rc != ENOMEM)
-    return fsh_error_prefix(err, rc, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
-                            "%d: block %lld of %s: ", fi->shuffle_id, fi->map_id, fi->attempt,
-                            e->partition, (long long)k, fsh_map_file_name(x->f));
-  return rc;
+  return block_outcome(x, e, k, at, why, rc, err);
 }
 
 /* Writes the messages spliced so far (sp holds at least one) as one block
@@ -317,17 +325,7 @@ static int splice_block(fsh_store_writer *w, fsh_ipc_splicer *sp, int64_t target
     }
   }
   if (rc == 0 && !why && rows != e->blocks[k].rows) why = "its rows differ from its index entry's";
-  const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
-  if (rc == 0 && why)
-    return fsh_error_set(err, EINVAL, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
-                         "%d: block %lld of %s, message at %lld: %s", fi->shuffle_id, fi->map_id,
-                         fi->attempt, e->partition, (long long)k, fsh_map_file_name(x->f),
-                         (long long)at, why);
-  if (rc != 0 && rc != ENOMEM)
-    return fsh_error_prefix(err, rc, "shuffle %" PRIu64 " map %" PRId64 " attempt %d partition "
-                            "%d: block %lld of %s: ", fi->shuffle_id, fi->map_id, fi->attempt,
-                            e->partition, (long long)k, fsh_map_file_name(x->f));
-  return rc;
+  return block_outcome(x, e, k, at, why, rc, err);
 }
 
 /* How small blocks are re-encoded: spliced (sp; blocks of up to `target`
