@@ -33,6 +33,19 @@ static inline fixture open_store(const char *tag, int64_t limit) {
   return open_store_images(tag, limit, FSH_STORE_IMAGES_VM);
 }
 
+/* The store's pool and memory figures, as values. */
+static inline fsh_store_pool_stats store_pool(fsh_shuffle_store *s) {
+  fsh_store_pool_stats p;
+  fsh_store_get_pool_stats(s, &p);
+  return p;
+}
+
+static inline fsh_shuffle_store_stats store_stats(fsh_shuffle_store *s) {
+  fsh_shuffle_store_stats st;
+  fsh_shuffle_store_get_stats(s, &st);
+  return st;
+}
+
 static inline void close_store(fixture *f) {
   fsh_shuffle_store_free(f->s);
   fsh_schema_unref(f->schema);

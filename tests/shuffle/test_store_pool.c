@@ -53,18 +53,6 @@
 
 enum { PARTS = 4 };
 
-static fsh_store_pool_stats pool(fsh_shuffle_store *s) {
-  fsh_store_pool_stats p;
-  fsh_store_get_pool_stats(s, &p);
-  return p;
-}
-
-static fsh_shuffle_store_stats stats(fsh_shuffle_store *s) {
-  fsh_shuffle_store_stats st;
-  fsh_shuffle_store_get_stats(s, &st);
-  return st;
-}
-
 /* Writes map output (shuffle, map 0, attempt 0) of `rows` synthetic rows of
  * seed `seed` (rows spread over PARTS partitions by row number), its
  * writer expecting `expect` bytes (0: unknown). */
@@ -140,8 +128,8 @@ static void release(fixture *f, uint64_t shuffle) {
 /* The budget charges exactly what is held: images (memory_bytes) plus the
  * pool. */
 static void check_budget(fixture *f, const char *when) {
-  fsh_store_pool_stats p = pool(f->s);
-  fsh_shuffle_store_stats st = stats(f->s);
+  fsh_store_pool_stats p = store_pool(f->s);
+  fsh_shuffle_store_stats st = store_stats(f->s);
   CHECK_MSG(p.budget_used == st.memory_bytes + p.pooled_bytes,
             "%s: budget %lld, images %lld + pool %lld", when, (long long)p.budget_used,
             (long long)st.memory_bytes, (long long)p.pooled_bytes);
@@ -152,15 +140,15 @@ static void reuse_happens(void) {
   write_output(&f, 1, 11, 20000);
   fsh_store_location a = locate(&f, 1);
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_MEMFD);
-  int64_t held = stats(f.s).memory_bytes;
+  int64_t held = store_stats(f.s).memory_bytes;
   CHECK(held >= a.size);
   check_budget(&f, "held");
   release(&f, 1);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   /* its pages: the image's size in whole pages */
   CHECK_EQ_INT(p.pooled_bytes, (a.size + 4095) / 4096 * 4096);
-  CHECK_EQ_INT(stats(f.s).memory_bytes, 0);
+  CHECK_EQ_INT(store_stats(f.s).memory_bytes, 0);
   check_budget(&f, "pooled");
   /* the pooled memfd is still open under the same number, without the
    * trailer (a reader cannot take it for the image) */
@@ -170,7 +158,7 @@ static void reuse_happens(void) {
 
   write_output(&f, 2, 12, 30000);
   fsh_store_location b = locate(&f, 2);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled, 0);
   CHECK_EQ_INT(b.kind, FSH_STORE_AT_MEMFD);
@@ -183,9 +171,9 @@ static void reuse_happens(void) {
   int64_t rows = count_rows(&f, 2);
   CHECK_EQ_INT(rows, 30000);
   release(&f, 2);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_pool_drain(f.s);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_MSG(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0,
             "drained: %lld pooled, %lld bytes, budget %lld", (long long)p.pooled,
             (long long)p.pooled_bytes, (long long)p.budget_used);
@@ -217,12 +205,12 @@ static void held_image_not_reused(void) {
       rfd = -1;
     }
     release(&f, 1);
-    fsh_store_pool_stats p = pool(f.s);
+    fsh_store_pool_stats p = store_pool(f.s);
     CHECK_MSG(p.pooled == 0, "%s: a memfd a reader holds was pooled",
               only_mapped ? "mapped" : "open");
     write_output(&f, 2, 22, 20000);
     fsh_store_location b = locate(&f, 2);
-    CHECK_EQ_INT(pool(f.s).reused, 0);
+    CHECK_EQ_INT(store_pool(f.s).reused, 0);
     CHECK(b.ino != a.ino);
     CHECK_MSG(memcmp(m, copy, len) == 0, "the reader's mapping changed");
     munmap(m, len);
@@ -273,7 +261,7 @@ static void stale_answer_refused(void) {
   if (fd >= 0) close(fd);
   release(&f, 5);
   write_output(&f, 5, 31, 20000); /* the same map output again */
-  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(store_pool(f.s).reused, 1);
   fr_direct now;
   answer_for(&f, 5, &now);
   const fsh_locate_source *o = &old.a.sources[0], *n = &now.a.sources[0];
@@ -315,18 +303,18 @@ static void spill_with_pool(void) {
   fixture f = open_store_images("pool", (int64_t)4 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 1 MiB */
   write_output(&f, 1, 41, 3000);            /* ~150 KB image */
   release(&f, 1);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   check_budget(&f, "pooled");
   write_output(&f, 2, 42, 200000); /* ~9 MB: spills */
-  fsh_shuffle_store_stats st = stats(f.s);
+  fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_EQ_INT(st.spilled_outputs, 1);
-  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK_EQ_INT(st.memory_bytes, 0);
   check_budget(&f, "spilled");
   int64_t rows = count_rows(&f, 2);
   CHECK_EQ_INT(rows, 200000);
   release(&f, 2);
-  CHECK_EQ_INT(pool(f.s).budget_used, pool(f.s).pooled_bytes);
+  CHECK_EQ_INT(store_pool(f.s).budget_used, store_pool(f.s).pooled_bytes);
   close_store(&f);
 }
 
@@ -379,7 +367,7 @@ static void idle_pool_drained(void) {
   write_output(&f, 1, 51, 20000);
   int64_t t0 = ns_now();
   release(&f, 1);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   CHECK(p.budget_used > 0);
   /* within the idle time: kept */
@@ -390,16 +378,16 @@ static void idle_pool_drained(void) {
   CHECK_EQ_INT(got, 0);
   CHECK_MSG(due >= IDLE - w && due <= IDLE, "due in %lld ms, %lld ms after the release began",
             (long long)due, (long long)w);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   /* a writer within the idle time takes it (only drain_idle drains) */
   sleep_ms(100);
   write_output(&f, 2, 52, 20000);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled, 0);
   t0 = ns_now();
   release(&f, 2);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   CHECK_EQ_INT(image_memfds(), before + 1);
   /* the put restarted the idle time: due >= IDLE - w puts the clock's
    * start at t0 or later (run from the first release, >= 100 ms before t0,
@@ -412,10 +400,10 @@ static void idle_pool_drained(void) {
   CHECK_MSG(due >= IDLE - w && due <= IDLE, "due in %lld ms, %lld ms after the put began",
             (long long)due, (long long)w);
   sleep_ms(due + 20);
-  int64_t pooled_bytes = pool(f.s).pooled_bytes;
+  int64_t pooled_bytes = store_pool(f.s).pooled_bytes;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), pooled_bytes);
   CHECK_EQ_INT(due, -1);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_MSG(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0 && p.idle_drains == 1,
             "after idle: %lld pooled, %lld bytes, budget %lld, %lld idle drains",
             (long long)p.pooled, (long long)p.pooled_bytes, (long long)p.budget_used,
@@ -423,7 +411,7 @@ static void idle_pool_drained(void) {
   CHECK_EQ_INT(image_memfds(), before); /* closed */
   /* the next writer starts a fresh memfd and nothing is wrong with it */
   write_output(&f, 3, 53, 20000);
-  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK_EQ_INT(count_rows(&f, 3), 20000);
   release(&f, 3);
   fsh_store_pool_drain(f.s);
@@ -467,20 +455,20 @@ static void worker_drains_idle_pool(void) {
   fsh_store_set_pool_idle_ms(f.s, 1500);
   write_output(&f, 1, 61, 20000);
   release(&f, 1);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   sleep_ms(300); /* within the idle time: the next writer reuses */
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   write_output(&f, 2, 62, 20000);
-  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
   release(&f, 2);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   /* then idle: gone within the idle time plus the keeper's tick (1 s) */
   int64_t t0 = ms_now();
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   while (p.pooled > 0 && ms_now() - t0 < 6000) {
     sleep_ms(50);
-    p = pool(f.s);
+    p = store_pool(f.s);
   }
   int64_t took = ms_now() - t0;
   CHECK_MSG(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0 && p.idle_drains == 1,
@@ -504,7 +492,7 @@ static void idle_never_kept(void) {
   fsh_store_set_pool_idle_ms(f.s, -1);
   write_output(&f, 1, 71, 3000); /* ~150 KB image */
   release(&f, 1);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   int64_t pooled_bytes = p.pooled_bytes;
   CHECK(pooled_bytes > 0);
@@ -513,14 +501,14 @@ static void idle_never_kept(void) {
   int64_t due = 0;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
   CHECK_EQ_INT(due, -1); /* never due */
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_MSG(p.pooled == 1 && p.pooled_bytes == pooled_bytes && p.idle_drains == 0,
             "never: %lld pooled, %lld bytes, %lld idle drains", (long long)p.pooled,
             (long long)p.pooled_bytes, (long long)p.idle_drains);
   /* back to a window: the time since the last use counts at once */
   fsh_store_set_pool_idle_ms(f.s, 100);
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), pooled_bytes);
-  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   /* never again: a writer whose budget has no room empties it (it reuses
    * the one memfd, then needs more than the budget: spills) */
   fsh_store_set_pool_idle_ms(f.s, -1);
@@ -528,21 +516,21 @@ static void idle_never_kept(void) {
   release(&f, 2);
   write_output(&f, 3, 73, 3000);
   release(&f, 3);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
-  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).reused, 1);
   write_output(&f, 4, 74, 200000); /* ~9 MB: reuses, then spills */
-  fsh_shuffle_store_stats st = stats(f.s);
+  fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_EQ_INT(st.spilled_outputs, 1);
-  CHECK_EQ_INT(pool(f.s).reused, 2);
-  CHECK_EQ_INT(pool(f.s).pooled, 0);
+  CHECK_EQ_INT(store_pool(f.s).reused, 2);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 0);
   check_budget(&f, "spilled");
   CHECK_EQ_INT(count_rows(&f, 4), 200000);
   release(&f, 4);
   write_output(&f, 5, 75, 3000);
   release(&f, 5);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_pool_drain(f.s); /* explicit: still empties it */
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_MSG(p.pooled == 0 && p.budget_used == 0, "drained: %lld pooled, budget %lld",
             (long long)p.pooled, (long long)p.budget_used);
   close_store(&f);
@@ -559,24 +547,24 @@ static void worker_idle_never_keeps(void) {
   write_output(&f, 1, 81, 20000);
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
   release(&f, 1);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   sleep_ms(FSH_WORKER_IDLE_MS_DEFAULT + 1500);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_MSG(p.pooled == 1 && p.idle_drains == 0, "never: %lld pooled, %lld idle drains",
             (long long)p.pooled, (long long)p.idle_drains);
   CHECK_MSG(fsh_partition_builder_cache_bytes() > 0, "never: the builders' cache was dropped");
   /* the next writer reuses the kept memfd */
   write_output(&f, 2, 82, 20000);
-  CHECK_EQ_INT(pool(f.s).reused, 1);
+  CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK_EQ_INT(count_rows(&f, 2), 20000);
   release(&f, 2);
   /* a short window again: both go within it plus the keeper's tick */
   fsh_shuffle_worker_set_idle_ms(w, 200, 200);
   int64_t t0 = ms_now();
-  while ((pool(f.s).pooled > 0 || fsh_partition_builder_cache_bytes() > 0) &&
+  while ((store_pool(f.s).pooled > 0 || fsh_partition_builder_cache_bytes() > 0) &&
          ms_now() - t0 < 5000)
     sleep_ms(50);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_MSG(p.pooled == 0 && p.budget_used == 0 && p.idle_drains == 1,
             "after %lld ms: %lld pooled, budget %lld, %lld idle drains",
             (long long)(ms_now() - t0), (long long)p.pooled, (long long)p.budget_used,
@@ -611,7 +599,7 @@ static fsh_store_location pooled_write(fixture *f, uint64_t shuffle, uint64_t se
   fsh_store_location l = locate(f, shuffle);
   CHECK_MSG(l.kind == FSH_STORE_AT_MEMFD, "%s: shuffle %llu not in a memfd", step,
             (unsigned long long)shuffle);
-  fsh_store_pool_stats p = pool(f->s);
+  fsh_store_pool_stats p = store_pool(f->s);
   CHECK_MSG(p.reused == want.reused && p.pooled == want.pooled &&
                 p.left_loose == want.left_loose && p.pooled_bytes == want.pooled_bytes,
             "%s: reused %lld, pooled %lld, left loose %lld, pooled bytes %lld; expected %lld, "
@@ -649,7 +637,7 @@ static void best_fit_chosen(void) {
             "sizes %lld, %lld, %lld: not the small, medium, large this test needs",
             (long long)l[0].size, (long long)l[1].size, (long long)l[2].size);
   for (int i = 0; i < 3; i++) release(&f, 10 + (uint64_t)i);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 3);
   CHECK_EQ_INT(p.pooled_bytes, pages_of(l[0].size) + pages_of(l[1].size) + pages_of(l[2].size));
   check_budget(&f, "three pooled");
@@ -691,9 +679,9 @@ static void best_fit_chosen(void) {
     release(&f, sh);
     check_budget(&f, "released");
   }
-  CHECK_EQ_INT(pool(f.s).pooled, 4);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 4);
   fsh_store_pool_drain(f.s);
-  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   for (int i = 0; i < 3; i++) fsh_store_location_reset(&l[i]);
   fsh_store_location_reset(&a);
   fsh_store_location_reset(&b);
@@ -717,7 +705,7 @@ static void unhinted_expect_recent(void) {
   CHECK(large.size > 2 * m.size + (1 << 20));
   release(&f, 4);
   release(&f, 5);
-  CHECK_EQ_INT(pool(f.s).pooled, 2);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 2);
   check_budget(&f, "pooled");
   fsh_store_location n = pooled_write(
       &f, 6, 86, 30000, 0,
@@ -742,12 +730,12 @@ static void pool_caps(void) {
   for (uint64_t sh = 100; sh < 165; sh++) write_output(&f, sh, sh, 200);
   CHECK_EQ_INT(image_memfds(), before + 65);
   for (uint64_t sh = 100; sh < 165; sh++) release(&f, sh);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 64);
   CHECK_EQ_INT(image_memfds(), before + 64);
   check_budget(&f, "64 pooled");
   fsh_store_pool_drain(f.s);
-  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   close_store(&f);
 
   f = open_store_images("pool", (int64_t)8 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 2 MiB */
@@ -757,10 +745,10 @@ static void pool_caps(void) {
   CHECK(pages_of(a.size) <= (2 << 20) && pages_of(a.size) + pages_of(b.size) > (2 << 20));
   release(&f, 1);
   release(&f, 2);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   CHECK_EQ_INT(p.pooled_bytes, pages_of(a.size));
-  CHECK_EQ_INT(stats(f.s).memory_bytes, 0);
+  CHECK_EQ_INT(store_stats(f.s).memory_bytes, 0);
   check_budget(&f, "quarter");
   fsh_store_location_reset(&a);
   fsh_store_location_reset(&b);
@@ -795,7 +783,7 @@ static void merge_takes_its_size(void) {
             (long long)large.size, (long long)sum, (long long)part.size);
   release(&f, 4);
   release(&f, 5);
-  CHECK_EQ_INT(pool(f.s).pooled, 2);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 2);
   fsh_merge_task t = {.shuffle_id = 1, .map_id = 100, .attempt = 0, .drop_parts = false,
                       .n_parts = 3, .part_maps = maps, .part_attempts = attempts};
   fsh_map_output m = {0};
@@ -807,7 +795,7 @@ static void merge_takes_its_size(void) {
   CHECK_MSG(merged.ino == large.ino, "the merge (%lld bytes expected) took inode %llu, not the "
             "large %llu (small %llu)", (long long)sum, (unsigned long long)merged.ino,
             (unsigned long long)large.ino, (unsigned long long)small.ino);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled_bytes, pages_of(small.size));
   check_whole(small.fd, small.size, "merged");

@@ -32,18 +32,6 @@
 
 enum { PARTS = 4 };
 
-static fsh_store_pool_stats pool(fsh_shuffle_store *s) {
-  fsh_store_pool_stats p;
-  fsh_store_get_pool_stats(s, &p);
-  return p;
-}
-
-static fsh_shuffle_store_stats stats(fsh_shuffle_store *s) {
-  fsh_shuffle_store_stats st;
-  fsh_shuffle_store_get_stats(s, &st);
-  return st;
-}
-
 /* Writes (shuffle, map, attempt 0): `rows` synthetic rows of seed `seed`
  * over PARTS partitions, uncompressed, in batches of 10000 rows (several
  * growths of the image). */
@@ -102,8 +90,8 @@ static void release(fixture *f, uint64_t shuffle) {
 }
 
 static void check_budget(fixture *f, const char *when) {
-  fsh_store_pool_stats p = pool(f->s);
-  fsh_shuffle_store_stats st = stats(f->s);
+  fsh_store_pool_stats p = store_pool(f->s);
+  fsh_shuffle_store_stats st = store_stats(f->s);
   CHECK_MSG(p.budget_used == st.memory_bytes + p.pooled_bytes,
             "%s: budget %lld, images %lld + pool %lld", when, (long long)p.budget_used,
             (long long)st.memory_bytes, (long long)p.pooled_bytes);
@@ -184,7 +172,7 @@ static void written_grown_and_located_of(fsh_store_images images) {
             huge ? "vm" : "vm-4k", flags);
   printf("  %s: image %lld bytes at %llx, AnonHugePages %ld kB, VmFlags:%s",
          huge ? "vm" : "vm-4k", (long long)l.size, (unsigned long long)l.addr, huge_kb, flags);
-  fsh_shuffle_store_stats st = stats(f.s);
+  fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_EQ_INT(st.memory_bytes, l.size);
   check_budget(&f, "written");
   fsh_store_location_reset(&l);
@@ -222,11 +210,11 @@ static void pooled_reused_and_drained(void) {
   fsh_store_location a = locate(&f, 3, 0);
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_VM);
   release(&f, 3);
-  fsh_store_pool_stats p = pool(f.s);
+  fsh_store_pool_stats p = store_pool(f.s);
   int64_t pages = (a.size + FSH_IMAGE_ID_BYTES + 4095) / 4096 * 4096;
   CHECK_EQ_INT(p.pooled, 1);
   CHECK_EQ_INT(p.pooled_bytes, pages);
-  CHECK_EQ_INT(stats(f.s).memory_bytes, 0);
+  CHECK_EQ_INT(store_stats(f.s).memory_bytes, 0);
   check_budget(&f, "pooled");
   /* the id is cleared, the rest of the trailer still there (still mapped:
    * the pool's) */
@@ -238,7 +226,7 @@ static void pooled_reused_and_drained(void) {
   /* the same map output again: into that very mapping, a new id */
   write_map(&f, 4, 0, 13, 80000);
   fsh_store_location b = locate(&f, 4, 0);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled, 0);
   CHECK_MSG(b.addr == a.addr && b.size == a.size && b.image_id != a.image_id,
@@ -249,20 +237,20 @@ static void pooled_reused_and_drained(void) {
   CHECK_EQ_INT(count_rows(&f, 4, 0), 80000);
   check_budget(&f, "reused");
   release(&f, 4);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_pool_drain(f.s);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK(p.pooled == 0 && p.pooled_bytes == 0 && p.budget_used == 0);
   CHECK_MSG(!is_mapped(b.addr), "a drained image is still mapped");
   /* an idle pool: drained once idle (0 ms here), unmapped */
   write_map(&f, 5, 0, 14, 30000);
   fsh_store_location c = locate(&f, 5, 0);
   release(&f, 5);
-  CHECK_EQ_INT(pool(f.s).pooled, 1);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_set_pool_idle_ms(f.s, 0);
   int64_t due = 0;
   CHECK(fsh_store_pool_drain_idle(f.s, &due) > 0);
-  p = pool(f.s);
+  p = store_pool(f.s);
   CHECK(p.pooled == 0 && p.budget_used == 0 && p.idle_drains == 1 && due == -1);
   CHECK(!is_mapped(c.addr));
   fsh_store_location_reset(&a);
@@ -281,11 +269,11 @@ static void evicted_unmapped(void) {
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_VM);
   CHECK_MSG(a.size > (2 << 20) && a.size < (4 << 20), "image of %lld bytes", (long long)a.size);
   write_map(&f, 6, 1, 16, 120000);
-  fsh_shuffle_store_stats st = stats(f.s);
+  fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_MSG(st.spilled_outputs == 1, "%lld spilled", (long long)st.spilled_outputs);
   fsh_store_location e = locate(&f, 6, 0);
   CHECK_EQ_INT(e.kind, FSH_STORE_AT_FILE);
-  CHECK_EQ_INT(pool(f.s).pooled, 0);
+  CHECK_EQ_INT(store_pool(f.s).pooled, 0);
   fsh_store_location b = locate(&f, 6, 1); /* (its mapping may have taken the address) */
   CHECK_MSG(!is_mapped(a.addr) || (a.addr >= b.addr && a.addr < b.addr + (uint64_t)b.size),
             "the evicted image is still mapped");
@@ -297,7 +285,7 @@ static void evicted_unmapped(void) {
   fsh_store_location_reset(&e);
   release(&f, 6);
   fsh_store_pool_drain(f.s);
-  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   close_store(&f);
 }
 
@@ -305,12 +293,12 @@ static void evicted_unmapped(void) {
 static void small_budget_spills(void) {
   fixture f = open_store("vm", (int64_t)1 << 20);
   write_map(&f, 7, 0, 17, 60000);
-  fsh_shuffle_store_stats st = stats(f.s);
+  fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_EQ_INT(st.spilled_outputs, 1);
   CHECK_EQ_INT(st.memory_bytes, 0);
   CHECK_EQ_INT(count_rows(&f, 7, 0), 60000);
   release(&f, 7);
-  CHECK_EQ_INT(pool(f.s).budget_used, 0);
+  CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   close_store(&f);
 }
 
@@ -323,12 +311,12 @@ static void small_budget_spills(void) {
 static void charged_by_capacity_not_expectation(void) {
   fixture f = open_store("vm", (int64_t)256 << 20);
   write_map(&f, 8, 0, 18, 200000); /* ~6.4 MB: the expectation */
-  int64_t before = pool(f.s).budget_used;
+  int64_t before = store_pool(f.s).budget_used;
   fsh_shuffle_spec spec = {.shuffle_id = 8, .n_partitions = PARTS, .schema = f.schema};
   fsh_store_writer *w = NULL;
   fsh_error err = {{0}};
   CHECK_OK(fsh_store_writer_open(f.s, &spec, 1, 0, &w, &err)); /* writes the schema */
-  int64_t held = pool(f.s).budget_used - before;
+  int64_t held = store_pool(f.s).budget_used - before;
   CHECK_MSG(held > 0 && held <= (64 << 10), "a new writer holds %lld bytes of the budget",
             (long long)held);
   fsh_batch *b = stu_synthetic(19, 20000);
