@@ -682,17 +682,22 @@ static void evicted_between_locate_and_read_vm(void) {
   with_vm(evicted_between_locate_and_read);
 }
 
+/* pair_start with VM images (the tests' default stays memfd). */
+static bool pair_start_vm(pair *p) {
+  g_images = FSH_STORE_IMAGES_VM;
+  bool ok = pair_start(p);
+  g_images = FSH_STORE_IMAGES_MEMFD;
+  return ok;
+}
+
 /* A VM image released and its mapping reused at once for the same map
  * output written again (same address, same size, same bytes but for the
  * trailer's image id) after the reader copied the blocks and before it
  * checked the trailer again: the copy is not used (its trailer names
  * another image), the read goes through DoGet and yields the rows written. */
 static void reused_between_copy_and_check_vm(void) {
-  g_images = FSH_STORE_IMAGES_VM;
   pair p;
-  bool ok = pair_start(&p);
-  g_images = FSH_STORE_IMAGES_MEMFD;
-  if (!ok) return;
+  if (!pair_start_vm(&p)) return;
   stu_plan plan;
   make_plan(&plan, 77, 2, 2, 3000);
   run_maps(&p, &plan);
@@ -757,11 +762,8 @@ static int vm_errno_hook(void) {
  * ones written. ESRCH (the process gone; here simulated once): a DoGet
  * for that source only, the next read direct again. */
 static void copy_refused_vm(void) {
-  g_images = FSH_STORE_IMAGES_VM;
   pair p;
-  bool ok = pair_start(&p);
-  g_images = FSH_STORE_IMAGES_MEMFD;
-  if (!ok) return;
+  if (!pair_start_vm(&p)) return;
   stu_plan plan;
   make_plan(&plan, 78, 3, 2, 3000);
   run_maps(&p, &plan);
@@ -818,11 +820,8 @@ static void copy_refused_vm(void) {
  * rows are the
  * ones written; fr_spans_drop empties the pool. */
 static void large_spans_pooled_vm(void) {
-  g_images = FSH_STORE_IMAGES_VM;
   pair p;
-  bool ok = pair_start(&p);
-  g_images = FSH_STORE_IMAGES_MEMFD;
-  if (!ok) return;
+  if (!pair_start_vm(&p)) return;
   stu_plan plan;
   make_plan(&plan, 79, 2, 2, 60000);
   plan.spec.compression = FSH_COMPRESSION_NONE; /* partitions of ~1 MB */
@@ -856,11 +855,8 @@ static void large_spans_pooled_vm(void) {
  * is read as not directly readable (NONE), the rest of the answer as
  * usual. */
 static void unknown_kind_not_direct(void) {
-  g_images = FSH_STORE_IMAGES_VM;
   pair p;
-  bool ok = pair_start(&p);
-  g_images = FSH_STORE_IMAGES_MEMFD;
-  if (!ok) return;
+  if (!pair_start_vm(&p)) return;
   stu_plan plan;
   make_plan(&plan, 80, 2, 2, 3000);
   run_maps(&p, &plan);
