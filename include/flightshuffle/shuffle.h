@@ -194,13 +194,16 @@ FSH_NODISCARD int fsh_shuffle_fs_new(const char *dir, fsh_shuffle_backend **out,
  * belongs to one worker. Thread-safe. */
 typedef struct fsh_shuffle_store fsh_shuffle_store;
 /* Where a store keeps its memory images (src/shuffle/store.c has the
- * details): VM, anonymous memory (huge pages) that same-host readers copy
- * with process_vm_readv; MEMFD, memfds they open through /proc (for
- * hosts that forbid process_vm_readv: ptrace restrictions); PRIVATE,
- * fsh_malloc'd memory nobody else reads (same-host readers use DoGet). */
+ * details): MEMFD (the default), memfds that same-host readers open
+ * through /proc; VM, anonymous memory (huge pages) that they copy with
+ * process_vm_readv -- cheaper per byte for shuffles that reuse a warm
+ * pool, but 1.6-1.8x slower for the operators' sort and join on a VM that
+ * gives freed huge pages back to its host (bench/shuffle/PROFILE_VM.md,
+ * "Default"), hence not the default; PRIVATE, fsh_malloc'd memory nobody
+ * else reads (same-host readers use DoGet). */
 typedef enum fsh_store_images {
-  FSH_STORE_IMAGES_VM = 0,
-  FSH_STORE_IMAGES_MEMFD = 1,
+  FSH_STORE_IMAGES_MEMFD = 0,
+  FSH_STORE_IMAGES_VM = 1,
   FSH_STORE_IMAGES_PRIVATE = 2,
   FSH_STORE_IMAGES_VM_4K = 3 /* VM on 4 KiB pages (no MADV_HUGEPAGE): to measure */
 } fsh_store_images;

@@ -123,7 +123,7 @@ static int bench_usage(void) {
           "  run says whether the workers' pool was warm.\n"
           "  --worker-builders-idle-ms: the workers' --builders-idle-ms alone (default:\n"
           "  --worker-pool-idle-ms's).\n"
-          "  --worker-images: every worker's --images (default: the worker's, vm).\n");
+          "  --worker-images: every worker's --images (default: the worker's, memfd).\n");
   return 2;
 }
 

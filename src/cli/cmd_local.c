@@ -53,8 +53,8 @@ static int local_usage(void) {
           "  --pool-idle-ms, --builders-idle-ms: every worker's (how long it keeps released\n"
           "                  map outputs' memory and idle partition builders for the next\n"
           "                  shuffle; defaults 30000 and 3000; see `flightshuffle worker --help`)\n"
-          "  --images: every worker's (where its in-memory map outputs live; default vm;\n"
-          "            memfd where process_vm_readv is not permitted)\n");
+          "  --images: every worker's (where its in-memory map outputs live; default\n"
+          "            memfd; see `flightshuffle worker --help`)\n");
   return 2;
 }
 

@@ -30,7 +30,10 @@
  * time as before. The head holds no image reference, so eviction still
  * frees the memory.
  *
- * VM images (the default, fsh_store_images VM): a memory image lives in an
+ * VM images (fsh_store_images VM; not the default, MEMFD below: on a VM
+ * whose host takes freed huge pages back, the operators' sort and join
+ * ran 1.6-1.8x slower with them, bench/shuffle/PROFILE_VM.md "Default"):
+ * a memory image lives in an
  * anonymous private mapping of its own (vm_resize), its start 2 MiB-aligned
  * and advised MADV_HUGEPAGE once it is at least 2 MiB (THP "madvise" mode:
  * writing fresh huge pages costs ~1/6 of a memfd's tmpfs pages, and a

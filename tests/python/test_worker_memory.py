@@ -8,10 +8,10 @@ a few seconds later the pool is empty (stats and the worker's own
 RSS has fallen well below its peak: what it holds beyond its RSS at start
 is under a fifth of what the shuffle made it grow by (measured: 4-5%;
 before the keeper: 33%, and the whole pool, ~0.25 GB a worker, kept idle).
-Run with the workers' default memory images (--images vm: anonymous
-mappings, named "[anon:fsh-image]" in /proc/<pid>/maps where the kernel
-names them; the stats line's pooled_memfds counts pooled images of either
-kind) and with --images memfd.
+Run with --images vm (anonymous mappings, named "[anon:fsh-image]" in
+/proc/<pid>/maps where the kernel names them; the stats line's
+pooled_memfds counts pooled images of either kind) and with --images memfd
+(the workers' default).
 
 The CLI is <dir of FSH_LIB>/flightshuffle (FSH_CLI overrides)."""
 import os

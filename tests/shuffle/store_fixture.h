@@ -16,8 +16,8 @@ typedef struct fixture {
   fsh_schema *schema;
 } fixture;
 
-/* A store of the given kind of memory images (open_store: the default,
- * VM). */
+/* A store of the given kind of memory images (open_store: VM; the
+ * store's default is MEMFD). */
 static inline fixture open_store_images(const char *tag, int64_t limit, fsh_store_images images) {
   fixture f = {.dir = stu_mkdtemp(tag)};
   const char *dirs[1] = {f.dir};
