@@ -46,6 +46,29 @@ static inline fsh_shuffle_store_stats store_stats(fsh_shuffle_store *s) {
   return st;
 }
 
+/* Rows of (shuffle, map, attempt 0) over its `parts` partitions, every
+ * partition decoded and verified (block and partition checksums). */
+static inline int64_t store_count_rows(fixture *f, uint64_t shuffle, int64_t map,
+                                       int32_t parts) {
+  fsh_map_file *mf = NULL;
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_store_open(f->s, shuffle, map, 0, &mf, &err));
+  int64_t rows = 0;
+  for (int32_t q = 0; mf && q < parts; q++) {
+    fsh_map_file_cursor *c = NULL;
+    CHECK_OK(fsh_map_file_cursor_open(mf, q, &c, &err));
+    for (fsh_batch *b = NULL; c;) {
+      CHECK_OK(fsh_map_file_cursor_next(c, &b, &err));
+      if (!b) break;
+      rows += b->length;
+      fsh_batch_unref(b);
+    }
+    fsh_map_file_cursor_free(c);
+  }
+  fsh_map_file_close(mf);
+  return rows;
+}
+
 static inline void close_store(fixture *f) {
   fsh_shuffle_store_free(f->s);
   fsh_schema_unref(f->schema);

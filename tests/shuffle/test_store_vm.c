@@ -62,26 +62,8 @@ static fsh_store_location locate(fixture *f, uint64_t shuffle, int64_t map) {
   return l;
 }
 
-/* Rows of (shuffle, map, 0), every partition decoded and verified, and
- * the sum of their first column's int64 values when it is one. */
 static int64_t count_rows(fixture *f, uint64_t shuffle, int64_t map) {
-  fsh_map_file *mf = NULL;
-  fsh_error err = {{0}};
-  CHECK_OK(fsh_store_open(f->s, shuffle, map, 0, &mf, &err));
-  int64_t rows = 0;
-  for (int32_t q = 0; mf && q < PARTS; q++) {
-    fsh_map_file_cursor *c = NULL;
-    CHECK_OK(fsh_map_file_cursor_open(mf, q, &c, &err));
-    for (fsh_batch *b = NULL; c;) {
-      CHECK_OK(fsh_map_file_cursor_next(c, &b, &err));
-      if (!b) break;
-      rows += b->length;
-      fsh_batch_unref(b);
-    }
-    fsh_map_file_cursor_free(c);
-  }
-  fsh_map_file_close(mf);
-  return rows;
+  return store_count_rows(f, shuffle, map, PARTS);
 }
 
 static void release(fixture *f, uint64_t shuffle) {
