@@ -173,19 +173,25 @@ int main(int argc, char **argv) {
   double cpu_med[2] = {median(cpu[0], runs), median(cpu[1], runs)};
   bench_stats a = bench_summarize(secs[0], runs, (double)in_bytes);
   bench_stats b = bench_summarize(secs[1], runs, (double)in_bytes);
+  if (only == 1) a = (bench_stats){0}, cpu_med[0] = 0; /* not run: no figures */
+  if (only == 0) b = (bench_stats){0}, cpu_med[1] = 0;
   printf("bench_merge: %d parts x %d partitions, %lld rows a part, %lld bytes of parts "
          "(%lld blocks of part 0's partition 0), merged into %lld bytes; %d runs each, ABBA "
          "(min / median / max, GB/s of the parts' bytes)\n", n_parts, n_part,
          (long long)rows_per_part, (long long)in_bytes, (long long)in_blocks,
          (long long)out_bytes[1], runs);
-  bench_print("decode / concat / encode", a, a.med, "decode");
-  bench_print("splice", b, a.med, "decode");
-  printf("  merging thread's CPU, median: decode %.3f s, splice %.3f s (%.2fx)\n", cpu_med[0],
-         cpu_med[1], cpu_med[1] / cpu_med[0]);
+  if (only != 1) bench_print("decode / concat / encode", a, a.med, "decode");
+  if (only != 0) bench_print("splice", b, only < 0 ? a.med : b.med, only < 0 ? "decode" : "itself");
+  if (only < 0)
+    printf("  merging thread's CPU, median: decode %.3f s, splice %.3f s (%.2fx)\n", cpu_med[0],
+           cpu_med[1], cpu_med[1] / cpu_med[0]);
+  else
+    printf("  merging thread's CPU, median: %.3f s\n", cpu_med[only]);
   printf("result: name=bench_merge verified=%s parts=%d partitions=%d in_bytes=%lld "
          "out_bytes=%lld runs=%d decode_gbps=%.3f splice_gbps=%.3f splice_vs_decode=%.3f "
          "decode_cpu_s=%.3f splice_cpu_s=%.3f\n", verified ? "yes" : "no", n_parts, n_part,
-         (long long)in_bytes, (long long)out_bytes[1], runs, a.med, b.med, b.med / a.med,
+         (long long)in_bytes, (long long)out_bytes[1], runs, a.med, b.med,
+         a.med > 0 ? b.med / a.med : 0.0,
          cpu_med[0], cpu_med[1]);
   for (int k = 0; k < 2; k++) free(secs[k]), free(cpu[k]), free(sums[k]), free(sizes[k]);
   free(maps);

@@ -1043,6 +1043,7 @@ fsh_input *fsh_map_file_input(const fsh_map_file *f) {
 }
 
 const char *fsh_map_file_name(const fsh_map_file *f) { return fname(f); }
+bool fsh_map_file_is_image(const fsh_map_file *f) { return f->image != NULL; }
 
 int fsh_map_file_open_image(fsh_buffer *image, const char *name, fsh_map_file_head *h,
                             fsh_map_file **out, fsh_error *err) {

@@ -203,6 +203,9 @@ fsh_buffer *fsh_map_file_schema_message(const fsh_map_file *f);
 fsh_input *fsh_map_file_input(const fsh_map_file *f);
 /* The name of its bytes (a path, an image's name) for messages. */
 const char *fsh_map_file_name(const fsh_map_file *f);
+/* Whether f is a memory image opened in place (fsh_map_file_open_image):
+ * its bytes are this process's memory, not a file's. */
+bool fsh_map_file_is_image(const fsh_map_file *f);
 
 /* The verified part of an opened file -- trailer, header, end-of-stream
  * marker, schema -- that every open of the same bytes checks anew. A

@@ -1549,7 +1549,6 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
   }
   if (image) {
     rc = fsh_input_from_buffer_named(image, name, &in, err);
-    fsh_buffer_unref(image);
   } else {
     rc = fsh_input_open_path(path, &in, err);
     if (rc == ENOENT)
@@ -1570,6 +1569,13 @@ static int open_held(fsh_shuffle_store *s, uint64_t shuffle_id, int64_t map_id, 
       e->head = fsh_map_file_head_ref(fsh_map_file_head_of(*out));
     pthread_mutex_unlock(&s->mu);
   }
+  if (rc == 0 && image) { /* verified through an input: now the image itself, as later opens */
+    fsh_map_file *verified = *out;
+    *out = NULL;
+    rc = fsh_map_file_open_image(image, name, fsh_map_file_head_of(verified), out, err);
+    fsh_map_file_close(verified);
+  }
+  fsh_buffer_unref(image);
   if (rc != 0 && where) {
     fsh_free(where->path);
     where->path = NULL;

@@ -1,8 +1,11 @@
 /* worker_merge.c -- the pre-shuffle merge on a worker's store: several map
  * outputs of one shuffle held by this worker become ONE map output whose
  * partition p holds the parts' partition p rows, in the order of the parts
- * (and within a part in stored order). Every block is verified against
- * its own checksum as it is read. A partition whose blocks are large
+ * (and within a part in stored order). Every block of a spill file is
+ * verified against its own checksum as it is read; a memory image (this
+ * process's own memory, hashed as it was written) is not hashed again --
+ * a block copied as stored keeps its checksum, which its readers verify.
+ * A partition whose blocks are large
  * (average >= 64 KiB) is the concatenation of the parts' blocks copied as
  * stored, never decoded: its rows and bytes are the sums of the parts',
  * its checksum the xxh3 of the concatenated blocks. A partition of small
@@ -42,8 +45,9 @@
 /* A spliced block is hashed right after it is written, while it is in
  * cache: by libxxhash's run-time dispatched XXH3 (AVX2 / AVX-512 where the
  * CPU has them; the same hash as the inlined baseline code, as map_file.c
- * hashes blocks). The input verify stays inlined: it reads each part's
- * pages for the first time and is bound by memory (PROFILE_1000.md 7b). */
+ * hashes blocks). The verify of a spill file's blocks stays inlined: it
+ * reads each part's pages for the first time and is bound by memory
+ * (PROFILE_1000.md 7b). */
 #if defined(__x86_64__)
 XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t len);
 #define WARM_HASH XXH3_64bits_dispatch
@@ -211,14 +215,18 @@ static int open_part(fsh_shuffle_store *s, const fsh_merge_task *t, part_src *pa
 /* A partition's blocks are re-encoded when they average fewer bytes. */
 #define MERGE_SMALL_BLOCK ((int64_t)64 << 10)
 
-/* Block k of part i's partition e, verified against its checksum: a new
- * reference (a slice of the part's data, or the block read alone). */
+/* Block k of part i's partition e: a new reference (a slice of the part's
+ * data, or the block read alone), verified against its checksum when the
+ * part is a spill file. A part that is a memory image of this store is
+ * this process's own memory, hashed as it was written: not hashed again
+ * (PROFILE_1000.md, session 9: that pass was a fifth of the merge's CPU
+ * at 1000 x 1000, with the page faults of its first touch). */
 static int get_block(part_src *x, const fsh_map_file_partition *e, int64_t k, fsh_buffer **out,
                      fsh_error *err) {
   const fsh_map_file_block *b = &e->blocks[k];
-  if (!x->data) return fsh_map_file_read_block(x->f, e, k, out, err);
+  if (!x->data) return fsh_map_file_read_block_image_unchecked(x->f, e, k, out, err);
   const uint8_t *at = x->data->data + (b->offset - x->base);
-  if (XXH3_64bits(at, (size_t)b->length) != b->checksum) {
+  if (!fsh_map_file_is_image(x->f) && XXH3_64bits(at, (size_t)b->length) != b->checksum) {
     const fsh_map_file_info *fi = fsh_map_file_get_info(x->f);
     return fsh_error_set(err, EIO, "shuffle %" PRIu64 " map %" PRId64 " attempt %d "
                          "partition %d: checksum mismatch in block %lld (offset %lld, "

@@ -10,7 +10,9 @@
  * the decoded rows are the same rows in the same order (each row's hash,
  * fsh_task_row_checksums, in sequence) -- so their row checksums too.
  * Also: one part, empty partitions, a corrupt part (the merge fails,
- * nothing is published, the parts stay), a missing part, the body. */
+ * nothing is published, the parts stay), a memory image part damaged in
+ * memory (not hashed again by the merge: its reader reports it), a
+ * missing part, the body. */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -340,6 +342,62 @@ static void corrupt_part(int64_t whole_max) {
   stu_rmdir(dir);
   fsh_merge_set_test_hooks(NULL);
 }
+/* A memory image part damaged in memory (a byte of its memfd flipped):
+ * the merge does not hash this store's own images again, but a block it
+ * copies as stored keeps the checksum it was written with, so reading the
+ * merged output reports the damage -- never rows read silently wrong. */
+static void corrupt_image_part_caught_by_reader(void) {
+  fsh_merge_test_hooks h = {.small_block = -1}; /* copied as stored */
+  fsh_merge_set_test_hooks(&h);
+  char *dir = stu_mkdtemp("mergeimg");
+  fsh_shuffle_store *s = new_store(dir, 1 << 30); /* memory images */
+  fsh_error err = {{0}};
+  fsh_map_output a = {0}, b = {0};
+  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
+  write_part(s, 2, 0, k_rows[1], FSH_COMPRESSION_NONE, &b);
+  fsh_store_location loc = {0};
+  CHECK_OK(fsh_store_locate(s, SHUFFLE, 2, 0, 3, &loc, &err));
+  CHECK(loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks >= 1);
+  if (loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks >= 1) {
+    uint8_t x = 0;
+    off_t at = (off_t)(loc.part.blocks[0].offset + loc.part.blocks[0].length / 2);
+    CHECK(pread(loc.fd, &x, 1, at) == 1);
+    x ^= 0x5a;
+    CHECK(pwrite(loc.fd, &x, 1, at) == 1);
+  }
+  fsh_store_location_reset(&loc);
+  int64_t maps[2] = {1, 2};
+  int32_t attempts[2] = {0, 0};
+  fsh_merge_task t = {.shuffle_id = SHUFFLE, .map_id = 9, .attempt = 1, .drop_parts = true,
+                      .n_parts = 2, .part_maps = maps, .part_attempts = attempts};
+  fsh_map_output m = {0};
+  CHECK_OK(fsh_shuffle_store_merge(s, &t, &m, &err));
+  fsh_map_file *f = NULL;
+  CHECK_OK(fsh_store_open(s, SHUFFLE, 9, 1, &f, &err));
+  fsh_map_file_partition part = {0};
+  if (f) CHECK_OK(fsh_map_file_get_partition(f, 3, &part, &err));
+  int bad = 0;
+  for (int64_t k = 0; k < part.n_blocks; k++) {
+    fsh_buffer *blk = NULL;
+    int rc = fsh_map_file_read_block(f, &part, k, &blk, &err);
+    fsh_buffer_unref(blk);
+    if (rc == 0) continue;
+    bad++;
+    CHECK_EQ_INT(rc, EIO);
+    CHECK_MSG(strstr(err.message, "checksum mismatch") && strstr(err.message, "partition 3"),
+              "%s", err.message);
+  }
+  CHECK_EQ_INT(bad, 1); /* the damaged block (the first of map 2's) and no other */
+  fsh_map_file_partition_reset(&part);
+  fsh_map_file_close(f);
+  fsh_map_output_reset(&m);
+  fsh_map_output_reset(&a);
+  fsh_map_output_reset(&b);
+  fsh_shuffle_store_free(s);
+  stu_rmdir(dir);
+  fsh_merge_set_test_hooks(NULL);
+}
+
 static void merge_detects_corrupt_part(void) { corrupt_part(0); }
 /* the same, the part read block by block */
 static void merge_detects_corrupt_part_by_block(void) { corrupt_part(1); }
@@ -468,6 +526,7 @@ int main(int argc, char **argv) {
       {"merge_of_empty_parts", merge_of_empty_parts},
       {"merge_detects_corrupt_part", merge_detects_corrupt_part},
       {"merge_detects_corrupt_part_by_block", merge_detects_corrupt_part_by_block},
+      {"corrupt_image_part_caught_by_reader", corrupt_image_part_caught_by_reader},
       {"verify_hash_is_xxh3", verify_hash_is_xxh3},
       {"merge_by_block_memory", merge_by_block_memory},
       {"merge_by_block_spilled", merge_by_block_spilled},
