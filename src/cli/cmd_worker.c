@@ -62,7 +62,7 @@ static int worker_usage(void) {
           "            huge pages go back to the host), private (no same-host\n"
           "            direct reads), vm-4k (vm on 4 KiB pages)\n"
           "  --builders-idle-ms: the same for the map tasks' partition builders, once\n"
-          "                 no task ran that long (default 3000)\n"
+          "                 no task ran that long (default 30000)\n"
           "  BYTES may end in K, M or G (powers of 1024); default 1G\n");
   return 2;
 }
@@ -87,7 +87,7 @@ int cmd_worker(int argc, char **argv) {
   memset(&topts, 0, sizeof topts);
   const char *dirs[WORKER_MAX_DIRS];
   const char *driver = NULL;
-  int64_t pool_idle_ms = FSH_WORKER_POOL_IDLE_MS_DEFAULT, builders_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT;
+  int64_t pool_idle_ms = FSH_WORKER_POOL_IDLE_MS_DEFAULT, builders_idle_ms = FSH_WORKER_BUILDERS_IDLE_MS_DEFAULT;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

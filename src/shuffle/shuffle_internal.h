@@ -435,13 +435,15 @@ void fsh_store_set_pool_idle_ms(fsh_shuffle_store *s, int64_t ms);
  * never: its store's pool's (above), and how long no task may run and no
  * shuffle be released before it drops the partition builders' cache
  * (kernels.h; process-wide). At start: FSH_WORKER_POOL_IDLE_MS_DEFAULT and
- * FSH_WORKER_IDLE_MS_DEFAULT. The pool's is longer, so that shuffles up to
- * half a minute apart reuse its pages (a reused memfd is ~4.9x cheaper to
- * write; VM images' huge pages, once given back, cost ~1.3 CPU-s per GiB to
- * fault in again on a VM whose host reclaims free pages:
- * bench/shuffle/PROFILE_VM.md); the builders' reuse saved nothing
- * measurable. Thread-safe; the keeper applies them at its next tick. */
-#define FSH_WORKER_IDLE_MS_DEFAULT 3000
+ * FSH_WORKER_BUILDERS_IDLE_MS_DEFAULT, both 30 s, so that shuffles up to
+ * half a minute apart reuse the pool's pages (a reused memfd is ~4.9x
+ * cheaper to write; VM images' huge pages, once given back, cost ~1.3
+ * CPU-s per GiB to fault in again on a VM whose host reclaims free pages:
+ * bench/shuffle/PROFILE_VM.md) and the builders' grown buffers (a cold
+ * start regrows them, page fault by page fault: 64 x 64 map phases of
+ * 1.6-2.4 s instead of 1.27, WORKER_MEMORY.md "Session 9"). Thread-safe;
+ * the keeper applies them at its next tick. */
+#define FSH_WORKER_BUILDERS_IDLE_MS_DEFAULT 30000
 #define FSH_WORKER_POOL_IDLE_MS_DEFAULT 30000
 /* Frees the flight reader's pooled span buffers of VM reads
  * (flight_direct.c; process-wide): the worker's keeper calls it when it

@@ -166,7 +166,7 @@ static int do_put(void *ctx, fsh_flight_call *call, const fsh_flight_message *fi
  * the process: it walks every arena); every KEEPER_TICK_MS it asks the
  * store to empty a pool that went unused for its idle time
  * (fsh_store_pool_drain_idle, 30 s), and once no task ran and nothing was
- * released for its builders' idle time (3 s) it drops the builders' cache
+ * released for its builders' idle time (30 s) it drops the builders' cache
  * (the same back-to-back reuse gone stale; also on a worker whose pool
  * stays empty: everything spilled, or private images), trimming again
  * after either. Back-to-back shuffles keep both caches (their writers take
@@ -255,7 +255,7 @@ static int keeper_start(fsh_shuffle_worker *w) {
     return ENOMEM;
   }
   k->busy_ns = keeper_now_ns();
-  k->builders_idle_ms = FSH_WORKER_IDLE_MS_DEFAULT;
+  k->builders_idle_ms = FSH_WORKER_BUILDERS_IDLE_MS_DEFAULT;
   if (pthread_create(&k->thread, NULL, keeper_main, w) != 0) {
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);

@@ -74,7 +74,7 @@ def test_idle_worker_gives_memory_back(tmp_path, images):
     log = open(tmp_path / "local.log", "w")
     proc = subprocess.Popen([str(CLI), "local", "--workers", "2", "--spill-dir", str(spill),
                              "--memory-limit", "4G", "--images", images,
-                             "--pool-idle-ms", "3000"],
+                             "--pool-idle-ms", "3000", "--builders-idle-ms", "3000"],
                             stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         driver, ws = read_cluster_ready(proc, 2)
@@ -95,8 +95,8 @@ def test_idle_worker_gives_memory_back(tmp_path, images):
         if images == "vm":
             print(f"pooled images {pooled}, named VM image mappings {named}")
 
-        # then idle: the pool goes (3 s unused as asked -- the default is 30 s --, the keeper
-        # ticks every second)
+        # then idle: the pool and the builders go (3 s unused as asked -- the defaults are
+        # 30 s --, the keeper ticks every second)
         deadline = time.time() + 15
         while True:
             st = {pid: stats(uri) for uri, pid in ws}

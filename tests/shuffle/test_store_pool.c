@@ -434,7 +434,8 @@ static void worker_drains_idle_pool(void) {
   fsh_shuffle_worker *w = NULL;
   fixture f = start_worker(&w);
   if (!w) return;
-  fsh_store_set_pool_idle_ms(f.s, 1500);
+  fsh_shuffle_worker_set_idle_ms(w, 1500, 3000); /* the builders' default is 30 s */
+  fsh_store_set_pool_idle_ms(f.s, 1500);          /* now, not at the keeper's next tick */
   write_output(&f, 1, 61, 20000);
   release(&f, 1);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
@@ -519,8 +520,8 @@ static void idle_never_kept(void) {
 }
 
 /* A worker whose idle times are "never" keeps its pool and its builders'
- * cache past the default idle time (3 s, plus the keeper's 1 s tick); set
- * back to a short window, it gives both back. */
+ * cache through the keeper's ticks (1 s each); set to a short window, it
+ * gives both back within it. */
 static void worker_idle_never_keeps(void) {
   fsh_shuffle_worker *w = NULL;
   fixture f = start_worker(&w);
@@ -530,7 +531,7 @@ static void worker_idle_never_keeps(void) {
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
   release(&f, 1);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
-  sleep_ms(FSH_WORKER_IDLE_MS_DEFAULT + 1500);
+  sleep_ms(2500); /* two ticks of the keeper */
   fsh_store_pool_stats p = store_pool(f.s);
   CHECK_MSG(p.pooled == 1 && p.idle_drains == 0, "never: %lld pooled, %lld idle drains",
             (long long)p.pooled, (long long)p.idle_drains);
