@@ -203,10 +203,7 @@ void fr_spans_stats(int64_t *maps, int64_t *reused, int64_t *pooled_bytes) {
   *reused = atomic_load(&g_spans.reused);
 }
 
-/* A buffer of n bytes (contents undefined) for a span: from the pool (the
- * smallest mapping that holds n, unless it is more than twice n + 64 KiB)
- * or a new mapping; small ones from the heap. NULL: out of memory. */
-static fsh_buffer *span_take(int64_t n) {
+fsh_buffer *fr_span_take(int64_t n) {
   if (n < SPAN_POOL_MIN) return fsh_buffer_new(n, false);
   span_map *s = fsh_malloc(sizeof *s);
   if (!s) return NULL;
@@ -297,7 +294,7 @@ int fr_direct_vm_read(const fr_direct *d, int64_t k, int64_t g, fsh_buffer **spa
   if (e) return -1;
   fsh_buffer *buf = NULL;
   if (b > a) { /* (no blocks: only the trailer says the entries hold) */
-    if (!(buf = span_take(b - a))) return -1;
+    if (!(buf = fr_span_take(b - a))) return -1;
     e = vm_copy(d->a.pid, s0->addr + (uint64_t)a, buf->data, b - a);
     if (e == 0 && fr_test_after_vm_data) fr_test_after_vm_data(fr_test_after_vm_data_ctx);
     /* the trailer again: the bytes copied are the image's only if it still

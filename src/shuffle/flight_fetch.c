@@ -15,18 +15,17 @@
  *
  * A job whose worker runs on this host first locates its map outputs
  * (flight_direct.c) and reads the located ones block by block straight
- * from the worker's files -- a partition of at least DIRECT_MAP_MIN bytes
- * through a read-only mapping of the range its blocks span (the batches
- * decoded are slices of it: no copy), a smaller one with a pread per block
- * (a mapping costs more than copying a few KiB) -- and each block goes
+ * from the worker's files -- a partition of at least DIRECT_SPAN_MIN bytes
+ * (or a run's partitions of a source) with one pread of the range its
+ * blocks span into a pooled span buffer (the batches decoded are slices
+ * of it), a smaller one with a pread per block -- and each block goes
  * through the same checks, decoding and queueing as a bundled block of a
- * DoGet. A mapping never faults: spill files and published memory images
- * are never truncated, only unlinked, which leaves a mapping whole. A VM
+ * DoGet. The store never reuses a memfd that a reader holds open (its
+ * write lease, store.c), so what is read is the image opened. A VM
  * image (anonymous memory of the worker's) is copied instead, the span
  * of a source's blocks at once with process_vm_readv into a buffer of the
  * reader's (fr_direct_vm_read), whose blocks are then fed the same way. */
 #include <errno.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -518,44 +517,34 @@ static int direct_decoder(fetch *f, const fr_direct *d, fsh_error *err) {
   return 0;
 }
 
-#define DIRECT_MAP_MIN ((int64_t)256 << 10)
+#define DIRECT_SPAN_MIN ((int64_t)256 << 10)
 
-typedef struct direct_map {
-  void *p;
-  size_t len;
-} direct_map;
-
-static void direct_map_release(void *ctx) {
-  direct_map *m = ctx;
-  munmap(m->p, m->len);
-  fsh_free(m);
-}
-
-/* A read-only mapping of fd's bytes [lo, hi) as a buffer (data = the byte
- * at lo), or NULL (ENOMEM or a refused mapping: the caller preads). */
-static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
-  int64_t page = sysconf(_SC_PAGESIZE), start = lo - lo % page;
-  direct_map *m = fsh_malloc(sizeof *m);
-  if (!m) return NULL;
-  m->len = (size_t)(hi - start);
-  /* populated: every byte is read (checksums), and installing the pages
-   * at once costs less than a read fault per 64 KiB (measured with
-   * bench_store_images: reading a memfd mapping 5.5 GB/s faulted, 14
-   * populated) */
-  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, start);
-  if (m->p == MAP_FAILED) {
-    fsh_free(m);
-    return NULL;
+/* fd's bytes [lo, hi) read with pread into a span buffer (fr_span_take:
+ * pooled, so its pages are not faulted afresh for every source), or NULL
+ * (out of memory, a failed or short read: the caller reads block by block,
+ * which reports it). Copying costs less than mapping the range: a
+ * populated mapping's page-table setup and teardown cost more than the
+ * copy of its pages (session 9, 64 x 64: mmap + munmap were 9% of the
+ * workers' CPU), and the copy is in cache for the checksum that follows. */
+static fsh_buffer *read_range(int fd, int64_t lo, int64_t hi) {
+  fsh_buffer *buf = fr_span_take(hi - lo);
+  for (int64_t got = 0; buf && got < hi - lo;) {
+    ssize_t n = pread(fd, buf->data + got, (size_t)(hi - lo - got), lo + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      fsh_buffer_unref(buf);
+      return NULL;
+    }
+    got += n;
   }
-  fsh_buffer *b = fsh_buffer_wrap((uint8_t *)m->p + (lo - start), hi - lo, direct_map_release, m);
-  if (!b) direct_map_release(m);
-  return b;
+  return buf;
 }
 
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
  * file at path) and feeds them like a DoGet's: from span (the file's bytes
  * [span_lo, span_lo + span->size), read once for all the source's
- * partitions of a run) where it holds them, else mapped or read here.
+ * partitions of a run) where it holds them, else read here (the span, or
+ * block by block).
  * What it queued is delivered (flush) after the source's last slot. */
 static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd,
                        const char *path, fsh_buffer *span, int64_t span_lo, fsh_error *err) {
@@ -585,7 +574,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   }
   if (span && (lo < span_lo || hi > span_lo + span->size)) span = NULL; /* (not from the answer) */
   fsh_buffer *map = span ? fsh_buffer_ref(span)
-                    : src->bytes >= DIRECT_MAP_MIN && hi > lo ? map_range(fd, lo, hi) : NULL;
+                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo ? read_range(fd, lo, hi) : NULL;
   if (span) lo = span_lo;
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
@@ -635,8 +624,8 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
 }
 
 /* The bytes of fd that the blocks of locate entries [k, k + g) (one
- * source's partitions of a run) span, *lo their first offset: mapped when
- * they hold at least DIRECT_MAP_MIN bytes, else read with one pread when
+ * source's partitions of a run) span, *lo their first offset: read with
+ * one pread (read_range) when they hold at least DIRECT_SPAN_MIN bytes or
  * the span is not much more than the blocks (a map output's partitions
  * lie in order, so a run's blocks are mostly contiguous). NULL: none
  * (each partition reads its own; also on ENOMEM or a failed read, which
@@ -656,19 +645,8 @@ static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, i
   }
   if (b <= a) return NULL;
   *lo = a;
-  if (sum >= DIRECT_MAP_MIN) return map_range(fd, a, b);
-  if (b - a > 2 * sum + ((int64_t)64 << 10)) return NULL;
-  fsh_buffer *buf = fsh_buffer_new(b - a, false);
-  for (int64_t got = 0; buf && got < b - a;) {
-    ssize_t n = pread(fd, buf->data + got, (size_t)(b - a - got), a + got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      fsh_buffer_unref(buf);
-      return NULL;
-    }
-    got += n;
-  }
-  return buf;
+  if (sum < DIRECT_SPAN_MIN && b - a > 2 * sum + ((int64_t)64 << 10)) return NULL;
+  return read_range(fd, a, b);
 }
 
 /* Whether locate entries [k, k + g) (one source's partitions of the run)

@@ -159,6 +159,12 @@ int fr_direct_open(const fr_direct *d, int64_t i, char *path, size_t path_size);
  * on). path: what was read, for messages. */
 int fr_direct_vm_read(const fr_direct *d, int64_t k, int64_t g, fsh_buffer **span,
                       int64_t *span_lo, char *path, size_t path_size);
+/* A buffer of n bytes (contents undefined) for a span of a direct read
+ * (a VM image's, or a memfd's or spill file's read with pread): from the
+ * process-wide pool (the smallest mapping that holds n, unless it is more
+ * than twice n + 64 KiB) or a new mapping; small ones from the heap. NULL:
+ * out of memory. */
+fsh_buffer *fr_span_take(int64_t n);
 /* The span pool's mappings made and reuses so far, and bytes pooled now. */
 void fr_spans_stats(int64_t *maps, int64_t *reused, int64_t *pooled_bytes);
 
