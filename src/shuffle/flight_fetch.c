@@ -16,16 +16,20 @@
  * A job whose worker runs on this host first locates its map outputs
  * (flight_direct.c) and reads the located ones block by block straight
  * from the worker's files -- a partition of at least DIRECT_SPAN_MIN bytes
- * (or a run's partitions of a source) with one pread of the range its
- * blocks span into a pooled span buffer (the batches decoded are slices
- * of it), a smaller one with a pread per block -- and each block goes
- * through the same checks, decoding and queueing as a bundled block of a
- * DoGet. The store never reuses a memfd that a reader holds open (its
- * write lease, store.c), so what is read is the image opened. A VM
+ * (or a run's partitions of a source) as one span: the range its blocks
+ * span read with one pread into a pooled span buffer, or mapped read-only
+ * when larger than DIRECT_COPY_MAX (span_of; the batches decoded are
+ * slices of it), a smaller one with a pread per block -- and each block
+ * goes through the same checks, decoding and queueing as a bundled block
+ * of a DoGet. The store never reuses a memfd that a reader holds open (its
+ * write lease, store.c), so what is read is the image opened; a mapping
+ * never faults: spill files and published memory images are never
+ * truncated, only unlinked, which leaves a mapping whole. A VM
  * image (anonymous memory of the worker's) is copied instead, the span
  * of a source's blocks at once with process_vm_readv into a buffer of the
  * reader's (fr_direct_vm_read), whose blocks are then fed the same way. */
 #include <errno.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -519,13 +523,45 @@ static int direct_decoder(fetch *f, const fr_direct *d, fsh_error *err) {
 
 #define DIRECT_SPAN_MIN ((int64_t)256 << 10)
 
+/* Spans up to this size are copied (read_range), larger ones mapped. */
+#define DIRECT_COPY_MAX ((int64_t)8 << 20)
+
+typedef struct direct_map {
+  void *p;
+  size_t len;
+} direct_map;
+
+static void direct_map_release(void *ctx) {
+  direct_map *m = ctx;
+  munmap(m->p, m->len);
+  fsh_free(m);
+}
+
+/* A read-only mapping of fd's bytes [lo, hi) as a buffer (data = the byte
+ * at lo), or NULL (ENOMEM or a refused mapping: the caller preads). */
+static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
+  int64_t page = sysconf(_SC_PAGESIZE), start = lo - lo % page;
+  direct_map *m = fsh_malloc(sizeof *m);
+  if (!m) return NULL;
+  m->len = (size_t)(hi - start);
+  /* populated: every byte is read (checksums), and installing the pages
+   * at once costs less than a read fault per 64 KiB (measured with
+   * bench_store_images: reading a memfd mapping 5.5 GB/s faulted, 14
+   * populated) */
+  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, start);
+  if (m->p == MAP_FAILED) {
+    fsh_free(m);
+    return NULL;
+  }
+  fsh_buffer *b = fsh_buffer_wrap((uint8_t *)m->p + (lo - start), hi - lo, direct_map_release, m);
+  if (!b) direct_map_release(m);
+  return b;
+}
+
 /* fd's bytes [lo, hi) read with pread into a span buffer (fr_span_take:
  * pooled, so its pages are not faulted afresh for every source), or NULL
  * (out of memory, a failed or short read: the caller reads block by block,
- * which reports it). Copying costs less than mapping the range: a
- * populated mapping's page-table setup and teardown cost more than the
- * copy of its pages (session 9, 64 x 64: mmap + munmap were 9% of the
- * workers' CPU), and the copy is in cache for the checksum that follows. */
+ * which reports it). */
 static fsh_buffer *read_range(int fd, int64_t lo, int64_t hi) {
   fsh_buffer *buf = fr_span_take(hi - lo);
   for (int64_t got = 0; buf && got < hi - lo;) {
@@ -538,6 +574,18 @@ static fsh_buffer *read_range(int fd, int64_t lo, int64_t hi) {
     got += n;
   }
   return buf;
+}
+
+/* fd's bytes [lo, hi) as one buffer: copied (read_range) up to
+ * DIRECT_COPY_MAX, mapped (map_range) past it. Copying a span of a few
+ * MiB into a pooled buffer costs less than mapping it (a populated
+ * mapping's setup and munmap were 9% of the workers' CPU at 64 x 64, ~1 MiB
+ * spans; the copy is in cache for the checksum that follows); a large one
+ * (a sort's 128 MiB partitions) is mapped: copied, it would take fresh
+ * anonymous pages beside the image's (bench ops: sort flight / memory 1.13
+ * -> 2.18 when every span was copied). NULL: see both. */
+static fsh_buffer *span_of(int fd, int64_t lo, int64_t hi) {
+  return hi - lo <= DIRECT_COPY_MAX ? read_range(fd, lo, hi) : map_range(fd, lo, hi);
 }
 
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
@@ -574,7 +622,7 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   }
   if (span && (lo < span_lo || hi > span_lo + span->size)) span = NULL; /* (not from the answer) */
   fsh_buffer *map = span ? fsh_buffer_ref(span)
-                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo ? read_range(fd, lo, hi) : NULL;
+                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo ? span_of(fd, lo, hi) : NULL;
   if (span) lo = span_lo;
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
@@ -624,8 +672,8 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
 }
 
 /* The bytes of fd that the blocks of locate entries [k, k + g) (one
- * source's partitions of a run) span, *lo their first offset: read with
- * one pread (read_range) when they hold at least DIRECT_SPAN_MIN bytes or
+ * source's partitions of a run) span, *lo their first offset: read at
+ * once (span_of) when they hold at least DIRECT_SPAN_MIN bytes or
  * the span is not much more than the blocks (a map output's partitions
  * lie in order, so a run's blocks are mostly contiguous). NULL: none
  * (each partition reads its own; also on ENOMEM or a failed read, which
@@ -646,7 +694,7 @@ static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, i
   if (b <= a) return NULL;
   *lo = a;
   if (sum < DIRECT_SPAN_MIN && b - a > 2 * sum + ((int64_t)64 << 10)) return NULL;
-  return read_range(fd, a, b);
+  return span_of(fd, a, b);
 }
 
 /* Whether locate entries [k, k + g) (one source's partitions of the run)
