@@ -54,10 +54,13 @@
  *
  * Shared images (FSH_STORE_IMAGES_MEMFD): a memory
  * image lives in the pages of a memfd (memfd_create) -- the same memory,
- * charged the same way: written with pwritev (the kernel allocates and
- * fills its pages: no page fault per 4 KiB, which is what made writing
- * through a shared mapping ~30% slower than fsh_malloc'd memory), mapped
- * read-only once complete for this process's readers -- so that a reader in
+ * charged the same way: written with pwritev where it has no pages yet (the
+ * kernel allocates and fills them: no page fault per 4 KiB, which is what
+ * made writing through a shared mapping ~30% slower than fsh_malloc'd
+ * memory), and with memcpy through its mapping where it has them (a
+ * reused memfd: 2.5x pwrite's rate in CPU, PROFILE_64.md session 9),
+ * mapped read-write once complete for this process's readers -- the
+ * mapping stays with the memfd in the pool -- so that a reader in
  * another process on this host can open it (/proc/<pid>/fd/<fd>, checked
  * against the memfd's inode) and read its blocks without a DoGet
  * (fsh_store_locate; the reader is flight_direct.c). A memfd is
@@ -68,7 +71,8 @@
  * 8192 memfds): a store holding thousands of images must not starve the
  * sockets and files of its fds.
  *
- * Reused memfds (and VM mappings, pooled the same way, pages and all):
+ * Reused memfds (with their mappings; and VM mappings, pooled the same
+ * way, pages and all):
  * tmpfs allocating a page for every 4 KiB written was the
  * largest cost of writing an image, and freeing them again at release a
  * further one. (Not zeroing: a page pwrite fills whole is not cleared --
@@ -158,6 +162,15 @@ typedef struct entry {
 #define POOL_IDLE_MS FSH_WORKER_POOL_IDLE_MS_DEFAULT /* a pool unused that long is emptied
                                                  (the worker asks) */
 
+/* A pooled image: a memfd (fd >= 0) of `size` bytes (its pages: `bytes`,
+ * charged) with its read-write mapping of map_len bytes at addr (NULL:
+ * none), or a VM image's mapping of `bytes` at addr (fd -1). */
+typedef struct pooled {
+  int fd;
+  uint8_t *addr;
+  int64_t bytes, size, map_len;
+} pooled;
+
 /* Released memfds kept for reuse (see the top). Its own object with a
  * reference count: an image's last reference may go after its store. */
 typedef struct image_pool {
@@ -165,8 +178,7 @@ typedef struct image_pool {
   atomic_int refs;
   fsh_shuffle_store *s; /* whose budget it is charged to; NULL once freed */
   int n;
-  struct { int fd; uint8_t *addr; int64_t bytes; } img[POOL_MAX]; /* a memfd (fd >= 0), or a
-                                          VM image's mapping of `bytes` at addr */
+  pooled img[POOL_MAX];
   int64_t bytes, max_bytes; /* charged; at most */
   int64_t reused;
   int64_t last_use_ns; /* the last put or take (CLOCK_MONOTONIC) */
@@ -352,6 +364,11 @@ typedef struct spill_out {
   bool no_vm;      /* a VM mapping was refused: fsh_realloc from then on */
   int64_t img_map;
   int img_fd;      /* or: the memfd holding its bytes (img NULL), or -1 */
+  uint8_t *wmap;   /* a pooled memfd's read-write mapping (wmap_len bytes),
+                      or NULL: its bytes below wmap_ok (the memfd's size
+                      when taken) are written with memcpy, the rest with
+                      pwrite */
+  int64_t wmap_len, wmap_ok;
   bool no_memfd;   /* memfd refused: fsh_realloc from then on */
   int64_t charged;
   fsh_output *file; /* file mode: writes to path.tmp */
@@ -626,11 +643,12 @@ static int64_t image_grow(int64_t cap, int64_t need) {
   return want;
 }
 
-/* A finished shared image: its read-only mapping and its memfd, and the
- * pool its memfd goes to once released. */
+/* A finished shared image of `size` bytes: its read-write mapping (kept
+ * with the memfd in the pool, for the next image's writes) and its memfd,
+ * and the pool they go to once released. */
 typedef struct shm_image {
   uint8_t *p;
-  int64_t len; /* mapped */
+  int64_t size, len; /* the image's bytes; mapped */
   int fd;
   image_pool *pool; /* a reference */
   atomic_bool no_pool; /* evicted: closed when released, not pooled */
@@ -794,15 +812,20 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Frees a pooled image: a memfd closed, a VM mapping unmapped. */
-static void pooled_free(int fd, uint8_t *addr, int64_t bytes) {
-  if (fd >= 0) image_fd_close(fd);
-  else munmap(addr, (size_t)bytes);
+/* Frees a pooled image: a memfd unmapped and closed, a VM mapping
+ * unmapped. */
+static void pooled_free(const pooled *e) {
+  if (e->fd >= 0) {
+    if (e->addr) munmap(e->addr, (size_t)e->map_len);
+    image_fd_close(e->fd);
+  } else {
+    munmap(e->addr, (size_t)e->bytes);
+  }
 }
 
 static void pool_unref(image_pool *p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
-  for (int i = 0; i < p->n; i++) pooled_free(p->img[i].fd, p->img[i].addr, p->img[i].bytes);
+  for (int i = 0; i < p->n; i++) pooled_free(&p->img[i]);
   pthread_mutex_destroy(&p->mu);
   fsh_free(p);
 }
@@ -829,15 +852,18 @@ static bool held_by_nobody_else(int fd) {
   return alone;
 }
 
-/* Keeps released image memfd fd, of `size` image bytes, for reuse when
- * the pool has room, the budget takes its pages and nobody else holds it
- * (true: the pool owns fd now); false: the caller closes it. The identity
+/* Keeps released image memfd fd, of `size` image bytes, and its
+ * read-write mapping (map_len bytes at map) for reuse when the pool has
+ * room, the budget takes its pages and nobody else holds it (true: the
+ * pool owns both now); false: the caller unmaps and closes them. The
+ * mapping is this process's, through the memfd's own open file
+ * description: it does not stand in the lease's way. The identity
  * trailer is cut off BEFORE the lease is asked: a reader that opens the
  * memfd after the lease was granted cannot find this image's trailer any
  * more, and one that opened it before made the lease fail (on x86 the
  * truncate and the lease check, and a reader's open and its trailer read,
  * are each ordered by the locked instructions between them). */
-static bool pool_put(image_pool *p, int fd, int64_t size) {
+static bool pool_put(image_pool *p, int fd, int64_t size, uint8_t *map, int64_t map_len) {
   int64_t page = 4096, bytes = (size + page - 1) / page * page;
   pthread_mutex_lock(&p->mu);
   bool room = p->s && p->n < POOL_MAX && p->bytes + bytes <= p->max_bytes;
@@ -846,9 +872,7 @@ static bool pool_put(image_pool *p, int fd, int64_t size) {
   pthread_mutex_lock(&p->mu);
   bool ok = p->s && p->n < POOL_MAX && p->bytes + bytes <= p->max_bytes && charge(p->s, bytes);
   if (ok) {
-    p->img[p->n].fd = fd;
-    p->img[p->n].addr = NULL;
-    p->img[p->n++].bytes = bytes;
+    p->img[p->n++] = (pooled){fd, map, bytes, size, map_len};
     p->bytes += bytes;
     p->last_use_ns = mono_ns();
   }
@@ -868,9 +892,7 @@ static bool pool_put_vm(image_pool *p, uint8_t *addr, int64_t len) {
   bool ok = len > 0 && p->s && p->n < POOL_MAX && p->bytes + len <= p->max_bytes &&
             charge(p->s, len);
   if (ok) {
-    p->img[p->n].fd = -1;
-    p->img[p->n].addr = addr;
-    p->img[p->n++].bytes = len;
+    p->img[p->n++] = (pooled){-1, addr, len, 0, 0};
     p->bytes += len;
     p->last_use_ns = mono_ns();
   }
@@ -890,10 +912,10 @@ static bool pool_loose(int64_t bytes, int64_t need) {
  * (0: unknown): the smallest that holds need (best fit), unless it is
  * loose (pool_loose) -- then the largest smaller one, which the writer
  * grows past keeping its pages, or none, so that the large one stays for a
- * writer that needs it. need 0 takes the most recently pooled. Its fd and
- * the bytes of the budget it holds (now the caller's); false when nothing
- * suits. */
-static bool pool_take(image_pool *p, int64_t need, int *fd, uint8_t **addr, int64_t *bytes) {
+ * writer that needs it. need 0 takes the most recently pooled. *out: the
+ * image (its fd, mapping and the bytes of the budget it holds: now the
+ * caller's); false when nothing suits. */
+static bool pool_take(image_pool *p, int64_t need, pooled *out) {
   pthread_mutex_lock(&p->mu);
   int pick = -1;
   if (p->n > 0 && need <= 0) {
@@ -909,12 +931,10 @@ static bool pool_take(image_pool *p, int64_t need, int *fd, uint8_t **addr, int6
     if (pick < 0 && fit >= 0) p->left_loose++;
   }
   if (pick >= 0) {
-    *fd = p->img[pick].fd;
-    *addr = p->img[pick].addr;
-    *bytes = p->img[pick].bytes;
+    *out = p->img[pick];
     memmove(&p->img[pick], &p->img[pick + 1], sizeof p->img[0] * (size_t)(p->n - pick - 1));
     p->n--;
-    p->bytes -= *bytes;
+    p->bytes -= out->bytes;
     p->reused++;
     p->last_use_ns = mono_ns();
   }
@@ -925,7 +945,7 @@ static bool pool_take(image_pool *p, int64_t need, int *fd, uint8_t **addr, int6
 /* Closes (unmaps) every pooled image and gives its charge back: the bytes
  * freed. */
 static int64_t pool_drain(image_pool *p) {
-  __typeof__(p->img[0]) imgs[POOL_MAX];
+  pooled imgs[POOL_MAX];
   int n;
   pthread_mutex_lock(&p->mu);
   n = p->n;
@@ -935,7 +955,7 @@ static int64_t pool_drain(image_pool *p) {
   p->bytes = 0;
   if (p->s && bytes) uncharge(p->s, bytes);
   pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < n; i++) pooled_free(imgs[i].fd, imgs[i].addr, imgs[i].bytes);
+  for (int i = 0; i < n; i++) pooled_free(&imgs[i]);
   return bytes;
 }
 
@@ -943,7 +963,7 @@ void fsh_store_pool_drain(fsh_shuffle_store *s) { (void)pool_drain(s->pool); }
 
 int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
   image_pool *p = s->pool;
-  __typeof__(p->img[0]) imgs[POOL_MAX];
+  pooled imgs[POOL_MAX];
   int n = 0;
   int64_t bytes = 0;
   pthread_mutex_lock(&p->mu);
@@ -962,8 +982,7 @@ int64_t fsh_store_pool_drain_idle(fsh_shuffle_store *s, int64_t *due_ms) {
     *due_ms = -1;
   }
   pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < n; i++) pooled_free(imgs[i].fd, imgs[i].addr, imgs[i].bytes); /* not
-                                                                          under the lock */
+  for (int i = 0; i < n; i++) pooled_free(&imgs[i]); /* not under the lock */
   return bytes;
 }
 
@@ -982,6 +1001,9 @@ void fsh_store_get_pool_stats(fsh_shuffle_store *s, fsh_store_pool_stats *out) {
 }
 
 static void img_free(spill_out *o) {
+  if (o->wmap) munmap(o->wmap, (size_t)o->wmap_len);
+  o->wmap = NULL;
+  o->wmap_len = o->wmap_ok = 0;
   if (o->img_fd >= 0) image_fd_close(o->img_fd);
   if (o->vm && o->img) munmap(o->img, (size_t)o->img_map);
   else fsh_free(o->img);
@@ -1043,6 +1065,43 @@ static int pwrite_all(int fd, const struct iovec *iov, int n, int64_t at) {
   return 0;
 }
 
+/* Installs the writable page-table entries of a pooled memfd's mapping
+ * (its first `n` bytes: pages the memfd has) in one call, so that the
+ * memcpy's into it do not fault page by page. Best effort (a kernel before
+ * 5.14 has no MADV_POPULATE_WRITE: the writes fault them in). Mostly
+ * present already: the last image written through the same mapping. */
+static void populate_write(uint8_t *map, int64_t n) {
+#ifdef MADV_POPULATE_WRITE
+  int64_t whole = n / 4096 * 4096;
+  if (map && whole > 0) (void)madvise(map, (size_t)whole, MADV_POPULATE_WRITE);
+#else
+  (void)map, (void)n;
+#endif
+}
+
+/* Writes iov at the image's end into its memfd: with memcpy through the
+ * pooled memfd's mapping below wmap_ok (pages it has: 2.5x pwrite's rate
+ * in CPU, session 9's bench in PROFILE_64.md), with pwrite past it (where
+ * the memfd grows). 0 or pwrite's errno. */
+static int memfd_writev(spill_out *o, const struct iovec *iov, int n) {
+  int64_t at = o->img_size;
+  int i = 0;
+  size_t done = 0; /* of iov[i] */
+  while (i < n && at < o->wmap_ok) {
+    size_t k = iov[i].iov_len - done;
+    if ((int64_t)k > o->wmap_ok - at) k = (size_t)(o->wmap_ok - at);
+    memcpy(o->wmap + at, (const uint8_t *)iov[i].iov_base + done, k);
+    at += (int64_t)k;
+    done += k;
+    if (done == iov[i].iov_len) i++, done = 0;
+  }
+  if (i == n) return 0;
+  struct iovec first = {(uint8_t *)iov[i].iov_base + done, iov[i].iov_len - done};
+  int e = pwrite_all(o->img_fd, &first, 1, at);
+  if (e == 0 && i + 1 < n) e = pwrite_all(o->img_fd, iov + i + 1, n - i - 1, at + (int64_t)first.iov_len);
+  return e;
+}
+
 /* Memory mode grows the image with fsh_realloc, never a fresh buffer and
  * a copy: a large image is its own mapping that the default allocator
  * grows in place (mremap), and bytes past the end are neither copied nor
@@ -1055,20 +1114,22 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
   if (!o->file && o->img_fd < 0 && !o->img && o->img_cap == 0 &&
       ((!o->no_memfd && o->s->shared_images) || (!o->no_vm && o->s->vm_images))) {
     /* a released image's memfd or mapping, pages and all (see the top) */
-    int fd;
-    uint8_t *addr;
-    int64_t bytes;
-    if (pool_take(o->s->pool, o->expect, &fd, &addr, &bytes)) {
-      if (fd >= 0) {
-        o->img_fd = fd;
-        o->img_cap = bytes;
+    pooled e;
+    if (pool_take(o->s->pool, o->expect, &e)) {
+      if (e.fd >= 0) {
+        o->img_fd = e.fd;
+        o->img_cap = e.bytes;
+        o->wmap = e.addr;
+        o->wmap_len = e.map_len;
+        o->wmap_ok = e.addr ? (e.size < e.map_len ? e.size : e.map_len) : 0;
+        populate_write(o->wmap, o->wmap_ok);
       } else {
-        o->img = addr;
+        o->img = e.addr;
         o->vm = true;
-        o->img_map = bytes;
-        o->img_cap = bytes - FSH_IMAGE_ID_BYTES;
+        o->img_map = e.bytes;
+        o->img_cap = e.bytes - FSH_IMAGE_ID_BYTES;
       }
-      o->charged = bytes;
+      o->charged = e.bytes;
       o->reused = true;
     }
   }
@@ -1096,7 +1157,7 @@ static int spill_writev(fsh_output *out, const struct iovec *iov, int n, fsh_err
     if (why) FSH_RETURN_NOT_OK(spill_now(o, why, err));
   }
   if (!o->file && o->img_fd >= 0) {
-    int e = pwrite_all(o->img_fd, iov, n, o->img_size);
+    int e = memfd_writev(o, iov, n);
     if (e == 0) {
       o->img_size += total;
     } else { /* tmpfs refused (ENOMEM, ENOSPC): what it holds goes to a spill file */
@@ -1135,8 +1196,10 @@ static void vm_image_release(void *ctx) {
 /* An image's last reference: its memfd to the pool, or closed. */
 static void shm_image_release(void *ctx) {
   shm_image *m = ctx;
-  munmap(m->p, (size_t)m->len);
-  if (atomic_load(&m->no_pool) || !pool_put(m->pool, m->fd, m->len)) image_fd_close(m->fd);
+  if (atomic_load(&m->no_pool) || !pool_put(m->pool, m->fd, m->size, m->p, m->len)) {
+    munmap(m->p, (size_t)m->len);
+    image_fd_close(m->fd);
+  }
   pool_unref(m->pool);
   fsh_free(m);
 }
@@ -1176,11 +1239,12 @@ static int image_finish(spill_out *o, fsh_error *err) {
       uncharge(o->s, o->charged - size);
       o->charged = size;
     }
-  } else if (o->img_fd >= 0) { /* mapped read-only for this process's readers
-                          (not populated: most partitions are read by
-                          other processes; bench_store_images measured
-                          write + read back faster so), its identity
-                          trailer after it (shuffle_internal.h) */
+  } else if (o->img_fd >= 0) { /* mapped for this process's readers (not
+                          populated: most partitions are read by other
+                          processes; bench_store_images measured write +
+                          read back faster so) and, once pooled, the next
+                          image's writes; its identity trailer after it
+                          (shuffle_internal.h) */
     uint8_t id[FSH_IMAGE_ID_BYTES];
     image_id = atomic_fetch_add(&g_image_ids, 1u) + 1;
     fsh_image_id_encode(id, o->shuffle_id, o->map_id, o->attempt, image_id, size);
@@ -1196,13 +1260,29 @@ static int image_finish(spill_out *o, fsh_error *err) {
       return fsh_error_set(err, EIO, "store %s: the memory image holds %lld bytes, %lld were "
                            "written", o->s->name, (long long)st.st_size,
                            (long long)(size + FSH_IMAGE_ID_BYTES));
-    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, o->img_fd, 0);
-    if (p == MAP_FAILED)
-      return fsh_error_set(err, ENOMEM, "store %s: mapping a memory image of %lld bytes: %s",
-                           o->s->name, (long long)size, strerror(errno));
+    /* the pooled memfd's mapping when it covers the image (grown with
+     * mremap when not), else a new one; read-write, for the next image */
+    int64_t len = (size + 4095) / 4096 * 4096;
+    uint8_t *p = NULL;
+    if (o->wmap && o->wmap_len >= len) {
+      p = o->wmap, len = o->wmap_len;
+    } else if (o->wmap) {
+      void *q = mremap(o->wmap, (size_t)o->wmap_len, (size_t)len, MREMAP_MAYMOVE);
+      if (q != MAP_FAILED) p = q;
+      else munmap(o->wmap, (size_t)o->wmap_len);
+    }
+    o->wmap = NULL;
+    o->wmap_len = o->wmap_ok = 0;
+    if (!p) {
+      void *q = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, o->img_fd, 0);
+      if (q == MAP_FAILED)
+        return fsh_error_set(err, ENOMEM, "store %s: mapping a memory image of %lld bytes: %s",
+                             o->s->name, (long long)size, strerror(errno));
+      p = q;
+    }
     shm_image *m = fsh_malloc(sizeof *m);
     if (m) {
-      *m = (shm_image){p, size, o->img_fd, o->s->pool, false};
+      *m = (shm_image){p, size, len, o->img_fd, o->s->pool, false};
       atomic_fetch_add(&o->s->pool->refs, 1);
     }
     if (m && !(b = fsh_buffer_wrap(p, size, shm_image_release, m))) {
@@ -1210,7 +1290,7 @@ static int image_finish(spill_out *o, fsh_error *err) {
       fsh_free(m);
     }
     if (!b) {
-      munmap(p, (size_t)size);
+      munmap(p, (size_t)len);
       return fsh_error_set(err, ENOMEM, "store %s: out of memory", o->s->name);
     }
     o->img_cap = size;
