@@ -287,37 +287,61 @@ static void merge_of_empty_parts(void) {
   merge_and_check(2, empty, 1 << 30, FSH_COMPRESSION_NONE);
 }
 
+/* Flips the byte at `at` of fd (a part's spill file or memfd). */
+static void flip_byte(int fd, off_t at) {
+  uint8_t x = 0;
+  CHECK(pread(fd, &x, 1, at) == 1);
+  x ^= 0x5a;
+  CHECK(pwrite(fd, &x, 1, at) == 1);
+}
+
+/* A store in dir with a memory limit (0: everything spills) holding parts
+ * 1 and 2 of SHUFFLE (k_rows[0] and [1]: *a, *b), and where partition 3 of
+ * part 2 is (*loc, expected of that kind, with a block). */
+static fsh_shuffle_store *two_parts(const char *dir, int64_t limit, fsh_store_at kind,
+                                    fsh_map_output *a, fsh_map_output *b,
+                                    fsh_store_location *loc) {
+  fsh_shuffle_store *s = new_store(dir, limit);
+  fsh_error err = {{0}};
+  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, a);
+  write_part(s, 2, 0, k_rows[1], FSH_COMPRESSION_NONE, b);
+  memset(loc, 0, sizeof *loc);
+  CHECK_OK(fsh_store_locate(s, SHUFFLE, 2, 0, 3, loc, &err));
+  CHECK(loc->kind == kind && loc->part.n_blocks >= 1);
+  return s;
+}
+
+/* The merge of parts 1 and 2 (two_parts) into map 9 attempt 1, dropping
+ * them; maps and attempts: the caller's arrays of 2, filled here. */
+static fsh_merge_task merge_of_two(int64_t *maps, int32_t *attempts) {
+  maps[0] = 1, maps[1] = 2;
+  attempts[0] = attempts[1] = 0;
+  return (fsh_merge_task){.shuffle_id = SHUFFLE, .map_id = 9, .attempt = 1, .drop_parts = true,
+                          .n_parts = 2, .part_maps = maps, .part_attempts = attempts};
+}
+
 /* A corrupt block in one part (its spill file damaged): the merge fails
  * naming it, nothing new is held, the parts stay. */
 static void corrupt_part(int64_t whole_max) {
   fsh_merge_test_hooks h = {.whole_max = whole_max};
   fsh_merge_set_test_hooks(&h);
   char *dir = stu_mkdtemp("mergebad");
-  fsh_shuffle_store *s = new_store(dir, 0); /* everything spills */
   fsh_error err = {{0}};
   fsh_map_output a = {0}, b = {0};
-  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
-  write_part(s, 2, 0, k_rows[1], FSH_COMPRESSION_NONE, &b);
-  fsh_store_location loc = {0};
-  CHECK_OK(fsh_store_locate(s, SHUFFLE, 2, 0, 3, &loc, &err));
-  CHECK(loc.kind == FSH_STORE_AT_FILE && loc.part.n_blocks >= 1);
+  fsh_store_location loc;
+  fsh_shuffle_store *s = two_parts(dir, 0, FSH_STORE_AT_FILE, &a, &b, &loc);
   if (loc.kind == FSH_STORE_AT_FILE && loc.part.n_blocks >= 1) {
     char *path = fsh_path_join(dir, loc.name);
     int fd = open(path, O_RDWR);
     CHECK(fd >= 0);
-    uint8_t x = 0;
-    off_t at = (off_t)(loc.part.blocks[0].offset + loc.part.blocks[0].length - 3);
-    CHECK(pread(fd, &x, 1, at) == 1);
-    x ^= 0x5a;
-    CHECK(pwrite(fd, &x, 1, at) == 1);
+    flip_byte(fd, (off_t)(loc.part.blocks[0].offset + loc.part.blocks[0].length - 3));
     close(fd);
     fsh_free(path);
   }
   fsh_store_location_reset(&loc);
-  int64_t maps[2] = {1, 2};
-  int32_t attempts[2] = {0, 0};
-  fsh_merge_task t = {.shuffle_id = SHUFFLE, .map_id = 9, .attempt = 1, .drop_parts = true,
-                      .n_parts = 2, .part_maps = maps, .part_attempts = attempts};
+  int64_t maps[2];
+  int32_t attempts[2];
+  fsh_merge_task t = merge_of_two(maps, attempts);
   fsh_map_output m = {0};
   int rc = fsh_shuffle_store_merge(s, &t, &m, &err);
   CHECK_EQ_INT(rc, EIO);
@@ -350,26 +374,16 @@ static void corrupt_image_part_caught_by_reader(void) {
   fsh_merge_test_hooks h = {.small_block = -1}; /* copied as stored */
   fsh_merge_set_test_hooks(&h);
   char *dir = stu_mkdtemp("mergeimg");
-  fsh_shuffle_store *s = new_store(dir, 1 << 30); /* memory images */
   fsh_error err = {{0}};
   fsh_map_output a = {0}, b = {0};
-  write_part(s, 1, 0, k_rows[0], FSH_COMPRESSION_NONE, &a);
-  write_part(s, 2, 0, k_rows[1], FSH_COMPRESSION_NONE, &b);
-  fsh_store_location loc = {0};
-  CHECK_OK(fsh_store_locate(s, SHUFFLE, 2, 0, 3, &loc, &err));
-  CHECK(loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks >= 1);
-  if (loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks >= 1) {
-    uint8_t x = 0;
-    off_t at = (off_t)(loc.part.blocks[0].offset + loc.part.blocks[0].length / 2);
-    CHECK(pread(loc.fd, &x, 1, at) == 1);
-    x ^= 0x5a;
-    CHECK(pwrite(loc.fd, &x, 1, at) == 1);
-  }
+  fsh_store_location loc;
+  fsh_shuffle_store *s = two_parts(dir, 1 << 30, FSH_STORE_AT_MEMFD, &a, &b, &loc);
+  if (loc.kind == FSH_STORE_AT_MEMFD && loc.part.n_blocks >= 1)
+    flip_byte(loc.fd, (off_t)(loc.part.blocks[0].offset + loc.part.blocks[0].length / 2));
   fsh_store_location_reset(&loc);
-  int64_t maps[2] = {1, 2};
-  int32_t attempts[2] = {0, 0};
-  fsh_merge_task t = {.shuffle_id = SHUFFLE, .map_id = 9, .attempt = 1, .drop_parts = true,
-                      .n_parts = 2, .part_maps = maps, .part_attempts = attempts};
+  int64_t maps[2];
+  int32_t attempts[2];
+  fsh_merge_task t = merge_of_two(maps, attempts);
   fsh_map_output m = {0};
   CHECK_OK(fsh_shuffle_store_merge(s, &t, &m, &err));
   fsh_map_file *f = NULL;
