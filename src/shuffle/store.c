@@ -1098,7 +1098,8 @@ static int memfd_writev(spill_out *o, const struct iovec *iov, int n) {
   if (i == n) return 0;
   struct iovec first = {(uint8_t *)iov[i].iov_base + done, iov[i].iov_len - done};
   int e = pwrite_all(o->img_fd, &first, 1, at);
-  if (e == 0 && i + 1 < n) e = pwrite_all(o->img_fd, iov + i + 1, n - i - 1, at + (int64_t)first.iov_len);
+  if (e == 0 && i + 1 < n)
+    e = pwrite_all(o->img_fd, iov + i + 1, n - i - 1, at + (int64_t)first.iov_len);
   return e;
 }
 
