@@ -139,6 +139,20 @@ void fsh_job_cancel_attempt(fsh_sched_driver *d, const sched_job *j, const jstag
   pthread_cond_broadcast(&d->sched_cv);
 }
 
+bool fsh_job_cancel_unneeded(fsh_sched_driver *d, sched_job *j, jstage *st) {
+  bool any = false;
+  for (int32_t t = 0; t < st->n_tasks; t++) {
+    jtask *k = &st->tasks[t];
+    if (k->state != T_RUNNING) continue;
+    fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, st));
+    fsh_job_cancel_attempt(d, j, st, t, k->attempt, k->worker_id);
+    k->state = T_PENDING;
+    k->wtask = 0;
+    any = true;
+  }
+  return any;
+}
+
 /* Whether the tasks of st take the reduce slots (incremental reduces). */
 bool fsh_job_reduce_slot(const sched_job *j, const jstage *st) {
   return j->incremental && st->kind == KIND_REDUCE;

@@ -230,6 +230,15 @@ driver_worker *fsh_job_find_worker(fsh_sched_driver *d, uint64_t id);
  * job.c). */
 void fsh_job_cancel_attempt(fsh_sched_driver *d, const sched_job *j, const jstage *st, int32_t t,
                             int32_t attempt, uint64_t wid);
+/* The running attempts of producer st, whose consumers are all complete
+ * (a global limit skipped the tasks that would read it), while its job
+ * runs: cancelled (queued "cancel", slots released), their tasks pending
+ * again (a stage brought back runs them). Whether there were any: then its
+ * release must wait for a later round (job_scheduler.c release_round) --
+ * sent first, an attempt opening its writer after the release would
+ * publish an output no release follows (the store keeps those, for a stage
+ * brought back). mu held. */
+bool fsh_job_cancel_unneeded(fsh_sched_driver *d, sched_job *j, jstage *st);
 /* Whether the tasks of st take the reduce slots (incremental reduces). */
 bool fsh_job_reduce_slot(const sched_job *j, const jstage *st);
 /* An attempt placed on worker wid ended: its slot is free again. */

@@ -745,27 +745,6 @@ static void run_release(fsh_sched_driver *d, launch *x) {
   pthread_mutex_unlock(&d->mu);
 }
 
-/* The running attempts of producer st, whose consumers are all complete (a
- * global limit skipped the tasks that would read it): cancelled, their
- * tasks pending again (a stage brought back runs them). Its release must
- * wait for a later round: were it sent first, an attempt opening its
- * writer after the release would publish an output no release follows
- * (the store keeps those, for a stage brought back). Whether there were
- * any. mu held. */
-static bool cancel_unneeded(fsh_sched_driver *d, sched_job *j, jstage *st) {
-  bool any = false;
-  for (int32_t t = 0; t < st->n_tasks; t++) {
-    jtask *k = &st->tasks[t];
-    if (k->state != T_RUNNING) continue;
-    fsh_job_worker_release(d, k->worker_id, fsh_job_reduce_slot(j, st));
-    fsh_job_cancel_attempt(d, j, st, t, k->attempt, k->worker_id);
-    k->state = T_PENDING;
-    k->wtask = 0;
-    any = true;
-  }
-  return any;
-}
-
 /* Plans the releases of the shuffles no stage needs any more: on every
  * alive worker a "stats" (its spilled bytes are added up into the job's),
  * then a "release". They are sent by the launchers like the tasks, so a
@@ -779,7 +758,7 @@ static void release_round(fsh_sched_driver *d, launch_list *l) {
       if (st->result && j->state == FSH_SCHED_JOB_RUNNING) continue; /* read by the client */
       if (j->state == FSH_SCHED_JOB_RUNNING && !(st->consumed && fsh_job_consumers_complete(j, s)))
         continue;
-      if (j->state == FSH_SCHED_JOB_RUNNING && cancel_unneeded(d, j, st))
+      if (j->state == FSH_SCHED_JOB_RUNNING && fsh_job_cancel_unneeded(d, j, st))
         continue; /* released next round, after the cancels (a worker takes them in order) */
       st->released = true;
       char body[24];

@@ -8,7 +8,9 @@
  * verification sums, whether the stage is complete. Unordered and ordered
  * limits, n = 0, a counted output lost and then skipped (its rows taken
  * out of the sums), and a lost output re-run with fewer rows that leaves
- * the stage short: the skipped tasks are pending again. */
+ * the stage short: the skipped tasks are pending again. Also the running
+ * attempts of a producer that n = 0 makes unneeded: cancelled before its
+ * release (fsh_job_cancel_unneeded). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -237,6 +239,63 @@ static void limit_zero(void) {
   rig_free(&r);
 }
 
+/* The limited stage reading a producer (stage 1: 3 tasks, two running)
+ * whose rows n = 0 makes unneeded: the limit skips its own tasks, the
+ * producer is complete by its consumers, and fsh_job_cancel_unneeded
+ * cancels the producer's running attempts (queued "cancel", slots
+ * released, tasks pending) -- so that release_round sends its release only
+ * a round later, behind the cancels; asked again, nothing is left to
+ * cancel. The edge_limits flake of test_plan_limit.c: the release went
+ * out while the maps ran, and a map opening its writer after it left an
+ * output no release removed. */
+static void upstream_of_limit_zero(void) {
+  rig r;
+  rig_init(&r, 2, 0, false);
+  fsh_error err;
+  jstage *grown = fsh_realloc(r.j->stages, 2 * sizeof *grown);
+  CHECK(grown != NULL);
+  if (!grown) {
+    rig_free(&r);
+    return;
+  }
+  r.j->stages = grown;
+  r.j->n_stages = 2;
+  jstage *up = &grown[1];
+  *up = (jstage){.id = 2, .kind = KIND_PLAN, .n_tasks = 3, .n_parts = 1, .shuffle_id = 78,
+                 .input = -1, .consumed = true};
+  up->tasks = fsh_calloc(3, sizeof *up->tasks);
+  CHECK(up->tasks != NULL);
+  CHECK_OK(fsh_shuffle_meta_new(up->shuffle_id, 3, 1, &up->meta, &err));
+  jstage *lim = &grown[0];
+  lim->input = 1;
+  lim->n_inputs = 1;
+  lim->inputs[0] = 1;
+  for (int32_t t = 0; up->tasks && t < 2; t++) {
+    jtask *k = &up->tasks[t];
+    k->attempt = k->next_attempt++;
+    k->state = T_RUNNING;
+    k->worker_id = 1;
+    r.w.running++;
+  }
+  CHECK(!fsh_job_stage_complete(r.j, 1)); /* its reader still to run */
+  fsh_job_limit_check(&r.d, r.j, 0);
+  STATES(&r, "SS");
+  CHECK(fsh_job_stage_complete(r.j, 0) && fsh_job_stage_complete(r.j, 1));
+  CHECK_EQ_INT(r.d.n_cancels, 0);
+  CHECK(fsh_job_cancel_unneeded(&r.d, r.j, up));
+  CHECK_EQ_INT(r.d.n_cancels, 2);
+  for (int32_t i = 0; i < r.d.n_cancels && i < 2; i++) {
+    CHECK_EQ_INT(r.d.cancels[i].stage_id, 2);
+    CHECK_EQ_INT(r.d.cancels[i].task, i);
+    CHECK(strcmp(r.d.cancels[i].uri, URI) == 0);
+  }
+  CHECK_EQ_INT(r.w.running, 0);
+  for (int32_t t = 0; up->tasks && t < 3; t++) CHECK_EQ_INT(up->tasks[t].state, T_PENDING);
+  CHECK(!fsh_job_cancel_unneeded(&r.d, r.j, up)); /* the release may go now */
+  CHECK_EQ_INT(r.d.n_cancels, 2);
+  rig_free(&r);
+}
+
 /* Fewer rows than n in all: every task runs, none is skipped, and the
  * stage is complete with what there is (nothing was skipped: no
  * un-skipping). */
@@ -257,6 +316,7 @@ int main(int argc, char **argv) {
       {"ordered", ordered},
       {"limit_zero", limit_zero},
       {"short_input", short_input},
+      {"upstream_of_limit_zero", upstream_of_limit_zero},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }
