@@ -576,16 +576,20 @@ static fsh_buffer *read_range(int fd, int64_t lo, int64_t hi) {
   return buf;
 }
 
-/* fd's bytes [lo, hi) as one buffer: copied (read_range) up to
- * DIRECT_COPY_MAX, mapped (map_range) past it. Copying a span of a few
+/* fd's bytes [lo, hi), which hold `bytes` bytes of blocks, as one buffer:
+ * copied (read_range) when the range is at most DIRECT_COPY_MAX and not
+ * much more than the blocks, else mapped (map_range) when the blocks hold
+ * at least DIRECT_SPAN_MIN bytes, else NULL. Copying a span of a few
  * MiB into a pooled buffer costs less than mapping it (a populated
  * mapping's setup and munmap were 9% of the workers' CPU at 64 x 64, ~1 MiB
  * spans; the copy is in cache for the checksum that follows); a large one
  * (a sort's 128 MiB partitions) is mapped: copied, it would take fresh
  * anonymous pages beside the image's (bench ops: sort flight / memory 1.13
- * -> 2.18 when every span was copied). NULL: see both. */
-static fsh_buffer *span_of(int fd, int64_t lo, int64_t hi) {
-  return hi - lo <= DIRECT_COPY_MAX ? read_range(fd, lo, hi) : map_range(fd, lo, hi);
+ * -> 2.18 when every span was copied). NULL also: see both. */
+static fsh_buffer *span_of(int fd, int64_t lo, int64_t hi, int64_t bytes) {
+  bool dense = hi - lo <= 2 * bytes + ((int64_t)64 << 10);
+  if (dense && hi - lo <= DIRECT_COPY_MAX) return read_range(fd, lo, hi);
+  return bytes >= DIRECT_SPAN_MIN ? map_range(fd, lo, hi) : NULL;
 }
 
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
@@ -622,7 +626,8 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   }
   if (span && (lo < span_lo || hi > span_lo + span->size)) span = NULL; /* (not from the answer) */
   fsh_buffer *map = span ? fsh_buffer_ref(span)
-                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo ? span_of(fd, lo, hi) : NULL;
+                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo ? span_of(fd, lo, hi, src->bytes)
+                                                                : NULL;
   if (span) lo = span_lo;
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
@@ -672,10 +677,11 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
 }
 
 /* The bytes of fd that the blocks of locate entries [k, k + g) (one
- * source's partitions of a run) span, *lo their first offset: read at
- * once (span_of) when they hold at least DIRECT_SPAN_MIN bytes or
- * the span is not much more than the blocks (a map output's partitions
- * lie in order, so a run's blocks are mostly contiguous). NULL: none
+ * source's partitions of a run) span, *lo their first offset, read at
+ * once (span_of: copied when the span is not much more than the blocks --
+ * a map output's partitions lie in order, so a run's blocks are mostly
+ * contiguous -- or mapped when they hold at least DIRECT_SPAN_MIN bytes).
+ * NULL: none
  * (each partition reads its own; also on ENOMEM or a failed read, which
  * the per-partition reads then report). */
 static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, int64_t *lo) {
@@ -693,8 +699,7 @@ static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, i
   }
   if (b <= a) return NULL;
   *lo = a;
-  if (sum < DIRECT_SPAN_MIN && b - a > 2 * sum + ((int64_t)64 << 10)) return NULL;
-  return span_of(fd, a, b);
+  return span_of(fd, a, b, sum);
 }
 
 /* Whether locate entries [k, k + g) (one source's partitions of the run)
