@@ -1,7 +1,8 @@
 /* store_fixture.h -- a worker store over a fresh temporary spill
  * directory with a memory limit, and the synthetic schema, for the store
- * tests (test_store_pool, test_store_builders). close_store frees the
- * store and checks it left no file behind. */
+ * tests (test_store_pool, test_store_builders, test_store_vm), with their
+ * common steps and checks. close_store frees the store and checks it left
+ * no file behind. */
 #ifndef FSH_TESTS_SHUFFLE_STORE_FIXTURE_H
 #define FSH_TESTS_SHUFFLE_STORE_FIXTURE_H
 
@@ -67,6 +68,22 @@ static inline int64_t store_count_rows(fixture *f, uint64_t shuffle, int64_t map
   }
   fsh_map_file_close(mf);
   return rows;
+}
+
+/* Releases a whole shuffle of the store. */
+static inline void store_release(fixture *f, uint64_t shuffle) {
+  fsh_error err = {{0}};
+  CHECK_OK(fsh_shuffle_store_release(f->s, shuffle, &err));
+}
+
+/* The budget charges exactly what is held: images (memory_bytes) plus the
+ * pool. `when` names the moment in the message. */
+static inline void store_check_budget(fixture *f, const char *when) {
+  fsh_store_pool_stats p = store_pool(f->s);
+  fsh_shuffle_store_stats st = store_stats(f->s);
+  CHECK_MSG(p.budget_used == st.memory_bytes + p.pooled_bytes,
+            "%s: budget %lld, images %lld + pool %lld", when, (long long)p.budget_used,
+            (long long)st.memory_bytes, (long long)p.pooled_bytes);
 }
 
 static inline void close_store(fixture *f) {

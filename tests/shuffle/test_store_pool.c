@@ -102,21 +102,6 @@ static int64_t count_map_rows(fixture *f, uint64_t shuffle, int64_t map) {
 
 static int64_t count_rows(fixture *f, uint64_t shuffle) { return count_map_rows(f, shuffle, 0); }
 
-static void release(fixture *f, uint64_t shuffle) {
-  fsh_error err = {{0}};
-  CHECK_OK(fsh_shuffle_store_release(f->s, shuffle, &err));
-}
-
-/* The budget charges exactly what is held: images (memory_bytes) plus the
- * pool. */
-static void check_budget(fixture *f, const char *when) {
-  fsh_store_pool_stats p = store_pool(f->s);
-  fsh_shuffle_store_stats st = store_stats(f->s);
-  CHECK_MSG(p.budget_used == st.memory_bytes + p.pooled_bytes,
-            "%s: budget %lld, images %lld + pool %lld", when, (long long)p.budget_used,
-            (long long)st.memory_bytes, (long long)p.pooled_bytes);
-}
-
 static void reuse_happens(void) {
   fixture f = open_store_images("pool", (int64_t)64 << 20, FSH_STORE_IMAGES_MEMFD);
   write_output(&f, 1, 11, 20000);
@@ -124,14 +109,14 @@ static void reuse_happens(void) {
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_MEMFD);
   int64_t held = store_stats(f.s).memory_bytes;
   CHECK(held >= a.size);
-  check_budget(&f, "held");
-  release(&f, 1);
+  store_check_budget(&f, "held");
+  store_release(&f, 1);
   fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   /* its pages: the image's size in whole pages */
   CHECK_EQ_INT(p.pooled_bytes, (a.size + 4095) / 4096 * 4096);
   CHECK_EQ_INT(store_stats(f.s).memory_bytes, 0);
-  check_budget(&f, "pooled");
+  store_check_budget(&f, "pooled");
   /* the pooled memfd is still open under the same number, without the
    * trailer (a reader cannot take it for the image) */
   CHECK_EQ_INT(ino_of_fd(a.fd), a.ino);
@@ -148,11 +133,11 @@ static void reuse_happens(void) {
             (unsigned long long)b.ino, b.fd, (unsigned long long)a.ino, a.fd);
   CHECK(b.image_id != 0 && b.image_id != a.image_id);
   CHECK(fstat(b.fd, &st) == 0 && st.st_size == b.size + FSH_IMAGE_ID_BYTES);
-  check_budget(&f, "reused");
+  store_check_budget(&f, "reused");
   /* the reused image reads back right: every partition's rows */
   int64_t rows = count_rows(&f, 2);
   CHECK_EQ_INT(rows, 30000);
-  release(&f, 2);
+  store_release(&f, 2);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_pool_drain(f.s);
   p = store_pool(f.s);
@@ -186,7 +171,7 @@ static void held_image_not_reused(void) {
       close(rfd);
       rfd = -1;
     }
-    release(&f, 1);
+    store_release(&f, 1);
     fsh_store_pool_stats p = store_pool(f.s);
     CHECK_MSG(p.pooled == 0, "%s: a memfd a reader holds was pooled",
               only_mapped ? "mapped" : "open");
@@ -198,7 +183,7 @@ static void held_image_not_reused(void) {
     munmap(m, len);
     if (rfd >= 0) close(rfd);
     free(copy);
-    check_budget(&f, "after");
+    store_check_budget(&f, "after");
     fsh_store_location_reset(&a);
     fsh_store_location_reset(&b);
     close_store(&f);
@@ -241,7 +226,7 @@ static void stale_answer_refused(void) {
   int fd = fr_direct_open(&old, 0, path, sizeof path);
   CHECK_MSG(fd >= 0, "the fresh answer is refused");
   if (fd >= 0) close(fd);
-  release(&f, 5);
+  store_release(&f, 5);
   write_output(&f, 5, 31, 20000); /* the same map output again */
   CHECK_EQ_INT(store_pool(f.s).reused, 1);
   fr_direct now;
@@ -274,7 +259,7 @@ static void stale_answer_refused(void) {
   if (fd >= 0) close(fd);
   fr_direct_reset(&old);
   fr_direct_reset(&now);
-  release(&f, 5);
+  store_release(&f, 5);
   close_store(&f);
 }
 
@@ -284,18 +269,18 @@ static void stale_answer_refused(void) {
 static void spill_with_pool(void) {
   fixture f = open_store_images("pool", (int64_t)4 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 1 MiB */
   write_output(&f, 1, 41, 3000);            /* ~150 KB image */
-  release(&f, 1);
+  store_release(&f, 1);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
-  check_budget(&f, "pooled");
+  store_check_budget(&f, "pooled");
   write_output(&f, 2, 42, 200000); /* ~9 MB: spills */
   fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_EQ_INT(st.spilled_outputs, 1);
   CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK_EQ_INT(st.memory_bytes, 0);
-  check_budget(&f, "spilled");
+  store_check_budget(&f, "spilled");
   int64_t rows = count_rows(&f, 2);
   CHECK_EQ_INT(rows, 200000);
-  release(&f, 2);
+  store_release(&f, 2);
   CHECK_EQ_INT(store_pool(f.s).budget_used, store_pool(f.s).pooled_bytes);
   close_store(&f);
 }
@@ -348,7 +333,7 @@ static void idle_pool_drained(void) {
   fsh_store_set_pool_idle_ms(f.s, IDLE);
   write_output(&f, 1, 51, 20000);
   int64_t t0 = ns_now();
-  release(&f, 1);
+  store_release(&f, 1);
   fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   CHECK(p.budget_used > 0);
@@ -368,7 +353,7 @@ static void idle_pool_drained(void) {
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled, 0);
   t0 = ns_now();
-  release(&f, 2);
+  store_release(&f, 2);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   CHECK_EQ_INT(image_memfds(), before + 1);
   /* the put restarted the idle time: due >= IDLE - w puts the clock's
@@ -395,7 +380,7 @@ static void idle_pool_drained(void) {
   write_output(&f, 3, 53, 20000);
   CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK_EQ_INT(count_rows(&f, 3), 20000);
-  release(&f, 3);
+  store_release(&f, 3);
   fsh_store_pool_drain(f.s);
   close_store(&f);
 }
@@ -437,14 +422,14 @@ static void worker_drains_idle_pool(void) {
   fsh_shuffle_worker_set_idle_ms(w, 1500, 3000); /* the builders' default is 30 s */
   fsh_store_set_pool_idle_ms(f.s, 1500);          /* now, not at the keeper's next tick */
   write_output(&f, 1, 61, 20000);
-  release(&f, 1);
+  store_release(&f, 1);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   sleep_ms(300); /* within the idle time: the next writer reuses */
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   write_output(&f, 2, 62, 20000);
   CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
-  release(&f, 2);
+  store_release(&f, 2);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   /* then idle: gone within the idle time plus the keeper's tick (1 s) */
   int64_t t0 = ms_now();
@@ -474,12 +459,12 @@ static void idle_never_kept(void) {
   fixture f = open_store_images("pool", (int64_t)4 << 20, FSH_STORE_IMAGES_MEMFD); /* pool: at most 1 MiB */
   fsh_store_set_pool_idle_ms(f.s, -1);
   write_output(&f, 1, 71, 3000); /* ~150 KB image */
-  release(&f, 1);
+  store_release(&f, 1);
   fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   int64_t pooled_bytes = p.pooled_bytes;
   CHECK(pooled_bytes > 0);
-  check_budget(&f, "pooled");
+  store_check_budget(&f, "pooled");
   sleep_ms(300);
   int64_t due = 0;
   CHECK_EQ_INT(fsh_store_pool_drain_idle(f.s, &due), 0);
@@ -496,9 +481,9 @@ static void idle_never_kept(void) {
    * the one memfd, then needs more than the budget: spills) */
   fsh_store_set_pool_idle_ms(f.s, -1);
   write_output(&f, 2, 72, 3000);
-  release(&f, 2);
+  store_release(&f, 2);
   write_output(&f, 3, 73, 3000);
-  release(&f, 3);
+  store_release(&f, 3);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   CHECK_EQ_INT(store_pool(f.s).reused, 1);
   write_output(&f, 4, 74, 200000); /* ~9 MB: reuses, then spills */
@@ -506,11 +491,11 @@ static void idle_never_kept(void) {
   CHECK_EQ_INT(st.spilled_outputs, 1);
   CHECK_EQ_INT(store_pool(f.s).reused, 2);
   CHECK_EQ_INT(store_pool(f.s).pooled, 0);
-  check_budget(&f, "spilled");
+  store_check_budget(&f, "spilled");
   CHECK_EQ_INT(count_rows(&f, 4), 200000);
-  release(&f, 4);
+  store_release(&f, 4);
   write_output(&f, 5, 75, 3000);
-  release(&f, 5);
+  store_release(&f, 5);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_pool_drain(f.s); /* explicit: still empties it */
   p = store_pool(f.s);
@@ -529,7 +514,7 @@ static void worker_idle_never_keeps(void) {
   fsh_shuffle_worker_set_idle_ms(w, -1, -1);
   write_output(&f, 1, 81, 20000);
   CHECK(fsh_partition_builder_cache_bytes() > 0); /* the writer's builder, cached */
-  release(&f, 1);
+  store_release(&f, 1);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   sleep_ms(2500); /* two ticks of the keeper */
   fsh_store_pool_stats p = store_pool(f.s);
@@ -540,7 +525,7 @@ static void worker_idle_never_keeps(void) {
   write_output(&f, 2, 82, 20000);
   CHECK_EQ_INT(store_pool(f.s).reused, 1);
   CHECK_EQ_INT(count_rows(&f, 2), 20000);
-  release(&f, 2);
+  store_release(&f, 2);
   /* a short window again: both go within it plus the keeper's tick */
   fsh_shuffle_worker_set_idle_ms(w, 200, 200);
   int64_t t0 = ms_now();
@@ -590,7 +575,7 @@ static fsh_store_location pooled_write(fixture *f, uint64_t shuffle, uint64_t se
             step, (long long)p.reused, (long long)p.pooled, (long long)p.left_loose,
             (long long)p.pooled_bytes, (long long)want.reused, (long long)want.pooled,
             (long long)want.left_loose, (long long)want.pooled_bytes);
-  check_budget(f, step);
+  store_check_budget(f, step);
   CHECK_MSG(count_rows(f, shuffle) == rows, "%s: shuffle %llu does not read back %lld rows", step,
             (unsigned long long)shuffle, (long long)rows);
   return l;
@@ -619,11 +604,11 @@ static void best_fit_chosen(void) {
   CHECK_MSG(pages_of(l[0].size) < l[1].size && l[2].size > 2 * l[1].size + (1 << 20),
             "sizes %lld, %lld, %lld: not the small, medium, large this test needs",
             (long long)l[0].size, (long long)l[1].size, (long long)l[2].size);
-  for (int i = 0; i < 3; i++) release(&f, 10 + (uint64_t)i);
+  for (int i = 0; i < 3; i++) store_release(&f, 10 + (uint64_t)i);
   fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 3);
   CHECK_EQ_INT(p.pooled_bytes, pages_of(l[0].size) + pages_of(l[1].size) + pages_of(l[2].size));
-  check_budget(&f, "three pooled");
+  store_check_budget(&f, "three pooled");
 
   /* best fit */
   fsh_store_location a = pooled_write(
@@ -659,8 +644,8 @@ static void best_fit_chosen(void) {
   CHECK(d.ino == l[2].ino);
 
   for (uint64_t sh = 20; sh <= 23; sh++) {
-    release(&f, sh);
-    check_budget(&f, "released");
+    store_release(&f, sh);
+    store_check_budget(&f, "released");
   }
   CHECK_EQ_INT(store_pool(f.s).pooled, 4);
   fsh_store_pool_drain(f.s);
@@ -686,10 +671,10 @@ static void unhinted_expect_recent(void) {
   write_sized(&f, 5, 85, 200000, 1);
   fsh_store_location small = locate(&f, 4), large = locate(&f, 5);
   CHECK(large.size > 2 * m.size + (1 << 20));
-  release(&f, 4);
-  release(&f, 5);
+  store_release(&f, 4);
+  store_release(&f, 5);
   CHECK_EQ_INT(store_pool(f.s).pooled, 2);
-  check_budget(&f, "pooled");
+  store_check_budget(&f, "pooled");
   fsh_store_location n = pooled_write(
       &f, 6, 86, 30000, 0,
       (pool_counts){.reused = 1, .pooled = 1, .pooled_bytes = pages_of(large.size)}, "unhinted");
@@ -712,11 +697,11 @@ static void pool_caps(void) {
   int before = image_memfds();
   for (uint64_t sh = 100; sh < 165; sh++) write_output(&f, sh, sh, 200);
   CHECK_EQ_INT(image_memfds(), before + 65);
-  for (uint64_t sh = 100; sh < 165; sh++) release(&f, sh);
+  for (uint64_t sh = 100; sh < 165; sh++) store_release(&f, sh);
   fsh_store_pool_stats p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 64);
   CHECK_EQ_INT(image_memfds(), before + 64);
-  check_budget(&f, "64 pooled");
+  store_check_budget(&f, "64 pooled");
   fsh_store_pool_drain(f.s);
   CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   close_store(&f);
@@ -726,13 +711,13 @@ static void pool_caps(void) {
   write_output(&f, 2, 92, 45000);
   fsh_store_location a = locate(&f, 1), b = locate(&f, 2);
   CHECK(pages_of(a.size) <= (2 << 20) && pages_of(a.size) + pages_of(b.size) > (2 << 20));
-  release(&f, 1);
-  release(&f, 2);
+  store_release(&f, 1);
+  store_release(&f, 2);
   p = store_pool(f.s);
   CHECK_EQ_INT(p.pooled, 1);
   CHECK_EQ_INT(p.pooled_bytes, pages_of(a.size));
   CHECK_EQ_INT(store_stats(f.s).memory_bytes, 0);
-  check_budget(&f, "quarter");
+  store_check_budget(&f, "quarter");
   fsh_store_location_reset(&a);
   fsh_store_location_reset(&b);
   close_store(&f);
@@ -764,8 +749,8 @@ static void merge_takes_its_size(void) {
             large.size > 2 * part.size + (1 << 20),
             "sizes: large %lld, parts %lld (one %lld): not what this test needs",
             (long long)large.size, (long long)sum, (long long)part.size);
-  release(&f, 4);
-  release(&f, 5);
+  store_release(&f, 4);
+  store_release(&f, 5);
   CHECK_EQ_INT(store_pool(f.s).pooled, 2);
   fsh_merge_task t = {.shuffle_id = 1, .map_id = 100, .attempt = 0, .drop_parts = false,
                       .n_parts = 3, .part_maps = maps, .part_attempts = attempts};
@@ -782,10 +767,10 @@ static void merge_takes_its_size(void) {
   CHECK_EQ_INT(p.reused, 1);
   CHECK_EQ_INT(p.pooled_bytes, pages_of(small.size));
   check_whole(small.fd, small.size, "merged");
-  check_budget(&f, "merged");
+  store_check_budget(&f, "merged");
   CHECK_EQ_INT(count_map_rows(&f, 1, 100), 3 * 45000);
-  release(&f, 1);
-  check_budget(&f, "released");
+  store_release(&f, 1);
+  store_check_budget(&f, "released");
   fsh_store_location_reset(&part);
   fsh_store_location_reset(&small);
   fsh_store_location_reset(&large);

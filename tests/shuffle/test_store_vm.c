@@ -66,19 +66,6 @@ static int64_t count_rows(fixture *f, uint64_t shuffle, int64_t map) {
   return store_count_rows(f, shuffle, map, PARTS);
 }
 
-static void release(fixture *f, uint64_t shuffle) {
-  fsh_error err = {{0}};
-  CHECK_OK(fsh_shuffle_store_release(f->s, shuffle, &err));
-}
-
-static void check_budget(fixture *f, const char *when) {
-  fsh_store_pool_stats p = store_pool(f->s);
-  fsh_shuffle_store_stats st = store_stats(f->s);
-  CHECK_MSG(p.budget_used == st.memory_bytes + p.pooled_bytes,
-            "%s: budget %lld, images %lld + pool %lld", when, (long long)p.budget_used,
-            (long long)st.memory_bytes, (long long)p.pooled_bytes);
-}
-
 /* The mapping of /proc/self/smaps holding addr: its bounds, VmFlags line
  * and AnonHugePages (kB). False when no mapping holds it. */
 static bool mapping_of(uint64_t addr, uint64_t *lo, uint64_t *hi, char *flags, size_t n,
@@ -156,9 +143,9 @@ static void written_grown_and_located_of(fsh_store_images images) {
          huge ? "vm" : "vm-4k", (long long)l.size, (unsigned long long)l.addr, huge_kb, flags);
   fsh_shuffle_store_stats st = store_stats(f.s);
   CHECK_EQ_INT(st.memory_bytes, l.size);
-  check_budget(&f, "written");
+  store_check_budget(&f, "written");
   fsh_store_location_reset(&l);
-  release(&f, 1);
+  store_release(&f, 1);
   close_store(&f);
 }
 
@@ -182,7 +169,7 @@ static void not_inherited_by_fork(void) {
   CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
   CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child has the image mapped");
   fsh_store_location_reset(&l);
-  release(&f, 2);
+  store_release(&f, 2);
   close_store(&f);
 }
 
@@ -191,13 +178,13 @@ static void pooled_reused_and_drained(void) {
   write_map(&f, 3, 0, 13, 80000);
   fsh_store_location a = locate(&f, 3, 0);
   CHECK_EQ_INT(a.kind, FSH_STORE_AT_VM);
-  release(&f, 3);
+  store_release(&f, 3);
   fsh_store_pool_stats p = store_pool(f.s);
   int64_t pages = (a.size + FSH_IMAGE_ID_BYTES + 4095) / 4096 * 4096;
   CHECK_EQ_INT(p.pooled, 1);
   CHECK_EQ_INT(p.pooled_bytes, pages);
   CHECK_EQ_INT(store_stats(f.s).memory_bytes, 0);
-  check_budget(&f, "pooled");
+  store_check_budget(&f, "pooled");
   /* the id is cleared, the rest of the trailer still there (still mapped:
    * the pool's) */
   CHECK(is_mapped(a.addr));
@@ -217,8 +204,8 @@ static void pooled_reused_and_drained(void) {
             (long long)a.size, (unsigned long long)a.image_id);
   CHECK(trailer_is(&b, 4, 0));
   CHECK_EQ_INT(count_rows(&f, 4, 0), 80000);
-  check_budget(&f, "reused");
-  release(&f, 4);
+  store_check_budget(&f, "reused");
+  store_release(&f, 4);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_pool_drain(f.s);
   p = store_pool(f.s);
@@ -227,7 +214,7 @@ static void pooled_reused_and_drained(void) {
   /* an idle pool: drained once idle (0 ms here), unmapped */
   write_map(&f, 5, 0, 14, 30000);
   fsh_store_location c = locate(&f, 5, 0);
-  release(&f, 5);
+  store_release(&f, 5);
   CHECK_EQ_INT(store_pool(f.s).pooled, 1);
   fsh_store_set_pool_idle_ms(f.s, 0);
   int64_t due = 0;
@@ -262,10 +249,10 @@ static void evicted_unmapped(void) {
   fsh_store_location_reset(&b);
   CHECK_EQ_INT(count_rows(&f, 6, 0), 120000);
   CHECK_EQ_INT(count_rows(&f, 6, 1), 120000);
-  check_budget(&f, "evicted");
+  store_check_budget(&f, "evicted");
   fsh_store_location_reset(&a);
   fsh_store_location_reset(&e);
-  release(&f, 6);
+  store_release(&f, 6);
   fsh_store_pool_drain(f.s);
   CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   close_store(&f);
@@ -279,7 +266,7 @@ static void small_budget_spills(void) {
   CHECK_EQ_INT(st.spilled_outputs, 1);
   CHECK_EQ_INT(st.memory_bytes, 0);
   CHECK_EQ_INT(count_rows(&f, 7, 0), 60000);
-  release(&f, 7);
+  store_release(&f, 7);
   CHECK_EQ_INT(store_pool(f.s).budget_used, 0);
   close_store(&f);
 }
@@ -309,8 +296,8 @@ static void charged_by_capacity_not_expectation(void) {
   CHECK_EQ_INT(m.rows ? m.rows[0] : -1, 20000);
   fsh_map_output_reset(&m);
   CHECK_EQ_INT(count_rows(&f, 8, 1), 20000);
-  check_budget(&f, "after");
-  release(&f, 8);
+  store_check_budget(&f, "after");
+  store_release(&f, 8);
   close_store(&f);
 }
 
