@@ -1,5 +1,5 @@
-/* bench_util.h -- what every benchmark shares: a monotonic clock and
- * min / median / max GB/s over runs. Header-only (each bench is one file). */
+/* bench_util.h -- what every benchmark shares: a monotonic clock, CPU
+ * time, and min / median / max GB/s over runs. Header-only (each bench is one file). */
 #ifndef FSH_BENCH_UTIL_H
 #define FSH_BENCH_UTIL_H
 
@@ -14,6 +14,15 @@ typedef struct bench_stats {
 static inline double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds on a CPU-time clock: CLOCK_PROCESS_CPUTIME_ID (the process,
+ * user + system: on a shared machine, printed beside wall-clock GB/s) or
+ * CLOCK_THREAD_CPUTIME_ID (the calling thread). */
+static inline double bench_cpu_s(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

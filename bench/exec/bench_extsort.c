@@ -37,15 +37,9 @@ static void die(const char *what, fsh_error *err) {
   exit(1);
 }
 
-/* CPU seconds of the process (user + system): the machine may be shared,
- * so wall-clock GB/s are printed beside CPU GB/s. */
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double g_cpu; /* CPU seconds of the last run_* call */
+/* CPU seconds of the process (user + system) in the last run_* call: the
+ * machine may be shared, so wall-clock GB/s are printed beside CPU GB/s. */
+static double g_cpu;
 
 static uint64_t mix(uint64_t x) {
   x ^= x >> 33;
@@ -91,7 +85,7 @@ static double run_sort(fsh_batch **in, int64_t n, int64_t budget, fsh_spill *sp,
   int32_t key = 0;
   fsh_extsort_options o = {.key_cols = &key, .n_keys = 1, .memory_budget = budget,
                            .target_rows = 65536, .spill = budget ? sp : NULL};
-  double t0 = bench_now(), c0 = cpu_now();
+  double t0 = bench_now(), c0 = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
   fsh_extsort *s = NULL;
   if (fsh_extsort_new(in[0]->schema, &o, &s, &err) != 0) die("extsort_new", &err);
   for (int64_t i = 0; i < n; i++)
@@ -111,7 +105,7 @@ static double run_sort(fsh_batch **in, int64_t n, int64_t budget, fsh_spill *sp,
     fsh_batch_unref(b);
   }
   st.release(&st);
-  g_cpu = cpu_now() - c0;
+  g_cpu = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
   return bench_now() - t0;
 }
 
@@ -119,7 +113,7 @@ static double run_sort(fsh_batch **in, int64_t n, int64_t budget, fsh_spill *sp,
 static double run_io(fsh_batch **in, int64_t n, const char *dir) {
   char path[512];
   snprintf(path, sizeof path, "%s/bench-extsort-io.bin", dir);
-  double t0 = bench_now(), c0 = cpu_now();
+  double t0 = bench_now(), c0 = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
   int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) die("open", NULL);
   size_t biggest = 0;
@@ -140,7 +134,7 @@ static double run_io(fsh_batch **in, int64_t n, const char *dir) {
   unlink(path);
   free(buf);
   if (sum == 1) fprintf(stderr, " "); /* keep the read */
-  g_cpu = cpu_now() - c0;
+  g_cpu = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
   return bench_now() - t0;
 }
 

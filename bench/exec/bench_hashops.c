@@ -182,12 +182,6 @@ static double hash_run(fsh_batch **b, int nb, uint64_t *h) {
   return bench_now() - t0;
 }
 
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One group-by on columns key[0, n_keys) (each the group key in some
  * form: the same groups); returns seconds (*cpu: seconds of this thread's
  * CPU time); verifies against the input: every output key column names the
@@ -198,14 +192,14 @@ static double groupby_run(fsh_batch **b, int nb, const int32_t *key, int n_keys,
   fsh_agg_spec specs[2] = {{FSH_AGG_SUM, 1, NULL}, {FSH_AGG_COUNT_STAR, -1, NULL}};
   fsh_hash_agg *a = NULL;
   fsh_batch *out = NULL;
-  double t0 = bench_now(), c0 = cpu_now();
+  double t0 = bench_now(), c0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   if (fsh_hash_agg_new(b[0]->schema, key, n_keys, specs, 2, FSH_AGG_SINGLE, 0, &a, &err) != 0)
     die("aggregate", &err);
   for (int i = 0; i < nb; i++)
     if (fsh_hash_agg_push(a, b[i], &err) != 0) die("aggregate push", &err);
   if (fsh_hash_agg_finish(a, &out, &err) != 0) die("aggregate finish", &err);
   double t = bench_now() - t0;
-  if (cpu) *cpu = cpu_now() - c0;
+  if (cpu) *cpu = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - c0;
   /* untimed checks */
   int64_t sum = 0, cnt = 0;
   uint8_t *seen = calloc((size_t)groups, 1);

@@ -53,12 +53,6 @@ static double parse_bytes(const char *s) {
   return v * mul;
 }
 
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 enum { ST_GEN, ST_HASH, ST_SUM, ST_SUM_AVX2, ST_SUM_SCALAR, ST_SCATTER, ST_WRITE, ST_TASK,
        ST_MEM_TASK, ST_MEMCPY, N_ST };
 static const char *k_names[N_ST] = {
@@ -96,22 +90,22 @@ static void stage_loop(const config *c, fsh_shuffle_backend *fl, fsh_schema *sch
   if (!hashes || !parts || !outs) die("out of memory", NULL);
   fsh_shuffle_spec spec = {.shuffle_id = t->shuffle_id, .n_partitions = R, .schema = schema};
   fsh_shuffle_writer *w = NULL;
-  double t0 = cpu_now();
+  double t0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   if (fsh_shuffle_open_writer(fl, &spec, t->map_id, 0, &w, &err) != 0) die("open writer", &err);
-  secs[ST_WRITE] += cpu_now() - t0;
+  secs[ST_WRITE] += bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
   fsh_synthetic_options so = {.seed = t->seed, .with_nulls = true};
   int32_t key = 0;
   for (int64_t done = 0; done < t->rows; done += c->batch_rows) {
     fsh_batch *b = NULL;
-    double a = cpu_now();
+    double a = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     if (fsh_synthetic_batch(schema, &so, (t->first_row + done) / c->batch_rows, c->batch_rows,
                             &b, &err) != 0)
       die("generate", &err);
-    double h = cpu_now();
+    double h = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     if (fsh_hash_columns(b, &key, 1, 0, hashes, &err) != 0 ||
         fsh_partition_hash(hashes, b->length, R, parts, &err) != 0)
       die("hash", &err);
-    double s = cpu_now();
+    double s = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     /* the dispatched, AVX2 (scalar where the CPU lacks it) and scalar
      * paths, in an order rotating by batch, so that none always finds the
      * batch in cache */
@@ -122,27 +116,27 @@ static void stage_loop(const config *c, fsh_shuffle_backend *fl, fsh_schema *sch
     int first = (int)((done / c->batch_rows) % 3);
     for (int k = 0; k < 3; k++) {
       int q = (first + k) % 3;
-      double y = cpu_now();
+      double y = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
       (void)fsh_task_row_checksums_path(b, parts, into[q], path_of[q]);
-      secs[stage_of[q]] += cpu_now() - y;
+      secs[stage_of[q]] += bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - y;
     }
-    double x = cpu_now();
+    double x = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     if (fsh_scatter(b, parts, R, outs, &err) != 0) die("scatter", &err); /* for reference */
     for (int32_t p = 0; p < R; p++) {
       fsh_batch_unref(outs[p]);
       outs[p] = NULL;
     }
-    double wr = cpu_now();
+    double wr = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     if (fsh_shuffle_write_rows(w, b, parts, R, outs, &err) != 0) die("write", &err);
     fsh_batch_unref(b);
-    double e = cpu_now();
+    double e = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     secs[ST_GEN] += h - a, secs[ST_HASH] += s - h;
     secs[ST_SCATTER] += wr - x, secs[ST_WRITE] += e - wr;
   }
   fsh_map_output out = {0};
-  t0 = cpu_now();
+  t0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   if (w->close(w, &out, &err) != 0) die("close", &err);
-  secs[ST_WRITE] += cpu_now() - t0;
+  secs[ST_WRITE] += bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
   fsh_map_output_reset(&out);
   free(hashes), free(parts), free(outs);
 }
@@ -256,9 +250,9 @@ int main(int argc, char **argv) {
     if (fsh_shuffle_release(fl, shuffle_id, &err) != 0) die("release", &err);
     for (int m = 0; m < c.maps; m++) {
       fsh_map_task t = task_of(&c, rows_per_map, m, shuffle_id + 1, FSH_TASK_BACKEND_FLIGHT);
-      double t0 = cpu_now();
+      double t0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
       if (fsh_map_task_run(fl, &t, &res[m], &err) != 0) die("map task", &err);
-      s[ST_TASK] += cpu_now() - t0;
+      s[ST_TASK] += bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
     }
     for (int32_t p = 0; p < c.partitions && !c.only_task; p++) {
       uint64_t x = 0;
@@ -270,16 +264,16 @@ int main(int argc, char **argv) {
     if (fsh_shuffle_release(fl, shuffle_id + 1, &err) != 0) die("release", &err);
     for (int m = 0; m < c.maps && !c.only_task; m++) {
       fsh_map_task t = task_of(&c, rows_per_map, m, shuffle_id + 2, FSH_TASK_BACKEND_MEMORY);
-      double t0 = cpu_now();
+      double t0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
       if (fsh_map_task_run(mem, &t, &res[m], &err) != 0) die("memory map task", &err);
-      s[ST_MEM_TASK] += cpu_now() - t0;
+      s[ST_MEM_TASK] += bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
     }
     for (int m = 0; m < c.maps; m++) fsh_map_task_result_reset(&res[m]);
     if (fsh_shuffle_release(mem, shuffle_id + 2, &err) != 0) die("release", &err);
-    double t0 = cpu_now();
+    double t0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
     for (double left = c.only_task ? 0 : table_bytes; left > 0; left -= (double)chunk)
       memcpy(dst, src, left < (double)chunk ? (size_t)left : chunk);
-    s[ST_MEMCPY] = cpu_now() - t0;
+    s[ST_MEMCPY] = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
   }
   bench_stats st[N_ST];
   double col[64];

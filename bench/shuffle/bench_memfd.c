@@ -55,12 +55,6 @@ static void die(const char *what) {
   exit(1);
 }
 
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* "16M", "1G", "4096": bytes (K, M, G are powers of 1024). */
 static int64_t parse_bytes(const char *s) {
   char *end;
@@ -138,7 +132,7 @@ int main(int argc, char **argv) {
         if (reuse_fd < 0) die("memfd_create");
         write_image(reuse_fd, chunk, chunk_bytes, image_bytes, run + 100);
       }
-      double t0 = cpu_now();
+      double t0 = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
       for (int i = 0; i < images; i++) {
         int fd = reuse_fd >= 0 ? reuse_fd : memfd_create("bench-image", MFD_CLOEXEC);
         if (fd < 0) die("memfd_create");
@@ -162,7 +156,7 @@ int main(int argc, char **argv) {
         if (i == images - 1) last_fd = fd;
         else if (fd != reuse_fd) close(fd);
       }
-      secs[mode][run] = cpu_now() - t0;
+      secs[mode][run] = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
       verified &= image_ok(last_fd, chunk, chunk_bytes, image_bytes, run);
       close(last_fd);
     }

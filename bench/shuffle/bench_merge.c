@@ -42,12 +42,6 @@ static void die(const char *what, fsh_error *err) {
   exit(1);
 }
 
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -151,10 +145,10 @@ int main(int argc, char **argv) {
                           .drop_parts = false, .n_parts = n_parts, .part_maps = maps,
                           .part_attempts = attempts};
       fsh_map_output m = {0};
-      double t0 = bench_now(), c0 = thread_cpu();
+      double t0 = bench_now(), c0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
       if (fsh_shuffle_store_merge(s, &t, &m, &err) != 0) die("merge", &err);
       secs[k][run] = bench_now() - t0;
-      cpu[k][run] = thread_cpu() - c0;
+      cpu[k][run] = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - c0;
       fsh_merge_set_test_hooks(NULL);
       int64_t total = 0;
       for (int32_t p = 0; p < n_part; p++) {

@@ -38,12 +38,6 @@ static void die(const char *what, fsh_error *err) {
   exit(1);
 }
 
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
@@ -209,10 +203,10 @@ int main(int argc, char **argv) {
       for (int r = 0; r < runs; r++) {
         t.rows = 0;
         memset(t.sums, 0, sizeof(uint64_t) * (size_t)P);
-        double w0 = bench_now(), c0 = cpu_now();
+        double w0 = bench_now(), c0 = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
         read_all(path_list[pi].b, &spec, outs, maps, mode ? ranges : 0, &t);
         wall[r] = bench_now() - w0;
-        cpu[r] = cpu_now() - c0;
+        cpu[r] = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         bool ok = t.rows == want_rows && memcmp(t.sums, want, sizeof(uint64_t) * (size_t)P) == 0;
         if (!ok)
           fprintf(stderr, "bench_range: %s %s run %d: %lld rows (want %lld) or the row "
