@@ -253,6 +253,27 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    nothing early), while each run's rounds read the whole run.
  * The summary's reduce stage counts the tasks (the runs). */
 #define FSH_SCHED_REDUCE_TASK_BYTES_AUTO (64LL << 20)
+
+/* Coalesced maps (JobPlan.maps_per_task; the map side's counterpart of the
+ * above, as an engine packs small input splits into one task): the
+ * consecutive tasks of a "map-synthetic" stage whose rows are contiguous
+ * (the same table, seed, batch size, compression and partitions) run as
+ * one task of up to maps_per_task maps -- the same rows, written by one
+ * writer into one output: a partition's rows of G maps become one block,
+ * not G, and no pre-shuffle merge has to copy them together afterwards.
+ * The task is the unit of scheduling, retries and lineage (a lost output
+ * re-runs the whole run); the stage's map ids are the runs'. Chosen once,
+ * at submit:
+ *  - maps_per_task > 1: runs of that many;
+ *  - auto (< 0): when sqrt(M x R) > the merge threshold (the shape where
+ *    the pre-shuffle merge would merge), runs of G = ceil(M x R /
+ *    threshold^2) maps -- about threshold^2 / R outputs, the size the merge
+ *    aims at -- but no fewer tasks than FSH_SCHED_MAP_RUNS_MIN_WAVES waves
+ *    of the alive workers' slots; the stage then does not merge in auto
+ *    mode (its outputs have that size already; merge on still merges).
+ * Plan stages ("plan-fragment") are not coalesced: a fragment task reads
+ * its own input partition. The summary's map stage counts the tasks. */
+#define FSH_SCHED_MAP_RUNS_MIN_WAVES 2
 enum { FSH_SCHED_MERGE_OFF = 0, FSH_SCHED_MERGE_ON = 1, FSH_SCHED_MERGE_AUTO = 2 };
 
 typedef enum fsh_sched_job_state {
@@ -291,6 +312,9 @@ typedef struct fsh_sched_shuffle_job {
   /* coalesced reduces (below): 0 one reduce-verify task per partition,
    * > 0 runs of partitions of about that many bytes, < 0 auto */
   int64_t reduce_task_bytes;
+  /* coalesced maps (above): 0 or 1 each map its own task, > 1 up to that
+   * many maps per task, < 0 auto */
+  int32_t maps_per_task;
 } fsh_sched_shuffle_job;
 
 /* The packed JobPlan of j (a new buffer in *plan). */

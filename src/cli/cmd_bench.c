@@ -81,6 +81,7 @@ typedef struct bench_opts {
   int32_t merge_threshold; /* 0: FSH_SCHED_MERGE_THRESHOLD */
   bool merge_both; /* each run twice: merge off, then on */
   int64_t reduce_task_bytes; /* coalesced reduces: 0 a task per partition, < 0 auto */
+  int32_t maps_per_task;     /* coalesced maps: 1 a task per map, < 0 auto */
   const char *worker_idle_ms; /* --worker-pool-idle-ms as given ("never" or ms), or NULL */
   const char *builders_idle_ms; /* --worker-builders-idle-ms, or NULL: worker_idle_ms */
   const char *worker_images; /* --worker-images (checked), or NULL: the workers' default */
@@ -93,7 +94,8 @@ static int bench_usage(void) {
           "         [--spill-dir DIR] [--memory-limit B] [--runs K] [--slots T]\n"
           "         [--batch-rows N] [--seed X] [--incremental on|off|both] [--fail-worker F]\n"
           "         [--direct on|off|both] [--merge on|off|auto|both] [--merge-threshold T]\n"
-          "         [--reduce-task-bytes B|auto] [--worker-pool-idle-ms MS|never]\n"
+          "         [--reduce-task-bytes B|auto] [--maps-per-task G|auto]\n"
+          "         [--worker-pool-idle-ms MS|never]\n"
           "         [--worker-builders-idle-ms MS|never] [--worker-images vm|memfd|private|vm-4k]\n"
           "  S and B may end in K, M or G (powers of 1024). --memory-limit is each\n"
           "  worker store's budget (flight; default: no limit); --slots the tasks\n"
@@ -115,6 +117,10 @@ static int bench_usage(void) {
           "  reads a contiguous run of partitions of about B bytes (0: one task per\n"
           "  partition; auto, the default: 64M, lowered so that every slot gets a task;\n"
           "  with --incremental on: one run per slot).\n"
+          "  --maps-per-task: coalesced maps (fs / flight; sched.h): up to G consecutive\n"
+          "  maps run as one task writing one output (1: a task per map; auto, the\n"
+          "  default: when sqrt(M x R) > T, G = M x R / T^2 -- the outputs the merge\n"
+          "  would make -- and then no merge; at least two tasks per slot).\n"
           "  --worker-pool-idle-ms: every worker's --pool-idle-ms and --builders-idle-ms\n"
           "  (how long its released memory images and its map builders are kept\n"
           "  for the next run; default: the worker's, 30000 for both, so runs\n"
@@ -132,7 +138,7 @@ static int bench_usage(void) {
 static int parse_opts(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){.workers = 0, .runs = 1, .slots = 2, .memory_limit = -1, .seed = 42,
                     .fail_worker = -1, .merge = FSH_SCHED_MERGE_AUTO,
-                    .reduce_task_bytes = -1};
+                    .reduce_task_bytes = -1, .maps_per_task = -1};
   bool have_backend = false;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -213,6 +219,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       else if (!cli_parse_bytes(v, &o->reduce_task_bytes) || o->reduce_task_bytes < 0)
         return cli_fail(2, "bench shuffle: --reduce-task-bytes '%s': expected bytes (0: a task "
                         "per partition; e.g. 64M) or auto", v);
+    } else if (strcmp(a, "--maps-per-task") == 0) {
+      if (strcmp(v, "auto") == 0) o->maps_per_task = -1;
+      else if (cli_parse_int(v, 1, 1 << 22, &n)) o->maps_per_task = (int32_t)n;
+      else
+        return cli_fail(2, "bench shuffle: --maps-per-task '%s': expected 1..2^22 (1: a task "
+                        "per map) or auto", v);
     } else if (strcmp(a, "--worker-pool-idle-ms") == 0 ||
                strcmp(a, "--worker-builders-idle-ms") == 0) {
       if (strcmp(v, "never") != 0 && !cli_parse_int(v, 0, 86400000, &n))
@@ -688,6 +700,7 @@ typedef struct run_stats {
   bool verified;
   double merges, merged_outputs; /* the pre-shuffle merge's (counts) */
   int32_t reduce_tasks;          /* of the last stage (coalesced reduces: the runs) */
+  int32_t map_tasks;             /* of the map stage (coalesced maps: the runs) */
   double worker_cpu_s_per_gb;    /* the workers' CPU seconds (user + system) per table GB */
   int64_t pooled_memfds, pooled_bytes; /* in the workers' pools as the run began (flight) */
 } run_stats;
@@ -771,7 +784,8 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
                               .compression = o->compression, .backend = o->backend,
                               .slots_per_worker = o->slots, .incremental = o->incremental,
                               .merge = o->merge, .merge_threshold = o->merge_threshold,
-                              .reduce_task_bytes = o->reduce_task_bytes};
+                              .reduce_task_bytes = o->reduce_task_bytes,
+                              .maps_per_task = o->maps_per_task};
   fsh_buffer *plan = NULL;
   uint64_t job = 0;
   if (o->backend == FSH_TASK_BACKEND_FLIGHT) pool_before_run(c, st);
@@ -783,23 +797,26 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
     return cli_fail(1, "bench shuffle: %s", err.message);
   }
   fsh_buffer_unref(plan);
-  int fail_at = o->fail_worker >= 0 ? (int)(o->fail_worker * o->maps + 0.5) : -1;
+  /* (of the map stage's tasks: with coalesced maps fewer than --maps) */
+  int fail_at = -1, map_tasks = o->maps;
   for (;;) {
     if (g_interrupted) return cli_fail(130, "bench shuffle: interrupted");
-    int rc = fsh_sched_driver_wait_job(c->driver, job, fail_at >= 0 && c->killed < 0 ? 5 : 500,
+    int rc = fsh_sched_driver_wait_job(c->driver, job, o->fail_worker >= 0 && c->killed < 0 ? 5 : 500,
                                        &err);
     if (rc == 0) break;
     if (rc != ETIMEDOUT) return cli_fail(1, "bench shuffle: %s", err.message);
-    if (fail_at < 0 || c->killed >= 0) continue;
+    if (o->fail_worker < 0 || c->killed >= 0) continue;
     fsh_sched_job_status js;
     if (fsh_sched_driver_job_status(c->driver, job, false, &js, &err) != 0)
       return cli_fail(1, "bench shuffle: %s", err.message);
+    if (js.n_stages > 0) map_tasks = js.stages[0].tasks_total;
+    fail_at = (int)(o->fail_worker * map_tasks + 0.5);
     bool now = js.n_stages > 0 && js.stages[0].tasks_done >= fail_at;
     fsh_sched_job_status_reset(&js);
     if (now) {
       int victim = c->n - 1;
       printf("  killing worker %d (pid %d %s) with SIGKILL: %d of %d map tasks done\n", victim,
-             (int)c->proc[victim].pid, c->proc[victim].uri, fail_at, o->maps);
+             (int)c->proc[victim].pid, c->proc[victim].uri, fail_at, map_tasks);
       fflush(stdout);
       kill(c->proc[victim].pid, SIGKILL);
       c->killed = victim;
@@ -866,6 +883,10 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
            o->worker_idle_ms ? o->worker_idle_ms : "default");
   printf("\n");
   st->reduce_tasks = js.n_stages > 1 ? js.stages[js.n_stages - 1].tasks_total : 0;
+  st->map_tasks = js.n_stages > 0 ? js.stages[0].tasks_total : 0;
+  char per[32] = "auto";
+  if (o->maps_per_task >= 0) snprintf(per, sizeof per, "%d", o->maps_per_task);
+  printf("  map tasks %d over %d maps (--maps-per-task %s)\n", st->map_tasks, o->maps, per);
   char target[32] = "auto";
   if (o->reduce_task_bytes >= 0) snprintf(target, sizeof target, "%" PRId64, o->reduce_task_bytes);
   printf("  reduce tasks %d over %d partitions (--reduce-task-bytes %s)\n", st->reduce_tasks,
@@ -1134,7 +1155,8 @@ int cmd_bench(int argc, char **argv) {
            " compression=%s runs=%d total_s_median=%.3f map_s_median=%.3f "
            "reduce_s_median=%.3f socket_gbps_median=%.3f file_write_gbps_median=%.3f "
            "incremental=%s fail_worker=%g recomputed=%d first_fetch_ms_median=%.1f "
-           "idle_gap_ms_median=%.1f direct=%s reduce_tasks=%d worker_cpu_s_per_gb_median=%.3f "
+           "idle_gap_ms_median=%.1f direct=%s map_tasks=%d reduce_tasks=%d "
+           "worker_cpu_s_per_gb_median=%.3f "
            "pool_warm_runs=%d worker_pool_idle_ms=%s worker_images=%s\n",
            verified ? "yes" : "no", fsh_task_backend_name(o.backend), o.workers, o.maps,
            o.reduces, o.bytes, gb[1], sock[1] > 0 ? gb[1] / sock[1] : 0.0, spilled,
@@ -1142,7 +1164,8 @@ int cmd_bench(int argc, char **argv) {
            file[1], o.incremental_both ? "off" : o.incremental ? "on" : "off", o.fail_worker,
            recomputed, ff[1], gap[1],
            o.backend != FSH_TASK_BACKEND_FLIGHT ? "n/a" : o.direct_both ? "on" :
-           o.direct_off ? "off" : "on", st[o.runs - 1].reduce_tasks, cpu_gb[1], warm_runs,
+           o.direct_off ? "off" : "on", r.mem ? o.maps : st[o.runs - 1].map_tasks,
+           st[o.runs - 1].reduce_tasks, cpu_gb[1], warm_runs,
            o.worker_idle_ms ? o.worker_idle_ms : "default",
            o.worker_images ? o.worker_images : "default");
     if (o.direct_both) {

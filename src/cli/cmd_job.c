@@ -5,7 +5,7 @@
  *       [--slots T] [--max-attempts A] [--progress-ms P] [--timeout-s S]
  *       [--auth-token T] [--incremental on|off]
  *       [--then-reduces R2 [--then-key key|value|name]]
- *       [--reduce-task-bytes B|auto]
+ *       [--reduce-task-bytes B|auto] [--maps-per-task G|auto]
  *     submits the synthetic shuffle as a job (DoAction "submit"), prints
  *     "job ID submitted", then every P ms (default 50) while it runs one
  *     line "progress: stage 1 d/t stage 2 d/t" (DoAction "job-status"), and
@@ -37,6 +37,8 @@ static int job_usage(void) {
           "  name, into R2 partitions, then verify)\n"
           "           [--reduce-task-bytes B|auto]: coalesced reduces, a reduce task per run of\n"
           "  partitions of about B bytes (default 0: a task per partition; sched.h)\n"
+          "           [--maps-per-task G|auto]: coalesced maps, up to G consecutive maps\n"
+          "  run as one task (default 1: a task per map; sched.h)\n"
           "       flightshuffle job status --driver URI --job ID [--auth-token T]\n");
   return 2;
 }
@@ -109,6 +111,10 @@ int cmd_job(int argc, char **argv) {
              j.reduce_task_bytes >= 0) {
       /* parsed */
     }
+    else if (strcmp(a, "--maps-per-task") == 0 && !strcmp(x, "auto"))
+      j.maps_per_task = -1;
+    else if (strcmp(a, "--maps-per-task") == 0 && parse_ll(x, 1, 1 << 22, &v))
+      j.maps_per_task = (int32_t)v;
     else if (strcmp(a, "--incremental") == 0 && (!strcmp(x, "on") || !strcmp(x, "off")))
       j.incremental = strcmp(x, "on") == 0;
     else if (strcmp(a, "--compression") == 0) {

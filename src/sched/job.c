@@ -316,6 +316,7 @@ int fsh_sched_shuffle_job_plan(const fsh_sched_shuffle_job *sj, fsh_buffer **pla
     jp.pre_shuffle_merge = sj->merge;
     jp.merge_threshold = sj->merge_threshold;
     jp.reduce_task_bytes = sj->reduce_task_bytes;
+    jp.maps_per_task = sj->maps_per_task;
     jp.backend = (int32_t)sj->backend;
     size_t n = protobuf_c_message_get_packed_size(&jp.base);
     fsh_buffer *b = fsh_buffer_new((int64_t)n, false);
@@ -480,9 +481,10 @@ static int plan_stage(sched_job *j, int s, const Flightshuffle__Sched__StagePlan
   return producer_init(st, err);
 }
 
-/* Builds a job from a decoded plan (not yet linked). */
-static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sched_job **out,
-                         fsh_error *err) {
+/* Builds a job from a decoded plan (not yet linked); alive: the workers
+ * alive at submit (coalesced maps' auto rule). */
+static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, int64_t alive,
+                         sched_job **out, fsh_error *err) {
   if (p->n_stages < 1 || p->n_stages > JOB_MAX_STAGES)
     return fsh_error_set(err, EINVAL, "%zu stages (1 .. %d)", p->n_stages, JOB_MAX_STAGES);
   if (p->backend != FSH_TASK_BACKEND_FS && p->backend != FSH_TASK_BACKEND_FLIGHT)
@@ -557,6 +559,7 @@ static int job_from_plan(const Flightshuffle__Sched__JobPlan *p, uint64_t id, sc
       }
       if (rc) break;
       st->n_parts = st->maps[0].n_partitions;
+      fsh_job_coalesce_maps(j, st, p->maps_per_task, alive * j->slots);
       rc = producer_init(st, err);
     } else if (strcmp(kind, "reduce-verify") == 0) {
       st->kind = KIND_REDUCE;
@@ -625,9 +628,11 @@ int fsh_sched_driver_submit(fsh_sched_driver *d, const void *plan, int64_t size,
                                d->uri, (long long)size);
   pthread_mutex_lock(&d->mu);
   uint64_t id = d->next_job_id++;
+  int64_t alive = 0;
+  for (int64_t i = 0; i < d->n; i++) alive += d->workers[i].state == FSH_SCHED_WORKER_ALIVE;
   pthread_mutex_unlock(&d->mu);
   sched_job *j = NULL;
-  int rc = job_from_plan(p, id, &j, err);
+  int rc = job_from_plan(p, id, alive, &j, err);
   flightshuffle__sched__job_plan__free_unpacked(p, &fsh_sched_pb_allocator);
   if (rc) return fsh_error_prefix(err, rc, "driver %s: submit: ", d->uri);
   pthread_mutex_lock(&d->mu);

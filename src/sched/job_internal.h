@@ -65,7 +65,11 @@ typedef struct jstage {
   int kind;
   int32_t n_tasks, n_done;
   jtask *tasks;
-  fsh_map_task *maps; /* KIND_MAP: the decoded bodies */
+  fsh_map_task *maps; /* KIND_MAP: the decoded bodies (coalesced: the runs') */
+  int32_t plan_maps;  /* KIND_MAP, coalesced maps (sched.h): the plan's tasks,
+                         n_tasks the runs; 0: not coalesced */
+  bool map_runs_auto; /* coalesced by the auto rule (the merge's auto mode
+                         then leaves the stage alone) */
   /* producers (KIND_MAP, KIND_REDUCE_MAP) write a shuffle: */
   int32_t n_parts;    /* partitions of its shuffle */
   uint64_t shuffle_id;
@@ -196,6 +200,15 @@ static inline int32_t run_task_of(const jstage *st, int32_t p) {
  * sched.h "coalesced reduces"): n_tasks becomes the number of runs. ENOMEM
  * leaves a task per partition. mu held. (job_scheduler.c) */
 void fsh_job_plan_runs(fsh_sched_driver *d, sched_job *j, int s);
+/* Coalesced maps (sched.h): KIND_MAP stage st's decoded maps[0, n_tasks)
+ * become runs of up to maps_per_task (< 0 auto, with j's merge threshold
+ * and slots_total alive slots) consecutive maps with contiguous rows:
+ * maps[] rewritten in place, map ids the runs', n_tasks their number,
+ * plan_maps the plan's count -- or left as they are (0 or 1, auto below
+ * its threshold, nothing contiguous). Called at submit, before the stage's
+ * metadata is made. (job_runs.c) */
+void fsh_job_coalesce_maps(const sched_job *j, jstage *st, int32_t maps_per_task,
+                           int64_t slots_total);
 /* Every task of st done or skipped (a global limit's; sched.h). */
 static inline bool tasks_over(const jstage *st) {
   return st->n_done + st->n_skipped == st->n_tasks;

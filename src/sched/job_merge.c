@@ -72,7 +72,8 @@ void fsh_job_merge_setup(sched_job *j) {
         j->backend != FSH_TASK_BACKEND_FLIGHT || st->limited) /* (sched.h "global limits") */
       continue;
     double mr = (double)st->n_tasks * (double)st->n_parts;
-    if (mode == FSH_SCHED_MERGE_AUTO && sqrt(mr) <= t) continue;
+    if (mode == FSH_SCHED_MERGE_AUTO && (sqrt(mr) <= t || st->map_runs_auto))
+      continue; /* (maps coalesced by auto: outputs of the merge's size already, sched.h) */
     if (st->n_tasks < 2) continue;
     double g = ceil(mr / (t * t));
     if (g < 2) g = 2;

@@ -1,10 +1,12 @@
-/* job_runs.c -- coalesced reduces (sched.h): the runs of partitions the
- * tasks of a "reduce-verify" stage read, chosen once when the stage may
- * first start -- from the bytes its input's maps wrote per partition
- * (greedy up to a target, Spark AQE's partition coalescing), or evenly
- * over the slots when it starts before the maps are done (incremental).
- * mu held. */
+/* job_runs.c -- coalesced reduces and maps (sched.h). Reduces: the runs
+ * of partitions the tasks of a "reduce-verify" stage read, chosen once
+ * when the stage may first start -- from the bytes its input's maps wrote
+ * per partition (greedy up to a target, Spark AQE's partition
+ * coalescing), or evenly over the slots when it starts before the maps are
+ * done (incremental). mu held. Maps: the runs of consecutive synthetic
+ * maps that run as one task, chosen at submit. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 
 #include "sched/job_internal.h"
@@ -73,4 +75,48 @@ void fsh_job_plan_runs(fsh_sched_driver *d, sched_job *j, int s) {
     fprintf(stderr, "flightshuffle: driver: job %" PRIu64 " stage %u: %d reduce tasks over %d "
             "partitions (%s, target %" PRId64 " bytes of %" PRId64 ")\n", j->id, st->id, T, P,
             sized ? "by size" : "sizes unknown: a run per slot", target, total);
+}
+
+/* Whether map b continues map a's rows: the same table and output, b's
+ * first row right after a's last, a a whole number of batches (b's
+ * batches are then the run's next ones). */
+static bool continues(const fsh_map_task *a, const fsh_map_task *b) {
+  return a->seed == b->seed && a->batch_rows == b->batch_rows &&
+         a->compression == b->compression && a->backend == b->backend &&
+         a->n_partitions == b->n_partitions && a->rows % a->batch_rows == 0 &&
+         b->first_row == a->first_row + a->rows;
+}
+
+void fsh_job_coalesce_maps(const sched_job *j, jstage *st, int32_t maps_per_task,
+                           int64_t slots_total) {
+  int32_t M = st->n_tasks;
+  if (st->kind != KIND_MAP || M < 2 || maps_per_task == 0 || maps_per_task == 1) return;
+  int64_t G = maps_per_task;
+  if (G < 0) { /* auto: the merge's shape rule and group size */
+    double t = j->merge_threshold > 0 ? j->merge_threshold : FSH_SCHED_MERGE_THRESHOLD;
+    double mr = (double)M * (double)st->maps[0].n_partitions;
+    if (sqrt(mr) <= t) return;
+    G = (int64_t)ceil(mr / (t * t));
+    int64_t min_tasks = FSH_SCHED_MAP_RUNS_MIN_WAVES * (slots_total > 0 ? slots_total : 1);
+    if (M / G < min_tasks) G = M / min_tasks; /* enough tasks for every slot, twice */
+  }
+  if (G < 2) return;
+  int32_t n = 0, len = 0;
+  for (int32_t t = 0; t < M; t++) {
+    const fsh_map_task *m = &st->maps[t];
+    fsh_map_task *run = n > 0 ? &st->maps[n - 1] : NULL;
+    if (run && len < G && continues(run, m)) { /* (run's rows: the run's so far) */
+      run->rows += m->rows;
+      len++;
+      continue;
+    }
+    st->maps[n] = *m;
+    st->maps[n].map_id = n;
+    n++;
+    len = 1;
+  }
+  if (n == M) return;
+  st->plan_maps = M;
+  st->map_runs_auto = maps_per_task < 0;
+  st->n_tasks = n;
 }

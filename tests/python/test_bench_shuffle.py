@@ -153,6 +153,48 @@ def test_coalesced_reduces(tmp_path, backend):
         check_clean(spill)
 
 
+@pytest.mark.parametrize("backend", ["flight", "fs"])
+def test_coalesced_maps(tmp_path, backend):
+    # --maps-per-task: 1 runs a task per map; 10 runs of 10 consecutive maps
+    # (6 tasks); auto with --merge-threshold 10 (sqrt(60 x 40) > 10) runs of
+    # M x R / 100 maps, floored to keep two tasks per slot (2 workers x 2
+    # slots): at least 8 tasks -- and then no pre-shuffle merge. Every run
+    # verifies each partition against the maps.
+    want = {"1": lambda n: n == 60, "10": lambda n: n == 6, "auto": lambda n: 8 <= n < 60}
+    for mpt, ok in want.items():
+        p, spill = bench("--workers", "2", "--maps", "60", "--reduces", "40", "--bytes", "4M",
+                         "--backend", backend, "--merge-threshold", "10", "--maps-per-task", mpt,
+                         tmp_path=tmp_path)
+        assert p.returncode == 0, p.stderr + p.stdout
+        r = result_fields(p.stdout)
+        assert r["verified"] == "yes"
+        assert ok(int(r["map_tasks"])), (mpt, r["map_tasks"])
+        assert f"map tasks {r['map_tasks']} over 60 maps (--maps-per-task {mpt})" in p.stdout
+        if backend == "flight":
+            merged = re.search(r"pre-shuffle merge auto: (\d+) merges", p.stdout)
+            assert merged and (int(merged.group(1)) == 0) == (mpt == "auto"), p.stdout
+        check_clean(spill)
+
+
+def test_coalesced_maps_survive_a_killed_worker(tmp_path):
+    # runs of 5 maps (12 tasks); a worker SIGKILLed once half of the map
+    # tasks (not of the maps) are done: the runs it held or ran are run
+    # again (recomputed, or retried) elsewhere and the job verifies
+    p, spill = bench("--workers", "3", "--maps", "60", "--reduces", "30", "--bytes", "6M",
+                     "--backend", "flight", "--maps-per-task", "5", "--fail-worker", "0.5",
+                     tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    r = result_fields(p.stdout)
+    assert r["verified"] == "yes" and r["map_tasks"] == "12", p.stdout
+    killed = re.search(r"killing worker \d+ \(pid \d+ (\S+)\) with SIGKILL: 6 of 12 map "
+                       r"tasks done", p.stdout)
+    assert killed, p.stdout
+    again = re.findall(r"(?:recomputed|retried): stage 1 task (\d+) \(attempt \d+\): .*"
+                       + re.escape(killed.group(1)), p.stdout)
+    assert again and all(int(t) < 12 for t in again), p.stdout
+    check_clean(spill)
+
+
 @pytest.mark.parametrize("args,needle", [
     ([], "required"),
     (SMALL + ["--backend", "ray"], "unknown shuffle backend 'ray'"),
@@ -167,6 +209,7 @@ def test_coalesced_reduces(tmp_path, backend):
     (SMALL + ["--backend", "flight", "--bogus", "1"], "unknown option --bogus"),
     (SMALL + ["--backend"], "--backend needs a value"),
     (SMALL + ["--backend", "flight", "--reduce-task-bytes", "-1"], "--reduce-task-bytes '-1'"),
+    (SMALL + ["--backend", "flight", "--maps-per-task", "0"], "--maps-per-task '0'"),
 ])
 def test_bad_arguments_exit_2(tmp_path, args, needle):
     p, spill = bench(*args, tmp_path=tmp_path)

@@ -256,6 +256,27 @@ def test_kill_one_worker_during_the_map_stage(cluster, reference, incremental):
     check(rc, text, parts, res, rec, reference, c, [uri])
 
 
+def test_coalesced_maps_equal_the_reference(cluster, reference):
+    """--maps-per-task 4: the map stage runs 6 tasks of 4 consecutive maps
+    each, and every partition's rows and checksum equal those of the run
+    with a task per map; a worker killed during that map stage: its runs
+    are recomputed, the partitions still equal the reference."""
+    c = cluster(3)
+    rc, text, parts, res, rec = run_job(
+        c.driver, lambda *done: None, ["--maps-per-task", "4"])
+    assert rc == 0 and res["verified"] == "yes", text
+    assert parts == reference
+    totals = {int(t) for t in re.findall(r"^progress: stage 1 \d+/(\d+)", text, re.M)}
+    assert totals == {MAPS // 4}, text
+    c = cluster(3)
+    uri, pid = c.workers[3]
+    cb, st = kill_when(lambda m, r: m >= 2 and c.reported(uri), [pid])
+    rc, text, parts, res, rec = run_job(c.driver, cb, ["--maps-per-task", "4"])
+    assert st["at"] is not None and st["at"][0] < MAPS // 4, f"not during the map stage: {st}"
+    check(rc, text, parts, res, rec, reference, c, [uri])
+    assert all(t < MAPS // 4 for s, t in rec if s == 1), rec
+
+
 def test_kill_one_worker_during_the_reduce_stage(cluster, reference):
     """Killed once the map stage is complete, before the reduces have read
     its outputs (kill_before_next_stage_reads)."""

@@ -4,11 +4,17 @@
  * fs backend, which compares every source with it) -- and jobs whose
  * reduce stage runs one task per run (sched.h "coalesced reduces"):
  * every partition checked against an in-process reference, runs by size
- * and per slot (incremental), a lost output and a lost worker. */
+ * and per slot (incremental), a lost output and a lost worker. Coalesced
+ * maps (sched.h "coalesced maps"): the rule on a stage built by hand
+ * (runs broken where rows are not contiguous; auto's group and its floor
+ * of tasks), and jobs whose map stage runs fewer tasks than maps, checked
+ * against the same reference, with the merge, and a lost worker. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include "jobs_fixture.h"
+#include "sched/job_internal.h"
 
 /* ---- body and answer codecs --------------------------------------------- */
 
@@ -416,6 +422,170 @@ static void lost_worker_with_runs(void) {
   stop_cluster(&c);
 }
 
+/* ---- coalesced maps ------------------------------------------------------ */
+
+/* A KIND_MAP stage of 10 maps of 300 rows (batches of 100) over 8
+ * partitions, contiguous but for: a gap of 100 rows before map 4, map 7
+ * of another seed (another table), map 8 of 250 rows (a partial batch:
+ * nothing can follow it). */
+static void map_stage(jstage *st, fsh_map_task *maps) {
+  int64_t first = 0;
+  for (int32_t i = 0; i < 10; i++) {
+    if (i == 4) first += 100;
+    maps[i] = (fsh_map_task){.map_id = i, .n_partitions = 8, .first_row = first,
+                             .rows = i == 8 ? 250 : 300, .batch_rows = 100,
+                             .seed = i == 7 ? 6 : 5, .backend = FSH_TASK_BACKEND_FLIGHT};
+    first += maps[i].rows;
+  }
+  *st = (jstage){.kind = KIND_MAP, .n_tasks = 10, .maps = maps};
+}
+
+static void check_run(const jstage *st, int32_t t, int64_t first, int64_t rows, uint64_t seed) {
+  CHECK_MSG(st->maps[t].map_id == t && st->maps[t].first_row == first &&
+                st->maps[t].rows == rows && st->maps[t].seed == seed,
+            "run %d: map %" PRId64 " rows [%" PRId64 ", +%" PRId64 ") seed %" PRIu64, t,
+            st->maps[t].map_id, st->maps[t].first_row, st->maps[t].rows, st->maps[t].seed);
+}
+
+static void map_runs_rule(void) {
+  sched_job j = {.merge_threshold = 4};
+  jstage st;
+  fsh_map_task maps[10];
+  /* runs of 3: [0 1 2] [3] | gap | [4 5 6] | [7] other seed | [8] partial | [9] */
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, 3, 6);
+  CHECK_EQ_INT(st.n_tasks, 6);
+  CHECK_EQ_INT(st.plan_maps, 10);
+  CHECK(!st.map_runs_auto);
+  check_run(&st, 0, 0, 900, 5);
+  check_run(&st, 1, 900, 300, 5);
+  check_run(&st, 2, 1300, 900, 5);
+  check_run(&st, 3, 2200, 300, 6);
+  check_run(&st, 4, 2500, 250, 5);
+  check_run(&st, 5, 2750, 300, 5);
+  CHECK(st.maps[2].batch_rows == 100 && st.maps[2].n_partitions == 8);
+  /* 0 and 1: a task per map */
+  for (int32_t g = 0; g <= 1; g++) {
+    map_stage(&st, maps);
+    fsh_job_coalesce_maps(&j, &st, g, 6);
+    CHECK_EQ_INT(st.n_tasks, 10);
+    CHECK_EQ_INT(st.plan_maps, 0);
+    check_run(&st, 9, 2750, 300, 5);
+  }
+  /* auto, sqrt(10 x 8) > 4: G = ceil(80 / 16) = 5, floored to 10 / (2
+   * waves x 2 slots) = 2: [0 1] [2 3] | [4 5] [6] | [7] | [8] | [9] */
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, -1, 2);
+  CHECK_EQ_INT(st.n_tasks, 7);
+  CHECK(st.map_runs_auto);
+  check_run(&st, 1, 600, 600, 5);
+  check_run(&st, 3, 1900, 300, 5);
+  /* auto with one slot: G = 5 (10 / 5 = 2 tasks = 2 waves of 1 slot):
+   * [0 1 2 3] | [4 5 6] | [7] | [8] | [9] */
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, -1, 1);
+  CHECK_EQ_INT(st.n_tasks, 5);
+  check_run(&st, 0, 0, 1200, 5);
+  /* auto under the threshold, or more slots than maps: as they are */
+  j.merge_threshold = 9;
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, -1, 1);
+  CHECK_EQ_INT(st.n_tasks, 10);
+  j.merge_threshold = 4;
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, -1, 64);
+  CHECK_EQ_INT(st.n_tasks, 10);
+  CHECK_EQ_INT(st.plan_maps, 0);
+}
+
+/* The job's map stage ran n tasks, each done, and read every row. */
+static int32_t map_tasks(const fsh_sched_job_status *s, int64_t rows) {
+  const fsh_sched_stage_status *x = &s->stages[0];
+  CHECK_EQ_INT(x->tasks_done, x->tasks_total);
+  CHECK_EQ_INT(s->input_rows, rows);
+  return x->tasks_total;
+}
+
+/* Runs of 4 and of 5 maps, auto (with its merge off) and auto with the
+ * merge on: fewer map tasks, every partition equal to the reference of
+ * the maps one by one. */
+static void job_with_map_runs(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, true);
+  wait_alive(&c, N_WORKERS); /* auto's floor of tasks: 2 x 3 workers x 2 slots */
+  fsh_sched_shuffle_job j = JOB;
+  j.maps = 12;
+  j.rows = 12 * 3000; /* 3 batches a map */
+  const int32_t per[2] = {4, 5}, want[2] = {3, 3};
+  for (int i = 0; i < 2; i++) {
+    j.maps_per_task = per[i];
+    uint64_t id = submit(&c, &j);
+    CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+    CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+    check_job(&j, &s);
+    CHECK_EQ_INT(map_tasks(&s, j.rows), want[i]);
+    fsh_sched_job_status_reset(&s);
+  }
+  /* auto: 48 maps x 5 partitions, threshold 4: G = 15, floored to 48 / 12
+   * = 4; the stage does not merge (auto), or merges its 12 outputs (on) */
+  j.maps = 48;
+  j.rows = 48 * 2000;
+  j.maps_per_task = -1;
+  j.merge_threshold = 4;
+  for (int on = 0; on < 2; on++) {
+    j.merge = on ? FSH_SCHED_MERGE_ON : FSH_SCHED_MERGE_AUTO;
+    uint64_t id = submit(&c, &j);
+    CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+    fsh_sched_job_status s;
+    CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+    CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+    check_job(&j, &s);
+    CHECK_EQ_INT(map_tasks(&s, j.rows), 12);
+    CHECK_MSG(on ? s.merges >= 1 : s.merges == 0, "%" PRId64 " merges", s.merges);
+    fsh_sched_job_status_reset(&s);
+  }
+  stop_cluster(&c);
+}
+
+/* A worker holding outputs of map runs is declared dead while the maps
+ * run: its runs are recomputed (each once, each naming it), the job
+ * verifies. */
+static void lost_worker_with_map_runs(void) {
+  fsh_error err;
+  cluster c;
+  start_cluster(&c, 3000, false);
+  fsh_sched_shuffle_job j = JOB;
+  j.slots_per_worker = 1;
+  j.maps = 48;
+  j.reduces = 12;
+  j.rows = 48 * 10000;
+  j.batch_rows = 5000;
+  j.maps_per_task = 4;
+  start_workers(&c);
+  uint64_t id = submit(&c, &j);
+  const char *victim = declare_busiest_dead(&c, id, NULL);
+  CHECK(victim != NULL);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  fsh_sched_job_status s;
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
+  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
+  check_job(&j, &s);
+  CHECK_EQ_INT(map_tasks(&s, j.rows), 12);
+  CHECK(s.n_recomputed >= 1);
+  for (int32_t i = 0; i < s.n_recomputed; i++) {
+    CHECK_EQ_INT(s.recomputed[i].stage_id, 1);
+    CHECK(s.recomputed[i].task < 12);
+    CHECK(victim && strstr(s.recomputed[i].reason, victim) != NULL);
+    for (int32_t k = i + 1; k < s.n_recomputed; k++)
+      CHECK(s.recomputed[i].task != s.recomputed[k].task);
+  }
+  fsh_sched_job_status_reset(&s);
+  stop_cluster(&c);
+}
+
 int main(int argc, char **argv) {
   static const fsh_test_case cases[] = {
       {"body_codec", body_codec},
@@ -425,6 +595,9 @@ int main(int argc, char **argv) {
       {"incremental_job_with_runs", incremental_job_with_runs},
       {"lost_output_retries_runs", lost_output_retries_runs},
       {"lost_worker_with_runs", lost_worker_with_runs},
+      {"map_runs_rule", map_runs_rule},
+      {"job_with_map_runs", job_with_map_runs},
+      {"lost_worker_with_map_runs", lost_worker_with_map_runs},
   };
   return fsh_test_run(cases, (int)(sizeof cases / sizeof *cases), argc, argv);
 }
