@@ -330,12 +330,12 @@ static int feed_block(fetch *f, const fsh_block_header *h, fsh_buffer *b, int64_
   if (h->length > b->size - at || h->length % 8)
     return bad_bundle(f, at, "a block longer than the bundle", err);
   const uint8_t *blk = b->data + at;
-  if (XXH3_64bits(blk, (size_t)h->length) != h->checksum)
+  if (fsh_block_xxh3(blk, (size_t)h->length) != h->checksum)
     return fsh_error_set(err, EIO, "%s: map %" PRId64 " attempt %d partition %d: checksum "
                          "mismatch in block %" PRId64 " (%" PRId64 " bytes)%s: the stored map "
                          "output is corrupt (or was damaged in transit)", f->prefix, h->map_id,
                          h->attempt, h->partition, h->index, h->length, f->via);
-  if (h->n_blocks > 1) XXH3_64bits_update(&f->part_hash, blk, (size_t)h->length);
+  if (h->n_blocks > 1) fsh_block_xxh3_update(&f->part_hash, blk, (size_t)h->length);
   f->in_block = false;
   f->acc = h->length;
   int64_t rows = 0;
@@ -392,11 +392,11 @@ static int on_message(fetch *f, fsh_flight_message *m, fsh_error *err) {
   int64_t body = m->body ? m->body->size : 0;
   XXH3_64bits_update(&f->block_hash, prefix, 8);
   XXH3_64bits_update(&f->block_hash, m->metadata->data, (size_t)m->metadata->size);
-  if (body) XXH3_64bits_update(&f->block_hash, m->body->data, (size_t)body);
+  if (body) fsh_block_xxh3_update(&f->block_hash, m->body->data, (size_t)body);
   if (f->h.n_blocks > 1) { /* else the block's checksum is the partition's */
     XXH3_64bits_update(&f->part_hash, prefix, 8);
     XXH3_64bits_update(&f->part_hash, m->metadata->data, (size_t)m->metadata->size);
-    if (body) XXH3_64bits_update(&f->part_hash, m->body->data, (size_t)body);
+    if (body) fsh_block_xxh3_update(&f->part_hash, m->body->data, (size_t)body);
   }
   f->acc += 8 + m->metadata->size + body;
   if (f->acc > f->h.length)

@@ -241,6 +241,12 @@ static uint64_t block_digest(block_ctx *c) {
   return HASH_BYTES(p, len);
 }
 
+uint64_t fsh_block_xxh3(const void *p, size_t n) { return HASH_BYTES(p, n); }
+
+void fsh_block_xxh3_update(XXH3_state_t *state, const void *p, size_t n) {
+  (void)HASH_UPDATE(state, p, n);
+}
+
 static XXH3_state_t *hash_state_new(void) {
   XXH3_state_t *s = fsh_aligned_alloc(sizeof(XXH3_state_t));
   if (s) XXH3_64bits_reset(s);

@@ -89,6 +89,15 @@ FSH_NODISCARD int fsh_map_output_alloc(fsh_map_output *m, uint64_t shuffle_id, i
 
 /* ---- writer ------------------------------------------------------------ */
 
+/* XXH3_64bits of block-sized inputs through libxxhash's run-time
+ * dispatched XXH3 (AVX2 or AVX-512 where the CPU has them; the inlined
+ * XXH_INLINE_ALL code is built for baseline x86-64, 2-4x slower on a
+ * block): the same hash. _update feeds a streaming state (xxhash.h's
+ * XXH3_state_t). (map_file.c) */
+struct XXH3_state_s;
+uint64_t fsh_block_xxh3(const void *p, size_t n);
+void fsh_block_xxh3_update(struct XXH3_state_s *state, const void *p, size_t n);
+
 typedef struct fsh_map_file_options {
   fsh_compression compression;
   int32_t compression_level; /* 0 = codec default */

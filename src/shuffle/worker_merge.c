@@ -43,17 +43,9 @@
 #include <xxhash.h>
 
 /* A spliced block is hashed right after it is written, while it is in
- * cache: by libxxhash's run-time dispatched XXH3 (AVX2 / AVX-512 where the
- * CPU has them; the same hash as the inlined baseline code, as map_file.c
- * hashes blocks). The verify of a spill file's blocks stays inlined: it
- * reads each part's pages for the first time and is bound by memory
- * (PROFILE_1000.md 7b). */
-#if defined(__x86_64__)
-XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t len);
-#define WARM_HASH XXH3_64bits_dispatch
-#else
-#define WARM_HASH XXH3_64bits
-#endif
+ * cache: by libxxhash's run-time dispatched XXH3 (fsh_block_xxh3). The
+ * verify of a spill file's blocks stays inlined: it reads each part's
+ * pages for the first time and is bound by memory (PROFILE_1000.md 7b). */
 
 #include "shuffle/worker_internal.h"
 
@@ -296,13 +288,13 @@ static int flush_splice(fsh_store_writer *w, fsh_ipc_splicer *sp, const fsh_merg
   int rc = fsh_ipc_splicer_finish(sp, &out, &len, &rows, err);
   if (rc == 0) {
     if (test_hooks.spliced) (*test_hooks.spliced)++;
-    return fsh_store_writer_write_block(w, p, out, len, rows, WARM_HASH(out, (size_t)len), err);
+    return fsh_store_writer_write_block(w, p, out, len, rows, fsh_block_xxh3(out, (size_t)len), err);
   }
   if (rc == EOVERFLOW) {
     rc = 0;
     for (int32_t i = 0; rc == 0 && i < fsh_ipc_splicer_count(sp); i++) {
       fsh_ipc_splicer_message(sp, i, &out, &len, &rows);
-      rc = fsh_store_writer_write_block(w, p, out, len, rows, WARM_HASH(out, (size_t)len), err);
+      rc = fsh_store_writer_write_block(w, p, out, len, rows, fsh_block_xxh3(out, (size_t)len), err);
     }
   } else if (rc != ENOMEM) {
     rc = fsh_error_prefix(err, rc, "shuffle %" PRIu64 " partition %d, merged into map %" PRId64
