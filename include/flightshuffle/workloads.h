@@ -24,6 +24,16 @@ FSH_NODISCARD fsh_schema *fsh_synthetic_schema(void);
 FSH_NODISCARD int fsh_synthetic_batch(fsh_schema *schema, const fsh_synthetic_options *opts,
                                       int64_t index, int64_t rows, fsh_batch **out,
                                       fsh_error *err);
+/* The same batch, made in the memory of *b where it can: *b (in/out;
+ * NULL: none) is a batch an earlier call made and the caller's reference
+ * to it is given up; every buffer of it that nobody else holds (the batch,
+ * its array and the buffer each referenced once) and that suits the new
+ * batch's size is refilled in place, the rest is released and allocated
+ * anew. For a generator loop: its columns are not allocated -- and their
+ * pages not faulted in -- every batch. On error *b is NULL. */
+FSH_NODISCARD int fsh_synthetic_batch_refill(fsh_schema *schema,
+                                             const fsh_synthetic_options *opts, int64_t index,
+                                             int64_t rows, fsh_batch **b, fsh_error *err);
 
 /* The keyed table (keyed.c), for joins, group-bys and the shuffle property
  * tests: id int64 (the row number, never null), key int64 (nullable:

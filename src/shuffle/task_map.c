@@ -501,16 +501,19 @@ int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task
                            .compression = t->compression};
   rc = fsh_shuffle_open_writer(b, &spec, t->map_id, t->attempt, &w, err);
   fsh_synthetic_options so = {.seed = t->seed, .with_nulls = true};
+  /* the generated batch, refilled in place while the writer keeps no
+   * reference to it (the flight and fs writers copy its rows) */
+  fsh_batch *full = NULL;
   for (int64_t done = 0; rc == 0 && done < t->rows;) {
     int64_t index = (t->first_row + done) / t->batch_rows;
     int64_t n = t->rows - done < t->batch_rows ? t->rows - done : t->batch_rows;
-    fsh_batch *full = NULL, *batch = NULL;
+    fsh_batch *batch = NULL;
     if (fsh_worker_task_cancelled()) { /* superseded: the worker was asked to stop it */
       rc = fsh_error_set(err, ECANCELED, "map %" PRId64 " attempt %d cancelled after %" PRId64
                          " of %" PRId64 " rows", t->map_id, t->attempt, done, t->rows);
       break;
     }
-    rc = fsh_synthetic_batch(schema, &so, index, t->batch_rows, &full, err);
+    rc = fsh_synthetic_batch_refill(schema, &so, index, t->batch_rows, &full, err);
     if (rc == 0 && !(batch = n < t->batch_rows ? fsh_batch_slice(full, 0, n)
                                                : fsh_batch_ref(full)))
       rc = fsh_error_set(err, ENOMEM, "out of memory");
@@ -531,9 +534,9 @@ int fsh_map_task_run(fsh_shuffle_backend *b, const fsh_map_task *t, fsh_map_task
       fsh_batch_unref(piece);
     }
     fsh_batch_unref(batch);
-    fsh_batch_unref(full);
     done += n;
   }
+  fsh_batch_unref(full);
   if (rc == 0) {
     fsh_shuffle_writer *closing = w;
     w = NULL;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* splitmix64: a small, good, seekable generator. */
@@ -35,12 +36,34 @@ static inline uint64_t null_word(uint64_t seed, uint64_t w) {
          (mix(x + 6) | mix(x + 7));
 }
 
+/* A column buffer of `size` bytes: *spare (a buffer of the batch being
+ * refilled, owned and referenced by nobody else; taken: *spare NULL
+ * after) when its capacity holds size and is not much larger, its padding
+ * zeroed again as fsh_buffer_new's; else a new one. NULL on ENOMEM. */
+static fsh_buffer *column_buffer(fsh_buffer **spare, int64_t size) {
+  fsh_buffer *b = spare ? *spare : NULL;
+  if (spare) *spare = NULL;
+  if (b && b->capacity >= size && b->capacity <= 2 * size + 64) {
+    b->size = size;
+    memset(b->data + size, 0, (size_t)(b->capacity - size));
+    return b;
+  }
+  fsh_buffer_unref(b);
+  return fsh_buffer_new(size, false);
+}
+
 /* A validity bitmap with ~1% nulls, built 64 rows at a time from the null
  * mask of the table's rows (so a row's validity does not depend on how the
  * table is cut into batches); the bits past the last row stay zero. */
-static fsh_buffer *make_validity(uint64_t seed, int64_t first_row, int64_t rows, int64_t *nulls) {
+static fsh_buffer *make_validity(uint64_t seed, int64_t first_row, int64_t rows, int64_t *nulls,
+                                 fsh_buffer **spare) {
   int64_t n_words = (rows + 63) / 64;
-  fsh_buffer *v = fsh_buffer_new(fsh_bytes_for_bits(rows), false); /* capacity: whole words */
+  /* (capacity: whole words -- a spare of the same rows has the same) */
+  fsh_buffer *v = column_buffer(spare, fsh_bytes_for_bits(rows));
+  if (v && v->capacity < 8 * n_words) {
+    fsh_buffer_unref(v);
+    v = fsh_buffer_new(fsh_bytes_for_bits(rows), false);
+  }
   if (!v) return NULL;
   uint64_t sh = (uint64_t)first_row & 63, w0 = (uint64_t)first_row >> 6;
   int64_t valid_count = 0;
@@ -111,8 +134,12 @@ static void loops_init(void) {
 #endif
 }
 
-static int fill_key(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
-  if (!(a->buffers[1] = fsh_buffer_new(rows * 8, false))) return ENOMEM;
+/* The columns' fill functions: column a's buffers from the options and
+ * rows [first, first + rows), each taken from spare[slot] when it suits
+ * (column_buffer). */
+static int fill_key(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows,
+                    fsh_buffer **spare) {
+  if (!(a->buffers[1] = column_buffer(&spare[1], rows * 8))) return ENOMEM;
   int64_t *keys = (int64_t *)a->buffers[1]->data;
   if (o->key_range <= 0) {
     pthread_once(&g_loops_once, loops_init);
@@ -124,11 +151,13 @@ static int fill_key(fsh_array *a, const fsh_synthetic_options *o, int64_t first,
   return 0;
 }
 
-static int fill_value(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
-  if (!(a->buffers[1] = fsh_buffer_new(rows * 8, false))) return ENOMEM;
+static int fill_value(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows,
+                      fsh_buffer **spare) {
+  if (!(a->buffers[1] = column_buffer(&spare[1], rows * 8))) return ENOMEM;
   pthread_once(&g_loops_once, loops_init);
   g_loops.vals((double *)a->buffers[1]->data, o->seed * 5 + (uint64_t)first, rows);
-  if (o->with_nulls && !(a->buffers[0] = make_validity(o->seed * 7, first, rows, &a->null_count)))
+  if (o->with_nulls &&
+      !(a->buffers[0] = make_validity(o->seed * 7, first, rows, &a->null_count, &spare[0])))
     return ENOMEM;
   return 0;
 }
@@ -177,11 +206,11 @@ static int fill_name_pool(fsh_array *a, const fsh_synthetic_options *o, int64_t 
 }
 
 static int fill_name_letters(fsh_array *a, const fsh_synthetic_options *o, int64_t first,
-                             int64_t rows, uint64_t span) {
+                             int64_t rows, uint64_t span, fsh_buffer **spare) {
   const int32_t *offsets = (const int32_t *)a->buffers[1]->data;
   int64_t total = offsets[rows];
   bool fixed = span <= FIXED_SPAN_MAX;
-  fsh_buffer *chars = a->buffers[2] = fsh_buffer_new(total + (fixed ? (int64_t)span : 0), false);
+  fsh_buffer *chars = a->buffers[2] = column_buffer(spare, total + (fixed ? (int64_t)span : 0));
   if (!chars) return ENOMEM;
   uint8_t *data = chars->data;
   if (fixed) {
@@ -204,10 +233,11 @@ static int fill_name_letters(fsh_array *a, const fsh_synthetic_options *o, int64
   return 0;
 }
 
-static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows) {
+static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first, int64_t rows,
+                     fsh_buffer **spare) {
   int32_t avg = o->avg_str_len > 0 ? o->avg_str_len : 12;
   uint64_t span = (uint64_t)(2 * avg - 1); /* lengths 1 .. span */
-  if (!(a->buffers[1] = fsh_buffer_new((rows + 1) * 4, false))) return ENOMEM;
+  if (!(a->buffers[1] = column_buffer(&spare[1], (rows + 1) * 4))) return ENOMEM;
   int32_t *offsets = (int32_t *)a->buffers[1]->data;
   offsets[0] = 0;
   pthread_once(&g_loops_once, loops_init); /* the lengths 1 .. span, then their running sum */
@@ -220,22 +250,25 @@ static int fill_name(fsh_array *a, const fsh_synthetic_options *o, int64_t first
   }
   int64_t total = offsets[rows];
   int rc = total <= POOL_WINDOW ? fill_name_pool(a, o, first, total)
-                                : fill_name_letters(a, o, first, rows, span);
+                                : fill_name_letters(a, o, first, rows, span, &spare[2]);
   if (rc) return rc;
-  if (o->with_nulls && !(a->buffers[0] = make_validity(o->seed * 17, first, rows, &a->null_count)))
+  if (o->with_nulls &&
+      !(a->buffers[0] = make_validity(o->seed * 17, first, rows, &a->null_count, &spare[0])))
     return ENOMEM;
   return 0;
 }
 
-int fsh_synthetic_batch(fsh_schema *schema, const fsh_synthetic_options *o, int64_t index,
-                        int64_t rows, fsh_batch **out, fsh_error *err) {
+/* Batch `index` into *out, each column's buffers taken from spare[c][]
+ * where they suit (column_buffer; the spares not taken stay). */
+static int make_batch(fsh_schema *schema, const fsh_synthetic_options *o, int64_t index,
+                      int64_t rows, fsh_buffer *spare[3][3], fsh_batch **out, fsh_error *err) {
   if (rows < 0 || index < 0 || schema->n_fields != 3)
     return fsh_error_set(err, EINVAL, "synthetic batch: bad arguments (rows %lld, index %lld)",
                          (long long)rows, (long long)index);
   fsh_batch *b = fsh_batch_new(schema, rows);
   if (!b) return fsh_error_set(err, ENOMEM, "synthetic batch: out of memory");
   int64_t first = index * rows;
-  int (*fill[3])(fsh_array *, const fsh_synthetic_options *, int64_t, int64_t) = {
+  int (*fill[3])(fsh_array *, const fsh_synthetic_options *, int64_t, int64_t, fsh_buffer **) = {
       fill_key, fill_value, fill_name};
   int n_buffers[3] = {2, 2, 3};
   for (int c = 0; c < 3; c++) {
@@ -243,7 +276,7 @@ int fsh_synthetic_batch(fsh_schema *schema, const fsh_synthetic_options *o, int6
     int rc = a ? 0 : ENOMEM;
     if (a) {
       a->length = rows;
-      rc = fill[c](a, o, first, rows);
+      rc = fill[c](a, o, first, rows, spare[c]);
     }
     if (rc) {
       fsh_batch_unref(b);
@@ -254,4 +287,35 @@ int fsh_synthetic_batch(fsh_schema *schema, const fsh_synthetic_options *o, int6
   }
   *out = b;
   return 0;
+}
+
+int fsh_synthetic_batch(fsh_schema *schema, const fsh_synthetic_options *o, int64_t index,
+                        int64_t rows, fsh_batch **out, fsh_error *err) {
+  fsh_buffer *none[3][3] = {{NULL}};
+  return make_batch(schema, o, index, rows, none, out, err);
+}
+
+/* A buffer of an array being refilled that only the array holds and that
+ * owns its memory (not a view, not foreign, not in a pack). */
+static bool owned_alone(const fsh_buffer *x) {
+  return x && atomic_load(&x->refcount) == 1 && !x->parent && !x->release && !x->pack;
+}
+
+int fsh_synthetic_batch_refill(fsh_schema *schema, const fsh_synthetic_options *o,
+                               int64_t index, int64_t rows, fsh_batch **b, fsh_error *err) {
+  fsh_buffer *spare[3][3] = {{NULL}};
+  fsh_batch *old = *b;
+  *b = NULL;
+  if (old && atomic_load(&old->refcount) == 1 && !old->pack && old->n_columns == 3)
+    for (int c = 0; c < 3; c++) {
+      fsh_array *a = old->columns[c];
+      if (!a || atomic_load(&a->refcount) != 1 || a->pack) continue;
+      for (int k = 0; k < a->n_buffers && k < 3; k++)
+        if (owned_alone(a->buffers[k])) spare[c][k] = a->buffers[k], a->buffers[k] = NULL;
+    }
+  fsh_batch_unref(old);
+  int rc = make_batch(schema, o, index, rows, spare, b, err);
+  for (int c = 0; c < 3; c++)
+    for (int k = 0; k < 3; k++) fsh_buffer_unref(spare[c][k]);
+  return rc;
 }

@@ -229,5 +229,89 @@ static void reference_values(void) {
   }
 }
 
+/* Batches equal byte for byte in every buffer (lengths, null counts). */
+static void check_same(const fsh_batch *a, const fsh_batch *b) {
+  CHECK_EQ_INT(a->length, b->length);
+  for (int c = 0; c < 3; c++) {
+    const fsh_array *x = a->columns[c], *y = b->columns[c];
+    CHECK_EQ_INT(x->null_count, y->null_count);
+    for (int k = 0; k < x->n_buffers; k++) {
+      CHECK((x->buffers[k] == NULL) == (y->buffers[k] == NULL));
+      if (!x->buffers[k] || !y->buffers[k]) continue;
+      CHECK_EQ_INT(x->buffers[k]->size, y->buffers[k]->size);
+      CHECK(memcmp(x->buffers[k]->data, y->buffers[k]->data, (size_t)x->buffers[k]->size) == 0);
+    }
+  }
+}
+
+/* fsh_synthetic_batch_refill: the same batches as fsh_synthetic_batch,
+ * in the same memory while the caller alone holds them (and not when a
+ * smaller batch would leave most of it unused), in new memory when
+ * anything else holds a buffer -- which keeps its bytes -- and for names
+ * written letter by letter (an owned chars buffer) too. */
+static void refill(void) {
+  static fsh_schema *schema;
+  if (!schema) schema = fsh_synthetic_schema();
+  fsh_error err = {{0}};
+  fsh_synthetic_options o = {.seed = 9, .with_nulls = true};
+  fsh_batch *b = NULL;
+  CHECK_OK(fsh_synthetic_batch_refill(schema, &o, 0, 4000, &b, &err));
+  if (!b) return;
+  const uint8_t *key_mem = b->columns[0]->buffers[1]->data;
+  for (int64_t index = 1; index < 4; index++) { /* in place */
+    CHECK_OK(fsh_synthetic_batch_refill(schema, &o, index, 4000, &b, &err));
+    fsh_batch *want = gen(9, 12, index, 4000);
+    if (!b || !want) return;
+    CHECK(b->columns[0]->buffers[1]->data == key_mem);
+    CHECK_OK(fsh_batch_validate(b, true, &err));
+    check_same(b, want);
+    fsh_batch_unref(want);
+  }
+  /* a buffer held elsewhere: new memory, the held bytes untouched */
+  fsh_buffer *held = fsh_buffer_ref(b->columns[1]->buffers[1]);
+  fsh_buffer *copy = fsh_buffer_copy(held->data, held->size);
+  CHECK_OK(fsh_synthetic_batch_refill(schema, &o, 7, 4000, &b, &err));
+  if (!b || !copy) return;
+  CHECK(b->columns[1]->buffers[1] != held && b->columns[0]->buffers[1]->data == key_mem);
+  CHECK(memcmp(held->data, copy->data, (size_t)held->size) == 0);
+  fsh_buffer_unref(held);
+  fsh_buffer_unref(copy);
+  fsh_batch *want = gen(9, 12, 7, 4000);
+  if (want) check_same(b, want);
+  fsh_batch_unref(want);
+  /* the whole batch held: a new one, the old one unchanged */
+  fsh_batch *old = fsh_batch_ref(b);
+  CHECK_OK(fsh_synthetic_batch_refill(schema, &o, 8, 4000, &b, &err));
+  CHECK(b && b != old && b->columns[0]->buffers[1]->data != old->columns[0]->buffers[1]->data);
+  want = gen(9, 12, 7, 4000);
+  if (want) check_same(old, want);
+  fsh_batch_unref(want);
+  fsh_batch_unref(old);
+  /* far fewer rows: fresh buffers (a spare more than twice the size is not kept) */
+  key_mem = b->columns[0]->buffers[1]->data;
+  CHECK_OK(fsh_synthetic_batch_refill(schema, &o, 100, 100, &b, &err));
+  want = gen(9, 12, 100, 100);
+  if (b && want) {
+    CHECK(b->columns[0]->buffers[1]->data != key_mem);
+    check_same(b, want);
+  }
+  fsh_batch_unref(want);
+  /* names letter by letter (past the pool's window): their own buffer, refilled */
+  fsh_synthetic_options big = {.seed = 4, .avg_str_len = 300, .with_nulls = true};
+  int64_t rows = 20000; /* ~6 MB of names */
+  CHECK_OK(fsh_synthetic_batch_refill(schema, &big, 0, rows, &b, &err));
+  CHECK_OK(fsh_synthetic_batch_refill(schema, &big, 1, rows, &b, &err));
+  fsh_synthetic_options o2 = big;
+  fsh_batch *w2 = NULL;
+  CHECK_OK(fsh_synthetic_batch(schema, &o2, 1, rows, &w2, &err));
+  if (b && w2) {
+    CHECK(b->columns[2]->buffers[2]->release == NULL && b->columns[2]->buffers[2]->parent == NULL);
+    CHECK_OK(fsh_batch_validate(b, true, &err));
+    check_same(b, w2);
+  }
+  fsh_batch_unref(w2);
+  fsh_batch_unref(b);
+}
+
 FSH_TEST_MAIN(TEST(shape), TEST(deterministic), TEST(distinct), TEST(batching),
-              TEST(large_batch), TEST(reference_values))
+              TEST(large_batch), TEST(reference_values), TEST(refill))
