@@ -387,12 +387,38 @@ static void lost_output_retries_runs(void) {
   }
 }
 
-/* A worker holding map outputs is declared dead while the maps run: its
- * maps are recomputed (each once, each naming it), the runs verify. */
-static void lost_worker_with_runs(void) {
+/* Runs j (slots_per_worker 1) on a new cluster whose worker holding most
+ * map outputs is declared dead while the maps run: the job succeeds with
+ * every partition equal to the reference, and its recomputed tasks are of
+ * the map stage (below n_map_tasks, the stage's task count), each once,
+ * each naming the victim. *s: its status (the caller resets it). */
+static void run_losing_a_worker(const fsh_sched_shuffle_job *j, int32_t n_map_tasks,
+                                fsh_sched_job_status *s) {
   fsh_error err;
   cluster c;
   start_cluster(&c, 3000, false);
+  start_workers(&c);
+  uint64_t id = submit(&c, j);
+  const char *victim = declare_busiest_dead(&c, id, NULL);
+  CHECK(victim != NULL);
+  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
+  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, s, &err));
+  CHECK_MSG(s->state == FSH_SCHED_JOB_SUCCEEDED, "%s", s->error ? s->error : "?");
+  check_job(j, s);
+  CHECK(s->n_recomputed >= 1);
+  for (int32_t i = 0; i < s->n_recomputed; i++) {
+    CHECK_EQ_INT(s->recomputed[i].stage_id, 1);
+    CHECK(s->recomputed[i].task < n_map_tasks);
+    CHECK(victim && strstr(s->recomputed[i].reason, victim) != NULL);
+    for (int32_t k = i + 1; k < s->n_recomputed; k++)
+      CHECK(s->recomputed[i].task != s->recomputed[k].task);
+  }
+  stop_cluster(&c);
+}
+
+/* A worker holding map outputs is declared dead while the maps run: its
+ * maps are recomputed (each once, each naming it), the runs verify. */
+static void lost_worker_with_runs(void) {
   fsh_sched_shuffle_job j = JOB;
   j.slots_per_worker = 1;
   j.maps = 24;
@@ -400,26 +426,11 @@ static void lost_worker_with_runs(void) {
   j.rows = 24 * 20000;
   j.batch_rows = 5000;
   j.reduce_task_bytes = -1;
-  start_workers(&c);
-  uint64_t id = submit(&c, &j);
-  const char *victim = declare_busiest_dead(&c, id, NULL);
-  CHECK(victim != NULL);
-  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
   fsh_sched_job_status s;
-  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
-  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
-  check_job(&j, &s);
+  run_losing_a_worker(&j, j.maps, &s);
   int32_t n = reduce_tasks(&s);
   CHECK_MSG(n >= 1 && n < j.reduces, "%d reduce tasks", n);
-  CHECK(s.n_recomputed >= 1);
-  for (int32_t i = 0; i < s.n_recomputed; i++) {
-    CHECK_EQ_INT(s.recomputed[i].stage_id, 1);
-    CHECK(victim && strstr(s.recomputed[i].reason, victim) != NULL);
-    for (int32_t k = i + 1; k < s.n_recomputed; k++)
-      CHECK(s.recomputed[i].task != s.recomputed[k].task);
-  }
   fsh_sched_job_status_reset(&s);
-  stop_cluster(&c);
 }
 
 /* ---- coalesced maps ------------------------------------------------------ */
@@ -554,9 +565,6 @@ static void job_with_map_runs(void) {
  * run: its runs are recomputed (each once, each naming it), the job
  * verifies. */
 static void lost_worker_with_map_runs(void) {
-  fsh_error err;
-  cluster c;
-  start_cluster(&c, 3000, false);
   fsh_sched_shuffle_job j = JOB;
   j.slots_per_worker = 1;
   j.maps = 48;
@@ -564,26 +572,10 @@ static void lost_worker_with_map_runs(void) {
   j.rows = 48 * 10000;
   j.batch_rows = 5000;
   j.maps_per_task = 4;
-  start_workers(&c);
-  uint64_t id = submit(&c, &j);
-  const char *victim = declare_busiest_dead(&c, id, NULL);
-  CHECK(victim != NULL);
-  CHECK_OK(fsh_sched_driver_wait_job(c.d, id, 20000, &err));
   fsh_sched_job_status s;
-  CHECK_OK(fsh_sched_driver_job_status(c.d, id, true, &s, &err));
-  CHECK_MSG(s.state == FSH_SCHED_JOB_SUCCEEDED, "%s", s.error ? s.error : "?");
-  check_job(&j, &s);
+  run_losing_a_worker(&j, 12, &s);
   CHECK_EQ_INT(map_tasks(&s, j.rows), 12);
-  CHECK(s.n_recomputed >= 1);
-  for (int32_t i = 0; i < s.n_recomputed; i++) {
-    CHECK_EQ_INT(s.recomputed[i].stage_id, 1);
-    CHECK(s.recomputed[i].task < 12);
-    CHECK(victim && strstr(s.recomputed[i].reason, victim) != NULL);
-    for (int32_t k = i + 1; k < s.n_recomputed; k++)
-      CHECK(s.recomputed[i].task != s.recomputed[k].task);
-  }
   fsh_sched_job_status_reset(&s);
-  stop_cluster(&c);
 }
 
 int main(int argc, char **argv) {
