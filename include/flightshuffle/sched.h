@@ -269,8 +269,9 @@ FSH_NODISCARD int fsh_sched_worker_list_decode(const void *data, int64_t size,
  *    the pre-shuffle merge would merge), runs of G = ceil(M x R /
  *    threshold^2) maps -- about threshold^2 / R outputs, the size the merge
  *    aims at -- but no fewer tasks than FSH_SCHED_MAP_RUNS_MIN_WAVES waves
- *    of the alive workers' slots; the stage then does not merge in auto
- *    mode (its outputs have that size already; merge on still merges).
+ *    of the slots of the workers alive at submit (none alive: not
+ *    coalesced); the stage then does not merge in auto mode (its outputs
+ *    have that size already; merge on still merges).
  * Plan stages ("plan-fragment") are not coalesced: a fragment task reads
  * its own input partition. The summary's map stage counts the tasks. */
 #define FSH_SCHED_MAP_RUNS_MIN_WAVES 2

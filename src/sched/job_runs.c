@@ -95,9 +95,9 @@ void fsh_job_coalesce_maps(const sched_job *j, jstage *st, int32_t maps_per_task
   if (G < 0) { /* auto: the merge's shape rule and group size */
     double t = j->merge_threshold > 0 ? j->merge_threshold : FSH_SCHED_MERGE_THRESHOLD;
     double mr = (double)M * (double)st->maps[0].n_partitions;
-    if (sqrt(mr) <= t) return;
+    if (sqrt(mr) <= t || slots_total <= 0) return; /* (no worker alive yet: slots unknown) */
     G = (int64_t)ceil(mr / (t * t));
-    int64_t min_tasks = FSH_SCHED_MAP_RUNS_MIN_WAVES * (slots_total > 0 ? slots_total : 1);
+    int64_t min_tasks = FSH_SCHED_MAP_RUNS_MIN_WAVES * slots_total;
     if (M / G < min_tasks) G = M / min_tasks; /* enough tasks for every slot, twice */
   }
   if (G < 2) return;

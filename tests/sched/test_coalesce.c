@@ -507,6 +507,14 @@ static void map_runs_rule(void) {
   fsh_job_coalesce_maps(&j, &st, -1, 64);
   CHECK_EQ_INT(st.n_tasks, 10);
   CHECK_EQ_INT(st.plan_maps, 0);
+  /* auto with no worker alive at submit (slots unknown): as they are; a
+   * given G still applies */
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, -1, 0);
+  CHECK_EQ_INT(st.n_tasks, 10);
+  map_stage(&st, maps);
+  fsh_job_coalesce_maps(&j, &st, 3, 0);
+  CHECK_EQ_INT(st.n_tasks, 6);
 }
 
 /* The job's map stage ran n tasks, each done, and read every row. */
