@@ -434,9 +434,18 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
   const uint8_t *offs = kern_buf(a, 1);
   int64_t *bytes = pb->tmp;
   memset(bytes, 0, sizeof *bytes * (size_t)pb->n_p);
-  for (int64_t i = 0; i < sp->n; i++)
-    bytes[sp->part[i]] += kern_read_offset(offs, a->offset + i + 1, w) -
-                          kern_read_offset(offs, a->offset + i, w);
+  { /* the bytes of each partition's rows: the plan's fields in locals (the
+     * stores to bytes[] could alias them, and the compiler would reload
+     * them every row), each row's start its predecessor's end */
+    const int32_t *part = sp->part;
+    const int64_t n = sp->n, off = a->offset;
+    int64_t s = kern_read_offset(offs, off, w);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t e = kern_read_offset(offs, off + i + 1, w);
+      bytes[part[i]] += e - s;
+      s = e;
+    }
+  }
   for (int32_t p = 0; p < pb->n_p; p++) {
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
     pb->dst[p] = pb->dst2[p] = NULL;
@@ -485,23 +494,25 @@ static int append_binary(fsh_partition_builder *pb, const scatter_plan *sp, int6
     if (!sp->count[p]) continue;
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
     int64_t base = col->data.size, n = sp->count[p];
-    uint8_t *d = pb->dst[p] + w;
-    const uint8_t *o = pb->sd[p] + w;
+    uint8_t *o = pb->sd[p] + w;
+    /* rebased in the stage (in cache), then copied out like the values:
+     * the builder's lines written without being read first */
     if (w == 4) { /* (the sum fits: checked above) */
       for (int64_t k = 0; k < n; k++) {
         int32_t v;
         memcpy(&v, o + 4 * k, 4);
         v += (int32_t)base;
-        memcpy(d + 4 * k, &v, 4);
+        memcpy(o + 4 * k, &v, 4);
       }
     } else {
       for (int64_t k = 0; k < n; k++) {
         int64_t v;
         memcpy(&v, o + 8 * k, 8);
         v += base;
-        memcpy(d + 8 * k, &v, 8);
+        memcpy(o + 8 * k, &v, 8);
       }
     }
+    copy_out(pb->dst[p] + w, o, n * w);
     if (pb->pos[p]) copy_out(col->data.p + base, pb->sd2[p], pb->pos[p]);
     col->data.size = base + pb->pos[p];
   }
