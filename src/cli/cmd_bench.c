@@ -801,8 +801,8 @@ static int one_run_driver(run_ctx *r, int run, run_stats *st) {
   int fail_at = -1, map_tasks = o->maps;
   for (;;) {
     if (g_interrupted) return cli_fail(130, "bench shuffle: interrupted");
-    int rc = fsh_sched_driver_wait_job(c->driver, job, o->fail_worker >= 0 && c->killed < 0 ? 5 : 500,
-                                       &err);
+    int64_t wait_ms = o->fail_worker >= 0 && c->killed < 0 ? 5 : 500;
+    int rc = fsh_sched_driver_wait_job(c->driver, job, wait_ms, &err);
     if (rc == 0) break;
     if (rc != ETIMEDOUT) return cli_fail(1, "bench shuffle: %s", err.message);
     if (o->fail_worker < 0 || c->killed >= 0) continue;
