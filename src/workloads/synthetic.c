@@ -38,12 +38,14 @@ static inline uint64_t null_word(uint64_t seed, uint64_t w) {
 
 /* A column buffer of `size` bytes: *spare (a buffer of the batch being
  * refilled, owned and referenced by nobody else; taken: *spare NULL
- * after) when its capacity holds size and is not much larger, its padding
- * zeroed again as fsh_buffer_new's; else a new one. NULL on ENOMEM. */
+ * after) when its capacity holds the 64-byte padded size fsh_buffer_new
+ * would give and is not much larger, its padding zeroed again as
+ * fsh_buffer_new's; else a new one. NULL on ENOMEM. */
 static fsh_buffer *column_buffer(fsh_buffer **spare, int64_t size) {
   fsh_buffer *b = spare ? *spare : NULL;
   if (spare) *spare = NULL;
-  if (b && b->capacity >= size && b->capacity <= 2 * size + 64) {
+  if (b && b->capacity >= fsh_round_up(size > 0 ? size : 1, 64) &&
+      b->capacity <= 2 * size + 64) {
     b->size = size;
     memset(b->data + size, 0, (size_t)(b->capacity - size));
     return b;
@@ -58,12 +60,8 @@ static fsh_buffer *column_buffer(fsh_buffer **spare, int64_t size) {
 static fsh_buffer *make_validity(uint64_t seed, int64_t first_row, int64_t rows, int64_t *nulls,
                                  fsh_buffer **spare) {
   int64_t n_words = (rows + 63) / 64;
-  /* (capacity: whole words -- a spare of the same rows has the same) */
+  /* (capacity: whole words, as column_buffer pads to 64 bytes) */
   fsh_buffer *v = column_buffer(spare, fsh_bytes_for_bits(rows));
-  if (v && v->capacity < 8 * n_words) {
-    fsh_buffer_unref(v);
-    v = fsh_buffer_new(fsh_bytes_for_bits(rows), false);
-  }
   if (!v) return NULL;
   uint64_t sh = (uint64_t)first_row & 63, w0 = (uint64_t)first_row >> 6;
   int64_t valid_count = 0;
