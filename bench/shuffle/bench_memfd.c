@@ -16,6 +16,14 @@
  *                               shared mapping in one madvise call
  *   fresh, memcpy via mapping   written through a shared mapping (a page
  *                               fault per 4 KiB) instead of pwrite
+ *   reused, POPULATE_WRITE + memcpy  a pooled memfd's first reuse (its
+ *                               pages kept, none mapped): the entries
+ *                               installed with MADV_POPULATE_WRITE (one
+ *                               write fault a page), then memcpy's
+ *   reused, POPULATE_READ + memcpy   the same with MADV_POPULATE_READ
+ *                               (read faults map the pages around them
+ *                               too, writable on a shared shmem mapping:
+ *                               what store.c's populate_write does)
  * Images of --image-bytes, written in 1 MiB pwrites, --images of them per
  * run; the fresh and fallocate'd memfds are closed after each image.
  *
@@ -44,11 +52,24 @@
 
 #include "bench_util.h"
 
-enum { MODE_FRESH, MODE_FALLOCATE, MODE_REUSE, MODE_MMAP, MODE_POPULATE, MODE_MEMCPY, N_MODES };
-static const char *k_names[N_MODES] = {"fresh memfd + pwrite (store)", "fallocate first + pwrite",
-                                       "reused memfd, overwritten", "fresh + pwrite + mmap",
-                                       "MADV_POPULATE_WRITE + pwrite", "fresh, memcpy via mapping"};
-static const char *k_keys[N_MODES] = {"fresh", "fallocate", "reuse", "mmap", "populate", "memcpy"};
+enum {
+  MODE_FRESH,
+  MODE_FALLOCATE,
+  MODE_REUSE,
+  MODE_MMAP,
+  MODE_POPULATE,
+  MODE_MEMCPY,
+  MODE_REUSE_POP_WRITE,
+  MODE_REUSE_POP_READ,
+  N_MODES
+};
+static const char *k_names[N_MODES] = {
+    "fresh memfd + pwrite (store)",    "fallocate first + pwrite",
+    "reused memfd, overwritten",       "fresh + pwrite + mmap",
+    "MADV_POPULATE_WRITE + pwrite",    "fresh, memcpy via mapping",
+    "reused, POPULATE_WRITE + memcpy", "reused, POPULATE_READ + memcpy"};
+static const char *k_keys[N_MODES] = {"fresh",  "fallocate", "reuse",       "mmap",
+                                      "populate", "memcpy",  "reuse_popw", "reuse_popr"};
 
 static void die(const char *what) {
   fprintf(stderr, "bench_memfd: %s: %s\n", what, strerror(errno));
@@ -127,7 +148,9 @@ int main(int argc, char **argv) {
   for (int run = 0; run < runs; run++)
     for (int mode = 0; mode < N_MODES; mode++) {
       int reuse_fd = -1, last_fd = -1;
-      if (mode == MODE_REUSE) { /* its pages exist before the timing: a released image's */
+      bool reused =
+          mode == MODE_REUSE || mode == MODE_REUSE_POP_WRITE || mode == MODE_REUSE_POP_READ;
+      if (reused) { /* its pages exist before the timing: a released image's */
         reuse_fd = memfd_create("bench-image", MFD_CLOEXEC);
         if (reuse_fd < 0) die("memfd_create");
         write_image(reuse_fd, chunk, chunk_bytes, image_bytes, run + 100);
@@ -147,7 +170,16 @@ int main(int argc, char **argv) {
           if (mode == MODE_MEMCPY) write_mapped(p, chunk, chunk_bytes, image_bytes, run);
           munmap(p, (size_t)image_bytes);
         }
-        if (mode != MODE_MEMCPY) write_image(fd, chunk, chunk_bytes, image_bytes, run);
+        bool mapped = mode == MODE_REUSE_POP_WRITE || mode == MODE_REUSE_POP_READ;
+        if (mapped) { /* a mapping without entries over pages the memfd has */
+          uint8_t *p = mmap(NULL, (size_t)image_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (p == MAP_FAILED) die("mmap");
+          int advice = mode == MODE_REUSE_POP_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+          if (madvise(p, (size_t)image_bytes, advice) != 0) die("madvise(MADV_POPULATE_*)");
+          write_mapped(p, chunk, chunk_bytes, image_bytes, run);
+          munmap(p, (size_t)image_bytes);
+        }
+        if (mode != MODE_MEMCPY && !mapped) write_image(fd, chunk, chunk_bytes, image_bytes, run);
         if (mode == MODE_MMAP) {
           void *p = mmap(NULL, (size_t)image_bytes, PROT_READ, MAP_SHARED, fd, 0);
           if (p == MAP_FAILED) die("mmap");
@@ -170,9 +202,11 @@ int main(int argc, char **argv) {
          (long long)image_bytes, images, runs);
   for (int m = 0; m < N_MODES; m++) printf(" %s_gbps=%.3f", k_keys[m], st[m].med);
   printf(" reuse_vs_fresh=%.2f fallocate_vs_fresh=%.2f populate_vs_fresh=%.2f "
-         "memcpy_vs_fresh=%.2f\n", st[MODE_REUSE].med / st[MODE_FRESH].med,
+         "memcpy_vs_fresh=%.2f popread_vs_popwrite=%.2f\n",
+         st[MODE_REUSE].med / st[MODE_FRESH].med,
          st[MODE_FALLOCATE].med / st[MODE_FRESH].med, st[MODE_POPULATE].med / st[MODE_FRESH].med,
-         st[MODE_MEMCPY].med / st[MODE_FRESH].med);
+         st[MODE_MEMCPY].med / st[MODE_FRESH].med,
+         st[MODE_REUSE_POP_READ].med / st[MODE_REUSE_POP_WRITE].med);
   free(chunk);
   return verified ? 0 : 1;
 }

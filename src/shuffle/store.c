@@ -1074,17 +1074,24 @@ static int pwrite_all(int fd, const struct iovec *iov, int n, int64_t at) {
 
 /* Installs the writable page-table entries of a pooled memfd's mapping
  * for its bytes [from, n) (pages the memfd has) in one call, so that the
- * memcpy's into it do not fault page by page. Best effort (a kernel before
- * 5.14 has no MADV_POPULATE_WRITE: the writes fault them in). Bytes below
- * `from` have theirs already: the last image written through the same
- * mapping installed them (pooled.present) -- walking present entries again
- * cost ~4% of a warm 64 x 64 run's CPU (a page-table walk per 4 KiB page of
- * every image). Should the kernel have taken some away meanwhile (reclaim,
- * migration), the memcpy faults them back: slower, never wrong. */
+ * memcpy's into it do not fault page by page. With MADV_POPULATE_READ,
+ * not _WRITE: on a shared writable mapping of shmem (no write notify) a
+ * read fault maps the pages around it too (fault-around, 16 at a time)
+ * and every entry it installs is writable already, where a write fault
+ * maps its one page: bench_memfd's first reuse of a memfd, populate then
+ * memcpy, 6.8 GB/s of CPU against 3.6 (1.88x), and run 2 of a 64 x 64
+ * bench ~11% less CPU (PROFILE_64.md session 11). Best effort (a kernel
+ * before 5.14 has neither: the writes fault them in). Bytes below `from`
+ * have theirs already: the last image written through the same mapping
+ * installed them (pooled.present) -- walking present entries again cost
+ * ~4% of a warm 64 x 64 run's CPU (a page-table walk per 4 KiB page of
+ * every image). Should the kernel have
+ * taken some away meanwhile (reclaim, migration), or installed them
+ * read-only, the memcpy faults them back: slower, never wrong. */
 static void populate_write(uint8_t *map, int64_t from, int64_t n) {
-#ifdef MADV_POPULATE_WRITE
+#ifdef MADV_POPULATE_READ
   int64_t lo = from / 4096 * 4096, whole = n / 4096 * 4096;
-  if (map && whole > lo) (void)madvise(map + lo, (size_t)(whole - lo), MADV_POPULATE_WRITE);
+  if (map && whole > lo) (void)madvise(map + lo, (size_t)(whole - lo), MADV_POPULATE_READ);
 #else
   (void)map, (void)from, (void)n;
 #endif
