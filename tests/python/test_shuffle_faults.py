@@ -12,7 +12,14 @@ pyarrow.flight, a client that knows nothing of our block checksums:
   no file is left, another shuffle still works; with a roomy second spill
   directory the writer falls over to it and every map output is complete;
 - a worker killed with SIGKILL while pyarrow streams from it: the read
-  fails (no hang).
+  fails (no hang);
+- spill directories that cannot be used: at start (a read-only mount, a
+  regular file, a path under a file) the worker exits 1 naming the
+  directory and why; one remounted read-only under a running worker fails
+  the DoPut that must spill, naming the file and EROFS, holds nothing of
+  it, and serves again once the directory is writable;
+- the memory budget exhausted with no spill directory at all: the DoPut
+  fails saying so; a map output that fits is still taken.
 
 Every test stops its workers and unmounts its tmpfs in a finally block."""
 import os
@@ -175,3 +182,62 @@ def test_worker_killed_while_streaming():
         if w.proc.poll() is None:
             w.proc.kill()
             w.proc.wait()
+
+
+def start_fails(*extra):
+    """Runs `flightshuffle worker` expecting it to refuse to start: its
+    exit status and standard error."""
+    p = subprocess.run([str(CLI), "worker", "--listen", "127.0.0.1:0", *map(str, extra)],
+                       capture_output=True, text=True, timeout=30)
+    assert "listening on" not in p.stdout, p.stdout
+    return p.returncode, p.stderr
+
+
+def test_unusable_spill_dirs_at_start(tmpfs, tmp_path):
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    for d, why in ((tmpfs, "is not writable: Read-only file system"),
+                   (a_file, "cannot list it: Not a directory"),
+                   (a_file / "sub", "cannot create")):
+        rc, err = start_fails("--spill-dir", tmp_path / "fine", "--spill-dir", d)
+        assert rc == 1, (d, rc, err)
+        assert f"spill directory {d}" in err and why in err, (d, err)
+    assert a_file.read_text() == "not a directory"
+
+
+def test_spill_dir_turns_read_only(tmpfs):
+    w = Worker("--memory-limit", "64K", "--spill-dir", tmpfs)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+        with pytest.raises(pa.ArrowException) as e:
+            put_map_output(w.client, 31, 0, 0, 2, table(7, 20000), "none", chunk=8192)
+        msg = str(e.value)
+        for needle in ("shuffle 31 map 0", "memory budget is exhausted",
+                       f"creating spill file {tmpfs}/", "Read-only file system"):
+            assert needle in msg, (needle, msg)
+        assert flights_by_partition(w.client, 31) == {}
+        with pytest.raises(pa.ArrowException, match="not held here"):
+            read_ticket(w.client, ticket(31, 0, [(0, 0)]))
+        subprocess.run(["mount", "-o", "remount,rw", str(tmpfs)], check=True)
+        assert list(tmpfs.iterdir()) == []
+        parts, _ = put_map_output(w.client, 32, 0, 0, 2, table(8, 20000), "none", chunk=8192)
+        check_worker_holds(w, 32, parts, 2, table(0, 1).schema)
+        assert len(spill_files(tmpfs)) == 1
+    finally:
+        w.stop()
+
+
+def test_memory_exhausted_without_spill_dir():
+    w = Worker("--memory-limit", "64K")
+    try:
+        with pytest.raises(pa.ArrowException) as e:
+            put_map_output(w.client, 41, 0, 0, 2, table(9, 20000), "none", chunk=8192)
+        msg = str(e.value)
+        assert "shuffle 41 map 0" in msg and w.uri in msg, msg
+        assert "memory budget is exhausted, and the store has no spill directory" in msg, msg
+        assert flights_by_partition(w.client, 41) == {}
+        parts, _ = put_map_output(w.client, 42, 0, 0, 2, table(10, 50), "lz4")
+        check_worker_holds(w, 42, parts, 2, table(0, 1).schema)
+    finally:
+        w.stop()
