@@ -538,21 +538,38 @@ static void direct_map_release(void *ctx) {
 }
 
 /* A read-only mapping of fd's bytes [lo, hi) as a buffer (data = the byte
- * at lo), or NULL (ENOMEM or a refused mapping: the caller preads). */
-static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi) {
+ * at lo), or NULL (ENOMEM or a refused mapping: the caller preads). Its
+ * pages are populated -- every byte of them is read (checksums), and
+ * installing them at once costs less than a read fault per 64 KiB
+ * (bench_store_images: reading a memfd mapping 5.5 GB/s faulted, 14
+ * populated) -- all of [lo, hi) when srcs is NULL (a dense span), else
+ * only the pages of the blocks of the n_srcs locate entries at srcs: a
+ * sparse span (a partition's blocks between the other partitions' blocks,
+ * as when a map output's partitions each hold several blocks) must not
+ * install, nor for a spill file read from disk, every page of the file
+ * between them (a 64 x 4 shuffle populated and unmapped 4x the bytes it
+ * read). A block whose populate fails is faulted in as it is read. */
+static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi, const fsh_locate_source *srcs,
+                             int64_t n_srcs) {
   int64_t page = sysconf(_SC_PAGESIZE), start = lo - lo % page;
   direct_map *m = fsh_malloc(sizeof *m);
   if (!m) return NULL;
   m->len = (size_t)(hi - start);
-  /* populated: every byte is read (checksums), and installing the pages
-   * at once costs less than a read fault per 64 KiB (measured with
-   * bench_store_images: reading a memfd mapping 5.5 GB/s faulted, 14
-   * populated) */
-  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, start);
+  m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED | (srcs ? 0 : MAP_POPULATE), fd, start);
   if (m->p == MAP_FAILED) {
     fsh_free(m);
     return NULL;
   }
+#ifdef MADV_POPULATE_READ
+  for (int64_t k = 0; k < n_srcs; k++)
+    for (int64_t i = 0; i < srcs[k].n_blocks; i++) {
+      const uint8_t *q = srcs[k].blocks + 32 * i;
+      int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
+      if (off < lo || len <= 0 || off > hi - len) continue; /* reported by the reads */
+      int64_t a = (off - start) / page * page, b = off + len - start;
+      (void)madvise((uint8_t *)m->p + a, (size_t)(b - a), MADV_POPULATE_READ);
+    }
+#endif
   fsh_buffer *b = fsh_buffer_wrap((uint8_t *)m->p + (lo - start), hi - lo, direct_map_release, m);
   if (!b) direct_map_release(m);
   return b;
@@ -576,20 +593,24 @@ static fsh_buffer *read_range(int fd, int64_t lo, int64_t hi) {
   return buf;
 }
 
-/* fd's bytes [lo, hi), which hold `bytes` bytes of blocks, as one buffer:
- * copied (read_range) when the range is at most DIRECT_COPY_MAX and not
- * much more than the blocks, else mapped (map_range) when the blocks hold
- * at least DIRECT_SPAN_MIN bytes, else NULL. Copying a span of a few
+/* fd's bytes [lo, hi), which hold `bytes` bytes of blocks (those of the
+ * n_srcs locate entries at srcs), as one buffer: copied (read_range) when
+ * the range is at most DIRECT_COPY_MAX and not much more than the blocks,
+ * else mapped (map_range; only the blocks' pages populated when the range
+ * is much more than they are) when the blocks hold at least
+ * DIRECT_SPAN_MIN bytes, else NULL. Copying a span of a few
  * MiB into a pooled buffer costs less than mapping it (a populated
  * mapping's setup and munmap were 9% of the workers' CPU at 64 x 64, ~1 MiB
  * spans; the copy is in cache for the checksum that follows); a large one
  * (a sort's 128 MiB partitions) is mapped: copied, it would take fresh
  * anonymous pages beside the image's (bench ops: sort flight / memory 1.13
  * -> 2.18 when every span was copied). NULL also: see both. */
-static fsh_buffer *span_of(int fd, int64_t lo, int64_t hi, int64_t bytes) {
+static fsh_buffer *span_of(int fd, int64_t lo, int64_t hi, int64_t bytes,
+                           const fsh_locate_source *srcs, int64_t n_srcs) {
   bool dense = hi - lo <= 2 * bytes + ((int64_t)64 << 10);
   if (dense && hi - lo <= DIRECT_COPY_MAX) return read_range(fd, lo, hi);
-  return bytes >= DIRECT_SPAN_MIN ? map_range(fd, lo, hi) : NULL;
+  if (bytes < DIRECT_SPAN_MIN) return NULL;
+  return dense ? map_range(fd, lo, hi, NULL, 0) : map_range(fd, lo, hi, srcs, n_srcs);
 }
 
 /* Reads job slot k's blocks from fd (entry src of the locate answer, the
@@ -626,8 +647,9 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   }
   if (span && (lo < span_lo || hi > span_lo + span->size)) span = NULL; /* (not from the answer) */
   fsh_buffer *map = span ? fsh_buffer_ref(span)
-                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo ? span_of(fd, lo, hi, src->bytes)
-                                                                : NULL;
+                    : src->bytes >= DIRECT_SPAN_MIN && hi > lo
+                        ? span_of(fd, lo, hi, src->bytes, src, 1)
+                        : NULL;
   if (span) lo = span_lo;
   for (int64_t i = 0; rc == 0 && i < src->n_blocks; i++) {
     const uint8_t *q = src->blocks + 32 * i;
@@ -699,7 +721,7 @@ static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, i
   }
   if (b <= a) return NULL;
   *lo = a;
-  return span_of(fd, a, b, sum);
+  return span_of(fd, a, b, sum, &d->a.sources[k], g);
 }
 
 /* Whether locate entries [k, k + g) (one source's partitions of the run)
