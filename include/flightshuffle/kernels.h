@@ -199,7 +199,7 @@ FSH_NODISCARD int fsh_scatter(fsh_batch *b, const int32_t *partition_of_row, int
  * instead of new batches, for a writer that accumulates a partition's rows
  * until it has a block's worth (the shuffle's map side): no batch per
  * (input batch, partition), no concatenation later, and the builders'
- * memory is reused from one block to the next (up to 2 MiB a partition)
+ * memory is reused from one block to the next (fsh_partition_builder_set_keep_bytes)
  * and from one builder to the next (a freed builder is kept for the next
  * new one of the same shape: up to 2 of at most 160 MiB, process-wide;
  * a worker's store charges running builders to its memory budget and
@@ -211,6 +211,14 @@ bool fsh_partition_builder_supports(const fsh_schema *schema);
 FSH_NODISCARD int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
                                             fsh_partition_builder **out, fsh_error *err);
 void fsh_partition_builder_free(fsh_partition_builder *pb); /* NULL accepted */
+/* How much of its buffers the builder keeps between blocks, over all its
+ * partitions: a partition whose buffers hold more than max(2 MiB, keep /
+ * n_partitions) gives them back when taken (or dropped); the rest are
+ * reused by its next block. keep <= 0: FSH_PARTITION_BUILDER_KEEP_BYTES,
+ * also what a new builder starts with. A store with a small memory budget
+ * asks for less (its budget is charged the builders' capacity). */
+#define FSH_PARTITION_BUILDER_KEEP_BYTES ((int64_t)64 << 20)
+void fsh_partition_builder_set_keep_bytes(fsh_partition_builder *pb, int64_t keep);
 /* Appends the rows of b (the builder's schema) to their partitions, in
  * order; EINVAL for an id outside [0, n_partitions), ENOMEM -- then the
  * builder is unchanged only as far as it holds no half row: callers

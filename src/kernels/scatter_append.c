@@ -34,6 +34,7 @@ struct fsh_partition_builder {
   fsh_schema *schema;
   int32_t n_p;
   int64_t n_cols;
+  int64_t keep_total;   /* fsh_partition_builder_set_keep_bytes */
   int64_t *rows;        /* [n_p] */
   bool *taken;          /* [n_p]: taken, its memory not reset yet */
   pb_col *cols;         /* [n_p * n_cols] */
@@ -140,6 +141,7 @@ int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
     fsh_schema *old = (*out)->schema; /* equal: the caller's own from now on */
     (*out)->schema = fsh_schema_ref(schema);
     fsh_schema_unref(old);
+    fsh_partition_builder_set_keep_bytes(*out, 0);
     return 0;
   }
   if (n_partitions < 1)
@@ -154,6 +156,7 @@ int fsh_partition_builder_new(fsh_schema *schema, int32_t n_partitions,
     pb->schema = fsh_schema_ref(schema);
     pb->n_p = n_partitions;
     pb->n_cols = schema->n_fields;
+    pb->keep_total = FSH_PARTITION_BUILDER_KEEP_BYTES;
     pb->rows = fsh_calloc(n_p, sizeof *pb->rows);
     pb->taken = fsh_calloc(n_p, sizeof *pb->taken);
     pb->cols = fsh_calloc(n_p * (size_t)(pb->n_cols > 0 ? pb->n_cols : 1), sizeof *pb->cols);
@@ -245,18 +248,32 @@ static void set_bits(uint8_t *bits, int64_t from, int64_t n) {
 }
 
 /* Partition p after a take: empty, its bitmaps zero again; buffers of
- * more than KEEP_BYTES in all are freed (a builder keeps at most that much
- * per partition between blocks: large blocks pay their allocation again,
- * small ones -- the many-partition shuffles -- reuse their memory). */
+ * more than keep_bytes in all are freed: a builder keeps at most
+ * pb->keep_total over its partitions between blocks (KEEP_BYTES each at
+ * least), so that a partition with a block's worth of buffers (a writer's
+ * 4 MiB target: ~8 MiB of capacity) reuses them block after block where
+ * there are few partitions -- freed, each block's buffers were grown
+ * again by doubling, faulted in, zeroed and unmapped (a 64 x 4 shuffle's
+ * workers: 0.55x the CPU per GB kept, PROFILE_64.md session 11) -- and a
+ * partition of a large block (a sort's 128 MiB, alone in its builder)
+ * pays its allocation again. The many-partition shuffles reuse their
+ * small buffers either way. */
 #define KEEP_BYTES ((int64_t)2 << 20)
 
-static void reset_partition(fsh_partition_builder *pb, int32_t p) {
-  int64_t cap = 0;
+static int64_t keep_bytes(const fsh_partition_builder *pb) {
+  int64_t share = pb->keep_total / pb->n_p;
+  return share > KEEP_BYTES ? share : KEEP_BYTES;
+}
+
+/* Frees partition p's buffers when they hold more than keep_bytes in all
+ * (its rows are gone: taken or never appended). */
+static void trim_partition(fsh_partition_builder *pb, int32_t p) {
+  int64_t cap = 0, keep = keep_bytes(pb);
   for (int64_t c = 0; c < pb->n_cols; c++) {
     const pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
     cap += col->bits.cap + col->vals.cap + col->data.cap;
   }
-  for (int64_t c = 0; cap > KEEP_BYTES && c < pb->n_cols; c++) {
+  for (int64_t c = 0; cap > keep && c < pb->n_cols; c++) {
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];
     pb_buf *bufs[3] = {&col->bits, &col->vals, &col->data};
     for (int k = 0; k < 3; k++) {
@@ -265,6 +282,18 @@ static void reset_partition(fsh_partition_builder *pb, int32_t p) {
     }
     col->has_bits = false;
   }
+}
+
+/* A lower keep trims the empty partitions at once (a builder from the
+ * cache holds what its last writer's keep allowed). */
+void fsh_partition_builder_set_keep_bytes(fsh_partition_builder *pb, int64_t keep) {
+  pb->keep_total = keep > 0 ? keep : FSH_PARTITION_BUILDER_KEEP_BYTES;
+  for (int32_t p = 0; p < pb->n_p; p++)
+    if (pb->rows[p] == 0 && !pb->taken[p]) trim_partition(pb, p);
+}
+
+static void reset_partition(fsh_partition_builder *pb, int32_t p) {
+  trim_partition(pb, p);
   for (int64_t c = 0; c < pb->n_cols; c++) {
     const fsh_field *f = &pb->schema->fields[c];
     pb_col *col = &pb->cols[(int64_t)p * pb->n_cols + c];

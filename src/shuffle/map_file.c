@@ -91,6 +91,7 @@ struct fsh_map_file_writer {
   int32_t attempt;
   int32_t n_partitions;
   int64_t target, max_buffered, buffered;
+  int64_t builder_keep; /* fsh_map_file_options.builder_keep_bytes */
   int64_t schema_length;
   uint64_t schema_hash;
   int64_t n_blocks;
@@ -515,6 +516,7 @@ int fsh_map_file_writer_open(fsh_output *out, const fsh_shuffle_spec *spec, int6
                                                     : FSH_MAP_FILE_DEFAULT_BLOCK_BYTES;
   w->max_buffered = opts && opts->max_buffered_bytes > 0 ? opts->max_buffered_bytes
                                                          : FSH_MAP_FILE_DEFAULT_BUFFERED_BYTES;
+  w->builder_keep = opts ? opts->builder_keep_bytes : 0;
   snprintf(w->what, sizeof w->what, "shuffle %" PRIu64 " map %" PRId64 " attempt %" PRId32,
            w->shuffle_id, map_id, attempt);
   int rc = 0;
@@ -595,6 +597,7 @@ int fsh_map_file_writer_write_rows(fsh_map_file_writer *w, fsh_batch *batch,
                            "not take", w->what);
     int rc = fsh_partition_builder_new(w->schema, w->n_partitions, &w->pb, err);
     if (rc != 0) return fsh_error_prefix(err, rc, "%s: ", w->what);
+    fsh_partition_builder_set_keep_bytes(w->pb, w->builder_keep);
   }
   int rc = fsh_partition_builder_append(w->pb, batch, partition_of_row, err);
   if (rc == EINVAL) return fsh_error_prefix(err, rc, "%s: ", w->what); /* nothing appended */

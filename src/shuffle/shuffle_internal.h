@@ -105,6 +105,9 @@ typedef struct fsh_map_file_options {
                                  once it holds this much; 0 = 4 MiB */
   int64_t max_buffered_bytes; /* past this much buffered over all partitions,
                                  every partition is written out; 0 = 256 MiB */
+  int64_t builder_keep_bytes; /* what the partition builders keep between
+                                 blocks (fsh_partition_builder_set_keep_bytes);
+                                 0 = its default */
 } fsh_map_file_options;
 
 typedef struct fsh_map_file_writer fsh_map_file_writer;

@@ -1448,8 +1448,14 @@ int fsh_store_writer_open_sized(fsh_shuffle_store *s, const fsh_shuffle_spec *sp
              atomic_fetch_add(&s->seq, 1u));
   o->result = &w->res;
   o->pub = (fsh_output){.writev = spill_writev, .close = spill_close, .ctx = o, .name = o->what};
-  fsh_map_file_options opts = {.compression = spec->compression,
-                               .target_block_bytes = spec->target_block_bytes};
+  /* builders keep at most a sixteenth of the budget between blocks (they
+   * are charged to it: charge_builders; a zero budget: the 2 MiB a
+   * partition always may keep) */
+  int64_t keep = s->memory_limit / 16 > 0 ? s->memory_limit / 16 : 1;
+  fsh_map_file_options opts = {
+      .compression = spec->compression,
+      .target_block_bytes = spec->target_block_bytes,
+      .builder_keep_bytes = keep < FSH_PARTITION_BUILDER_KEEP_BYTES ? keep : 0};
   int rc = fsh_map_file_writer_open(&o->pub, spec, map_id, attempt, &opts, &w->mw, err);
   if (rc != 0) {
     fsh_free(e);

@@ -4,11 +4,13 @@
  * against the reference: each taken batch equals take() of the input rows
  * the partition received since its last take, in order. Also: the
  * builder's memory reused across takes, byte counts, unsupported schemas,
- * bad ids, allocation failures; dense and patterned null masks, bool
+ * bad ids, allocation failures; what a builder keeps between blocks; dense and patterned null masks, bool
  * values and short strings at the end of an exact-size source. */
 #include "kernels/kernel_helpers.h"
 
 #include <errno.h>
+
+#include <flightshuffle/workloads.h> /* the synthetic table */
 
 #include "shuffle/shuffle_internal.h" /* fsh_shuffle_batch_bytes */
 
@@ -305,5 +307,65 @@ static void test_builder_dense_bits(void) {
   }
 }
 
+/* What a builder keeps between blocks (fsh_partition_builder_set_keep_bytes),
+ * with one partition of 3 receiving every row of a 131072-row synthetic
+ * batch (~4 MiB: over the 2 MiB a partition always may keep): by default
+ * its buffers are reused by the next block; a lower keep leaves a taken
+ * partition's memory alone while its batch borrows it and frees it at
+ * the next append; a builder freed into the cache keeps what its keep
+ * allowed, and the next owner's lower keep trims it at once. */
+static void test_builder_keep(void) {
+  fsh_error err;
+  fsh_partition_builder_cache_drop(); /* room in the cache for this shape */
+  fsh_schema *s = SBH_OK(fsh_synthetic_schema());
+  fsh_synthetic_options so = {.seed = 3, .with_nulls = true};
+  fsh_batch *big = NULL, *small = NULL, *got = NULL;
+  CHECK_OK(fsh_synthetic_batch(s, &so, 0, 131072, &big, &err));
+  CHECK_OK(fsh_synthetic_batch(s, &so, 1, 100, &small, &err));
+  int32_t *part = fsh_calloc((size_t)big->length, sizeof *part); /* all to partition 0 */
+  CHECK(part != NULL);
+  const int64_t two_mib = (int64_t)2 << 20;
+  fsh_partition_builder *pb = NULL;
+  CHECK_OK(fsh_partition_builder_new(s, 3, &pb, &err));
+  CHECK_OK(fsh_partition_builder_append(pb, big, part, &err));
+  int64_t cap = fsh_partition_builder_capacity(pb);
+  CHECK_MSG(cap > two_mib, "capacity %lld", (long long)cap);
+  /* default: the next block reuses the buffers */
+  CHECK_OK(fsh_partition_builder_take(pb, 0, &got, &err));
+  fsh_batch_unref(got);
+  CHECK_OK(fsh_partition_builder_append(pb, big, part, &err));
+  CHECK_EQ_INT(fsh_partition_builder_capacity(pb), cap);
+  /* a lower keep: not while the taken batch borrows the memory */
+  CHECK_OK(fsh_partition_builder_take(pb, 0, &got, &err));
+  fsh_partition_builder_set_keep_bytes(pb, (int64_t)1 << 20);
+  CHECK_EQ_INT(fsh_partition_builder_capacity(pb), cap);
+  fsh_error diff;
+  CHECK_MSG(fsh_batch_equals(got, big, &diff), "the taken batch: %s", diff.message); /* (ASan) */
+  fsh_batch_unref(got);
+  CHECK_OK(fsh_partition_builder_append(pb, small, part, &err));
+  CHECK_MSG(fsh_partition_builder_capacity(pb) < two_mib, "capacity %lld after the trim",
+            (long long)fsh_partition_builder_capacity(pb));
+  /* the cache keeps what the keep allowed; a lower keep trims it at once */
+  fsh_partition_builder_set_keep_bytes(pb, 0);
+  CHECK_OK(fsh_partition_builder_append(pb, big, part, &err));
+  int64_t grown = fsh_partition_builder_capacity(pb);
+  CHECK(grown > two_mib);
+  fsh_partition_builder_free(pb);
+  CHECK_EQ_INT(fsh_partition_builder_cache_bytes(), grown);
+  CHECK_OK(fsh_partition_builder_new(s, 3, &pb, &err));
+  CHECK_EQ_INT(fsh_partition_builder_capacity(pb), grown); /* from the cache */
+  fsh_partition_builder_set_keep_bytes(pb, (int64_t)1 << 20);
+  CHECK(fsh_partition_builder_capacity(pb) < two_mib);
+  CHECK_OK(fsh_partition_builder_append(pb, small, part, &err));
+  CHECK_EQ_INT(fsh_partition_builder_rows(pb, 0), small->length);
+  fsh_partition_builder_free(pb);
+  fsh_partition_builder_cache_drop();
+  fsh_free(part);
+  fsh_batch_unref(small);
+  fsh_batch_unref(big);
+  fsh_schema_unref(s);
+}
+
 FSH_TEST_MAIN(TEST(test_builder_rounds), TEST(test_builder_errors),
-              TEST(test_builder_alloc_failures), TEST(test_builder_dense_bits))
+              TEST(test_builder_alloc_failures), TEST(test_builder_dense_bits),
+              TEST(test_builder_keep))
