@@ -1448,10 +1448,11 @@ int fsh_store_writer_open_sized(fsh_shuffle_store *s, const fsh_shuffle_spec *sp
              atomic_fetch_add(&s->seq, 1u));
   o->result = &w->res;
   o->pub = (fsh_output){.writev = spill_writev, .close = spill_close, .ctx = o, .name = o->what};
-  /* builders keep at most a sixteenth of the budget between blocks (they
-   * are charged to it: charge_builders; a zero budget: the 2 MiB a
-   * partition always may keep) */
-  int64_t keep = s->memory_limit / 16 > 0 ? s->memory_limit / 16 : 1;
+  /* builders keep at most an eighth of the budget between blocks (they
+   * are charged to it: charge_builders; what a block needs they hold
+   * while it fills either way, so the keep costs the budget only between
+   * blocks; a zero budget: the 2 MiB a partition always may keep) */
+  int64_t keep = s->memory_limit / 8 > 0 ? s->memory_limit / 8 : 1;
   fsh_map_file_options opts = {
       .compression = spec->compression,
       .target_block_bytes = spec->target_block_bytes,
