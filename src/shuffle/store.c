@@ -1085,9 +1085,9 @@ static int pwrite_all(int fd, const struct iovec *iov, int n, int64_t at) {
  * have theirs already: the last image written through the same mapping
  * installed them (pooled.present) -- walking present entries again cost
  * ~4% of a warm 64 x 64 run's CPU (a page-table walk per 4 KiB page of
- * every image). Should the kernel have
- * taken some away meanwhile (reclaim, migration), or installed them
- * read-only, the memcpy faults them back: slower, never wrong. */
+ * every image). Should the kernel have taken some away meanwhile
+ * (reclaim, migration), or installed them read-only, the memcpy faults
+ * them back: slower, never wrong. */
 static void populate_write(uint8_t *map, int64_t from, int64_t n) {
 #ifdef MADV_POPULATE_READ
   int64_t lo = from / 4096 * 4096, whole = n / 4096 * 4096;
