@@ -123,6 +123,24 @@ def test_direct_reads_on_and_off(tmp_path):
     check_clean(spill)
 
 
+@pytest.mark.parametrize("extra", [
+    [],                                # memory images (memfds)
+    ["--memory-limit", "16M"],         # spill files
+])
+def test_few_reducers_several_blocks_a_partition(tmp_path, extra):
+    # 8 MiB of each map for each partition: two 4 MiB blocks each, the four
+    # partitions' blocks interleaved in a map output, so that a reducer's
+    # same-host read spans the other partitions' blocks too (a sparse span:
+    # mapped with only its own blocks' pages populated, flight_fetch.c)
+    p, spill = bench("--workers", "2", "--maps", "4", "--reduces", "4", "--bytes", "128M",
+                     "--backend", "flight", *extra, tmp_path=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr + p.stdout
+    r = result_fields(p.stdout)
+    assert r["verified"] == "yes" and r["direct"] == "on"
+    assert (int(r["spilled_bytes"]) > 0) == ("--memory-limit" in extra)
+    check_clean(spill)
+
+
 def test_many_small_partitions(tmp_path):
     # Many reduce tasks fetching from each other at once: tasks run on the
     # workers' own threads, never on Flight pool threads, so a peer's DoGet
