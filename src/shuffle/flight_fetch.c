@@ -526,6 +526,15 @@ static int direct_decoder(fetch *f, const fr_direct *d, fsh_error *err) {
 /* Spans up to this size are copied (read_range), larger ones mapped. */
 #define DIRECT_COPY_MAX ((int64_t)8 << 20)
 
+/* Block i of locate entry src (32-byte entries: offset, length, rows,
+ * checksum): its offset and length in the file, false when the block does
+ * not lie within the file (the per-block reads report it). */
+static bool block_range(const fsh_locate_source *src, int64_t i, int64_t *off, int64_t *len) {
+  const uint8_t *q = src->blocks + 32 * i;
+  *off = (int64_t)fsh_le_get64(q), *len = (int64_t)fsh_le_get64(q + 8);
+  return *off >= 0 && *len > 0 && *len <= src->size && *off <= src->size - *len;
+}
+
 typedef struct direct_map {
   void *p;
   size_t len;
@@ -563,9 +572,8 @@ static fsh_buffer *map_range(int fd, int64_t lo, int64_t hi, const fsh_locate_so
 #ifdef MADV_POPULATE_READ
   for (int64_t k = 0; k < n_srcs; k++)
     for (int64_t i = 0; i < srcs[k].n_blocks; i++) {
-      const uint8_t *q = srcs[k].blocks + 32 * i;
-      int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
-      if (off < lo || len <= 0 || off > hi - len) continue; /* reported by the reads */
+      int64_t off, len;
+      if (!block_range(&srcs[k], i, &off, &len) || off < lo || off > hi - len) continue;
       int64_t a = (off - start) / page * page, b = off + len - start;
       (void)madvise((uint8_t *)m->p + a, (size_t)(b - a), MADV_POPULATE_READ);
     }
@@ -639,9 +647,8 @@ static int direct_slot(fetch *f, int64_t k, const fsh_locate_source *src, int fd
   /* the span of the blocks, to map it when large enough */
   int64_t lo = INT64_MAX, hi = 0;
   for (int64_t i = 0; i < src->n_blocks; i++) {
-    const uint8_t *q = src->blocks + 32 * i;
-    int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
-    if (off < 0 || len <= 0 || len > src->size || off > src->size - len) break; /* below */
+    int64_t off, len;
+    if (!block_range(src, i, &off, &len)) break; /* reported below */
     if (off < lo) lo = off;
     if (off + len > hi) hi = off + len;
   }
@@ -711,9 +718,8 @@ static fsh_buffer *read_span(int fd, const fr_direct *d, int64_t k, int64_t g, i
   for (int64_t i = k; i < k + g; i++) {
     const fsh_locate_source *src = &d->a.sources[i];
     for (int64_t j = 0; j < src->n_blocks; j++) {
-      const uint8_t *q = src->blocks + 32 * j;
-      int64_t off = (int64_t)fsh_le_get64(q), len = (int64_t)fsh_le_get64(q + 8);
-      if (off < 0 || len <= 0 || len > src->size || off > src->size - len) return NULL;
+      int64_t off, len;
+      if (!block_range(src, j, &off, &len)) return NULL;
       if (off < a) a = off;
       if (off + len > b) b = off + len;
       sum += len;
